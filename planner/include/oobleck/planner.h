@@ -1,0 +1,265 @@
+// oobleck planner: profiles in, pipeline templates, instantiation and
+// reconfiguration plans out. Plain C++, deterministic, no global state.
+//
+// Units travel in names: `_ms` milliseconds, `_bytes` bytes,
+// `_bytes_per_s` bytes per second.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oobleck {
+
+using Milliseconds = double;
+using Bytes = std::int64_t;
+
+// Bad input: the message names the file, line or field and what was expected.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// No plan exists for the surviving nodes; training state must come from a
+// checkpoint. The message says why (too few nodes, or layers without replica).
+class NoPlanError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- profiles
+
+struct TensorParallelTiming {
+  int degree = 1;
+  Milliseconds forward_ms = 0;
+  Milliseconds backward_ms = 0;
+};
+
+struct LayerProfile {
+  std::string name;
+  Milliseconds forward_ms = 0;
+  Milliseconds backward_ms = 0;
+  Bytes param_bytes = 0;       // weights
+  Bytes optimizer_bytes = 0;   // gradients and optimizer state
+  Bytes activation_bytes = 0;  // kept alive per microbatch for the backward pass
+  Bytes output_bytes = 0;      // handed to the next layer per microbatch
+  std::vector<TensorParallelTiming> tensor_parallel;  // optional measurements
+};
+
+struct Hardware {
+  std::string name;
+  int gpus_per_node = 1;
+  Bytes gpu_memory_bytes = 0;
+  double intra_node_bytes_per_s = 0;
+  double inter_node_bytes_per_s = 0;
+  Milliseconds latency_ms = 0;
+};
+
+struct Profile {
+  std::string origin;      // where it was read from, for messages
+  std::string source;      // how it was made: hand-written, measured, analytic, imported
+  std::string model_name;
+  std::string model_json;  // the free-form `model` section, compact JSON
+  Hardware hardware;
+  int microbatch_size = 1;
+  std::vector<LayerProfile> layers;
+  std::vector<std::string> notes;  // assumptions made while building it
+};
+
+[[nodiscard]] Profile parse_profile(std::string_view json_text, const std::string& origin);
+
+struct OobleckImportOptions {
+  int microbatch_size = 0;  // which mb{B}.json; 0 = the only one present
+  int gpus_per_node = 0;    // 0 = largest group in allreduce_in_node.json
+  Bytes gpu_memory_bytes = Bytes{80} << 30;
+  double optimizer_bytes_per_param_byte = 3.0;  // fp32 gradient + two AdamW moments
+};
+
+// Reads an Oobleck profile folder (mb{B}.json, allreduce_in_node.json,
+// allreduce_across_nodes.json). What Oobleck does not record is filled in
+// from the options and listed in Profile::notes.
+[[nodiscard]] Profile import_oobleck_profile(const std::filesystem::path& folder,
+                                             const OobleckImportOptions& options = {});
+
+// A profile file, or an Oobleck profile folder (imported with default options).
+[[nodiscard]] Profile load_profile(const std::filesystem::path& path);
+
+[[nodiscard]] std::string profile_to_json(const Profile& profile);
+
+// A 64-bit fingerprint of everything the planner reads from a profile, so a
+// plan can tell whether it was made from the same costs.
+[[nodiscard]] std::string profile_fingerprint(const Profile& profile);
+
+// ---------------------------------------------------------------- cost model
+
+// A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
+// degree) of node `node` (0-based position within its pipeline).
+struct Stage {
+  int layer_begin = 0;
+  int layer_end = 0;
+  int gpus = 1;
+  int node = 0;
+  friend bool operator==(const Stage&, const Stage&) = default;
+};
+
+// The cost model of DESIGN.md, with tensor parallelism and gradient
+// synchronisation as documented in README.md ("Cost model").
+class CostModel {
+ public:
+  CostModel(const Profile& profile, int microbatches);
+
+  [[nodiscard]] const Profile& profile() const { return *profile_; }
+  [[nodiscard]] int layers() const { return static_cast<int>(profile_->layers.size()); }
+  [[nodiscard]] int gpus_per_node() const { return profile_->hardware.gpus_per_node; }
+  [[nodiscard]] int microbatches() const { return microbatches_; }
+  // Tensor-parallel degrees a stage may use: the divisors of gpus_per_node.
+  [[nodiscard]] const std::vector<int>& degrees() const { return degrees_; }
+
+  [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
+  [[nodiscard]] Milliseconds layer_backward_ms(int layer, int degree) const;
+  // F_s + B_s of layers [begin, end) at `degree`.
+  [[nodiscard]] Milliseconds stage_compute_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_forward_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_backward_ms(int begin, int end, int degree) const;
+  // C_s: send the output of layer `boundary - 1` to the stage starting at `boundary`.
+  [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node) const;
+  // Memory per GPU of a stage holding `in_flight` microbatches.
+  [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight) const;
+  [[nodiscard]] bool stage_fits(int begin, int end, int degree, int in_flight) const;
+  // Largest number of in-flight microbatches the stage fits with (0 if none).
+  [[nodiscard]] int stage_max_in_flight(int begin, int end, int degree) const;
+  // Weights plus optimizer state: what a state copy moves.
+  [[nodiscard]] Bytes layer_state_bytes(int layer) const { return state_bytes(layer, layer + 1); }
+  [[nodiscard]] Bytes state_bytes(int begin, int end) const { return state_prefix_[end] - state_prefix_[begin]; }
+  // Exposed gradient synchronisation across `pipelines` replicas.
+  [[nodiscard]] Milliseconds gradient_sync_ms(int pipelines) const;
+  // Ring all-reduce of `bytes` among `ranks` over links of `bytes_per_s`.
+  [[nodiscard]] Milliseconds allreduce_ms(double bytes, int ranks, double bytes_per_s) const;
+
+  // T(M) of DESIGN.md for a pipeline's stages and microbatch count.
+  [[nodiscard]] Milliseconds pipeline_ms(const std::vector<Stage>& stages, int microbatches) const;
+  // T(1) = sum of stage compute plus twice the transfers: the `a` in T(M) = a + (M-1) b.
+  [[nodiscard]] Milliseconds first_microbatch_ms(const std::vector<Stage>& stages) const;
+  // max_s (F_s + B_s): the `b` in T(M) = a + (M-1) b.
+  [[nodiscard]] Milliseconds bottleneck_ms(const std::vector<Stage>& stages) const;
+  // Whether every stage fits with min(microbatches, S - s + 1) in flight.
+  [[nodiscard]] bool pipeline_fits(const std::vector<Stage>& stages, int microbatches) const;
+
+ private:
+  const Profile* profile_;
+  int microbatches_;
+  std::vector<int> degrees_;
+  // Per degree index: prefix sums over layers of forward, backward, both.
+  std::vector<std::vector<double>> forward_prefix_, backward_prefix_, compute_prefix_;
+  std::vector<Bytes> state_prefix_, activation_prefix_;
+  [[nodiscard]] int degree_index(int degree) const;
+};
+
+// ---------------------------------------------------------------- templates
+
+struct PipelineTemplate {
+  int nodes = 0;
+  int microbatches = 0;               // M the template was optimised for
+  Milliseconds iteration_ms = 0;      // T(M)
+  Milliseconds first_microbatch_ms = 0;
+  Milliseconds bottleneck_ms = 0;
+  int max_microbatches = 0;           // memory limit on microbatches; 0 = none
+  std::vector<Stage> stages;
+
+  [[nodiscard]] Milliseconds iteration_ms_for(int microbatches_given) const {
+    return first_microbatch_ms + (microbatches_given - 1) * bottleneck_ms;
+  }
+};
+
+struct TemplateSet {
+  int microbatches = 0;
+  int max_nodes = 0;                      // node counts 1..max_nodes were searched
+  std::vector<PipelineTemplate> templates;  // feasible ones, by increasing nodes
+  [[nodiscard]] const PipelineTemplate* find(int nodes) const;
+  [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
+};
+
+using Progress = std::function<void(std::string_view)>;
+
+// For every node count 1..max_nodes, the template minimising T(M) exactly;
+// counts with no feasible template are absent.
+[[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
+                                          const Progress& progress = {});
+
+// ---------------------------------------------------------------- plans
+
+struct Pipeline {
+  int template_nodes = 0;
+  std::vector<std::string> nodes;
+  int microbatches = 0;
+  Milliseconds iteration_ms = 0;  // T(microbatches) of its own stages
+  std::vector<Stage> stages;
+};
+
+struct Plan {
+  int fault_tolerance = 0;
+  int global_microbatches = 0;
+  int template_microbatches = 0;
+  Milliseconds iteration_ms = 0;  // slowest pipeline plus gradient synchronisation
+  Milliseconds pipelines_ms = 0;  // slowest pipeline
+  Milliseconds sync_ms = 0;
+  std::vector<Pipeline> pipelines;
+  std::vector<std::string> spare_nodes;  // nodes no template combination could use
+  std::string profile_fingerprint;       // of the profile it was made from
+};
+
+// Uses all nodes in at least f+1 pipelines (fewer nodes only when no
+// combination of templates adds up to all of them) and splits B microbatches.
+[[nodiscard]] Plan instantiate(const CostModel& cost, const TemplateSet& templates,
+                               const std::vector<std::string>& nodes, int fault_tolerance,
+                               int global_microbatches);
+
+struct Transfer {
+  int layer = 0;
+  std::string from_node;
+  std::string to_node;
+  Bytes bytes = 0;
+};
+
+struct Reconfiguration {
+  Plan plan;
+  std::vector<std::string> lost;
+  std::vector<std::string> added;
+  std::vector<Transfer> transfers;
+  Bytes copy_bytes = 0;
+  Milliseconds copy_ms = 0;
+};
+
+// Replans after `lost` nodes leave and `added` nodes join. Throws NoPlanError
+// when too few nodes survive or some layer has no surviving replica.
+[[nodiscard]] Reconfiguration reconfigure(const CostModel& cost, const TemplateSet& templates,
+                                          const Plan& current,
+                                          const std::vector<std::string>& lost,
+                                          const std::vector<std::string>& added);
+
+// ---------------------------------------------------------------- files
+
+// `host slots=G` per line, '#' comments; slots must equal gpus_per_node.
+[[nodiscard]] std::vector<std::string> parse_hostfile(std::string_view text, const std::string& origin,
+                                                      int gpus_per_node);
+
+[[nodiscard]] std::string templates_to_json(const TemplateSet& templates, const Profile& profile);
+[[nodiscard]] std::string plan_to_json(const Plan& plan, const TemplateSet& templates,
+                                       const Profile& profile);
+[[nodiscard]] std::string reconfiguration_to_json(const Reconfiguration& result,
+                                                  const TemplateSet& templates,
+                                                  const Profile& profile);
+// Checks the plan against the profile's layer count and GPUs per node.
+[[nodiscard]] Plan parse_plan(std::string_view json_text, const std::string& origin,
+                              const Profile& profile);
+
+// Whole-file helpers: the message of a failure names the path.
+[[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
+// Writes to a temporary file beside `path`, then renames: never half-written.
+void write_text_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+}  // namespace oobleck

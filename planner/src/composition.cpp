@@ -1,0 +1,449 @@
+// Instantiation search: which templates, how many of each, and the batch split.
+//
+// A pipeline of template n given q microbatches takes a_n + (q-1) b_n (its
+// T(q)); the iteration takes max over pipelines plus the gradient
+// synchronisation, which depends only on the pipeline count p. For a fixed p
+// and a time limit tau, pipeline n can take c_n(tau) microbatches, and tau is
+// feasible when p pipelines whose sizes add up to N can take B in total.
+//
+//  * Feasibility is exact: a dynamic programme over (pipelines so far, nodes
+//    so far). By the one-dimensional Steinitz lemma the pipelines of any
+//    solution can be ordered so that after k of them the node count stays
+//    within [k N/p - (N/p - n_min), k N/p + (n_max - N/p)], so only that tube
+//    is stored: O(p (n_max - n_min + 1) K) for K templates.
+//  * tau*(p) is the least feasible slot value a_n + (q-1) b_n; the search
+//    bisects over slot values between a lower bound and the best solution so
+//    far, which jumps the upper end to the time that solution actually takes.
+//  * The lower bound is the linear relaxation: p times the upper concave
+//    envelope of (n, c_n(tau)) at N/p. Pipeline counts are visited in order of
+//    that bound plus sync(p) and the search stops when the bound cannot win.
+#include "composition.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <queue>
+
+namespace oobleck::detail {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+struct Kind {
+  int nodes = 0;
+  double first = 0;  // T(1)
+  double step = 0;   // bottleneck: T(q+1) - T(q)
+  int limit = 0;     // most microbatches (memory, and never more than B)
+};
+
+std::vector<Kind> kinds_of(const TemplateSet& templates, int max_nodes, int global_microbatches) {
+  std::vector<Kind> kinds;
+  for (const auto& t : templates.templates) {
+    if (t.nodes > max_nodes) continue;
+    const int limit = t.max_microbatches > 0 ? std::min(t.max_microbatches, global_microbatches) : global_microbatches;
+    if (limit < 1) continue;
+    kinds.push_back({t.nodes, t.first_microbatch_ms, t.bottleneck_ms, limit});
+  }
+  return kinds;
+}
+
+[[nodiscard]] double slot_time(const Kind& k, int q) { return k.first + (q - 1) * k.step; }
+
+// Microbatches a pipeline of kind k can finish within `limit_ms`.
+[[nodiscard]] int capacity(const Kind& k, double limit_ms) {
+  if (!(k.first <= limit_ms)) return 0;
+  if (k.step <= 0 || limit_ms == kInfinity) return k.limit;
+  const double estimate = std::floor((limit_ms - k.first) / k.step) + 1;
+  int q = estimate >= k.limit ? k.limit : std::max(1, static_cast<int>(estimate));
+  while (q > 1 && slot_time(k, q) > limit_ms) --q;
+  while (q < k.limit && slot_time(k, q + 1) <= limit_ms) ++q;
+  return q;
+}
+
+[[nodiscard]] std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+[[nodiscard]] std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
+
+// Exact feasibility: can exactly p pipelines of total size N take B
+// microbatches when kind i takes at most caps[i]? Returns counts per kind.
+class TubeSearch {
+ public:
+  std::optional<std::vector<int>> solve(const std::vector<Kind>& kinds, const std::vector<int>& caps, int nodes,
+                                        int pipelines, int global_microbatches) {
+    usable_.clear();
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      if (caps[i] > 0) usable_.push_back(static_cast<int>(i));
+    }
+    if (usable_.empty()) return std::nullopt;
+    std::int64_t n_lo = INT_MAX, n_hi = 0;
+    for (int i : usable_) {
+      n_lo = std::min<std::int64_t>(n_lo, kinds[i].nodes);
+      n_hi = std::max<std::int64_t>(n_hi, kinds[i].nodes);
+    }
+    const std::int64_t N = nodes, p = pipelines;
+    if (p * n_lo > N || p * n_hi < N) return std::nullopt;
+    lo_.assign(p + 1, 0);
+    hi_.assign(p + 1, 0);
+    offset_.assign(p + 2, 0);
+    for (std::int64_t k = 0; k <= p; ++k) {
+      lo_[k] = std::max({k * n_lo, N - (p - k) * n_hi, ceil_div(k * N - (N - p * n_lo), p)});
+      hi_[k] = std::min({k * n_hi, N - (p - k) * n_lo, floor_div(k * N + (p * n_hi - N), p)});
+      if (hi_[k] < lo_[k]) return std::nullopt;
+      offset_[k + 1] = offset_[k] + (hi_[k] - lo_[k] + 1);
+    }
+    constexpr int kUnreachable = INT_MIN / 2;
+    const int B = global_microbatches;
+    value_.assign(offset_[p + 1], kUnreachable);
+    value_[0] = 0;
+    for (std::int64_t k = 1; k <= p; ++k) {
+      int* cur = value_.data() + offset_[k];
+      const int* prev = value_.data() + offset_[k - 1];
+      for (int i : usable_) {
+        const std::int64_t n = kinds[i].nodes;
+        const int c = caps[i];
+        const std::int64_t s_begin = std::max(lo_[k], lo_[k - 1] + n);
+        const std::int64_t s_end = std::min(hi_[k], hi_[k - 1] + n);
+        for (std::int64_t s = s_begin; s <= s_end; ++s) {
+          const int candidate = std::min(B, prev[s - n - lo_[k - 1]] + c);
+          int& slot = cur[s - lo_[k]];
+          slot = std::max(slot, candidate);
+        }
+      }
+      for (std::int64_t s = 0; s <= hi_[k] - lo_[k]; ++s) {
+        if (cur[s] < 0) cur[s] = kUnreachable;
+      }
+    }
+    if (cell(p, N) < B) return std::nullopt;
+    // Walk back: any kind whose predecessor explains the value.
+    std::vector<int> counts(kinds.size(), 0);
+    std::int64_t s = N;
+    for (std::int64_t k = p; k >= 1; --k) {
+      const int v = cell(k, s);
+      bool found = false;
+      for (int i : usable_) {
+        const std::int64_t prev_s = s - kinds[i].nodes;
+        if (prev_s < lo_[k - 1] || prev_s > hi_[k - 1]) continue;
+        const int pv = cell(k - 1, prev_s);
+        if (pv >= 0 && std::min(B, pv + caps[i]) == v) {
+          ++counts[i];
+          s = prev_s;
+          found = true;
+          break;
+        }
+      }
+      if (!found) return std::nullopt;  // unreachable by construction
+    }
+    return counts;
+  }
+
+ private:
+  [[nodiscard]] int cell(std::int64_t k, std::int64_t s) const { return value_[offset_[k] + (s - lo_[k])]; }
+  std::vector<int> usable_;
+  std::vector<std::int64_t> lo_, hi_, offset_;
+  std::vector<int> value_;
+};
+
+// Min-max time of the best split for a multiset given as counts per kind.
+[[nodiscard]] double split_time(const std::vector<Kind>& kinds, const std::vector<int>& counts, int B) {
+  using Entry = std::pair<double, int>;  // next slot time, kind
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+  // Pipelines of one kind are interchangeable: raise them a level at a time.
+  int assigned = 0;
+  double worst = 0;
+  std::vector<int> level(kinds.size(), 1), at_level(kinds.size(), 0);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    if (counts[i] == 0) continue;
+    assigned += counts[i];
+    worst = std::max(worst, slot_time(kinds[i], 1));
+    at_level[i] = counts[i];
+    if (kinds[i].limit > 1) next.push({slot_time(kinds[i], 2), static_cast<int>(i)});
+  }
+  if (assigned > B) return kInfinity;
+  // Each pop raises one pipeline of that kind from `level` to level+1.
+  while (assigned < B) {
+    if (next.empty()) return kInfinity;
+    const auto [time, i] = next.top();
+    next.pop();
+    const int take = std::min(at_level[i], B - assigned);
+    assigned += take;
+    worst = std::max(worst, time);
+    at_level[i] -= take;
+    if (at_level[i] == 0) {
+      level[i] += 1;
+      at_level[i] = counts[i];
+      if (level[i] < kinds[i].limit) next.push({slot_time(kinds[i], level[i] + 1), i});
+    } else {
+      next.push({time, i});
+    }
+  }
+  return worst;
+}
+
+// Upper concave envelope of points sorted by x, at x; -inf outside their range.
+[[nodiscard]] double envelope_at(const std::vector<std::pair<double, double>>& points, double x) {
+  if (points.empty() || x < points.front().first || x > points.back().first) return -kInfinity;
+  std::vector<std::pair<double, double>> hull;
+  for (const auto& p : points) {
+    while (hull.size() >= 2) {
+      const auto& a = hull[hull.size() - 2];
+      const auto& b = hull.back();
+      // Drop b when it lies on or below the chord from a to p.
+      if ((b.second - a.second) * (p.first - a.first) <= (p.second - a.second) * (b.first - a.first)) {
+        hull.pop_back();
+      } else {
+        break;
+      }
+    }
+    hull.push_back(p);
+  }
+  for (std::size_t j = 0; j + 1 < hull.size(); ++j) {
+    if (x <= hull[j + 1].first) {
+      const auto& [x0, y0] = hull[j];
+      const auto& [x1, y1] = hull[j + 1];
+      return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    }
+  }
+  return hull.back().second;
+}
+
+// Linear relaxation: the most microbatches p pipelines of total size N could
+// take within tau with fractional counts and fractional capacities.
+[[nodiscard]] double relaxed_capacity(const std::vector<Kind>& kinds, int N, int p, double tau) {
+  std::vector<std::pair<double, double>> points;
+  for (const auto& k : kinds) {
+    if (!(k.first <= tau)) continue;
+    const double c = k.step <= 0 ? k.limit : std::min<double>(k.limit, (tau - k.first) / k.step + 1);
+    points.emplace_back(k.nodes, c);
+  }
+  return p * envelope_at(points, static_cast<double>(N) / p);
+}
+
+// A time that the relaxation proves infeasible for p (so tau*(p) is larger),
+// or nullopt when p is infeasible at any time.
+[[nodiscard]] std::optional<double> relaxed_lower_bound(const std::vector<Kind>& kinds, int N, int p, int B) {
+  double min_first = kInfinity, max_time = 0;
+  for (const auto& k : kinds) {
+    min_first = std::min(min_first, k.first);
+    max_time = std::max(max_time, slot_time(k, k.limit));
+  }
+  double lo = std::nextafter(min_first, -kInfinity);
+  double hi = max_time;
+  if (relaxed_capacity(kinds, N, p, hi) < B * (1 - 1e-12)) return std::nullopt;
+  for (int iteration = 0; iteration < 100 && hi - lo > 1e-12 * hi; ++iteration) {
+    const double mid = lo + (hi - lo) / 2;
+    if (relaxed_capacity(kinds, N, p, mid) < B * (1 - 1e-12)) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Distinct slot values strictly between lo and hi, or nullopt when more than `most`.
+[[nodiscard]] std::optional<std::vector<double>> slots_between(const std::vector<Kind>& kinds, double lo, double hi,
+                                                               std::size_t most) {
+  std::vector<double> values;
+  for (const auto& k : kinds) {
+    if (!(k.first < hi)) continue;
+    int q = 1;
+    if (k.step > 0 && k.first <= lo) q = std::max(1, static_cast<int>(std::floor((lo - k.first) / k.step)));
+    for (; q <= k.limit; ++q) {
+      const double t = slot_time(k, q);
+      if (t >= hi) break;
+      if (t > lo) {
+        values.push_back(t);
+        if (values.size() > 4 * most) return std::nullopt;
+      }
+      if (k.step <= 0) break;
+    }
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  if (values.size() > most) return std::nullopt;
+  return values;
+}
+
+struct Solution {
+  double pipelines_ms = kInfinity;
+  std::vector<int> counts;
+};
+
+// tau*(p) exactly, with the multiset achieving it.
+std::optional<Solution> solve_for_count(const std::vector<Kind>& kinds, int N, int p, int B, double lower_bound,
+                                        TubeSearch& tube) {
+  std::vector<int> caps(kinds.size());
+  for (std::size_t i = 0; i < kinds.size(); ++i) caps[i] = kinds[i].limit;
+  auto counts = tube.solve(kinds, caps, N, p, B);
+  if (!counts) return std::nullopt;
+  Solution best{split_time(kinds, *counts, B), std::move(*counts)};
+  double lo = lower_bound;
+  while (true) {
+    double mid;
+    if (auto slots = slots_between(kinds, lo, best.pipelines_ms, 64)) {
+      if (slots->empty()) break;
+      mid = (*slots)[slots->size() / 2];
+    } else {
+      mid = lo + (best.pipelines_ms - lo) / 2;
+      if (!(mid > lo && mid < best.pipelines_ms)) break;
+    }
+    for (std::size_t i = 0; i < kinds.size(); ++i) caps[i] = capacity(kinds[i], mid);
+    if (auto found = tube.solve(kinds, caps, N, p, B)) {
+      const double time = split_time(kinds, *found, B);
+      best = {time, std::move(*found)};
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+// reach[c] has bit m set when c pipelines can use exactly m nodes.
+std::vector<std::vector<std::uint64_t>> reachable(const TemplateSet& templates, int nodes, int max_count) {
+  const std::size_t words = static_cast<std::size_t>(nodes) / 64 + 1;
+  std::vector<std::vector<std::uint64_t>> reach(max_count + 1, std::vector<std::uint64_t>(words, 0));
+  reach[0][0] = 1;
+  for (int c = 1; c <= max_count; ++c) {
+    for (const auto& t : templates.templates) {
+      if (t.nodes > nodes) continue;
+      const std::size_t word_shift = static_cast<std::size_t>(t.nodes) / 64;
+      const unsigned bit_shift = static_cast<unsigned>(t.nodes % 64);
+      for (std::size_t w = words; w-- > word_shift;) {
+        std::uint64_t v = reach[c - 1][w - word_shift] << bit_shift;
+        if (bit_shift != 0 && w - word_shift >= 1) v |= reach[c - 1][w - word_shift - 1] >> (64 - bit_shift);
+        reach[c][w] |= v;
+      }
+    }
+    // Drop bits beyond `nodes`.
+    const unsigned tail = static_cast<unsigned>(nodes % 64) + 1;
+    if (tail < 64) reach[c][words - 1] &= (std::uint64_t{1} << tail) - 1;
+  }
+  return reach;
+}
+
+[[nodiscard]] bool has(const std::vector<std::uint64_t>& bits, int m) {
+  return (bits[static_cast<std::size_t>(m) / 64] >> (m % 64)) & 1u;
+}
+
+[[nodiscard]] int pipeline_limit(const TemplateSet& templates, int nodes, int global_microbatches) {
+  const int smallest = templates.min_nodes();
+  if (smallest <= 0 || nodes < smallest) return 0;
+  return std::min(global_microbatches, nodes / smallest);
+}
+
+}  // namespace
+
+std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines, int global_microbatches) {
+  const int p = static_cast<int>(pipelines.size());
+  if (p == 0 || p > global_microbatches) return {};
+  std::vector<int> given(p, 1);
+  auto limit = [&](int i) {
+    const int m = pipelines[i]->max_microbatches;
+    return m > 0 ? m : INT_MAX;
+  };
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+  for (int i = 0; i < p; ++i) {
+    if (limit(i) > 1) next.push({pipelines[i]->iteration_ms_for(2), i});
+  }
+  for (int remaining = global_microbatches - p; remaining > 0; --remaining) {
+    if (next.empty()) return {};
+    const int i = next.top().second;
+    next.pop();
+    given[i] += 1;
+    if (given[i] < limit(i)) next.push({pipelines[i]->iteration_ms_for(given[i] + 1), i});
+  }
+  return given;
+}
+
+int max_pipelines(const TemplateSet& templates, int nodes, int limit) {
+  const int count_limit = pipeline_limit(templates, nodes, limit);
+  if (count_limit == 0) return 0;
+  const auto reach = reachable(templates, nodes, count_limit);
+  for (int c = count_limit; c >= 1; --c) {
+    if (has(reach[c], nodes)) return c;
+  }
+  return 0;
+}
+
+int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches) {
+  const int count_limit = pipeline_limit(templates, nodes, global_microbatches);
+  if (count_limit == 0 || count_limit < min_pipelines) return 0;
+  const auto reach = reachable(templates, nodes, count_limit);
+  for (int m = nodes; m >= 1; --m) {
+    for (int c = std::max(min_pipelines, 1); c <= count_limit; ++c) {
+      if (has(reach[c], m)) return m;
+    }
+  }
+  return 0;
+}
+
+Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates, std::vector<int> template_nodes,
+                                 int global_microbatches) {
+  std::sort(template_nodes.begin(), template_nodes.end(), std::greater<>());
+  Composition out;
+  std::vector<const PipelineTemplate*> chosen;
+  for (int n : template_nodes) chosen.push_back(templates.find(n));
+  out.template_nodes = std::move(template_nodes);
+  out.microbatches = split_microbatches(chosen, global_microbatches);
+  if (out.microbatches.empty()) {
+    out.iteration_ms = kInfinity;
+    return out;
+  }
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    out.pipelines_ms = std::max(out.pipelines_ms, chosen[i]->iteration_ms_for(out.microbatches[i]));
+  }
+  out.sync_ms = cost.gradient_sync_ms(static_cast<int>(chosen.size()));
+  out.iteration_ms = out.pipelines_ms + out.sync_ms;
+  return out;
+}
+
+std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates, int nodes,
+                                            int min_pipelines, int global_microbatches) {
+  const std::vector<Kind> kinds = kinds_of(templates, nodes, global_microbatches);
+  const int count_limit = pipeline_limit(templates, nodes, global_microbatches);
+  if (kinds.empty() || count_limit < std::max(min_pipelines, 1)) return std::nullopt;
+  const auto reach = reachable(templates, nodes, count_limit);
+
+  struct Candidate {
+    int pipelines;
+    double lower_bound;  // on pipelines_ms
+    double sync_ms;
+  };
+  std::vector<Candidate> candidates;
+  for (int p = std::max(min_pipelines, 1); p <= count_limit; ++p) {
+    if (!has(reach[p], nodes)) continue;
+    if (auto bound = relaxed_lower_bound(kinds, nodes, p, global_microbatches)) {
+      candidates.push_back({p, *bound, cost.gradient_sync_ms(p)});
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.lower_bound + a.sync_ms < b.lower_bound + b.sync_ms;
+  });
+
+  TubeSearch tube;
+  double best_total = kInfinity;
+  std::vector<int> best_counts;
+  for (const auto& c : candidates) {
+    if (c.lower_bound + c.sync_ms >= best_total * (1 - 1e-12)) break;
+    auto solution = solve_for_count(kinds, nodes, c.pipelines, global_microbatches, c.lower_bound, tube);
+    if (!solution) continue;
+    const double total = solution->pipelines_ms + c.sync_ms;
+    if (total < best_total * (1 - 1e-12)) {
+      best_total = total;
+      best_counts = std::move(solution->counts);
+    }
+  }
+  if (best_counts.empty()) return std::nullopt;
+  std::vector<int> sizes;
+  for (std::size_t i = 0; i < kinds.size(); ++i) sizes.insert(sizes.end(), best_counts[i], kinds[i].nodes);
+  return evaluate_composition(cost, templates, std::move(sizes), global_microbatches);
+}
+
+}  // namespace oobleck::detail

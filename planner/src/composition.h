@@ -1,0 +1,42 @@
+// Choosing how many pipelines of each template to run and how to split the
+// global batch among them: shared by instantiation and reconfiguration.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::detail {
+
+// One pipeline per entry: its template's node count and its microbatches.
+struct Composition {
+  std::vector<int> template_nodes;  // by decreasing size
+  std::vector<int> microbatches;
+  Milliseconds pipelines_ms = 0;  // slowest pipeline
+  Milliseconds sync_ms = 0;
+  Milliseconds iteration_ms = 0;  // pipelines_ms + sync_ms
+};
+
+// The integer split of `global_microbatches` (each pipeline at least one, at
+// most its memory limit) minimising the slowest pipeline; empty if none.
+[[nodiscard]] std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines,
+                                                  int global_microbatches);
+
+// Largest pipeline count formable from exactly `nodes` nodes with the
+// templates (0 if none), at most `limit`.
+[[nodiscard]] int max_pipelines(const TemplateSet& templates, int nodes, int limit);
+
+// The composition of exactly `nodes` nodes into at least `min_pipelines`
+// pipelines minimising iteration time; nullopt when none exists.
+[[nodiscard]] std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates,
+                                                          int nodes, int min_pipelines, int global_microbatches);
+
+// The most nodes, at most `nodes`, that some composition with at least
+// `min_pipelines` pipelines (and at most `global_microbatches`) uses; 0 if none.
+[[nodiscard]] int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches);
+
+[[nodiscard]] Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates,
+                                               std::vector<int> template_nodes, int global_microbatches);
+
+}  // namespace oobleck::detail

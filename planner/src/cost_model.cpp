@@ -1,0 +1,158 @@
+// The planner's cost model (DESIGN.md, "The cost model"), with the two
+// modelling choices documented in README.md:
+//  * tensor parallelism without measurements: a layer at degree t computes
+//    1/t of its work and all-reduces its output twice per pass inside the node
+//    (Megatron-style: after attention and after the MLP);
+//  * the exposed gradient synchronisation is the all-reduce of layer 0 across
+//    the pipelines; every other layer's all-reduce overlaps the backward
+//    passes still running on the layers before it.
+#include <algorithm>
+#include <climits>
+
+#include "oobleck/planner.h"
+
+namespace oobleck {
+
+CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profile), microbatches_(microbatches) {
+  if (microbatches < 1) throw InputError("microbatches: expected at least 1, got " + std::to_string(microbatches));
+  const int gpus = profile.hardware.gpus_per_node;
+  if (gpus < 1) throw InputError(profile.origin + ": hardware.gpus_per_node: expected at least 1");
+  for (int t = 1; t <= gpus; ++t) {
+    if (gpus % t == 0) degrees_.push_back(t);
+  }
+  const int count = layers();
+  forward_prefix_.assign(degrees_.size(), std::vector<double>(count + 1, 0.0));
+  backward_prefix_ = forward_prefix_;
+  compute_prefix_ = forward_prefix_;
+  for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    for (int l = 0; l < count; ++l) {
+      const double f = layer_forward_ms(l, degrees_[d]);
+      const double b = layer_backward_ms(l, degrees_[d]);
+      forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
+      backward_prefix_[d][l + 1] = backward_prefix_[d][l] + b;
+      compute_prefix_[d][l + 1] = compute_prefix_[d][l] + (f + b);
+    }
+  }
+  state_prefix_.assign(count + 1, 0);
+  activation_prefix_.assign(count + 1, 0);
+  for (int l = 0; l < count; ++l) {
+    const auto& layer = profile.layers[l];
+    state_prefix_[l + 1] = state_prefix_[l] + layer.param_bytes + layer.optimizer_bytes;
+    activation_prefix_[l + 1] = activation_prefix_[l] + layer.activation_bytes;
+  }
+}
+
+int CostModel::degree_index(int degree) const {
+  auto it = std::lower_bound(degrees_.begin(), degrees_.end(), degree);
+  if (it == degrees_.end() || *it != degree) {
+    throw InputError("tensor-parallel degree " + std::to_string(degree) + " does not divide gpus_per_node " +
+                     std::to_string(gpus_per_node()));
+  }
+  return static_cast<int>(it - degrees_.begin());
+}
+
+Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s) const {
+  if (ranks <= 1) return 0;
+  const double k = ranks;
+  return 2 * (k - 1) / k * bytes / bytes_per_s * 1000.0 + 2 * (k - 1) * profile_->hardware.latency_ms;
+}
+
+namespace {
+const TensorParallelTiming* measured(const LayerProfile& layer, int degree) {
+  for (const auto& t : layer.tensor_parallel) {
+    if (t.degree == degree) return &t;
+  }
+  return nullptr;
+}
+}  // namespace
+
+Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {
+  const auto& l = profile_->layers[layer];
+  if (degree == 1) return l.forward_ms;
+  if (const auto* m = measured(l, degree)) return m->forward_ms;
+  return l.forward_ms / degree +
+         2 * allreduce_ms(static_cast<double>(l.output_bytes), degree, profile_->hardware.intra_node_bytes_per_s);
+}
+
+Milliseconds CostModel::layer_backward_ms(int layer, int degree) const {
+  const auto& l = profile_->layers[layer];
+  if (degree == 1) return l.backward_ms;
+  if (const auto* m = measured(l, degree)) return m->backward_ms;
+  return l.backward_ms / degree +
+         2 * allreduce_ms(static_cast<double>(l.output_bytes), degree, profile_->hardware.intra_node_bytes_per_s);
+}
+
+Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree) const {
+  const auto& prefix = compute_prefix_[degree_index(degree)];
+  return prefix[end] - prefix[begin];
+}
+
+Milliseconds CostModel::stage_forward_ms(int begin, int end, int degree) const {
+  const auto& prefix = forward_prefix_[degree_index(degree)];
+  return prefix[end] - prefix[begin];
+}
+
+Milliseconds CostModel::stage_backward_ms(int begin, int end, int degree) const {
+  const auto& prefix = backward_prefix_[degree_index(degree)];
+  return prefix[end] - prefix[begin];
+}
+
+Milliseconds CostModel::transfer_ms(int boundary, bool same_node) const {
+  const auto& hw = profile_->hardware;
+  const double bytes = static_cast<double>(profile_->layers[boundary - 1].output_bytes);
+  return bytes / (same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s) * 1000.0 + hw.latency_ms;
+}
+
+Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight) const {
+  const Bytes total = (state_prefix_[end] - state_prefix_[begin]) +
+                      static_cast<Bytes>(in_flight) * (activation_prefix_[end] - activation_prefix_[begin]);
+  return (total + degree - 1) / degree;
+}
+
+int CostModel::stage_max_in_flight(int begin, int end, int degree) const {
+  const Bytes capacity = static_cast<Bytes>(degree) * profile_->hardware.gpu_memory_bytes;
+  const Bytes state = state_prefix_[end] - state_prefix_[begin];
+  const Bytes activation = activation_prefix_[end] - activation_prefix_[begin];
+  if (state > capacity) return 0;
+  if (activation == 0) return INT_MAX;
+  return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - state) / activation));
+}
+
+bool CostModel::stage_fits(int begin, int end, int degree, int in_flight) const {
+  return stage_max_in_flight(begin, end, degree) >= in_flight;
+}
+
+Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
+  return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines,
+                      profile_->hardware.inter_node_bytes_per_s);
+}
+
+Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {
+  double total = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    total += stage_compute_ms(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus);
+    if (s + 1 < stages.size()) total += 2 * transfer_ms(stages[s].layer_end, stages[s].node == stages[s + 1].node);
+  }
+  return total;
+}
+
+Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
+  double worst = 0;
+  for (const auto& s : stages) worst = std::max(worst, stage_compute_ms(s.layer_begin, s.layer_end, s.gpus));
+  return worst;
+}
+
+Milliseconds CostModel::pipeline_ms(const std::vector<Stage>& stages, int microbatches) const {
+  return first_microbatch_ms(stages) + (microbatches - 1) * bottleneck_ms(stages);
+}
+
+bool CostModel::pipeline_fits(const std::vector<Stage>& stages, int microbatches) const {
+  const int count = static_cast<int>(stages.size());
+  for (int s = 0; s < count; ++s) {
+    const int in_flight = std::min(microbatches, count - s);
+    if (!stage_fits(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, in_flight)) return false;
+  }
+  return true;
+}
+
+}  // namespace oobleck

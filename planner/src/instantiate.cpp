@@ -1,0 +1,113 @@
+#include <set>
+#include <sstream>
+
+#include "composition.h"
+#include "plan_building.h"
+
+namespace oobleck {
+namespace detail {
+
+void check_node_names(const std::vector<std::string>& names, std::string_view what) {
+  std::set<std::string> seen;
+  for (const auto& name : names) {
+    if (name.empty() || name.find_first_of(", \t\r\n") != std::string::npos) {
+      throw InputError(std::string(what) + ": node name \"" + name +
+                       "\" is empty or contains a comma or white space");
+    }
+    if (!seen.insert(name).second) throw InputError(std::string(what) + ": node \"" + name + "\" appears twice");
+  }
+}
+
+Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Composition& composition,
+               const std::vector<std::vector<std::string>>& pipeline_nodes, std::vector<std::string> spare,
+               int fault_tolerance) {
+  Plan plan;
+  plan.fault_tolerance = fault_tolerance;
+  int total = 0;
+  for (int m : composition.microbatches) total += m;
+  plan.global_microbatches = total;
+  plan.template_microbatches = templates.microbatches;
+  plan.pipelines_ms = composition.pipelines_ms;
+  plan.sync_ms = composition.sync_ms;
+  plan.iteration_ms = composition.iteration_ms;
+  plan.spare_nodes = std::move(spare);
+  plan.profile_fingerprint = profile_fingerprint(cost.profile());
+  for (std::size_t i = 0; i < composition.template_nodes.size(); ++i) {
+    const PipelineTemplate* t = templates.find(composition.template_nodes[i]);
+    Pipeline pipeline;
+    pipeline.template_nodes = t->nodes;
+    pipeline.nodes = pipeline_nodes[i];
+    pipeline.microbatches = composition.microbatches[i];
+    pipeline.iteration_ms = t->iteration_ms_for(pipeline.microbatches);
+    pipeline.stages = t->stages;
+    plan.pipelines.push_back(std::move(pipeline));
+  }
+  return plan;
+}
+
+std::string describe_sizes(const TemplateSet& templates) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < templates.templates.size(); ++i) {
+    if (i > 0) out << ", ";
+    if (i == 8) {
+      out << "...";
+      break;
+    }
+    out << templates.templates[i].nodes;
+  }
+  return out.str();
+}
+
+}  // namespace detail
+
+Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
+                 int fault_tolerance, int global_microbatches) {
+  detail::check_node_names(nodes, "nodes");
+  const int count = static_cast<int>(nodes.size());
+  if (count < 1) throw InputError("nodes: expected at least one node");
+  if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
+  if (global_microbatches < fault_tolerance + 1) {
+    throw InputError("global-microbatches: " + std::to_string(global_microbatches) +
+                     " cannot feed f+1 = " + std::to_string(fault_tolerance + 1) +
+                     " pipelines (each needs at least one microbatch)");
+  }
+  if (templates.templates.empty()) {
+    throw NoPlanError("no pipeline template fits in memory on up to " + std::to_string(templates.max_nodes) +
+                      " nodes, so no plan exists");
+  }
+  const int needed = fault_tolerance + 1;
+  const int smallest = templates.min_nodes();
+  const int usable = detail::usable_nodes(templates, count, needed, global_microbatches);
+  if (usable == 0) {
+    std::ostringstream why;
+    if (count < needed * smallest) {
+      why << count << " nodes cannot form f+1 = " << needed << " pipelines: the smallest template needs " << smallest
+          << " nodes, so at least " << needed * smallest << " nodes are required";
+    } else {
+      why << "no combination of templates (node counts " << detail::describe_sizes(templates) << ") forms at least "
+          << needed << " pipelines from " << count << " nodes";
+    }
+    throw NoPlanError(why.str());
+  }
+  // Memory limits on microbatches can rule out every composition of the most
+  // nodes; then fewer nodes are used.
+  std::optional<detail::Composition> composition;
+  for (int m = usable; m >= 1 && !composition; --m) {
+    composition = detail::best_composition(cost, templates, m, needed, global_microbatches);
+  }
+  if (!composition) {
+    throw NoPlanError("no composition of templates can take " + std::to_string(global_microbatches) +
+                      " microbatches within the memory limits of its pipelines");
+  }
+  std::vector<std::vector<std::string>> groups;
+  std::size_t next = 0;
+  for (int size : composition->template_nodes) {
+    groups.emplace_back(nodes.begin() + static_cast<std::ptrdiff_t>(next),
+                        nodes.begin() + static_cast<std::ptrdiff_t>(next + size));
+    next += static_cast<std::size_t>(size);
+  }
+  std::vector<std::string> spare(nodes.begin() + static_cast<std::ptrdiff_t>(next), nodes.end());
+  return detail::plan_from(cost, templates, *composition, groups, std::move(spare), fault_tolerance);
+}
+
+}  // namespace oobleck

@@ -1,0 +1,23 @@
+// Shared by instantiation and reconfiguration.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "composition.h"
+
+namespace oobleck::detail {
+
+// Node names must be non-empty, free of commas and white space, and unique.
+void check_node_names(const std::vector<std::string>& names, std::string_view what);
+
+// A plan whose pipeline i runs on pipeline_nodes[i] (in template node order).
+[[nodiscard]] Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Composition& composition,
+                             const std::vector<std::vector<std::string>>& pipeline_nodes,
+                             std::vector<std::string> spare, int fault_tolerance);
+
+// "2, 3, 4, ..." for messages.
+[[nodiscard]] std::string describe_sizes(const TemplateSet& templates);
+
+}  // namespace oobleck::detail

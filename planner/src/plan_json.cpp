@@ -1,0 +1,267 @@
+// Templates and plans as JSON (oobleck.templates.v1, oobleck.plan.v1), and
+// MPI-style hostfiles.
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "json_fields.h"
+#include "oobleck/planner.h"
+
+namespace oobleck {
+namespace {
+
+using detail::FieldPath;
+using detail::json;
+
+constexpr std::string_view kPlanFormat = "oobleck.plan.v1";
+constexpr std::string_view kTemplatesFormat = "oobleck.templates.v1";
+
+json stages_to_json(const CostModel& cost, const std::vector<Stage>& stages, int microbatches) {
+  json out = json::array();
+  const int count = static_cast<int>(stages.size());
+  for (int s = 0; s < count; ++s) {
+    const Stage& stage = stages[s];
+    const int in_flight = std::min(microbatches, count - s);
+    out.push_back({{"layers", {stage.layer_begin, stage.layer_end}},
+                   {"gpus", stage.gpus},
+                   {"node", stage.node},
+                   {"forward_ms", cost.stage_forward_ms(stage.layer_begin, stage.layer_end, stage.gpus)},
+                   {"backward_ms", cost.stage_backward_ms(stage.layer_begin, stage.layer_end, stage.gpus)},
+                   {"memory_bytes", cost.stage_memory_bytes(stage.layer_begin, stage.layer_end, stage.gpus, in_flight)}});
+  }
+  return out;
+}
+
+json profile_summary(const Profile& profile) {
+  return {{"model", profile.model_name},
+          {"hardware", profile.hardware.name},
+          {"layers", profile.layers.size()},
+          {"gpus_per_node", profile.hardware.gpus_per_node},
+          {"microbatch_size", profile.microbatch_size},
+          {"fingerprint", profile_fingerprint(profile)}};
+}
+
+json templates_array(const CostModel& cost, const TemplateSet& templates) {
+  json out = json::array();
+  for (const auto& t : templates.templates) {
+    out.push_back({{"nodes", t.nodes},
+                   {"iteration_ms", t.iteration_ms},
+                   {"microbatches", t.microbatches},
+                   {"first_microbatch_ms", t.first_microbatch_ms},
+                   {"bottleneck_ms", t.bottleneck_ms},
+                   {"max_microbatches", t.max_microbatches > 0 ? json(t.max_microbatches) : json(nullptr)},
+                   {"stages", stages_to_json(cost, t.stages, t.microbatches)}});
+  }
+  return out;
+}
+
+json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& profile) {
+  const CostModel cost(profile, std::max(1, templates.microbatches));
+  json pipelines = json::array();
+  int nodes = static_cast<int>(plan.spare_nodes.size());
+  for (const auto& p : plan.pipelines) {
+    nodes += static_cast<int>(p.nodes.size());
+    pipelines.push_back({{"template_nodes", p.template_nodes},
+                         {"nodes", p.nodes},
+                         {"microbatches", p.microbatches},
+                         {"iteration_ms", p.iteration_ms},
+                         {"stages", stages_to_json(cost, p.stages, p.microbatches)}});
+  }
+  return {{"format", kPlanFormat},
+          {"profile", profile_summary(profile)},
+          {"fault_tolerance", plan.fault_tolerance},
+          {"global_microbatches", plan.global_microbatches},
+          {"microbatches", plan.template_microbatches},
+          {"nodes", nodes},
+          {"iteration_ms", plan.iteration_ms},
+          {"pipelines_ms", plan.pipelines_ms},
+          {"sync_ms", plan.sync_ms},
+          {"pipelines", std::move(pipelines)},
+          {"spare_nodes", plan.spare_nodes},
+          {"templates", templates_array(cost, templates)}};
+}
+
+}  // namespace
+
+std::string templates_to_json(const TemplateSet& templates, const Profile& profile) {
+  const CostModel cost(profile, std::max(1, templates.microbatches));
+  json missing = json::array();
+  for (int n = 1; n <= templates.max_nodes; ++n) {
+    if (!templates.find(n)) missing.push_back(n);
+  }
+  const json out = {{"format", kTemplatesFormat},
+                    {"profile", profile_summary(profile)},
+                    {"microbatches", templates.microbatches},
+                    {"max_nodes", templates.max_nodes},
+                    {"templates", templates_array(cost, templates)},
+                    {"nodes_without_template", std::move(missing)}};
+  return out.dump(2) + "\n";
+}
+
+std::string plan_to_json(const Plan& plan, const TemplateSet& templates, const Profile& profile) {
+  return plan_object(plan, templates, profile).dump(2) + "\n";
+}
+
+std::string reconfiguration_to_json(const Reconfiguration& result, const TemplateSet& templates,
+                                    const Profile& profile) {
+  json out = plan_object(result.plan, templates, profile);
+  json transfers = json::array();
+  for (const auto& t : result.transfers) {
+    transfers.push_back({{"layer", t.layer}, {"from_node", t.from_node}, {"to_node", t.to_node}, {"bytes", t.bytes}});
+  }
+  out["lost"] = result.lost;
+  out["added"] = result.added;
+  out["copy_bytes"] = result.copy_bytes;
+  out["copy_ms"] = result.copy_ms;
+  out["transfers"] = std::move(transfers);
+  return out.dump(2) + "\n";
+}
+
+Plan parse_plan(std::string_view json_text, const std::string& origin, const Profile& profile) {
+  const json root = detail::parse_json(json_text, origin);
+  const FieldPath where(origin);
+  if (!root.is_object()) throw where.error("expected a JSON object with format \"oobleck.plan.v1\"");
+  const std::string format = detail::require_string(root, "format", where);
+  if (format != kPlanFormat) {
+    throw (where / "format").error("expected \"" + std::string(kPlanFormat) + "\", got \"" + format + "\"");
+  }
+  const int layers = static_cast<int>(profile.layers.size());
+  const int gpus = profile.hardware.gpus_per_node;
+  Plan plan;
+  plan.fault_tolerance = static_cast<int>(detail::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
+  plan.global_microbatches = static_cast<int>(detail::require_integer(root, "global_microbatches", where, 1, 100000000));
+  plan.template_microbatches = static_cast<int>(detail::require_integer(root, "microbatches", where, 1, 100000000));
+  if (auto it = root.find("profile"); it != root.end() && it->is_object()) {
+    if (auto f = it->find("fingerprint"); f != it->end() && f->is_string()) plan.profile_fingerprint = f->get<std::string>();
+    if (auto l = it->find("layers"); l != it->end() && l->is_number_integer() && l->get<int>() != layers) {
+      throw (where / "profile" / "layers")
+          .error("the plan was made for " + std::to_string(l->get<int>()) + " layers but the profile " + profile.origin +
+                 " has " + std::to_string(layers));
+    }
+  }
+  std::set<std::string> names;
+  auto take_name = [&](const json& value, const FieldPath& at) {
+    if (!value.is_string() || value.get<std::string>().empty()) throw at.error("expected a node name");
+    const std::string name = value.get<std::string>();
+    if (name.find_first_of(", \t\r\n") != std::string::npos) throw at.error("node names cannot hold commas or spaces");
+    if (!names.insert(name).second) throw at.error("node \"" + name + "\" appears twice in the plan");
+    return name;
+  };
+  const json& pipelines = detail::require_array(root, "pipelines", where);
+  if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
+  int total_microbatches = 0;
+  for (std::size_t i = 0; i < pipelines.size(); ++i) {
+    const FieldPath at = (where / "pipelines")[i];
+    Pipeline p;
+    p.template_nodes = static_cast<int>(detail::require_integer(pipelines[i], "template_nodes", at, 1, 1 << 20));
+    p.microbatches = static_cast<int>(detail::require_integer(pipelines[i], "microbatches", at, 1, 100000000));
+    total_microbatches += p.microbatches;
+    if (auto it = pipelines[i].find("iteration_ms"); it != pipelines[i].end() && it->is_number()) {
+      p.iteration_ms = it->get<double>();
+    }
+    const json& nodes = detail::require_array(pipelines[i], "nodes", at);
+    if (static_cast<int>(nodes.size()) != p.template_nodes) {
+      throw (at / "nodes").error("expected " + std::to_string(p.template_nodes) + " node names (template_nodes), got " +
+                                 std::to_string(nodes.size()));
+    }
+    for (std::size_t n = 0; n < nodes.size(); ++n) p.nodes.push_back(take_name(nodes[n], (at / "nodes")[n]));
+    const json& stages = detail::require_array(pipelines[i], "stages", at);
+    if (stages.empty()) throw (at / "stages").error("expected at least one stage");
+    std::vector<int> gpus_on_node(p.template_nodes, 0);
+    int next_layer = 0, last_node = 0;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const FieldPath sat = (at / "stages")[s];
+      const json& range = detail::require_array(stages[s], "layers", sat);
+      if (range.size() != 2) throw (sat / "layers").error("expected [begin, end)");
+      Stage stage;
+      stage.layer_begin = static_cast<int>(detail::as_integer(range[0], (sat / "layers")[0], 0, layers));
+      stage.layer_end = static_cast<int>(detail::as_integer(range[1], (sat / "layers")[1], 0, layers));
+      stage.gpus = static_cast<int>(detail::require_integer(stages[s], "gpus", sat, 1, gpus));
+      stage.node = static_cast<int>(detail::require_integer(stages[s], "node", sat, 0, p.template_nodes - 1));
+      if (stage.layer_begin != next_layer || stage.layer_end <= stage.layer_begin) {
+        throw (sat / "layers").error("expected a non-empty range starting at layer " + std::to_string(next_layer) +
+                                     " (stages cover the layers in order)");
+      }
+      if (gpus % stage.gpus != 0) {
+        throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) + ")");
+      }
+      if (stage.node < last_node) throw (sat / "node").error("expected stages in node order");
+      last_node = stage.node;
+      gpus_on_node[stage.node] += stage.gpus;
+      next_layer = stage.layer_end;
+      p.stages.push_back(stage);
+    }
+    if (next_layer != layers) {
+      throw (at / "stages").error("stages end at layer " + std::to_string(next_layer) + ", expected all " +
+                                  std::to_string(layers) + " layers of the profile");
+    }
+    for (int n = 0; n < p.template_nodes; ++n) {
+      if (gpus_on_node[n] != gpus) {
+        throw (at / "stages")
+            .error("node " + std::to_string(n) + " has stages on " + std::to_string(gpus_on_node[n]) +
+                   " GPUs, expected " + std::to_string(gpus) + " (gpus_per_node)");
+      }
+    }
+    plan.pipelines.push_back(std::move(p));
+  }
+  if (total_microbatches != plan.global_microbatches) {
+    throw (where / "pipelines")
+        .error("microbatches add up to " + std::to_string(total_microbatches) + ", expected global_microbatches = " +
+               std::to_string(plan.global_microbatches));
+  }
+  if (auto it = root.find("spare_nodes"); it != root.end()) {
+    if (!it->is_array()) throw (where / "spare_nodes").error("expected an array of node names");
+    for (std::size_t n = 0; n < it->size(); ++n) plan.spare_nodes.push_back(take_name((*it)[n], (where / "spare_nodes")[n]));
+  }
+  if (auto it = root.find("iteration_ms"); it != root.end() && it->is_number()) plan.iteration_ms = it->get<double>();
+  return plan;
+}
+
+std::vector<std::string> parse_hostfile(std::string_view text, const std::string& origin, int gpus_per_node) {
+  std::vector<std::string> hosts;
+  std::set<std::string> seen;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::string where = origin + ":" + std::to_string(number);
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream words(line);
+    std::string host, word;
+    if (!(words >> host)) continue;
+    if (host.find_first_of(",=") != std::string::npos) {
+      throw InputError(where + ": expected a host name first, got \"" + host + "\"");
+    }
+    int slots = gpus_per_node;
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      if (eq == std::string::npos || (key != "slots" && key != "max_slots" && key != "max-slots")) {
+        throw InputError(where + ": expected \"slots=N\" after the host name, got \"" + word + "\"");
+      }
+      int value = 0;
+      try {
+        std::size_t used = 0;
+        value = std::stoi(word.substr(eq + 1), &used);
+        if (used != word.size() - eq - 1) value = 0;
+      } catch (const std::exception&) {
+        value = 0;
+      }
+      if (value < 1) throw InputError(where + ": expected a positive number in \"" + word + "\"");
+      if (key == "slots") slots = value;
+    }
+    if (slots != gpus_per_node) {
+      throw InputError(where + ": host " + host + " has slots=" + std::to_string(slots) +
+                       " but the profile's nodes have " + std::to_string(gpus_per_node) +
+                       " GPUs (hardware.gpus_per_node); templates need identical nodes");
+    }
+    if (!seen.insert(host).second) throw InputError(where + ": host " + host + " is listed twice");
+    hosts.push_back(host);
+  }
+  if (hosts.empty()) throw InputError(origin + ": no hosts (expected lines like \"node0 slots=" +
+                                      std::to_string(gpus_per_node) + "\")");
+  return hosts;
+}
+
+}  // namespace oobleck

@@ -1,0 +1,355 @@
+// Loading, validating and writing oobleck.profile.v1, and importing
+// Oobleck's own profile folders.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "json_fields.h"
+#include "oobleck/planner.h"
+
+namespace oobleck {
+namespace {
+
+using detail::FieldPath;
+using detail::json;
+
+constexpr std::string_view kProfileFormat = "oobleck.profile.v1";
+
+Hardware parse_hardware(const json& hw, const FieldPath& where) {
+  Hardware out;
+  out.name = detail::require_string(hw, "name", where);
+  out.gpus_per_node = static_cast<int>(detail::require_integer(hw, "gpus_per_node", where, 1, 1024));
+  out.gpu_memory_bytes = detail::require_integer(hw, "gpu_memory_bytes", where, 1);
+  out.intra_node_bytes_per_s = detail::require_number(hw, "intra_node_bytes_per_s", where, 1);
+  out.inter_node_bytes_per_s = detail::require_number(hw, "inter_node_bytes_per_s", where, 1);
+  out.latency_ms = detail::require_number(hw, "latency_ms", where);
+  return out;
+}
+
+std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const FieldPath& where, int gpus_per_node) {
+  if (!value.is_object()) throw where.error("expected an object keyed by degree, e.g. {\"2\": {...}}");
+  std::vector<TensorParallelTiming> out;
+  for (const auto& [key, entry] : value.items()) {
+    const FieldPath at = where / key;
+    int degree = 0;
+    if (key.empty() || key.size() > 4 || !std::all_of(key.begin(), key.end(), ::isdigit) ||
+        (degree = std::stoi(key)) < 2 || gpus_per_node % degree != 0) {
+      throw at.error("expected a degree key that divides hardware.gpus_per_node (" +
+                     std::to_string(gpus_per_node) + ") and is at least 2");
+    }
+    out.push_back({degree, detail::require_number(entry, "forward_ms", at),
+                   detail::require_number(entry, "backward_ms", at)});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.degree < b.degree; });
+  return out;
+}
+
+LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per_node) {
+  LayerProfile out;
+  out.name = detail::require_string(layer, "name", where);
+  out.forward_ms = detail::require_number(layer, "forward_ms", where);
+  out.backward_ms = detail::require_number(layer, "backward_ms", where);
+  out.param_bytes = detail::require_integer(layer, "param_bytes", where);
+  out.optimizer_bytes = detail::require_integer(layer, "optimizer_bytes", where);
+  out.activation_bytes = detail::require_integer(layer, "activation_bytes", where);
+  out.output_bytes = detail::require_integer(layer, "output_bytes", where);
+  if (auto it = layer.find("tensor_parallel"); it != layer.end() && !it->is_null()) {
+    out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node);
+  }
+  return out;
+}
+
+void check_costs(const Profile& profile) {
+  double total = 0;
+  for (const auto& layer : profile.layers) total += layer.forward_ms + layer.backward_ms;
+  if (total <= 0) throw InputError(profile.origin + ": layers: every forward_ms and backward_ms is 0; expected measured times");
+}
+
+json layer_to_json(const LayerProfile& layer) {
+  json out = {{"name", layer.name},
+              {"forward_ms", layer.forward_ms},
+              {"backward_ms", layer.backward_ms},
+              {"param_bytes", layer.param_bytes},
+              {"optimizer_bytes", layer.optimizer_bytes},
+              {"activation_bytes", layer.activation_bytes},
+              {"output_bytes", layer.output_bytes}};
+  if (!layer.tensor_parallel.empty()) {
+    json tp = json::object();
+    for (const auto& t : layer.tensor_parallel) {
+      tp[std::to_string(t.degree)] = {{"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}};
+    }
+    out["tensor_parallel"] = std::move(tp);
+  }
+  return out;
+}
+
+json hardware_to_json(const Hardware& hw) {
+  return {{"name", hw.name},
+          {"gpus_per_node", hw.gpus_per_node},
+          {"gpu_memory_bytes", hw.gpu_memory_bytes},
+          {"intra_node_bytes_per_s", hw.intra_node_bytes_per_s},
+          {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
+          {"latency_ms", hw.latency_ms}};
+}
+
+// ------------------------------------------------------------ Oobleck import
+
+struct Fit {
+  double bytes_per_s = 0;
+  double latency_ms = 0;
+  std::size_t points = 0;
+};
+
+// Least-squares fit of time_ms = latency_ms * steps + bytes / bandwidth over
+// ring all-reduce measurements (steps = 2(k-1), bytes = 2(k-1)/k * size).
+std::optional<Fit> fit_allreduce(const std::vector<std::array<double, 3>>& points) {
+  // points: {steps, ring_bytes, time_ms}
+  double suu = 0, sux = 0, sxx = 0, suy = 0, sxy = 0;
+  for (const auto& [u, x, y] : points) {
+    suu += u * u;
+    sux += u * x;
+    sxx += x * x;
+    suy += u * y;
+    sxy += x * y;
+  }
+  if (points.size() < 2 || sxx <= 0) return std::nullopt;
+  const double det = suu * sxx - sux * sux;
+  double latency = 0, inverse_bandwidth = 0;
+  if (det > 1e-12 * suu * sxx) {
+    latency = (suy * sxx - sxy * sux) / det;
+    inverse_bandwidth = (suu * sxy - sux * suy) / det;
+  }
+  if (latency < 0 || inverse_bandwidth <= 0) {  // fall back to bandwidth only
+    latency = 0;
+    inverse_bandwidth = sxy / sxx;
+  }
+  if (!(inverse_bandwidth > 0)) return std::nullopt;
+  return Fit{1000.0 / inverse_bandwidth, latency, points.size()};
+}
+
+json read_json_file(const std::filesystem::path& path) {
+  return detail::parse_json(read_text_file(path), path.string());
+}
+
+std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, const std::vector<LayerProfile>& layers,
+                                         int* largest_group) {
+  const json data = read_json_file(path);
+  const FieldPath root(path.string());
+  if (!data.is_array()) throw root.error("expected a list with one {group size: ms} object per layer");
+  if (data.size() != layers.size()) {
+    throw root.error("expected " + std::to_string(layers.size()) + " entries (one per layer, as in mb*.json), got " +
+                     std::to_string(data.size()));
+  }
+  std::vector<std::array<double, 3>> points;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    if (!data[i].is_object()) throw root[i].error("expected an object {group size: ms}");
+    for (const auto& [key, value] : data[i].items()) {
+      int group = 0;
+      try {
+        group = std::stoi(key);
+      } catch (const std::exception&) {
+      }
+      if (group < 1) throw (root[i] / key).error("expected a positive group size as key");
+      const double ms = detail::as_number(value, root[i] / key, 0, 1e12);
+      if (largest_group) *largest_group = std::max(*largest_group, group);
+      if (group < 2 || layers[i].param_bytes <= 0) continue;
+      const double k = group;
+      points.push_back({2 * (k - 1), 2 * (k - 1) / k * static_cast<double>(layers[i].param_bytes), ms});
+    }
+  }
+  return fit_allreduce(points);
+}
+
+}  // namespace
+
+Profile parse_profile(std::string_view json_text, const std::string& origin) {
+  const json root = detail::parse_json(json_text, origin);
+  const FieldPath where(origin);
+  if (!root.is_object()) throw where.error("expected a JSON object with format \"oobleck.profile.v1\"");
+  const std::string format = detail::require_string(root, "format", where);
+  if (format != kProfileFormat) {
+    throw (where / "format").error("expected \"" + std::string(kProfileFormat) + "\", got \"" + format + "\"");
+  }
+  Profile profile;
+  profile.origin = origin;
+  if (auto it = root.find("source"); it != root.end() && it->is_string()) profile.source = it->get<std::string>();
+  const json& model = detail::require_object(root, "model", where);
+  if (auto it = model.find("name"); it != model.end() && it->is_string()) profile.model_name = it->get<std::string>();
+  profile.model_json = model.dump();
+  profile.hardware = parse_hardware(detail::require_object(root, "hardware", where), where / "hardware");
+  profile.microbatch_size = static_cast<int>(detail::require_integer(root, "microbatch_size", where, 1, 1 << 24));
+  const json& layers = detail::require_array(root, "layers", where);
+  if (layers.empty()) throw (where / "layers").error("expected at least one layer");
+  if (layers.size() > 100000) throw (where / "layers").error("expected at most 100000 layers");
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    profile.layers.push_back(parse_layer(layers[i], (where / "layers")[i], profile.hardware.gpus_per_node));
+  }
+  if (auto it = root.find("notes"); it != root.end() && it->is_array()) {
+    for (const auto& note : *it) {
+      if (note.is_string()) profile.notes.push_back(note.get<std::string>());
+    }
+  }
+  check_costs(profile);
+  return profile;
+}
+
+Profile import_oobleck_profile(const std::filesystem::path& folder, const OobleckImportOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    throw InputError(folder.string() + ": expected an Oobleck profile folder (mb{B}.json, allreduce_*.json)");
+  }
+  // Which mb{B}.json.
+  std::map<int, std::filesystem::path> by_microbatch;
+  const std::regex name_pattern(R"(mb([0-9]{1,6})\.json)");
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, name_pattern)) by_microbatch[std::stoi(match[1])] = entry.path();
+  }
+  if (by_microbatch.empty()) throw InputError(folder.string() + ": no mb{B}.json file (Oobleck's per-layer profile)");
+  std::filesystem::path mb_path;
+  int microbatch_size = options.microbatch_size;
+  if (microbatch_size > 0) {
+    auto it = by_microbatch.find(microbatch_size);
+    if (it == by_microbatch.end()) {
+      throw InputError(folder.string() + ": no mb" + std::to_string(microbatch_size) + ".json");
+    }
+    mb_path = it->second;
+  } else if (by_microbatch.size() == 1) {
+    microbatch_size = by_microbatch.begin()->first;
+    mb_path = by_microbatch.begin()->second;
+  } else {
+    std::string sizes;
+    for (const auto& [size, path] : by_microbatch) sizes += (sizes.empty() ? "" : ", ") + std::to_string(size);
+    throw InputError(folder.string() + ": several microbatch sizes (" + sizes + "); choose one with --microbatch-size");
+  }
+  if (microbatch_size < 1) throw InputError(mb_path.string() + ": microbatch size must be at least 1");
+
+  Profile profile;
+  profile.origin = folder.string();
+  profile.source = "imported-oobleck";
+  const std::string folder_name = std::filesystem::absolute(folder).lexically_normal().filename().string();
+  profile.model_name = folder_name.empty() ? "oobleck-model" : folder_name;
+  profile.microbatch_size = microbatch_size;
+
+  const json mb = read_json_file(mb_path);
+  const FieldPath mb_where(mb_path.string());
+  if (!mb.is_array() || mb.empty()) {
+    throw mb_where.error("expected a non-empty list of {forward, backward, mem_required} objects");
+  }
+  for (std::size_t i = 0; i < mb.size(); ++i) {
+    const FieldPath at = mb_where[i];
+    LayerProfile layer;
+    layer.name = "layer" + std::to_string(i);
+    layer.forward_ms = detail::require_number(mb[i], "forward", at);
+    layer.backward_ms = detail::require_number(mb[i], "backward", at);
+    const json& memory = detail::require_array(mb[i], "mem_required", at);
+    if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
+    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, INT64_MAX);
+    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, INT64_MAX);
+    layer.optimizer_bytes =
+        static_cast<Bytes>(static_cast<double>(layer.param_bytes) * options.optimizer_bytes_per_param_byte);
+    layer.output_bytes = layer.activation_bytes;
+    profile.layers.push_back(std::move(layer));
+  }
+  profile.notes.push_back("layer times and memory from " + mb_path.filename().string() + " (Oobleck profile)");
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer,
+                "optimizer_bytes = %.3g x param_bytes (not recorded by Oobleck; AdamW with fp32 gradient and moments)",
+                options.optimizer_bytes_per_param_byte);
+  profile.notes.emplace_back(buffer);
+  profile.notes.emplace_back(
+      "output_bytes = activation_bytes: Oobleck records the memory its no-grad forward allocates, "
+      "which is the layer's output");
+
+  Hardware& hw = profile.hardware;
+  hw.name = "imported from Oobleck profile " + profile.model_name;
+  hw.gpu_memory_bytes = options.gpu_memory_bytes;
+  profile.notes.push_back("gpu_memory_bytes = " + std::to_string(options.gpu_memory_bytes) +
+                          " (not recorded by Oobleck; set with --gpu-memory-bytes)");
+  // Defaults when the all-reduce files are missing or say nothing usable.
+  hw.intra_node_bytes_per_s = 150e9;
+  hw.inter_node_bytes_per_s = 12.5e9;
+  hw.latency_ms = 0.01;
+  int largest_in_node = 1;
+  const auto in_node = folder / "allreduce_in_node.json";
+  const auto across = folder / "allreduce_across_nodes.json";
+  if (std::filesystem::exists(in_node)) {
+    if (auto fit = fit_oobleck_allreduce(in_node, profile.layers, &largest_in_node)) {
+      hw.intra_node_bytes_per_s = fit->bytes_per_s;
+      std::snprintf(buffer, sizeof buffer, "intra_node_bytes_per_s = %.4g fitted to %zu ring all-reduce times in %s",
+                    fit->bytes_per_s, fit->points, in_node.filename().c_str());
+      profile.notes.emplace_back(buffer);
+    } else {
+      profile.notes.push_back("intra_node_bytes_per_s = 1.5e11 (default: " + in_node.filename().string() +
+                              " has too few group sizes to fit)");
+    }
+  } else {
+    profile.notes.emplace_back("intra_node_bytes_per_s = 1.5e11 (default: no allreduce_in_node.json)");
+  }
+  if (std::filesystem::exists(across)) {
+    if (auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr)) {
+      hw.inter_node_bytes_per_s = fit->bytes_per_s;
+      hw.latency_ms = fit->latency_ms;
+      std::snprintf(buffer, sizeof buffer,
+                    "inter_node_bytes_per_s = %.4g and latency_ms = %.4g fitted to %zu ring all-reduce times in %s",
+                    fit->bytes_per_s, fit->latency_ms, fit->points, across.filename().c_str());
+      profile.notes.emplace_back(buffer);
+    } else {
+      profile.notes.push_back("inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: " +
+                              across.filename().string() + " has too few node counts to fit)");
+    }
+  } else {
+    profile.notes.emplace_back("inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: no allreduce_across_nodes.json)");
+  }
+  if (options.gpus_per_node > 0) {
+    hw.gpus_per_node = options.gpus_per_node;
+  } else {
+    hw.gpus_per_node = largest_in_node;
+    profile.notes.push_back("gpus_per_node = " + std::to_string(largest_in_node) +
+                            " (largest group in allreduce_in_node.json; set with --gpus-per-node)");
+  }
+  profile.model_json = json{{"name", profile.model_name}, {"layers", profile.layers.size()}}.dump();
+  check_costs(profile);
+  return profile;
+}
+
+Profile load_profile(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return import_oobleck_profile(path);
+  return parse_profile(read_text_file(path), path.string());
+}
+
+std::string profile_to_json(const Profile& profile) {
+  json layers = json::array();
+  for (const auto& layer : profile.layers) layers.push_back(layer_to_json(layer));
+  json out = {{"format", kProfileFormat},
+              {"source", profile.source},
+              {"model", profile.model_json.empty() ? json::object() : json::parse(profile.model_json)},
+              {"hardware", hardware_to_json(profile.hardware)},
+              {"microbatch_size", profile.microbatch_size},
+              {"layers", std::move(layers)}};
+  if (!profile.notes.empty()) out["notes"] = profile.notes;
+  return out.dump(2) + "\n";
+}
+
+std::string profile_fingerprint(const Profile& profile) {
+  json layers = json::array();
+  for (const auto& layer : profile.layers) layers.push_back(layer_to_json(layer));
+  const std::string canonical =
+      json{{"hardware", hardware_to_json(profile.hardware)}, {"microbatch_size", profile.microbatch_size}, {"layers", layers}}
+          .dump();
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (unsigned char c : canonical) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, hash);
+  return text;
+}
+
+}  // namespace oobleck

@@ -1,0 +1,390 @@
+// Reconfiguration after nodes leave or join.
+//
+// 1. The survivors (old nodes not lost, then the added ones) must still hold
+//    every layer somewhere; otherwise the state is gone and no plan exists.
+// 2. The composition: the best iteration time over all template multisets
+//    that use as many survivors as any composition can, with at least
+//    min(f+1, most pipelines the survivors can form) pipelines. Keeping every
+//    surviving pipeline (each re-instantiated with the template of its new
+//    size) is also tried, and wins when its time is equal.
+// 3. The placement: survivors are assigned to the new pipelines' node slots
+//    to minimise the bytes of layer state they must fetch (intact pipelines
+//    whose layout is unchanged stay as they are; the rest is a minimum-cost
+//    assignment). Each missing layer comes from the surviving holder that has
+//    sent least so far.
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "composition.h"
+#include "plan_building.h"
+
+namespace oobleck {
+namespace {
+
+struct Survivor {
+  std::string name;
+  std::vector<char> holds;         // per layer
+  std::vector<Bytes> held_prefix;  // state bytes held in layers [0, l)
+};
+
+struct Slot {
+  int pipeline = -1;  // -1: a spare slot (node left idle)
+  int position = 0;
+  std::vector<std::pair<int, int>> ranges;  // layer ranges the node must hold
+};
+
+struct Placement {
+  std::vector<std::vector<std::string>> pipeline_nodes;
+  std::vector<std::string> spare;
+  Bytes bytes = 0;
+  std::vector<int> slot_of_survivor;
+};
+
+// Minimum-cost assignment of rows to columns of a square matrix (Hungarian
+// method with potentials, O(n^3)).
+std::vector<int> assign_min_cost(const std::vector<std::vector<Bytes>>& cost) {
+  const int n = static_cast<int>(cost.size());
+  const Bytes inf = LLONG_MAX / 4;
+  std::vector<Bytes> u(n + 1, 0), v(n + 1, 0);
+  std::vector<int> match(n + 1, 0), way(n + 1, 0);
+  for (int i = 1; i <= n; ++i) {
+    match[0] = i;
+    int j0 = 0;
+    std::vector<Bytes> min_value(n + 1, inf);
+    std::vector<char> used(n + 1, 0);
+    do {
+      used[j0] = 1;
+      const int i0 = match[j0];
+      Bytes delta = inf;
+      int j1 = 0;
+      for (int j = 1; j <= n; ++j) {
+        if (used[j]) continue;
+        const Bytes current = cost[i0 - 1][j - 1] - u[i0] - v[j];
+        if (current < min_value[j]) {
+          min_value[j] = current;
+          way[j] = j0;
+        }
+        if (min_value[j] < delta) {
+          delta = min_value[j];
+          j1 = j;
+        }
+      }
+      for (int j = 0; j <= n; ++j) {
+        if (used[j]) {
+          u[match[j]] += delta;
+          v[j] -= delta;
+        } else {
+          min_value[j] -= delta;
+        }
+      }
+      j0 = j1;
+    } while (match[j0] != 0);
+    do {
+      const int j1 = way[j0];
+      match[j0] = match[j1];
+      j0 = j1;
+    } while (j0 != 0);
+  }
+  std::vector<int> column_of_row(n, -1);
+  for (int j = 1; j <= n; ++j) column_of_row[match[j] - 1] = j - 1;
+  return column_of_row;
+}
+
+// Greedy placement for very large remainders: each slot in turn takes the
+// free survivor that must fetch least.
+std::vector<int> assign_greedy(const std::vector<std::vector<Bytes>>& cost) {
+  const int n = static_cast<int>(cost.size());
+  std::vector<int> row_of_column(n, -1), column_of_row(n, -1);
+  std::vector<char> taken(n, 0);
+  for (int j = 0; j < n; ++j) {
+    int best = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!taken[i] && (best < 0 || cost[i][j] < cost[best][j])) best = i;
+    }
+    taken[best] = 1;
+    column_of_row[best] = j;
+  }
+  return column_of_row;
+}
+
+class Replanner {
+ public:
+  Replanner(const CostModel& cost, const TemplateSet& templates, const Plan& current,
+            const std::vector<std::string>& lost, const std::vector<std::string>& added)
+      : cost_(cost), templates_(templates), current_(current), lost_(lost), added_(added) {}
+
+  Reconfiguration run() {
+    collect_survivors();
+    check_state_survives();
+    const int count = static_cast<int>(survivors_.size());
+    const int B = current_.global_microbatches;
+    const int smallest = templates_.min_nodes();
+    if (templates_.templates.empty() || count < smallest) {
+      std::ostringstream why;
+      why << count << " node" << (count == 1 ? "" : "s") << " survive but the smallest pipeline template needs "
+          << (smallest > 0 ? smallest : templates_.max_nodes + 1)
+          << " nodes: no plan exists; restart from a checkpoint on more nodes";
+      throw NoPlanError(why.str());
+    }
+    int usable = detail::usable_nodes(templates_, count, 1, B);
+    if (usable == 0) {
+      throw NoPlanError("no combination of templates (node counts " + detail::describe_sizes(templates_) +
+                        ") fits " + std::to_string(count) + " surviving nodes; restart from a checkpoint");
+    }
+    // The most nodes some composition can use; memory limits on microbatches
+    // may rule out every composition of a node count.
+    std::optional<detail::Composition> best;
+    int required = 0;
+    for (int m = usable; m >= 1 && !best; --m) {
+      const int formable = detail::max_pipelines(templates_, m, B);
+      if (formable == 0) continue;
+      required = std::min(current_.fault_tolerance + 1, formable);
+      best = detail::best_composition(cost_, templates_, m, required, B);
+      if (best) usable = m;
+    }
+    if (!best) {
+      throw NoPlanError("no composition of templates on up to " + std::to_string(count) + " nodes can take " +
+                        std::to_string(B) + " microbatches within memory; restart from a checkpoint");
+    }
+    std::vector<detail::Composition> options{*best};
+    if (auto kept = keep_pipelines(usable, required)) {
+      if (kept->template_nodes != best->template_nodes && kept->iteration_ms <= best->iteration_ms * (1 + 1e-9)) {
+        options.push_back(*kept);
+      }
+    }
+    std::optional<std::pair<detail::Composition, Placement>> chosen;
+    for (const auto& option : options) {
+      Placement placement = place(option, count - usable);
+      if (!chosen || placement.bytes < chosen->second.bytes) chosen.emplace(option, std::move(placement));
+    }
+    return finish(chosen->first, chosen->second);
+  }
+
+ private:
+  void collect_survivors() {
+    detail::check_node_names(lost_, "lost");
+    detail::check_node_names(added_, "added");
+    std::set<std::string> known;
+    for (const auto& p : current_.pipelines) known.insert(p.nodes.begin(), p.nodes.end());
+    known.insert(current_.spare_nodes.begin(), current_.spare_nodes.end());
+    std::set<std::string> lost(lost_.begin(), lost_.end());
+    for (const auto& name : lost_) {
+      if (!known.count(name)) throw InputError("lost: node \"" + name + "\" is not in the plan");
+    }
+    for (const auto& name : added_) {
+      if (known.count(name) && !lost.count(name)) {
+        throw InputError("added: node \"" + name + "\" is already in the plan (list it as lost too to replace it)");
+      }
+    }
+    const int layers = cost_.layers();
+    auto add_survivor = [&](const std::string& name, const std::vector<Stage>* stages, int position) {
+      Survivor s{name, std::vector<char>(layers, 0), std::vector<Bytes>(layers + 1, 0)};
+      if (stages) {
+        for (const auto& stage : *stages) {
+          if (stage.node != position) continue;
+          for (int l = stage.layer_begin; l < stage.layer_end; ++l) s.holds[l] = 1;
+        }
+      }
+      for (int l = 0; l < layers; ++l) s.held_prefix[l + 1] = s.held_prefix[l] + (s.holds[l] ? cost_.layer_state_bytes(l) : 0);
+      survivors_.push_back(std::move(s));
+    };
+    for (std::size_t p = 0; p < current_.pipelines.size(); ++p) {
+      const auto& pipeline = current_.pipelines[p];
+      for (std::size_t r = 0; r < pipeline.nodes.size(); ++r) {
+        if (!lost.count(pipeline.nodes[r])) add_survivor(pipeline.nodes[r], &pipeline.stages, static_cast<int>(r));
+      }
+    }
+    for (const auto& name : current_.spare_nodes) {
+      if (!lost.count(name)) add_survivor(name, nullptr, 0);
+    }
+    for (const auto& name : added_) add_survivor(name, nullptr, 0);
+    for (std::size_t i = 0; i < survivors_.size(); ++i) index_[survivors_[i].name] = static_cast<int>(i);
+  }
+
+  void check_state_survives() const {
+    const int layers = cost_.layers();
+    std::vector<int> orphaned;
+    for (int l = 0; l < layers; ++l) {
+      bool held = false;
+      for (const auto& s : survivors_) held = held || s.holds[l];
+      if (!held) orphaned.push_back(l);
+    }
+    if (orphaned.empty()) return;
+    std::ostringstream why;
+    why << "layer";
+    if (orphaned.size() > 1) why << "s";
+    // Print as ranges.
+    for (std::size_t i = 0; i < orphaned.size();) {
+      std::size_t j = i;
+      while (j + 1 < orphaned.size() && orphaned[j + 1] == orphaned[j] + 1) ++j;
+      why << (i == 0 ? " " : ", ") << orphaned[i];
+      if (j > i) why << "-" << orphaned[j];
+      i = j + 1;
+    }
+    std::set<std::string> holders;
+    for (const auto& p : current_.pipelines) {
+      for (const auto& stage : p.stages) {
+        if (stage.layer_begin <= orphaned.front() && orphaned.front() < stage.layer_end) holders.insert(p.nodes[stage.node]);
+      }
+    }
+    why << " (" << cost_.profile().layers[orphaned.front()].name << (orphaned.size() > 1 ? ", ..." : "")
+        << ") have no surviving replica: every node that held them is lost (";
+    bool first = true;
+    for (const auto& h : holders) {
+      why << (first ? "" : ", ") << h;
+      first = false;
+    }
+    why << "). Their weights and optimizer state are gone: no plan exists; restart from a checkpoint";
+    throw NoPlanError(why.str());
+  }
+
+  // Every surviving pipeline re-instantiated with the template of its new size.
+  std::optional<detail::Composition> keep_pipelines(int usable, int required) const {
+    if (!added_.empty() || !current_.spare_nodes.empty() || usable != static_cast<int>(survivors_.size())) {
+      return std::nullopt;
+    }
+    std::set<std::string> lost(lost_.begin(), lost_.end());
+    std::vector<int> sizes;
+    for (const auto& p : current_.pipelines) {
+      int left = 0;
+      for (const auto& name : p.nodes) left += !lost.count(name);
+      if (left == 0) continue;
+      if (!templates_.find(left)) return std::nullopt;
+      sizes.push_back(left);
+    }
+    if (static_cast<int>(sizes.size()) < required) return std::nullopt;
+    auto kept = detail::evaluate_composition(cost_, templates_, sizes, current_.global_microbatches);
+    if (kept.microbatches.empty()) return std::nullopt;
+    return kept;
+  }
+
+  Bytes fetch_bytes(const Survivor& s, const Slot& slot) const {
+    Bytes total = 0;
+    for (const auto& [b, e] : slot.ranges) {
+      total += cost_.state_bytes(b, e) - (s.held_prefix[e] - s.held_prefix[b]);
+    }
+    return total;
+  }
+
+  Placement place(const detail::Composition& composition, int spare_count) const {
+    const int pipelines = static_cast<int>(composition.template_nodes.size());
+    std::vector<Slot> slots;
+    for (int j = 0; j < pipelines; ++j) {
+      const PipelineTemplate* t = templates_.find(composition.template_nodes[j]);
+      for (int r = 0; r < t->nodes; ++r) {
+        Slot slot{j, r, {}};
+        for (const auto& stage : t->stages) {
+          if (stage.node == r) slot.ranges.emplace_back(stage.layer_begin, stage.layer_end);
+        }
+        slots.push_back(std::move(slot));
+      }
+    }
+    for (int i = 0; i < spare_count; ++i) slots.push_back(Slot{-1, 0, {}});
+
+    const int n = static_cast<int>(survivors_.size());
+    std::vector<int> slot_of(n, -1);
+    std::vector<char> slot_taken(slots.size(), 0);
+    // Intact pipelines whose template layout is unchanged keep their nodes.
+    std::set<std::string> lost(lost_.begin(), lost_.end());
+    std::vector<char> pipeline_taken(pipelines, 0);
+    for (const auto& old : current_.pipelines) {
+      bool intact = true;
+      for (const auto& name : old.nodes) intact = intact && !lost.count(name);
+      if (!intact) continue;
+      for (int j = 0; j < pipelines; ++j) {
+        if (pipeline_taken[j] || composition.template_nodes[j] != old.template_nodes) continue;
+        if (templates_.find(old.template_nodes)->stages != old.stages) continue;
+        pipeline_taken[j] = 1;
+        for (std::size_t s = 0; s < slots.size(); ++s) {
+          if (slots[s].pipeline != j) continue;
+          slot_of[index_.at(old.nodes[slots[s].position])] = static_cast<int>(s);
+          slot_taken[s] = 1;
+        }
+        break;
+      }
+    }
+    std::vector<int> rows, columns;
+    for (int i = 0; i < n; ++i) {
+      if (slot_of[i] < 0) rows.push_back(i);
+    }
+    for (std::size_t s = 0; s < slots.size(); ++s) {
+      if (!slot_taken[s]) columns.push_back(static_cast<int>(s));
+    }
+    std::vector<std::vector<Bytes>> matrix(rows.size(), std::vector<Bytes>(columns.size(), 0));
+    for (std::size_t a = 0; a < rows.size(); ++a) {
+      for (std::size_t b = 0; b < columns.size(); ++b) matrix[a][b] = fetch_bytes(survivors_[rows[a]], slots[columns[b]]);
+    }
+    const auto chosen = rows.size() <= 400 ? assign_min_cost(matrix) : assign_greedy(matrix);
+    for (std::size_t a = 0; a < rows.size(); ++a) slot_of[rows[a]] = columns[chosen[a]];
+
+    Placement placement;
+    placement.pipeline_nodes.assign(pipelines, {});
+    for (int j = 0; j < pipelines; ++j) placement.pipeline_nodes[j].resize(composition.template_nodes[j]);
+    for (int i = 0; i < n; ++i) {
+      const Slot& slot = slots[slot_of[i]];
+      if (slot.pipeline < 0) {
+        placement.spare.push_back(survivors_[i].name);
+      } else {
+        placement.pipeline_nodes[slot.pipeline][slot.position] = survivors_[i].name;
+        placement.bytes += fetch_bytes(survivors_[i], slot);
+      }
+    }
+    return placement;
+  }
+
+  Reconfiguration finish(const detail::Composition& composition, const Placement& placement) const {
+    Reconfiguration out;
+    out.plan = detail::plan_from(cost_, templates_, composition, placement.pipeline_nodes, placement.spare,
+                                 current_.fault_tolerance);
+    out.lost = lost_;
+    out.added = added_;
+    std::vector<Bytes> sent(survivors_.size(), 0), received(survivors_.size(), 0);
+    for (const auto& pipeline : out.plan.pipelines) {
+      for (std::size_t r = 0; r < pipeline.nodes.size(); ++r) {
+        const int to = index_.at(pipeline.nodes[r]);
+        for (const auto& stage : pipeline.stages) {
+          if (stage.node != static_cast<int>(r)) continue;
+          for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+            if (survivors_[to].holds[l]) continue;
+            int from = -1;
+            for (std::size_t i = 0; i < survivors_.size(); ++i) {
+              if (survivors_[i].holds[l] && (from < 0 || sent[i] < sent[from])) from = static_cast<int>(i);
+            }
+            const Bytes bytes = cost_.layer_state_bytes(l);
+            sent[from] += bytes;
+            received[to] += bytes;
+            out.copy_bytes += bytes;
+            out.transfers.push_back({l, survivors_[from].name, survivors_[to].name, bytes});
+          }
+        }
+      }
+    }
+    Bytes busiest = 0;
+    for (std::size_t i = 0; i < survivors_.size(); ++i) busiest = std::max({busiest, sent[i], received[i]});
+    const auto& hw = cost_.profile().hardware;
+    out.copy_ms = out.transfers.empty()
+                      ? 0.0
+                      : static_cast<double>(busiest) / hw.inter_node_bytes_per_s * 1000.0 + hw.latency_ms;
+    return out;
+  }
+
+  const CostModel& cost_;
+  const TemplateSet& templates_;
+  const Plan& current_;
+  const std::vector<std::string>& lost_;
+  const std::vector<std::string>& added_;
+  std::vector<Survivor> survivors_;
+  std::map<std::string, int> index_;
+};
+
+}  // namespace
+
+Reconfiguration reconfigure(const CostModel& cost, const TemplateSet& templates, const Plan& current,
+                            const std::vector<std::string>& lost, const std::vector<std::string>& added) {
+  return Replanner(cost, templates, current, lost, added).run();
+}
+
+}  // namespace oobleck

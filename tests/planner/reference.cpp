@@ -1,0 +1,199 @@
+#include "reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace oobleck::test {
+
+Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options) {
+  std::uniform_int_distribution<int> layer_count(options.min_layers, options.max_layers);
+  std::uniform_int_distribution<std::size_t> gpu_choice(0, options.gpus_per_node_choices.size() - 1);
+  std::uniform_real_distribution<double> time(0.1, 10.0);
+  std::uniform_int_distribution<Bytes> state(1'000, 100'000);
+  std::uniform_int_distribution<Bytes> activation(0, 30'000);
+  std::uniform_int_distribution<Bytes> output(0, 200'000);
+  std::uniform_real_distribution<double> bandwidth(1e6, 1e9);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+
+  Profile p;
+  p.origin = "random";
+  p.source = "random";
+  p.model_name = "random";
+  p.model_json = "{}";
+  p.hardware.name = "random";
+  p.hardware.gpus_per_node = options.gpus_per_node_choices[gpu_choice(rng)];
+  p.hardware.inter_node_bytes_per_s = bandwidth(rng);
+  p.hardware.intra_node_bytes_per_s = p.hardware.inter_node_bytes_per_s * (1 + 20 * unit(rng));
+  p.hardware.latency_ms = 0.05 * unit(rng);
+  const int layers = layer_count(rng);
+  Bytes total_state = 0, total_activation = 0;
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile layer;
+    layer.name = "layer" + std::to_string(l);
+    layer.forward_ms = time(rng);
+    layer.backward_ms = time(rng) * 2;
+    layer.param_bytes = state(rng);
+    layer.optimizer_bytes = 2 * layer.param_bytes;
+    layer.activation_bytes = activation(rng);
+    // Memory-bound instances: some layers' activations dominate, so the
+    // microbatches more stages keep in flight decide feasibility.
+    if (options.memory_bound && unit(rng) < 0.5) layer.activation_bytes *= 10;
+    layer.output_bytes = output(rng);
+    // Sometimes a measured tensor-parallel time, faster or slower than the model's.
+    for (int t = 2; t <= p.hardware.gpus_per_node; t *= 2) {
+      if (unit(rng) < 0.15) {
+        layer.tensor_parallel.push_back({t, layer.forward_ms / t * (0.7 + unit(rng)), layer.backward_ms / t * (0.7 + unit(rng))});
+      }
+    }
+    total_state += layer.param_bytes + layer.optimizer_bytes;
+    total_activation += layer.activation_bytes;
+    p.layers.push_back(std::move(layer));
+  }
+  const double scale = options.memory_bound ? 0.15 + 0.5 * unit(rng) : 1.5 + unit(rng);
+  p.hardware.gpu_memory_bytes =
+      std::max<Bytes>(1, static_cast<Bytes>(scale * static_cast<double>(total_state + 2 * total_activation) /
+                                            p.hardware.gpus_per_node));
+  return p;
+}
+
+Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double backward_ms, Bytes state_bytes_per_layer,
+                        Bytes activation_bytes_per_layer, Bytes gpu_memory_bytes) {
+  Profile p;
+  p.origin = "uniform";
+  p.source = "test";
+  p.model_name = "uniform";
+  p.model_json = "{}";
+  p.hardware = {"test nodes", gpus_per_node, gpu_memory_bytes, 100e9, 10e9, 0.01};
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile layer;
+    layer.name = "layer" + std::to_string(l);
+    layer.forward_ms = forward_ms;
+    layer.backward_ms = backward_ms;
+    layer.param_bytes = state_bytes_per_layer / 4;
+    layer.optimizer_bytes = state_bytes_per_layer - layer.param_bytes;
+    layer.activation_bytes = activation_bytes_per_layer;
+    layer.output_bytes = 1 << 20;
+    p.layers.push_back(layer);
+  }
+  return p;
+}
+
+double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches) {
+  const Profile& profile = cost.profile();
+  double sum = 0, slowest = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    double stage = 0;
+    for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
+      stage += cost.layer_forward_ms(l, stages[s].gpus) + cost.layer_backward_ms(l, stages[s].gpus);
+    }
+    sum += stage;
+    slowest = std::max(slowest, stage);
+    if (s + 1 < stages.size()) {
+      const bool same = stages[s].node == stages[s + 1].node;
+      const double bandwidth =
+          same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s;
+      sum += 2 * (static_cast<double>(profile.layers[stages[s].layer_end - 1].output_bytes) / bandwidth * 1000.0 +
+                  profile.hardware.latency_ms);
+    }
+  }
+  return sum + (microbatches - 1) * slowest;
+}
+
+namespace {
+
+bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
+  Bytes state = 0, activation = 0;
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    state += profile.layers[l].param_bytes + profile.layers[l].optimizer_bytes;
+    activation += profile.layers[l].activation_bytes;
+  }
+  return state + in_flight * activation <= stage.gpus * profile.hardware.gpu_memory_bytes;
+}
+
+}  // namespace
+
+std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes) {
+  const Profile& profile = cost.profile();
+  const int layers = cost.layers();
+  const int gpus = cost.gpus_per_node();
+  const int microbatches = cost.microbatches();
+  const auto& degrees = cost.degrees();
+  std::vector<std::optional<BruteTemplate>> best(max_nodes + 1);
+  for (unsigned mask = 0; mask < (1u << (layers - 1)); ++mask) {
+    std::vector<std::pair<int, int>> ranges;
+    int begin = 0;
+    for (int l = 1; l < layers; ++l) {
+      if (mask & (1u << (l - 1))) {
+        ranges.emplace_back(begin, l);
+        begin = l;
+      }
+    }
+    ranges.emplace_back(begin, layers);
+    const int count = static_cast<int>(ranges.size());
+    std::vector<int> choice(count, 0);
+    while (true) {
+      // Place stages on nodes in order.
+      std::vector<Stage> stages;
+      int used = 0;
+      bool valid = true;
+      for (int s = 0; s < count && valid; ++s) {
+        const int t = degrees[choice[s]];
+        if (used / gpus != (used + t - 1) / gpus) valid = false;
+        stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus});
+        used += t;
+      }
+      const int nodes = used / gpus;
+      valid = valid && used % gpus == 0 && nodes >= 1 && nodes <= max_nodes;
+      for (int s = 0; s < count && valid; ++s) {
+        valid = fits_directly(profile, stages[s], std::min(microbatches, count - s));
+      }
+      if (valid) {
+        const double t = direct_iteration_ms(cost, stages, microbatches);
+        if (!best[nodes] || t < best[nodes]->iteration_ms) best[nodes] = BruteTemplate{t, stages};
+      }
+      int digit = 0;
+      while (digit < count && ++choice[digit] == static_cast<int>(degrees.size())) choice[digit++] = 0;
+      if (digit == count) break;
+    }
+  }
+  return best;
+}
+
+std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates, int nodes,
+                                                int min_pipelines, int global_microbatches) {
+  std::vector<const PipelineTemplate*> chosen;
+  double best = std::numeric_limits<double>::infinity();
+  // Best split of `left` microbatches over chosen[i..], given the slowest so far.
+  std::function<double(std::size_t, int, double)> split = [&](std::size_t i, int left, double slowest) {
+    if (i == chosen.size()) return left == 0 ? slowest : std::numeric_limits<double>::infinity();
+    const int limit = chosen[i]->max_microbatches > 0 ? chosen[i]->max_microbatches : left;
+    const int others = static_cast<int>(chosen.size() - i - 1);
+    double result = std::numeric_limits<double>::infinity();
+    for (int q = 1; q <= std::min(limit, left - others); ++q) {
+      result = std::min(result, split(i + 1, left - q, std::max(slowest, chosen[i]->iteration_ms_for(q))));
+    }
+    return result;
+  };
+  std::function<void(int, std::size_t)> pick = [&](int left, std::size_t from) {
+    if (left == 0) {
+      const int p = static_cast<int>(chosen.size());
+      if (p < min_pipelines || p > global_microbatches) return;
+      const double slowest = split(0, global_microbatches, 0);
+      best = std::min(best, slowest + cost.gradient_sync_ms(p));
+      return;
+    }
+    for (std::size_t k = from; k < templates.templates.size(); ++k) {
+      if (templates.templates[k].nodes > left) break;
+      chosen.push_back(&templates.templates[k]);
+      pick(left - templates.templates[k].nodes, k);
+      chosen.pop_back();
+    }
+  };
+  pick(nodes, 0);
+  if (best == std::numeric_limits<double>::infinity()) return std::nullopt;
+  return best;
+}
+
+}  // namespace oobleck::test

@@ -1,0 +1,46 @@
+// Test support: random small profiles and brute-force references that share
+// nothing with the planner's search code beyond the cost model's per-layer
+// primitives (which define the problem).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::test {
+
+struct RandomProfileOptions {
+  int min_layers = 1;
+  int max_layers = 7;
+  std::vector<int> gpus_per_node_choices = {1, 2, 4};
+  bool memory_bound = false;  // memory tight enough that many layouts do not fit
+};
+
+[[nodiscard]] Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options);
+
+// A profile with uniform layers, for hand-checkable cases.
+[[nodiscard]] Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double backward_ms,
+                                      Bytes state_bytes_per_layer, Bytes activation_bytes_per_layer,
+                                      Bytes gpu_memory_bytes);
+
+struct BruteTemplate {
+  double iteration_ms = 0;
+  std::vector<Stage> stages;
+};
+
+// Every layout: all cut sets x all degree assignments, node placement forced
+// by filling nodes in order. T(M) summed directly. Indexed by node count.
+[[nodiscard]] std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes);
+
+// T(M) of a layout, summed from the layers' own values.
+[[nodiscard]] double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches);
+
+// Best iteration time over every multiset of templates adding up to `nodes`
+// with at least `min_pipelines` pipelines and every integer batch split.
+[[nodiscard]] std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates,
+                                                              int nodes, int min_pipelines, int global_microbatches);
+
+}  // namespace oobleck::test

@@ -1,0 +1,240 @@
+// oobleck-plan as a user runs it: exit codes, messages, files.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource = OOBLECK_SOURCE_DIR;
+const std::string kBinary = OOBLECK_PLAN_BINARY;
+
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+class Scratch {
+ public:
+  Scratch() {
+    std::string pattern = (fs::temp_directory_path() / "oobleck-cli-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    dir_ = pattern;
+  }
+  ~Scratch() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  [[nodiscard]] fs::path path(const std::string& name) const { return dir_ / name; }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
+
+  Run run(const std::string& arguments) const {
+    const std::string command = kBinary + " " + arguments + " > " + path("stdout").string() + " 2> " +
+                                path("stderr").string();
+    const int raw = std::system(command.c_str());
+    Run result;
+    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    std::stringstream out, err;
+    out << std::ifstream(path("stdout")).rdbuf();
+    err << std::ifstream(path("stderr")).rdbuf();
+    result.out = out.str();
+    result.err = err.str();
+    return result;
+  }
+
+ private:
+  fs::path dir_;
+};
+
+std::string bundled() { return (kSource / "profiles/gpt3-1.3b-a100.handwritten.json").string(); }
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("cli: templates, instantiate and reconfigure on the bundled profile") {
+  Scratch s;
+  Run r = s.run("templates --profile " + bundled() + " --max-nodes 6 --json " + s.path("t.json").string());
+  REQUIRE(r.status == 0);
+  const auto templates = read_json(s.path("t.json"));
+  CHECK(templates["format"] == "oobleck.templates.v1");
+  CHECK(templates["templates"].size() == 6);
+  for (const auto& t : templates["templates"]) {
+    CHECK(t["iteration_ms"].get<double>() > 0);
+    CHECK(t["stages"][0]["layers"][0] == 0);
+  }
+
+  r = s.run("instantiate --profile " + bundled() + " --nodes 12 --fault-tolerance 2 --global-microbatches 64 --json " +
+            s.path("plan.json").string());
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("Plan:") != std::string::npos);
+  CHECK(r.out.find("Templates") != std::string::npos);
+  const auto plan = read_json(s.path("plan.json"));
+  CHECK(plan["format"] == "oobleck.plan.v1");
+  CHECK(plan["fault_tolerance"] == 2);
+  CHECK(plan["pipelines"].size() >= 3);
+  int microbatches = 0, nodes = 0;
+  for (const auto& p : plan["pipelines"]) {
+    microbatches += p["microbatches"].get<int>();
+    nodes += static_cast<int>(p["nodes"].size());
+    CHECK(p["template_nodes"] == p["nodes"].size());
+  }
+  CHECK(microbatches == 64);
+  CHECK(nodes == 12);
+
+  const std::string victim = plan["pipelines"][0]["nodes"][0];
+  r = s.run("reconfigure --profile " + bundled() + " --plan " + s.path("plan.json").string() + " --lost " + victim +
+            " --added spare-a --json " + s.path("next.json").string());
+  REQUIRE(r.status == 0);
+  const auto next = read_json(s.path("next.json"));
+  CHECK(next["lost"] == nlohmann::json::array({victim}));
+  CHECK(next["added"] == nlohmann::json::array({"spare-a"}));
+  CHECK(next["transfers"].is_array());
+  CHECK_FALSE(next["transfers"].empty());
+  for (const auto& t : next["transfers"]) CHECK(t["from_node"] != victim);
+
+  // JSON to stdout.
+  r = s.run("templates --profile " + bundled() + " --max-nodes 2 --json -");
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(r.out)["templates"].size() == 2);
+}
+
+TEST_CASE("cli: the Oobleck failure case ends with three 2-node pipelines on all six survivors") {
+  Scratch s;
+  s.write("profile.json", profile_to_json(test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000)));
+  Run r = s.run("instantiate --profile " + s.path("profile.json").string() +
+                " --nodes 8 --fault-tolerance 3 --global-microbatches 16 --json " + s.path("plan.json").string());
+  REQUIRE(r.status == 0);
+  const auto plan = read_json(s.path("plan.json"));
+  REQUIRE(plan["pipelines"].size() == 4);
+  const std::string a = plan["pipelines"][0]["nodes"][1], b = plan["pipelines"][2]["nodes"][0];
+  r = s.run("reconfigure --profile " + s.path("profile.json").string() + " --plan " + s.path("plan.json").string() +
+            " --lost " + a + "," + b + " --json " + s.path("next.json").string());
+  REQUIRE(r.status == 0);
+  const auto next = read_json(s.path("next.json"));
+  REQUIRE(next["pipelines"].size() == 3);
+  std::set<std::string> used;
+  for (const auto& p : next["pipelines"]) {
+    CHECK(p["template_nodes"] == 2);
+    for (const auto& n : p["nodes"]) used.insert(n.get<std::string>());
+  }
+  CHECK(used.size() == 6);
+  CHECK_FALSE(used.count(a));
+  CHECK_FALSE(used.count(b));
+  CHECK(next["global_microbatches"] == 16);
+}
+
+TEST_CASE("cli: bad input gets a clear message and a non-zero exit, never a half-written file") {
+  Scratch s;
+  const std::string out = s.path("out.json").string();
+
+  Run r = s.run("templates --profile " + s.path("missing.json").string() + " --max-nodes 2 --json " + out);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("missing.json: cannot read") != std::string::npos);
+
+  s.write("broken.json", "{\n  \"format\": \"oobleck.profile.v1\",\n  \"model\": {\n");
+  r = s.run("templates --profile " + s.path("broken.json").string() + " --max-nodes 2");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("broken.json:4:") != std::string::npos);
+
+  s.write("negative.json", profile_to_json(test::uniform_profile(3, 1, 1.0, 2.0, 400, 10, 1000)));
+  {
+    std::ifstream in(s.path("negative.json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string body = text.str();
+    body.replace(body.find("\"latency_ms\": 0.01"), 18, "\"latency_ms\": -3");
+    s.write("negative.json", body);
+  }
+  r = s.run("templates --profile " + s.path("negative.json").string() + " --max-nodes 2");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("hardware.latency_ms: expected a non-negative number, got -3") != std::string::npos);
+
+  r = s.run("instantiate --profile " + bundled() + " --nodes abc --fault-tolerance 1 --global-microbatches 8");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--nodes") != std::string::npos);
+
+  r = s.run("instantiate --profile " + bundled() + " --nodes 4 --hostfile h --fault-tolerance 1 --global-microbatches 8");
+  CHECK(r.status == 2);
+
+  r = s.run("instantiate --profile " + bundled() + " --fault-tolerance 1 --global-microbatches 8");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--nodes N or --hostfile H") != std::string::npos);
+
+  s.write("hosts", "a slots=8\nb slots=2\n");
+  r = s.run("instantiate --profile " + bundled() + " --hostfile " + s.path("hosts").string() +
+            " --fault-tolerance 1 --global-microbatches 8");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("hosts:2: host b has slots=2") != std::string::npos);
+
+  // No plan: too many failures to tolerate; nothing written.
+  r = s.run("instantiate --profile " + bundled() + " --nodes 3 --fault-tolerance 5 --global-microbatches 8 --json " + out);
+  CHECK(r.status == 3);
+  CHECK(r.err.find("cannot form f+1 = 6 pipelines") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+
+  r = s.run("templates --profile " + bundled() + " --max-nodes 2 --json " + s.path("no/such/dir/out.json").string());
+  CHECK(r.status == 2);
+  CHECK(r.err.find("no/such/dir/out.json: cannot write") != std::string::npos);
+
+  r = s.run("frobnicate");
+  CHECK(r.status == 2);
+  r = s.run("--help");
+  CHECK(r.status == 0);
+  CHECK(r.out.find("instantiate") != std::string::npos);
+}
+
+TEST_CASE("cli: reconfigure refuses unknown nodes and says when a checkpoint is needed") {
+  Scratch s;
+  s.write("profile.json", profile_to_json(test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000)));
+  const std::string profile = s.path("profile.json").string();
+  Run r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 1 --global-microbatches 8 --json " +
+                s.path("plan.json").string());
+  REQUIRE(r.status == 0);
+  const auto plan = read_json(s.path("plan.json"));
+  const std::string first = plan["pipelines"][0]["nodes"][0], second = plan["pipelines"][1]["nodes"][0];
+
+  r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost ghost");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("node \"ghost\" is not in the plan") != std::string::npos);
+
+  r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost " + first + "," +
+            second + " --json " + s.path("next.json").string());
+  CHECK(r.status == 3);
+  CHECK(r.err.find("no surviving replica") != std::string::npos);
+  CHECK(r.err.find("checkpoint") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("next.json")));
+
+  s.write("other.json", profile_to_json(test::uniform_profile(5, 1, 1.0, 2.0, 400, 10, 1000)));
+  r = s.run("reconfigure --profile " + s.path("other.json").string() + " --plan " + s.path("plan.json").string() +
+            " --lost " + first);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("made for 4 layers") != std::string::npos);
+}
+
+TEST_CASE("cli: Oobleck profile folders can be planned directly or converted") {
+  Scratch s;
+  const std::string folder = (kSource / "tests/data/oobleck-gpt2-tiny").string();
+  Run r = s.run("import-oobleck " + folder + " --out " + s.path("imported.json").string() + " --gpu-memory-bytes 17179869184");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("Assumptions:") != std::string::npos);
+  const Profile imported = load_profile(s.path("imported.json"));
+  CHECK(imported.hardware.gpu_memory_bytes == 17179869184LL);
+  r = s.run("templates --profile " + folder + " --max-nodes 2");
+  CHECK(r.status == 0);
+  CHECK(r.err.find("assumed") != std::string::npos);
+}

@@ -1,0 +1,119 @@
+// Instantiation against brute force over every multiset of templates and
+// every batch split.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <set>
+
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+
+namespace {
+
+std::vector<std::string> names(int count) {
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) out.push_back("node" + std::to_string(i));
+  return out;
+}
+
+void check_plan(const CostModel& cost, const TemplateSet& templates, const Plan& plan, const std::vector<std::string>& nodes,
+                int f, int B) {
+  std::multiset<std::string> seen;
+  int total = 0;
+  double slowest = 0;
+  for (const auto& p : plan.pipelines) {
+    const PipelineTemplate* t = templates.find(p.template_nodes);
+    REQUIRE(t);
+    CHECK(p.stages == t->stages);
+    CHECK(static_cast<int>(p.nodes.size()) == p.template_nodes);
+    seen.insert(p.nodes.begin(), p.nodes.end());
+    CHECK(p.microbatches >= 1);
+    if (t->max_microbatches > 0) CHECK(p.microbatches <= t->max_microbatches);
+    CHECK(p.iteration_ms == doctest::Approx(cost.pipeline_ms(p.stages, p.microbatches)).epsilon(1e-12));
+    total += p.microbatches;
+    slowest = std::max(slowest, p.iteration_ms);
+  }
+  seen.insert(plan.spare_nodes.begin(), plan.spare_nodes.end());
+  CHECK(seen == std::multiset<std::string>(nodes.begin(), nodes.end()));
+  CHECK(total == B);
+  CHECK(static_cast<int>(plan.pipelines.size()) >= f + 1);
+  CHECK(plan.pipelines_ms == doctest::Approx(slowest).epsilon(1e-12));
+  CHECK(plan.sync_ms == doctest::Approx(cost.gradient_sync_ms(static_cast<int>(plan.pipelines.size()))));
+  CHECK(plan.iteration_ms == doctest::Approx(plan.pipelines_ms + plan.sync_ms).epsilon(1e-12));
+}
+
+}  // namespace
+
+TEST_CASE("instantiation is optimal given the templates: 1500 random instances against brute force") {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> node_count(2, 9), fault(0, 2), extra(0, 9), microbatches(1, 6);
+  int compared = 0, with_spare = 0, no_plan = 0, heterogeneous = 0;
+  for (int instance = 0; instance < 1500; ++instance) {
+    test::RandomProfileOptions options;
+    options.min_layers = 2;
+    options.max_layers = 6;
+    options.gpus_per_node_choices = {1, 2};
+    options.memory_bound = instance % 3 == 0;
+    const Profile profile = test::random_profile(rng, options);
+    const CostModel cost(profile, microbatches(rng));
+    const int N = node_count(rng);
+    const int f = fault(rng);
+    const int B = f + 1 + extra(rng);
+    const TemplateSet templates = build_templates(cost, N);
+    const auto nodes = names(N);
+    CAPTURE(instance);
+    // The reference uses the most nodes that any composition with f+1 pipelines can.
+    std::optional<double> best;
+    int used = N;
+    for (; used >= 1 && !best; --used) best = test::brute_force_instantiation(cost, templates, used, f + 1, B);
+    ++used;
+    try {
+      const Plan plan = instantiate(cost, templates, nodes, f, B);
+      REQUIRE(best.has_value());
+      CHECK(plan.iteration_ms == doctest::Approx(*best).epsilon(1e-9));
+      CHECK(static_cast<int>(plan.spare_nodes.size()) == N - used);
+      check_plan(cost, templates, plan, nodes, f, B);
+      ++compared;
+      with_spare += !plan.spare_nodes.empty();
+      std::set<int> sizes;
+      for (const auto& p : plan.pipelines) sizes.insert(p.template_nodes);
+      heterogeneous += sizes.size() > 1;
+    } catch (const NoPlanError&) {
+      CHECK_FALSE(best.has_value());
+      ++no_plan;
+    }
+  }
+  MESSAGE("compared " << compared << " plans (" << heterogeneous << " mixing template sizes, " << with_spare
+                      << " with spare nodes); " << no_plan << " without a plan");
+  CHECK(compared >= 1000);
+  CHECK(heterogeneous > 50);
+}
+
+TEST_CASE("instantiation: names, hostfile order and bad requests") {
+  const Profile profile = test::uniform_profile(8, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 8);
+  const std::vector<std::string> hosts = {"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
+  const Plan plan = instantiate(cost, templates, hosts, 1, 8);
+  std::vector<std::string> order;
+  for (const auto& p : plan.pipelines) order.insert(order.end(), p.nodes.begin(), p.nodes.end());
+  CHECK(order == hosts);
+  CHECK_THROWS_AS((void)instantiate(cost, templates, {"a", "a"}, 0, 4), InputError);
+  CHECK_THROWS_AS((void)instantiate(cost, templates, {"a,b"}, 0, 4), InputError);
+  CHECK_THROWS_AS((void)instantiate(cost, templates, hosts, 3, 2), InputError);  // B < f+1
+  CHECK_THROWS_WITH_AS((void)instantiate(cost, templates, hosts, 4, 16),
+                       doctest::Contains("cannot form f+1 = 5 pipelines"), NoPlanError);
+}
+
+TEST_CASE("the batch split is the exact min-max split") {
+  const Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 6);
+  const TemplateSet templates = build_templates(cost, 6);
+  // 5 nodes, f = 1: a 3-node and a 2-node pipeline (or better); 7 microbatches.
+  const Plan plan = instantiate(cost, templates, {"a", "b", "c", "d", "e"}, 1, 7);
+  const auto best = test::brute_force_instantiation(cost, templates, 5, 2, 7);
+  REQUIRE(best);
+  CHECK(plan.iteration_ms == doctest::Approx(*best).epsilon(1e-12));
+}

@@ -1,0 +1,257 @@
+// Reconfiguration: the Oobleck failure case, invariants over random sequences
+// of losses and arrivals, and the cases where no plan exists.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+
+namespace {
+
+std::vector<std::string> names(int count) {
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) out.push_back("node" + std::to_string(i));
+  return out;
+}
+
+// node -> layers it holds
+std::map<std::string, std::set<int>> holdings(const Plan& plan) {
+  std::map<std::string, std::set<int>> out;
+  for (const auto& p : plan.pipelines) {
+    for (std::size_t r = 0; r < p.nodes.size(); ++r) out[p.nodes[r]];
+    for (const auto& s : p.stages) {
+      for (int l = s.layer_begin; l < s.layer_end; ++l) out[p.nodes[s.node]].insert(l);
+    }
+  }
+  for (const auto& n : plan.spare_nodes) out[n];
+  return out;
+}
+
+std::set<std::string> all_nodes(const Plan& plan) {
+  std::set<std::string> out;
+  for (const auto& [node, layers] : holdings(plan)) out.insert(node);
+  return out;
+}
+
+// Whether some multiset of templates with count in [1, limit] adds up to `nodes`.
+int max_pipelines_brute(const TemplateSet& templates, int nodes, int limit) {
+  std::vector<std::set<int>> counts(nodes + 1);  // node total -> achievable pipeline counts
+  counts[0].insert(0);
+  for (int m = 1; m <= nodes; ++m) {
+    for (const auto& t : templates.templates) {
+      if (t.nodes > m) continue;
+      for (int c : counts[m - t.nodes]) {
+        if (c + 1 <= limit) counts[m].insert(c + 1);
+      }
+    }
+  }
+  return counts[nodes].empty() ? 0 : *counts[nodes].rbegin();
+}
+
+void check_reconfiguration(const CostModel& cost, const TemplateSet& templates, const Plan& before,
+                           const std::vector<std::string>& lost, const std::vector<std::string>& added,
+                           const Reconfiguration& result) {
+  const Plan& after = result.plan;
+  auto old_holdings = holdings(before);
+  std::set<std::string> survivors = all_nodes(before);
+  for (const auto& n : lost) survivors.erase(n);
+  for (const auto& n : added) {
+    survivors.insert(n);
+    old_holdings[n].clear();  // a node that joins holds nothing, even under an old name
+  }
+  for (const auto& n : lost) {
+    if (std::find(added.begin(), added.end(), n) == added.end()) old_holdings.erase(n);
+  }
+  // Every survivor is in the plan, nobody else.
+  CHECK(all_nodes(after) == survivors);
+  // Every survivor is used when some composition can use them all.
+  const int B = before.global_microbatches;
+  const int count = static_cast<int>(survivors.size());
+  int used = count - static_cast<int>(after.spare_nodes.size());
+  auto required_for = [&](int m) { return std::min(before.fault_tolerance + 1, max_pipelines_brute(templates, m, B)); };
+  CHECK(max_pipelines_brute(templates, used, B) > 0);
+  for (int m = used + 1; m <= count; ++m) {
+    const bool better = required_for(m) > 0 &&
+                        test::brute_force_instantiation(cost, templates, m, required_for(m), B).has_value();
+    CHECK_FALSE(better);
+  }
+  // Batch kept, every pipeline fed.
+  int total = 0;
+  for (const auto& p : after.pipelines) {
+    CHECK(p.microbatches >= 1);
+    total += p.microbatches;
+    CHECK(templates.find(p.template_nodes));
+    CHECK(p.stages == templates.find(p.template_nodes)->stages);
+  }
+  CHECK(total == B);
+  // As many pipelines as f asks for, or as the survivors allow.
+  const int required = required_for(used);
+  CHECK(static_cast<int>(after.pipelines.size()) >= required);
+  // Optimal throughput for that requirement.
+  const auto best = test::brute_force_instantiation(cost, templates, used, required, B);
+  REQUIRE(best);
+  CHECK(after.iteration_ms == doctest::Approx(*best).epsilon(1e-9));
+  // Transfers: exactly the newly held layers, each from a surviving holder.
+  std::set<std::pair<std::string, int>> needed, delivered;
+  for (const auto& [node, layers] : holdings(after)) {
+    for (int l : layers) {
+      if (!old_holdings[node].count(l)) needed.insert({node, l});
+    }
+  }
+  Bytes bytes = 0;
+  for (const auto& t : result.transfers) {
+    CHECK(survivors.count(t.from_node));
+    CHECK(old_holdings[t.from_node].count(t.layer));
+    CHECK(t.bytes == cost.layer_state_bytes(t.layer));
+    CHECK(delivered.insert({t.to_node, t.layer}).second);
+    bytes += t.bytes;
+  }
+  CHECK(delivered == needed);
+  CHECK(result.copy_bytes == bytes);
+  CHECK((result.copy_ms > 0) == !result.transfers.empty());
+}
+
+}  // namespace
+
+TEST_CASE("Oobleck's failure case: 8 nodes, 2-node minimum, f = 3, one loss in each of two pipelines") {
+  // Four layers whose state needs two GPUs: no 1-node template exists.
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 8);
+  REQUIRE(templates.min_nodes() == 2);
+  const Plan plan = instantiate(cost, templates, names(8), 3, 16);
+  REQUIRE(plan.pipelines.size() == 4);
+  for (const auto& p : plan.pipelines) REQUIRE(p.template_nodes == 2);
+
+  SUBCASE("the two orphans hold complementary halves: they pair up without copies") {
+    const std::string first = plan.pipelines[0].nodes[0], second = plan.pipelines[1].nodes[1];
+    const auto result = reconfigure(cost, templates, plan, {first, second}, {});
+    CHECK(result.plan.pipelines.size() == 3);
+    for (const auto& p : result.plan.pipelines) CHECK(p.template_nodes == 2);
+    CHECK(result.plan.spare_nodes.empty());
+    CHECK(result.transfers.empty());
+    check_reconfiguration(cost, templates, plan, {first, second}, {}, result);
+  }
+  SUBCASE("the two orphans hold the same half: one fetches the other half from a replica") {
+    const std::string first = plan.pipelines[0].nodes[0], second = plan.pipelines[1].nodes[0];
+    const auto result = reconfigure(cost, templates, plan, {first, second}, {});
+    CHECK(result.plan.pipelines.size() == 3);
+    CHECK(result.plan.spare_nodes.empty());
+    CHECK_FALSE(result.transfers.empty());
+    check_reconfiguration(cost, templates, plan, {first, second}, {}, result);
+  }
+}
+
+TEST_CASE("no plan: every replica of some layers lost, or too few nodes") {
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 4);
+  const Plan plan = instantiate(cost, templates, names(4), 1, 8);
+  REQUIRE(plan.pipelines.size() == 2);
+  const std::string a = plan.pipelines[0].nodes[0], b = plan.pipelines[1].nodes[0];
+  CHECK_THROWS_WITH_AS((void)reconfigure(cost, templates, plan, {a, b}, {}),
+                       doctest::Contains("no surviving replica"), NoPlanError);
+  CHECK_THROWS_WITH_AS((void)reconfigure(cost, templates, plan, {a, b}, {}), doctest::Contains("checkpoint"),
+                       NoPlanError);
+  // The survivors still hold every layer, but the templates (here: of a
+  // machine with less memory) need more nodes than survive.
+  const Profile smaller = test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 700);
+  const CostModel smaller_cost(smaller, 4);
+  const TemplateSet bigger_templates = build_templates(smaller_cost, 4);
+  REQUIRE(bigger_templates.min_nodes() == 4);
+  const std::string c = plan.pipelines[1].nodes[1];
+  CHECK_THROWS_WITH_AS((void)reconfigure(smaller_cost, bigger_templates, plan, {a, c}, {}),
+                       doctest::Contains("2 nodes survive but the smallest pipeline template needs 4"), NoPlanError);
+  CHECK_THROWS_AS((void)reconfigure(cost, templates, plan, {"nobody"}, {}), InputError);
+  CHECK_THROWS_AS((void)reconfigure(cost, templates, plan, {}, {a}), InputError);
+}
+
+TEST_CASE("added nodes join: a new node lets a shrunken pipeline grow back") {
+  const Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 400, 10, 1000);
+  const CostModel cost(profile, 6);
+  const TemplateSet templates = build_templates(cost, 12);
+  const Plan plan = instantiate(cost, templates, names(6), 1, 12);
+  const std::string victim = plan.pipelines[0].nodes[0];
+  const auto shrunk = reconfigure(cost, templates, plan, {victim}, {});
+  check_reconfiguration(cost, templates, plan, {victim}, {}, shrunk);
+  const auto grown = reconfigure(cost, templates, shrunk.plan, {}, {"fresh"});
+  check_reconfiguration(cost, templates, shrunk.plan, {}, {"fresh"}, grown);
+  CHECK(grown.plan.iteration_ms <= shrunk.plan.iteration_ms + 1e-9);
+  bool fresh_used = false;
+  for (const auto& p : grown.plan.pipelines) fresh_used |= std::count(p.nodes.begin(), p.nodes.end(), "fresh") > 0;
+  CHECK(fresh_used);
+}
+
+TEST_CASE("reconfiguration invariants over 300 random sequences of losses and arrivals") {
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> unit(0, 1);
+  int steps = 0, no_plan = 0, with_copies = 0;
+  for (int sequence = 0; sequence < 300; ++sequence) {
+    test::RandomProfileOptions options;
+    options.min_layers = 3;
+    options.max_layers = 7;
+    options.gpus_per_node_choices = {1, 2};
+    options.memory_bound = sequence % 2 == 0;
+    const Profile profile = test::random_profile(rng, options);
+    const int N = 4 + static_cast<int>(unit(rng) * 6);
+    const int f = static_cast<int>(unit(rng) * 3);
+    const int B = f + 1 + static_cast<int>(unit(rng) * 10);
+    const CostModel cost(profile, std::max(1, B / (f + 1)));
+    const TemplateSet templates = build_templates(cost, 16);
+    Plan plan;
+    try {
+      plan = instantiate(cost, templates, names(N), f, B);
+    } catch (const NoPlanError&) {
+      continue;
+    }
+    int fresh = 0;
+    for (int step = 0; step < 6; ++step) {
+      const auto current_nodes = all_nodes(plan);
+      std::vector<std::string> present(current_nodes.begin(), current_nodes.end());
+      std::shuffle(present.begin(), present.end(), rng);
+      std::vector<std::string> lost, added;
+      const double kind = unit(rng);
+      if (kind < 0.7) {
+        const int losses = 1 + (unit(rng) < 0.3);
+        for (int i = 0; i < losses && i + 1 < static_cast<int>(present.size()); ++i) lost.push_back(present[i]);
+      }
+      if (kind > 0.5) {
+        const int joins = 1 + (unit(rng) < 0.3);
+        for (int i = 0; i < joins; ++i) added.push_back("fresh" + std::to_string(fresh++));
+      }
+      CAPTURE(sequence);
+      CAPTURE(step);
+      try {
+        const auto result = reconfigure(cost, templates, plan, lost, added);
+        check_reconfiguration(cost, templates, plan, lost, added, result);
+        with_copies += !result.transfers.empty();
+        plan = result.plan;
+        ++steps;
+      } catch (const NoPlanError& e) {
+        // Only when some layer lost every replica or the survivors fit no template.
+        CAPTURE(std::string(e.what()));
+        auto held = holdings(plan);
+        for (const auto& n : lost) held.erase(n);
+        std::set<int> alive;
+        for (const auto& [node, layers] : held) alive.insert(layers.begin(), layers.end());
+        const int survivors = static_cast<int>(held.size() + added.size());
+        bool possible = false;
+        for (int m = 1; m <= survivors; ++m) {
+          possible |= test::brute_force_instantiation(cost, templates, m, 1, B).has_value();
+        }
+        CHECK((static_cast<int>(alive.size()) < cost.layers() || !possible));
+        ++no_plan;
+        break;
+      }
+    }
+  }
+  MESSAGE(steps << " reconfigurations checked (" << with_copies << " with state copies), " << no_plan
+                << " sequences ended with no plan");
+  CHECK(steps > 1000);
+  CHECK(with_copies > 100);
+}

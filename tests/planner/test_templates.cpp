@@ -1,0 +1,103 @@
+// Template search against brute force on random small instances.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+
+namespace {
+
+void check_layout(const CostModel& cost, const PipelineTemplate& t) {
+  const int gpus = cost.gpus_per_node();
+  std::vector<int> on_node(t.nodes, 0);
+  int next = 0;
+  for (const auto& s : t.stages) {
+    REQUIRE(s.layer_begin == next);
+    REQUIRE(s.layer_end > s.layer_begin);
+    REQUIRE(gpus % s.gpus == 0);
+    REQUIRE(s.node >= 0);
+    REQUIRE(s.node < t.nodes);
+    on_node[s.node] += s.gpus;
+    next = s.layer_end;
+  }
+  CHECK(next == cost.layers());
+  for (int n = 0; n < t.nodes; ++n) CHECK(on_node[n] == gpus);
+  CHECK(cost.pipeline_fits(t.stages, t.microbatches));
+  if (gpus == 1) CHECK(static_cast<int>(t.stages.size()) == t.nodes);
+  CHECK(t.iteration_ms == doctest::Approx(test::direct_iteration_ms(cost, t.stages, t.microbatches)).epsilon(1e-9));
+}
+
+}  // namespace
+
+TEST_CASE("templates minimise T(M) exactly: 1200 random instances against brute force") {
+  std::mt19937_64 rng(20261121);
+  std::uniform_int_distribution<int> microbatches(1, 8);
+  int compared = 0, infeasible = 0, non_monotone = 0;
+  for (int instance = 0; instance < 1200; ++instance) {
+    const int gpus = std::array{1, 2, 4}[instance % 3];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 4 ? 6 : 7;
+    options.memory_bound = instance % 2 == 1;
+    const Profile profile = test::random_profile(rng, options);
+    const CostModel cost(profile, microbatches(rng));
+    const int max_nodes = 4;
+    const TemplateSet set = build_templates(cost, max_nodes);
+    const auto brute = test::brute_force_templates(cost, max_nodes);
+    std::vector<bool> feasible(max_nodes + 1, false);
+    for (int n = 1; n <= max_nodes; ++n) {
+      const PipelineTemplate* t = set.find(n);
+      CAPTURE(instance);
+      CAPTURE(n);
+      REQUIRE(static_cast<bool>(t) == brute[n].has_value());
+      if (!t) {
+        infeasible += n <= cost.layers();
+        continue;
+      }
+      feasible[n] = true;
+      ++compared;
+      CHECK(t->iteration_ms == doctest::Approx(brute[n]->iteration_ms).epsilon(1e-9));
+      check_layout(cost, *t);
+    }
+    // Feasible at n but not at n+1 although there are layers enough: memory,
+    // through the microbatches that more stages keep in flight.
+    bool falls = false;
+    for (int n = 1; n < max_nodes; ++n) falls |= feasible[n] && !feasible[n + 1] && n + 1 <= cost.layers();
+    non_monotone += falls;
+  }
+  MESSAGE("compared " << compared << " templates; " << infeasible << " node counts infeasible by memory; "
+                      << non_monotone << " instances where feasibility falls as nodes are added");
+  CHECK(compared > 2000);
+  CHECK(infeasible > 200);
+  CHECK(non_monotone > 0);
+}
+
+TEST_CASE("one GPU per node: a template for n nodes has exactly n stages, and more layers than nodes are needed") {
+  const Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 4);
+  const TemplateSet set = build_templates(cost, 8);
+  REQUIRE(set.templates.size() == 6);
+  for (const auto& t : set.templates) CHECK(static_cast<int>(t.stages.size()) == t.nodes);
+  CHECK(set.find(7) == nullptr);
+  // Six equal layers on three nodes: two layers each; T(4) = 3 stages x 6 ms + 2 transfers x 2 + 3 x 6 ms.
+  const PipelineTemplate* three = set.find(3);
+  REQUIRE(three);
+  const double transfer = cost.transfer_ms(2, false);
+  CHECK(three->iteration_ms == doctest::Approx(18 + 4 * transfer + 3 * 6));
+}
+
+TEST_CASE("memory decides which node counts have templates") {
+  // Each layer's state needs more than one GPU: one node cannot hold the
+  // model, two nodes of one GPU can hold half each.
+  const Bytes memory = 1000;
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, memory);
+  const CostModel cost(profile, 4);
+  const TemplateSet set = build_templates(cost, 4);
+  CHECK(set.find(1) == nullptr);
+  REQUIRE(set.find(2) != nullptr);
+  CHECK(set.min_nodes() == 2);
+  for (const auto& t : set.templates) CHECK(cost.pipeline_fits(t.stages, 4));
+}

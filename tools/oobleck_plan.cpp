@@ -1,0 +1,325 @@
+// oobleck-plan: pipeline templates, instantiation and reconfiguration plans.
+//
+// Exit status: 0 success, 2 bad input, 3 no plan exists (restore from a
+// checkpoint), 1 anything unexpected.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "oobleck/planner.h"
+
+namespace {
+
+using namespace oobleck;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitNoPlan = 3;
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Progress on stderr, at most every half second, for searches that take a while.
+Progress throttled_progress() {
+  auto last = std::make_shared<Clock::time_point>(Clock::now());
+  return [last](std::string_view line) {
+    if (Clock::now() - *last < std::chrono::milliseconds(500)) return;
+    *last = Clock::now();
+    std::cerr << "oobleck-plan: " << line << "\n";
+  };
+}
+
+std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, ms >= 100 ? "%.1f" : ms >= 1 ? "%.2f" : "%.4f", ms);
+  return text;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
+// "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8"
+std::string layout(const std::vector<Stage>& stages) {
+  std::ostringstream out;
+  int node = -1;
+  for (const auto& s : stages) {
+    if (s.node != node) {
+      out << (node < 0 ? "" : " | ") << "n" << s.node;
+      node = s.node;
+    }
+    out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus;
+  }
+  return out.str();
+}
+
+void print_profile_header(const Profile& profile) {
+  std::cout << "Profile   " << profile.origin << ": " << (profile.model_name.empty() ? "model" : profile.model_name)
+            << ", " << profile.layers.size() << " layers, microbatch size " << profile.microbatch_size << "\n"
+            << "Hardware  " << profile.hardware.name << ": " << profile.hardware.gpus_per_node << " GPUs per node, "
+            << format_bytes(static_cast<double>(profile.hardware.gpu_memory_bytes)) << " per GPU\n";
+}
+
+void print_templates(const TemplateSet& templates) {
+  std::printf("\nTemplates (optimised for M = %d microbatches; T(m) = T(1) + (m-1) x slowest stage)\n",
+              templates.microbatches);
+  std::printf("%6s %7s %12s %12s %12s %8s  %s\n", "nodes", "stages", "T(M) ms", "T(1) ms", "slowest ms", "max m",
+              "layout (node: [layers) x GPUs)");
+  for (const auto& t : templates.templates) {
+    std::printf("%6d %7zu %12s %12s %12s %8s  %s\n", t.nodes, t.stages.size(), format_ms(t.iteration_ms).c_str(),
+                format_ms(t.first_microbatch_ms).c_str(), format_ms(t.bottleneck_ms).c_str(),
+                t.max_microbatches > 0 ? std::to_string(t.max_microbatches).c_str() : "-", layout(t.stages).c_str());
+  }
+  std::vector<int> missing;
+  for (int n = 1; n <= templates.max_nodes; ++n) {
+    if (!templates.find(n)) missing.push_back(n);
+  }
+  if (!missing.empty()) {
+    std::ostringstream out;
+    for (std::size_t i = 0; i < missing.size();) {
+      std::size_t j = i;
+      while (j + 1 < missing.size() && missing[j + 1] == missing[j] + 1) ++j;
+      out << (i ? ", " : "") << missing[i];
+      if (j > i) out << "-" << missing[j];
+      i = j + 1;
+    }
+    std::printf("No template for %s nodes (memory, or more nodes than layers).\n", out.str().c_str());
+  }
+}
+
+void print_plan(const Plan& plan) {
+  int nodes = static_cast<int>(plan.spare_nodes.size());
+  for (const auto& p : plan.pipelines) nodes += static_cast<int>(p.nodes.size());
+  std::printf("\nPlan: %zu pipelines on %d nodes, fault tolerance f = %d, %d microbatches per iteration\n",
+              plan.pipelines.size(), nodes, plan.fault_tolerance, plan.global_microbatches);
+  std::printf("%9s %6s %13s %13s  %s\n", "pipeline", "nodes", "microbatches", "iteration ms", "node names");
+  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
+    const auto& p = plan.pipelines[i];
+    std::string names;
+    for (std::size_t n = 0; n < p.nodes.size(); ++n) {
+      if (n == 6 && p.nodes.size() > 8) {
+        names += " ... " + p.nodes.back();
+        break;
+      }
+      names += (n ? " " : "") + p.nodes[n];
+    }
+    std::printf("%9zu %6d %13d %13s  %s\n", i, p.template_nodes, p.microbatches, format_ms(p.iteration_ms).c_str(),
+                names.c_str());
+  }
+  if (!plan.spare_nodes.empty()) {
+    std::printf("Spare (no template combination uses them): %zu nodes\n", plan.spare_nodes.size());
+  }
+  std::printf("Iteration %s ms = slowest pipeline %s ms + gradient synchronisation %s ms\n",
+              format_ms(plan.iteration_ms).c_str(), format_ms(plan.pipelines_ms).c_str(),
+              format_ms(plan.sync_ms).c_str());
+  if (static_cast<int>(plan.pipelines.size()) < plan.fault_tolerance + 1) {
+    std::printf("Warning: only %zu pipelines: the plan survives %zu more node failures, not f = %d\n",
+                plan.pipelines.size(), plan.pipelines.size() - 1, plan.fault_tolerance);
+  }
+}
+
+void print_reconfiguration(const Reconfiguration& result) {
+  print_plan(result.plan);
+  std::printf("\nState copies: %zu layer copies, %s, predicted %s ms\n", result.transfers.size(),
+              format_bytes(static_cast<double>(result.copy_bytes)).c_str(), format_ms(result.copy_ms).c_str());
+  const std::size_t shown = std::min<std::size_t>(result.transfers.size(), 20);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto& t = result.transfers[i];
+    std::printf("  layer %4d  %s -> %s  %s\n", t.layer, t.from_node.c_str(), t.to_node.c_str(),
+                format_bytes(static_cast<double>(t.bytes)).c_str());
+  }
+  if (shown < result.transfers.size()) std::printf("  ... %zu more (see --json)\n", result.transfers.size() - shown);
+}
+
+// Writes JSON to a file (atomically) or to stdout for "-". Returns true when
+// the human summary should be skipped (JSON went to stdout).
+bool emit_json(const std::string& target, const std::string& text) {
+  if (target.empty()) return false;
+  if (target == "-") {
+    std::cout << text;
+    return true;
+  }
+  write_text_file_atomically(target, text);
+  std::cerr << "oobleck-plan: wrote " << target << "\n";
+  return false;
+}
+
+TemplateSet timed_templates(const CostModel& cost, int max_nodes) {
+  const auto start = Clock::now();
+  TemplateSet templates = build_templates(cost, max_nodes, throttled_progress());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (seconds > 1) std::cerr << "oobleck-plan: templates for up to " << max_nodes << " nodes in " << seconds << " s\n";
+  return templates;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"oobleck-plan: pipeline templates, instantiation and reconfiguration for resilient training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "oobleck-plan 0.1.0");
+
+  std::string profile_path, json_out, hostfile, plan_path, lost, added, import_out;
+  int max_nodes = 0, nodes = 0, fault_tolerance = -1, global_microbatches = 0, microbatches = 0;
+  OobleckImportOptions import_options;
+
+  auto* templates_cmd = app.add_subcommand("templates", "Optimal pipeline template for every node count");
+  templates_cmd->add_option("--profile", profile_path, "Profile JSON (oobleck.profile.v1) or Oobleck profile folder")
+      ->required();
+  templates_cmd->add_option("--max-nodes", max_nodes, "Largest node count")->required()->check(CLI::Range(1, 1 << 20));
+  templates_cmd->add_option("--microbatches", microbatches,
+                            "Microbatches M the templates are optimised for (default: the largest possible stage "
+                            "count, so every stage holds its full 1F1B load)")
+      ->check(CLI::Range(1, 100000000));
+  templates_cmd->add_option("--json", json_out, "Write JSON here ('-' for stdout)");
+
+  auto* instantiate_cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
+  instantiate_cmd->add_option("--profile", profile_path, "Profile JSON or Oobleck profile folder")->required();
+  auto* nodes_opt = instantiate_cmd->add_option("--nodes", nodes, "Node count (names node0..node{N-1})")
+                        ->check(CLI::Range(1, 1 << 20));
+  auto* hostfile_opt = instantiate_cmd->add_option("--hostfile", hostfile, "MPI-style hostfile: 'host slots=G' lines");
+  nodes_opt->excludes(hostfile_opt);
+  instantiate_cmd->add_option("--fault-tolerance", fault_tolerance, "f: node failures to survive (f+1 pipelines)")
+      ->required()
+      ->check(CLI::Range(0, 1 << 20));
+  instantiate_cmd->add_option("--global-microbatches", global_microbatches, "B: microbatches per iteration")
+      ->required()
+      ->check(CLI::Range(1, 100000000));
+  instantiate_cmd->add_option("--microbatches", microbatches,
+                              "M the templates are optimised for (default: ceil(B / (f+1)), what each pipeline "
+                              "gets when f+1 pipelines share the batch)")
+      ->check(CLI::Range(1, 100000000));
+  instantiate_cmd->add_option("--json", json_out, "Write the plan as JSON here ('-' for stdout)");
+
+  auto* reconfigure_cmd = app.add_subcommand("reconfigure", "New plan after nodes are lost or added");
+  reconfigure_cmd->add_option("--profile", profile_path, "Profile the plan was made from")->required();
+  reconfigure_cmd->add_option("--plan", plan_path, "Current plan (JSON from instantiate or reconfigure)")->required();
+  reconfigure_cmd->add_option("--lost", lost, "Comma-separated names of nodes that left");
+  reconfigure_cmd->add_option("--added", added, "Comma-separated names of nodes that joined");
+  reconfigure_cmd->add_option("--json", json_out, "Write the new plan and its transfers here ('-' for stdout)");
+
+  auto* import_cmd = app.add_subcommand("import-oobleck", "Convert an Oobleck profile folder to oobleck.profile.v1");
+  import_cmd->add_option("folder", profile_path, "Folder with mb{B}.json and allreduce_*.json")->required();
+  import_cmd->add_option("--out", import_out, "Output profile JSON")->required();
+  import_cmd->add_option("--microbatch-size", import_options.microbatch_size, "Which mb{B}.json (default: the only one)")
+      ->check(CLI::Range(1, 1 << 20));
+  import_cmd->add_option("--gpus-per-node", import_options.gpus_per_node,
+                         "GPUs per node (default: largest group in allreduce_in_node.json)")
+      ->check(CLI::Range(1, 1024));
+  import_cmd->add_option("--gpu-memory-bytes", import_options.gpu_memory_bytes, "Memory per GPU (default 80 GiB)")
+      ->check(CLI::Range(Bytes{1}, Bytes{1} << 50));
+  import_cmd->add_option("--optimizer-bytes-per-param-byte", import_options.optimizer_bytes_per_param_byte,
+                         "optimizer_bytes as a multiple of param_bytes (default 3: fp32 gradient and AdamW moments)")
+      ->check(CLI::Range(0.0, 100.0));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+
+  try {
+    if (*import_cmd) {
+      const Profile profile = import_oobleck_profile(profile_path, import_options);
+      write_text_file_atomically(import_out, profile_to_json(profile));
+      std::cout << "Imported " << profile.layers.size() << " layers from " << profile_path << " into " << import_out
+                << "\nAssumptions:\n";
+      for (const auto& note : profile.notes) std::cout << "  - " << note << "\n";
+      return 0;
+    }
+
+    const Profile profile = load_profile(profile_path);
+    if (profile.source == "imported-oobleck") {
+      for (const auto& note : profile.notes) std::cerr << "oobleck-plan: assumed " << note << "\n";
+    }
+
+    if (*templates_cmd) {
+      const int m = microbatches > 0 ? microbatches
+                                     : std::min<long long>(static_cast<long long>(profile.layers.size()),
+                                                           static_cast<long long>(max_nodes) * profile.hardware.gpus_per_node);
+      const CostModel cost(profile, m);
+      const TemplateSet templates = timed_templates(cost, max_nodes);
+      if (emit_json(json_out, templates_to_json(templates, profile))) return 0;
+      print_profile_header(profile);
+      print_templates(templates);
+      return 0;
+    }
+
+    if (*instantiate_cmd) {
+      std::vector<std::string> names;
+      if (!hostfile.empty()) {
+        names = parse_hostfile(read_text_file(hostfile), hostfile, profile.hardware.gpus_per_node);
+      } else if (nodes > 0) {
+        for (int i = 0; i < nodes; ++i) names.push_back("node" + std::to_string(i));
+      } else {
+        std::cerr << "oobleck-plan instantiate: give --nodes N or --hostfile H\n";
+        return kExitBadInput;
+      }
+      const int m = microbatches > 0 ? microbatches : (global_microbatches + fault_tolerance) / (fault_tolerance + 1);
+      const CostModel cost(profile, m);
+      const TemplateSet templates = timed_templates(cost, static_cast<int>(names.size()));
+      const Plan plan = instantiate(cost, templates, names, fault_tolerance, global_microbatches);
+      if (emit_json(json_out, plan_to_json(plan, templates, profile))) return 0;
+      print_profile_header(profile);
+      print_templates(templates);
+      print_plan(plan);
+      return 0;
+    }
+
+    if (*reconfigure_cmd) {
+      const Plan current = parse_plan(read_text_file(plan_path), plan_path, profile);
+      if (!current.profile_fingerprint.empty() && current.profile_fingerprint != profile_fingerprint(profile)) {
+        std::cerr << "oobleck-plan: warning: " << plan_path << " was made from a profile with different costs than "
+                  << profile_path << "\n";
+      }
+      const auto lost_nodes = split_list(lost);
+      const auto added_nodes = split_list(added);
+      int survivors = static_cast<int>(current.spare_nodes.size() + added_nodes.size());
+      for (const auto& p : current.pipelines) survivors += static_cast<int>(p.nodes.size());
+      survivors = std::max(1, survivors - static_cast<int>(lost_nodes.size()));
+      const CostModel cost(profile, current.template_microbatches);
+      const TemplateSet templates = timed_templates(cost, survivors);
+      const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes);
+      if (emit_json(json_out, reconfiguration_to_json(result, templates, profile))) return 0;
+      print_profile_header(profile);
+      print_reconfiguration(result);
+      return 0;
+    }
+  } catch (const InputError& e) {
+    std::cerr << "oobleck-plan: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const NoPlanError& e) {
+    std::cerr << "oobleck-plan: no plan: " << e.what() << "\n";
+    return kExitNoPlan;
+  } catch (const std::exception& e) {
+    std::cerr << "oobleck-plan: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
