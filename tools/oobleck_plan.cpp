@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "oobleck/planner.h"
@@ -79,12 +81,18 @@ void print_profile_header(const Profile& profile) {
             << format_bytes(static_cast<double>(profile.hardware.gpu_memory_bytes)) << " per GPU\n";
 }
 
-void print_templates(const TemplateSet& templates) {
+// All templates, or only those with the given node counts.
+void print_templates(const TemplateSet& templates, const std::set<int>& only = {}) {
   std::printf("\nTemplates (optimised for M = %d microbatches; T(m) = T(1) + (m-1) x slowest stage)\n",
               templates.microbatches);
+  if (!only.empty()) {
+    std::printf("%zu computed for %d to %d nodes; those the plan uses:\n", templates.templates.size(),
+                templates.min_nodes(), templates.templates.back().nodes);
+  }
   std::printf("%6s %7s %12s %12s %12s %8s  %s\n", "nodes", "stages", "T(M) ms", "T(1) ms", "slowest ms", "max m",
               "layout (node: [layers) x GPUs)");
   for (const auto& t : templates.templates) {
+    if (!only.empty() && !only.count(t.nodes)) continue;
     std::printf("%6d %7zu %12s %12s %12s %8s  %s\n", t.nodes, t.stages.size(), format_ms(t.iteration_ms).c_str(),
                 format_ms(t.first_microbatch_ms).c_str(), format_ms(t.bottleneck_ms).c_str(),
                 t.max_microbatches > 0 ? std::to_string(t.max_microbatches).c_str() : "-", layout(t.stages).c_str());
@@ -93,7 +101,7 @@ void print_templates(const TemplateSet& templates) {
   for (int n = 1; n <= templates.max_nodes; ++n) {
     if (!templates.find(n)) missing.push_back(n);
   }
-  if (!missing.empty()) {
+  if (!missing.empty() && only.empty()) {
     std::ostringstream out;
     for (std::size_t i = 0; i < missing.size();) {
       std::size_t j = i;
@@ -111,8 +119,24 @@ void print_plan(const Plan& plan) {
   for (const auto& p : plan.pipelines) nodes += static_cast<int>(p.nodes.size());
   std::printf("\nPlan: %zu pipelines on %d nodes, fault tolerance f = %d, %d microbatches per iteration\n",
               plan.pipelines.size(), nodes, plan.fault_tolerance, plan.global_microbatches);
-  std::printf("%9s %6s %13s %13s  %s\n", "pipeline", "nodes", "microbatches", "iteration ms", "node names");
-  for (std::size_t i = 0; i < plan.pipelines.size(); ++i) {
+  if (plan.pipelines.size() > 16) {
+    // Large plans: one row per kind of pipeline.
+    std::map<std::pair<int, int>, int> kinds;
+    for (const auto& p : plan.pipelines) kinds[{p.template_nodes, p.microbatches}] += 1;
+    std::printf("%10s %6s %13s %13s\n", "pipelines", "nodes", "microbatches", "iteration ms");
+    for (auto it = kinds.rbegin(); it != kinds.rend(); ++it) {
+      const auto& [key, count] = *it;
+      double ms = 0;
+      for (const auto& p : plan.pipelines) {
+        if (p.template_nodes == key.first && p.microbatches == key.second) ms = p.iteration_ms;
+      }
+      std::printf("%10d %6d %13d %13s\n", count, key.first, key.second, format_ms(ms).c_str());
+    }
+  }
+  if (plan.pipelines.size() <= 16) {
+    std::printf("%9s %6s %13s %13s  %s\n", "pipeline", "nodes", "microbatches", "iteration ms", "node names");
+  }
+  for (std::size_t i = 0; i < plan.pipelines.size() && plan.pipelines.size() <= 16; ++i) {
     const auto& p = plan.pipelines[i];
     std::string names;
     for (std::size_t n = 0; n < p.nodes.size(); ++n) {
@@ -137,7 +161,14 @@ void print_plan(const Plan& plan) {
   }
 }
 
-void print_reconfiguration(const Reconfiguration& result) {
+std::set<int> used_sizes(const Plan& plan) {
+  std::set<int> sizes;
+  for (const auto& p : plan.pipelines) sizes.insert(p.template_nodes);
+  return sizes;
+}
+
+void print_reconfiguration(const Reconfiguration& result, const TemplateSet& templates) {
+  print_templates(templates, used_sizes(result.plan));
   print_plan(result.plan);
   std::printf("\nState copies: %zu layer copies, %s, predicted %s ms\n", result.transfers.size(),
               format_bytes(static_cast<double>(result.copy_bytes)).c_str(), format_ms(result.copy_ms).c_str());
@@ -205,8 +236,8 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::Range(1, 100000000));
   instantiate_cmd->add_option("--microbatches", microbatches,
-                              "M the templates are optimised for (default: ceil(B / (f+1)), what each pipeline "
-                              "gets when f+1 pipelines share the batch)")
+                              "M the templates are optimised for (default: the microbatches the plan's pipelines run, "
+                              "found by re-planning from ceil(B / (f+1)))")
       ->check(CLI::Range(1, 100000000));
   instantiate_cmd->add_option("--json", json_out, "Write the plan as JSON here ('-' for stdout)");
 
@@ -216,6 +247,10 @@ int main(int argc, char** argv) {
   reconfigure_cmd->add_option("--lost", lost, "Comma-separated names of nodes that left");
   reconfigure_cmd->add_option("--added", added, "Comma-separated names of nodes that joined");
   reconfigure_cmd->add_option("--json", json_out, "Write the new plan and its transfers here ('-' for stdout)");
+  bool replan_all = false;
+  reconfigure_cmd->add_flag("--replan-all", replan_all,
+                            "Re-plan every pipeline for the best iteration time (default: keep the pipelines that "
+                            "lost no node; far less state to copy)");
 
   auto* import_cmd = app.add_subcommand("import-oobleck", "Convert an Oobleck profile folder to oobleck.profile.v1");
   import_cmd->add_option("folder", profile_path, "Folder with mb{B}.json and allreduce_*.json")->required();
@@ -281,14 +316,15 @@ int main(int argc, char** argv) {
         std::cerr << "oobleck-plan instantiate: give --nodes N or --hostfile H\n";
         return kExitBadInput;
       }
-      const int m = microbatches > 0 ? microbatches : (global_microbatches + fault_tolerance) / (fault_tolerance + 1);
-      const CostModel cost(profile, m);
-      const TemplateSet templates = timed_templates(cost, static_cast<int>(names.size()));
-      const Plan plan = instantiate(cost, templates, names, fault_tolerance, global_microbatches);
-      if (emit_json(json_out, plan_to_json(plan, templates, profile))) return 0;
+      const auto start = Clock::now();
+      const ClusterPlan result =
+          plan_cluster(profile, names, fault_tolerance, global_microbatches, microbatches, throttled_progress());
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
+      if (emit_json(json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
       print_profile_header(profile);
-      print_templates(templates);
-      print_plan(plan);
+      print_templates(result.templates, used_sizes(result.plan));
+      print_plan(result.plan);
       return 0;
     }
 
@@ -305,10 +341,12 @@ int main(int argc, char** argv) {
       survivors = std::max(1, survivors - static_cast<int>(lost_nodes.size()));
       const CostModel cost(profile, current.template_microbatches);
       const TemplateSet templates = timed_templates(cost, survivors);
-      const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes);
+      ReconfigureOptions options;
+      options.replan_all = replan_all;
+      const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes, options);
       if (emit_json(json_out, reconfiguration_to_json(result, templates, profile))) return 0;
       print_profile_header(profile);
-      print_reconfiguration(result);
+      print_reconfiguration(result, templates);
       return 0;
     }
   } catch (const InputError& e) {

@@ -14,8 +14,8 @@
 //  * tau*(p) is the least feasible slot value a_n + (q-1) b_n; the search
 //    bisects over slot values between a lower bound and the best solution so
 //    far, which jumps the upper end to the time that solution actually takes.
-//  * The lower bound is the linear relaxation: p times the upper concave
-//    envelope of (n, c_n(tau)) at N/p. Pipeline counts are visited in order of
+//  * The lower bound is the linear relaxation in the pipeline counts: p times
+//    the upper concave envelope of (n, c_n(tau)) at N/p. Pipeline counts are visited in order of
 //    that bound plus sync(p) and the search stops when the bound cannot win.
 #include "composition.h"
 
@@ -70,12 +70,14 @@ std::vector<Kind> kinds_of(const TemplateSet& templates, int max_nodes, int glob
 }
 [[nodiscard]] std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return -floor_div(-a, b); }
 
-// Exact feasibility: can exactly p pipelines of total size N take B
-// microbatches when kind i takes at most caps[i]? Returns counts per kind.
+// Exact feasibility over (pipelines so far, nodes so far) in the Steinitz
+// tube. Returns counts per kind.
 class TubeSearch {
  public:
+  // Whether `pipelines` pipelines of total size `nodes` can take `target`
+  // microbatches when kind i takes at most caps[i] (0: unusable).
   std::optional<std::vector<int>> solve(const std::vector<Kind>& kinds, const std::vector<int>& caps, int nodes,
-                                        int pipelines, int global_microbatches) {
+                                        int pipelines, int target) {
     usable_.clear();
     for (std::size_t i = 0; i < kinds.size(); ++i) {
       if (caps[i] > 0) usable_.push_back(static_cast<int>(i));
@@ -98,7 +100,7 @@ class TubeSearch {
       offset_[k + 1] = offset_[k] + (hi_[k] - lo_[k] + 1);
     }
     constexpr int kUnreachable = INT_MIN / 2;
-    const int B = global_microbatches;
+    const int B = std::max(target, 0);  // values saturate here
     value_.assign(offset_[p + 1], kUnreachable);
     value_[0] = 0;
     for (std::int64_t k = 1; k <= p; ++k) {
@@ -212,32 +214,61 @@ class TubeSearch {
   return hull.back().second;
 }
 
-// Linear relaxation: the most microbatches p pipelines of total size N could
-// take within tau with fractional counts and fractional capacities.
-[[nodiscard]] double relaxed_capacity(const std::vector<Kind>& kinds, int N, int p, double tau) {
-  std::vector<std::pair<double, double>> points;
-  for (const auto& k : kinds) {
-    if (!(k.first <= tau)) continue;
-    const double c = k.step <= 0 ? k.limit : std::min<double>(k.limit, (tau - k.first) / k.step + 1);
-    points.emplace_back(k.nodes, c);
+// The search for one pipeline count: `nodes` pool nodes in exactly `pool`
+// pipelines, next to `fixed` pipelines (counts per kind) that are there
+// regardless. Pool pipelines use kinds with at most `nodes` nodes.
+struct Problem {
+  const std::vector<Kind>& kinds;
+  const std::vector<int>& fixed;
+  int nodes;
+  int pool;
+  int B;
+
+  // Microbatches the fixed pipelines take within tau; -1 if one cannot run.
+  [[nodiscard]] int fixed_capacity(double tau) const {
+    long long total = 0;
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      if (fixed[i] == 0) continue;
+      const int c = capacity(kinds[i], tau);
+      if (c == 0) return -1;
+      total += static_cast<long long>(fixed[i]) * c;
+    }
+    return static_cast<int>(std::min<long long>(total, B));
   }
-  return p * envelope_at(points, static_cast<double>(N) / p);
+  [[nodiscard]] int pool_capacity_cap(std::size_t i, double tau) const {
+    return kinds[i].nodes <= nodes ? capacity(kinds[i], tau) : 0;
+  }
+};
+
+// Linear relaxation: the most microbatches the pool could take within tau
+// when its pipeline counts may be fractional, plus the fixed pipelines.
+[[nodiscard]] double relaxed_capacity(const Problem& problem, double tau) {
+  const int fixed = problem.fixed_capacity(tau);
+  if (fixed < 0) return -kInfinity;
+  if (problem.pool == 0) return problem.nodes == 0 ? fixed : -kInfinity;
+  std::vector<std::pair<double, double>> points;
+  for (std::size_t i = 0; i < problem.kinds.size(); ++i) {
+    const int c = problem.pool_capacity_cap(i, tau);
+    if (c > 0) points.emplace_back(problem.kinds[i].nodes, c);
+  }
+  return fixed + problem.pool * envelope_at(points, static_cast<double>(problem.nodes) / problem.pool);
 }
 
-// A time that the relaxation proves infeasible for p (so tau*(p) is larger),
-// or nullopt when p is infeasible at any time.
-[[nodiscard]] std::optional<double> relaxed_lower_bound(const std::vector<Kind>& kinds, int N, int p, int B) {
+// A time that the relaxation proves infeasible (so the optimum is larger),
+// or nullopt when no time is feasible.
+[[nodiscard]] std::optional<double> relaxed_lower_bound(const Problem& problem) {
   double min_first = kInfinity, max_time = 0;
-  for (const auto& k : kinds) {
+  for (const auto& k : problem.kinds) {
     min_first = std::min(min_first, k.first);
     max_time = std::max(max_time, slot_time(k, k.limit));
   }
+  const double need = problem.B * (1 - 1e-12);
   double lo = std::nextafter(min_first, -kInfinity);
   double hi = max_time;
-  if (relaxed_capacity(kinds, N, p, hi) < B * (1 - 1e-12)) return std::nullopt;
+  if (relaxed_capacity(problem, hi) < need) return std::nullopt;
   for (int iteration = 0; iteration < 100 && hi - lo > 1e-12 * hi; ++iteration) {
     const double mid = lo + (hi - lo) / 2;
-    if (relaxed_capacity(kinds, N, p, mid) < B * (1 - 1e-12)) {
+    if (relaxed_capacity(problem, mid) < need) {
       lo = mid;
     } else {
       hi = mid;
@@ -272,31 +303,46 @@ class TubeSearch {
 
 struct Solution {
   double pipelines_ms = kInfinity;
-  std::vector<int> counts;
+  std::vector<int> counts;  // pool pipelines per kind
 };
 
-// tau*(p) exactly, with the multiset achieving it.
-std::optional<Solution> solve_for_count(const std::vector<Kind>& kinds, int N, int p, int B, double lower_bound,
-                                        TubeSearch& tube) {
-  std::vector<int> caps(kinds.size());
-  for (std::size_t i = 0; i < kinds.size(); ++i) caps[i] = kinds[i].limit;
-  auto counts = tube.solve(kinds, caps, N, p, B);
+// Pool counts that, with the fixed pipelines, take B within tau.
+std::optional<std::vector<int>> feasible(const Problem& problem, double tau, TubeSearch& tube) {
+  const int fixed = problem.fixed_capacity(tau);
+  if (fixed < 0) return std::nullopt;
+  if (problem.pool == 0) {
+    if (problem.nodes != 0 || fixed < problem.B) return std::nullopt;
+    return std::vector<int>(problem.kinds.size(), 0);
+  }
+  std::vector<int> caps(problem.kinds.size());
+  for (std::size_t i = 0; i < caps.size(); ++i) caps[i] = problem.pool_capacity_cap(i, tau);
+  return tube.solve(problem.kinds, caps, problem.nodes, problem.pool, problem.B - fixed);
+}
+
+[[nodiscard]] double solution_time(const Problem& problem, const std::vector<int>& pool_counts) {
+  std::vector<int> all = pool_counts;
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] += problem.fixed[i];
+  return split_time(problem.kinds, all, problem.B);
+}
+
+// The least slowest-pipeline time for this pipeline count, exactly, with the
+// pool multiset achieving it.
+std::optional<Solution> solve_for_count(const Problem& problem, double lower_bound, TubeSearch& tube) {
+  auto counts = feasible(problem, kInfinity, tube);
   if (!counts) return std::nullopt;
-  Solution best{split_time(kinds, *counts, B), std::move(*counts)};
+  Solution best{solution_time(problem, *counts), std::move(*counts)};
   double lo = lower_bound;
   while (true) {
     double mid;
-    if (auto slots = slots_between(kinds, lo, best.pipelines_ms, 64)) {
+    if (auto slots = slots_between(problem.kinds, lo, best.pipelines_ms, 64)) {
       if (slots->empty()) break;
       mid = (*slots)[slots->size() / 2];
     } else {
       mid = lo + (best.pipelines_ms - lo) / 2;
       if (!(mid > lo && mid < best.pipelines_ms)) break;
     }
-    for (std::size_t i = 0; i < kinds.size(); ++i) caps[i] = capacity(kinds[i], mid);
-    if (auto found = tube.solve(kinds, caps, N, p, B)) {
-      const double time = split_time(kinds, *found, B);
-      best = {time, std::move(*found)};
+    if (auto found = feasible(problem, mid, tube)) {
+      best = {solution_time(problem, *found), std::move(*found)};
     } else {
       lo = mid;
     }
@@ -405,22 +451,34 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
 }
 
 std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates, int nodes,
-                                            int min_pipelines, int global_microbatches) {
-  const std::vector<Kind> kinds = kinds_of(templates, nodes, global_microbatches);
-  const int count_limit = pipeline_limit(templates, nodes, global_microbatches);
-  if (kinds.empty() || count_limit < std::max(min_pipelines, 1)) return std::nullopt;
-  const auto reach = reachable(templates, nodes, count_limit);
+                                            int min_pipelines, int global_microbatches,
+                                            const std::vector<int>& fixed_sizes) {
+  const int B = global_microbatches;
+  int largest_fixed = 0;
+  for (int size : fixed_sizes) largest_fixed = std::max(largest_fixed, size);
+  const std::vector<Kind> kinds = kinds_of(templates, std::max(nodes, largest_fixed), B);
+  std::vector<int> fixed(kinds.size(), 0);
+  for (int size : fixed_sizes) {
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& k) { return k.nodes == size; });
+    if (it == kinds.end()) return std::nullopt;  // no template of that size
+    fixed[static_cast<std::size_t>(it - kinds.begin())] += 1;
+  }
+  const int fixed_count = static_cast<int>(fixed_sizes.size());
+  const int pool_limit = std::min(pipeline_limit(templates, nodes, B), B - fixed_count);
+  const int pool_min = std::max(min_pipelines - fixed_count, nodes > 0 ? 1 : 0);
+  if (kinds.empty() || fixed_count > B || pool_limit < pool_min) return std::nullopt;
+  const auto reach = reachable(templates, nodes, std::max(pool_limit, 0));
 
   struct Candidate {
-    int pipelines;
+    int pool;
     double lower_bound;  // on pipelines_ms
     double sync_ms;
   };
   std::vector<Candidate> candidates;
-  for (int p = std::max(min_pipelines, 1); p <= count_limit; ++p) {
-    if (!has(reach[p], nodes)) continue;
-    if (auto bound = relaxed_lower_bound(kinds, nodes, p, global_microbatches)) {
-      candidates.push_back({p, *bound, cost.gradient_sync_ms(p)});
+  for (int p = pool_min; p <= pool_limit; ++p) {
+    if (!has(reach[p], nodes) || p + fixed_count == 0) continue;
+    if (auto bound = relaxed_lower_bound(Problem{kinds, fixed, nodes, p, B})) {
+      candidates.push_back({p, *bound, cost.gradient_sync_ms(p + fixed_count)});
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -429,10 +487,10 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
 
   TubeSearch tube;
   double best_total = kInfinity;
-  std::vector<int> best_counts;
+  std::optional<std::vector<int>> best_counts;
   for (const auto& c : candidates) {
     if (c.lower_bound + c.sync_ms >= best_total * (1 - 1e-12)) break;
-    auto solution = solve_for_count(kinds, nodes, c.pipelines, global_microbatches, c.lower_bound, tube);
+    auto solution = solve_for_count(Problem{kinds, fixed, nodes, c.pool, B}, c.lower_bound, tube);
     if (!solution) continue;
     const double total = solution->pipelines_ms + c.sync_ms;
     if (total < best_total * (1 - 1e-12)) {
@@ -440,10 +498,10 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       best_counts = std::move(solution->counts);
     }
   }
-  if (best_counts.empty()) return std::nullopt;
-  std::vector<int> sizes;
-  for (std::size_t i = 0; i < kinds.size(); ++i) sizes.insert(sizes.end(), best_counts[i], kinds[i].nodes);
-  return evaluate_composition(cost, templates, std::move(sizes), global_microbatches);
+  if (!best_counts) return std::nullopt;
+  std::vector<int> sizes = fixed_sizes;
+  for (std::size_t i = 0; i < kinds.size(); ++i) sizes.insert(sizes.end(), (*best_counts)[i], kinds[i].nodes);
+  return evaluate_composition(cost, templates, std::move(sizes), B);
 }
 
 }  // namespace oobleck::detail

@@ -27,10 +27,13 @@ struct Composition {
 // templates (0 if none), at most `limit`.
 [[nodiscard]] int max_pipelines(const TemplateSet& templates, int nodes, int limit);
 
-// The composition of exactly `nodes` nodes into at least `min_pipelines`
-// pipelines minimising iteration time; nullopt when none exists.
+// The composition of exactly `nodes` nodes into pipelines that, next to the
+// pipelines of `fixed_sizes` (there regardless, their nodes not counted in
+// `nodes`), makes at least `min_pipelines` pipelines and minimises the
+// iteration time; nullopt when none exists.
 [[nodiscard]] std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates,
-                                                          int nodes, int min_pipelines, int global_microbatches);
+                                                          int nodes, int min_pipelines, int global_microbatches,
+                                                          const std::vector<int>& fixed_sizes = {});
 
 // The most nodes, at most `nodes`, that some composition with at least
 // `min_pipelines` pipelines (and at most `global_microbatches`) uses; 0 if none.

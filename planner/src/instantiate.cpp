@@ -110,4 +110,29 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
   return detail::plan_from(cost, templates, *composition, groups, std::move(spare), fault_tolerance);
 }
 
+ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
+                         int global_microbatches, int microbatches, const Progress& progress) {
+  if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
+  const int max_nodes = static_cast<int>(nodes.size());
+  auto plan_for = [&](int m) {
+    const CostModel cost(profile, m);
+    ClusterPlan out{build_templates(cost, max_nodes, progress), {}};
+    out.plan = instantiate(cost, out.templates, nodes, fault_tolerance, global_microbatches);
+    return out;
+  };
+  if (microbatches > 0) return plan_for(microbatches);
+  int m = std::max(1, (global_microbatches + fault_tolerance) / (fault_tolerance + 1));
+  ClusterPlan best = plan_for(m);
+  for (int round = 1; round < 4; ++round) {
+    int largest = 0;
+    for (const auto& p : best.plan.pipelines) largest = std::max(largest, p.microbatches);
+    if (largest == m) break;
+    m = largest;
+    ClusterPlan next = plan_for(m);
+    if (!(next.plan.iteration_ms < best.plan.iteration_ms * (1 - 1e-12))) break;
+    best = std::move(next);
+  }
+  return best;
+}
+
 }  // namespace oobleck

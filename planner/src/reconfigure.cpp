@@ -2,18 +2,21 @@
 //
 // 1. The survivors (old nodes not lost, then the added ones) must still hold
 //    every layer somewhere; otherwise the state is gone and no plan exists.
-// 2. The composition: the best iteration time over all template multisets
-//    that use as many survivors as any composition can, with at least
-//    min(f+1, most pipelines the survivors can form) pipelines. Keeping every
-//    surviving pipeline (each re-instantiated with the template of its new
-//    size) is also tried, and wins when its time is equal.
-// 3. The placement: survivors are assigned to the new pipelines' node slots
+// 2. Target: the most survivors any composition can use (all, when possible)
+//    and the pipeline count to keep, min(f+1, most pipelines they can form).
+// 3. The composition. By default the intact pipelines (no node lost, layout
+//    unchanged) stay; the pool of the affected pipelines' survivors, spare
+//    and added nodes is composed optimally next to them. When the pool alone
+//    cannot reach the target, intact pipelines join the pool, fewest first
+//    (a merge or a borrow, in Oobleck's terms). With replan_all, everything
+//    is composed afresh.
+// 4. The placement: survivors are assigned to the new pipelines' node slots
 //    to minimise the bytes of layer state they must fetch (intact pipelines
-//    whose layout is unchanged stay as they are; the rest is a minimum-cost
-//    assignment). Each missing layer comes from the surviving holder that has
-//    sent least so far.
+//    stay as they are; the rest is a minimum-cost assignment). Each missing
+//    layer comes from the surviving holder that has sent least so far.
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -113,8 +116,9 @@ std::vector<int> assign_greedy(const std::vector<std::vector<Bytes>>& cost) {
 class Replanner {
  public:
   Replanner(const CostModel& cost, const TemplateSet& templates, const Plan& current,
-            const std::vector<std::string>& lost, const std::vector<std::string>& added)
-      : cost_(cost), templates_(templates), current_(current), lost_(lost), added_(added) {}
+            const std::vector<std::string>& lost, const std::vector<std::string>& added,
+            const ReconfigureOptions& options)
+      : cost_(cost), templates_(templates), current_(current), lost_(lost), added_(added), options_(options) {}
 
   Reconfiguration run() {
     collect_survivors();
@@ -129,36 +133,31 @@ class Replanner {
           << " nodes: no plan exists; restart from a checkpoint on more nodes";
       throw NoPlanError(why.str());
     }
-    int usable = detail::usable_nodes(templates_, count, 1, B);
-    if (usable == 0) {
-      throw NoPlanError("no combination of templates (node counts " + detail::describe_sizes(templates_) +
-                        ") fits " + std::to_string(count) + " surviving nodes; restart from a checkpoint");
-    }
     // The most nodes some composition can use; memory limits on microbatches
     // may rule out every composition of a node count.
-    std::optional<detail::Composition> best;
-    int required = 0;
-    for (int m = usable; m >= 1 && !best; --m) {
+    int target = 0, required = 0;
+    std::optional<detail::Composition> global;
+    for (int m = detail::usable_nodes(templates_, count, 1, B); m >= 1 && !global; --m) {
       const int formable = detail::max_pipelines(templates_, m, B);
       if (formable == 0) continue;
       required = std::min(current_.fault_tolerance + 1, formable);
-      best = detail::best_composition(cost_, templates_, m, required, B);
-      if (best) usable = m;
+      global = detail::best_composition(cost_, templates_, m, required, B);
+      if (global) target = m;
     }
-    if (!best) {
-      throw NoPlanError("no composition of templates on up to " + std::to_string(count) + " nodes can take " +
-                        std::to_string(B) + " microbatches within memory; restart from a checkpoint");
+    if (!global) {
+      throw NoPlanError("no combination of templates (node counts " + detail::describe_sizes(templates_) +
+                        ") on up to " + std::to_string(count) + " surviving nodes can take " + std::to_string(B) +
+                        " microbatches within memory; restart from a checkpoint");
     }
-    std::vector<detail::Composition> options{*best};
-    if (auto kept = keep_pipelines(usable, required)) {
-      if (kept->template_nodes != best->template_nodes && kept->iteration_ms <= best->iteration_ms * (1 + 1e-9)) {
-        options.push_back(*kept);
-      }
-    }
+    std::vector<detail::Composition> options =
+        options_.replan_all ? std::vector<detail::Composition>{*global} : keep_intact(target, required, *global);
     std::optional<std::pair<detail::Composition, Placement>> chosen;
     for (const auto& option : options) {
-      Placement placement = place(option, count - usable);
-      if (!chosen || placement.bytes < chosen->second.bytes) chosen.emplace(option, std::move(placement));
+      Placement placement = place(option, count - target);
+      if (!chosen || option.iteration_ms < chosen->first.iteration_ms * (1 - 1e-9) ||
+          (option.iteration_ms <= chosen->first.iteration_ms * (1 + 1e-9) && placement.bytes < chosen->second.bytes)) {
+        chosen.emplace(option, std::move(placement));
+      }
     }
     return finish(chosen->first, chosen->second);
   }
@@ -241,24 +240,62 @@ class Replanner {
     throw NoPlanError(why.str());
   }
 
-  // Every surviving pipeline re-instantiated with the template of its new size.
-  std::optional<detail::Composition> keep_pipelines(int usable, int required) const {
-    if (!added_.empty() || !current_.spare_nodes.empty() || usable != static_cast<int>(survivors_.size())) {
-      return std::nullopt;
-    }
+  // Intact pipelines: no node lost, layout still their template's.
+  [[nodiscard]] std::vector<int> intact_sizes() const {
     std::set<std::string> lost(lost_.begin(), lost_.end());
     std::vector<int> sizes;
     for (const auto& p : current_.pipelines) {
-      int left = 0;
-      for (const auto& name : p.nodes) left += !lost.count(name);
-      if (left == 0) continue;
-      if (!templates_.find(left)) return std::nullopt;
-      sizes.push_back(left);
+      bool intact = true;
+      for (const auto& name : p.nodes) intact = intact && !lost.count(name);
+      const PipelineTemplate* t = templates_.find(p.template_nodes);
+      if (intact && t && t->stages == p.stages) sizes.push_back(p.template_nodes);
     }
-    if (static_cast<int>(sizes.size()) < required) return std::nullopt;
-    auto kept = detail::evaluate_composition(cost_, templates_, sizes, current_.global_microbatches);
-    if (kept.microbatches.empty()) return std::nullopt;
-    return kept;
+    std::sort(sizes.begin(), sizes.end());
+    return sizes;
+  }
+
+  // The compositions that keep the most intact pipelines: for k = 0, 1, ...
+  // intact pipelines joining the pool, every choice of their sizes, until
+  // some choice reaches the target. Past a few thousand choices, the global
+  // composition stands in.
+  [[nodiscard]] std::vector<detail::Composition> keep_intact(int target, int required,
+                                                             const detail::Composition& global) const {
+    const std::vector<int> intact = intact_sizes();
+    std::map<int, int> available;
+    for (int size : intact) available[size] += 1;
+    std::vector<std::pair<int, int>> kinds(available.begin(), available.end());  // size, count
+    int intact_nodes = 0;
+    for (int size : intact) intact_nodes += size;
+    std::vector<detail::Composition> options;
+    int tried = 0;
+    for (int k = 0; k <= static_cast<int>(intact.size()) && options.empty(); ++k) {
+      // Every multiset of k sizes to dissolve.
+      std::vector<int> take(kinds.size(), 0);
+      std::function<void(std::size_t, int, int)> choose = [&](std::size_t i, int left, int freed) {
+        if (tried > 4000) return;
+        if (i == kinds.size()) {
+          if (left != 0) return;
+          ++tried;
+          std::vector<int> fixed;
+          for (std::size_t j = 0; j < kinds.size(); ++j) fixed.insert(fixed.end(), kinds[j].second - take[j], kinds[j].first);
+          const int pool = target - (intact_nodes - freed);
+          if (pool < 0) return;
+          if (auto c = detail::best_composition(cost_, templates_, pool, required, current_.global_microbatches, fixed)) {
+            options.push_back(std::move(*c));
+          }
+          return;
+        }
+        for (int n = std::min(left, kinds[i].second); n >= 0; --n) {
+          take[i] = n;
+          choose(i + 1, left - n, freed + n * kinds[i].first);
+        }
+        take[i] = 0;
+      };
+      choose(0, k, 0);
+      if (tried > 4000) break;
+    }
+    if (options.empty()) options.push_back(global);
+    return options;
   }
 
   Bytes fetch_bytes(const Survivor& s, const Slot& slot) const {
@@ -376,6 +413,7 @@ class Replanner {
   const Plan& current_;
   const std::vector<std::string>& lost_;
   const std::vector<std::string>& added_;
+  const ReconfigureOptions& options_;
   std::vector<Survivor> survivors_;
   std::map<std::string, int> index_;
 };
@@ -383,8 +421,9 @@ class Replanner {
 }  // namespace
 
 Reconfiguration reconfigure(const CostModel& cost, const TemplateSet& templates, const Plan& current,
-                            const std::vector<std::string>& lost, const std::vector<std::string>& added) {
-  return Replanner(cost, templates, current, lost, added).run();
+                            const std::vector<std::string>& lost, const std::vector<std::string>& added,
+                            const ReconfigureOptions& options) {
+  return Replanner(cost, templates, current, lost, added, options).run();
 }
 
 }  // namespace oobleck

@@ -8,10 +8,14 @@
 //
 // The max term does not decompose, so the search is parametric in a bound K
 // on the stage compute: a dynamic programme finds, for every n at once, the
-// least sigma with every stage strictly under K. Lowering K to the slowest
-// stage of the answer walks the Pareto front of (sigma, mu) from the top; the
-// walk for n stops once sigma_K + (M-1) * (a lower bound on mu) cannot beat
-// the best T found, and K jumps straight below (best - sigma_min) / (M-1).
+// least sigma with every stage strictly under K. Lowering K below the slowest
+// stage of each answer walks the Pareto front of (sigma, mu) from the top.
+// Templates not yet seen have sigma >= the last answer's, so the walk for n
+// jumps to K = (best T - sigma) / (M-1) and stops once sigma + (M-1) * (a lower
+// bound on mu) cannot beat the best. A balanced layout (min-max split with
+// equal degrees) seeds the best T, so that on fronts where sigma is flat
+// (uniform layers) the walk starts near its bottom instead of stepping down
+// through every tie.
 //
 // The dynamic programme runs over suffixes of the layers: state (m, U, l) is
 // "layers [l, L) on the last U GPUs in m stages". m matters only through
@@ -23,7 +27,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -38,13 +41,13 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 class TemplateSearch {
  public:
   TemplateSearch(const CostModel& cost, int max_nodes)
-      : cost_(cost),
-        layers_(cost.layers()),
+      : layers_(cost.layers()),
         gpus_(cost.gpus_per_node()),
         degrees_(cost.degrees()),
         max_gpus_(max_nodes * cost.gpus_per_node()) {
-    prefix_.assign(degrees_.size(), std::vector<double>(layers_ + 1, 0.0));
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    const std::size_t degree_count = degrees_.size();
+    prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
+    for (std::size_t d = 0; d < degree_count; ++d) {
       for (int l = 1; l <= layers_; ++l) prefix_[d][l] = cost.stage_compute_ms(0, l, degrees_[d]);
     }
     transfer_same_.assign(layers_ + 1, 0.0);
@@ -53,75 +56,84 @@ class TemplateSearch {
       transfer_same_[e] = 2 * cost.transfer_ms(e, true);
       transfer_cross_[e] = 2 * cost.transfer_ms(e, false);
     }
-    const int max_stages = std::min(layers_, max_gpus_);
-    const int full_cap = std::min(cost.microbatches(), max_stages);
     // Memory tells stage counts apart only up to the largest in-flight limit
     // that some stage has below full_cap.
+    const int max_stages = std::min(layers_, max_gpus_);
+    const int full_cap = std::min(cost.microbatches(), max_stages);
+    std::vector<std::vector<std::vector<int>>> fit(degree_count, std::vector<std::vector<int>>(layers_ + 1));
     int relevant = 0;
-    fit_.assign(degrees_.size(), std::vector<std::vector<int>>(layers_ + 1));
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    for (std::size_t d = 0; d < degree_count; ++d) {
       for (int l = 0; l < layers_; ++l) {
-        fit_[d][l].assign(layers_ + 1, 0);
+        fit[d][l].assign(layers_ + 1, 0);
         for (int e = l + 1; e <= layers_; ++e) {
           const int limit = cost.stage_max_in_flight(l, e, degrees_[d]);
-          fit_[d][l][e] = limit;
+          fit[d][l][e] = limit;
           if (limit < full_cap) relevant = std::max(relevant, limit);
         }
       }
     }
     cap_ = std::min(full_cap, relevant + 1);
-    // hi_memory_[d][k][l]: the last boundary e such that [l, e) fits with k in flight.
-    hi_memory_.assign(degrees_.size(), std::vector<std::vector<int>>(cap_ + 1, std::vector<int>(layers_ + 1, 0)));
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    // hi_memory_: per (degree, k, l), the last boundary e such that [l, e) fits with k in flight.
+    hi_memory_.assign(degree_count * (cap_ + 1) * (layers_ + 1), 0);
+    for (std::size_t d = 0; d < degree_count; ++d) {
       for (int k = 1; k <= cap_; ++k) {
-        auto& hi = hi_memory_[d][k];
         int e = 0;
         for (int l = 0; l < layers_; ++l) {
           e = std::max(e, l);
-          while (e + 1 <= layers_ && fit_[d][l][e + 1] >= k) ++e;
-          hi[l] = e;  // e == l: not even one layer fits
+          while (e + 1 <= layers_ && fit[d][l][e + 1] >= k) ++e;
+          hi_memory_[window_index(d, k, l)] = e;  // e == l: not even one layer fits
         }
       }
     }
-    // Value table layout: for each m, a block of U in [u_lo, u_hi], each with layers_+1 entries.
-    base_.assign(cap_ + 1, 0);
+    hi_.assign(hi_memory_.size(), 0);
+    // Value rows: for each m, U in [u_lo, u_hi], each with layers_+1 entries.
+    row_base_.assign(cap_ + 1, 0);
     u_lo_.assign(cap_ + 1, 0);
-    u_hi_.assign(cap_ + 1, 0);
-    std::size_t offset = 0;
+    u_hi_.assign(cap_ + 1, -1);
+    std::size_t rows = 0;
     for (int m = 1; m <= cap_; ++m) {
       u_lo_[m] = m;
       u_hi_[m] = (m < cap_) ? std::min(gpus_ * m, max_gpus_) : max_gpus_;
-      base_[m] = offset;
-      if (u_hi_[m] >= u_lo_[m]) offset += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1) * (layers_ + 1);
+      row_base_[m] = rows;
+      if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
     }
-    value_.assign(offset, kInfinity);
-    hi_bound_.assign(degrees_.size(), std::vector<int>(layers_ + 1, 0));
+    value_.assign(rows * (layers_ + 1), kInfinity);
+    alive_lo_.assign(rows, layers_ + 1);
+    alive_hi_.assign(rows, -1);
+    through_.assign(layers_ + 1, kInfinity);
+    window_.assign(layers_ + 2, 0);
   }
-
-  [[nodiscard]] int memory_cap() const { return cap_; }
 
   // Least sigma for every state with every stage's compute strictly below
   // `bound`, on at most `gpu_limit` GPUs.
   void solve(double bound, int gpu_limit) {
-    bound_ = bound;
     gpu_limit_ = std::min(gpu_limit, max_gpus_);
-    std::fill(value_.begin(), value_.end(), kInfinity);
+    // Only the layers each row made finite last time need clearing.
+    for (std::size_t r = 0; r < alive_lo_.size(); ++r) {
+      if (alive_lo_[r] <= alive_hi_[r]) {
+        double* row_values = value_.data() + r * static_cast<std::size_t>(layers_ + 1);
+        std::fill(row_values + alive_lo_[r], row_values + alive_hi_[r] + 1, kInfinity);
+      }
+      alive_lo_[r] = layers_ + 1;
+      alive_hi_[r] = -1;
+    }
     for (std::size_t d = 0; d < degrees_.size(); ++d) {
       int e = 0;
+      const double* prefix = prefix_[d].data();
       for (int l = 0; l < layers_; ++l) {
         e = std::max(e, l);
-        while (e + 1 <= layers_ && prefix_[d][e + 1] - prefix_[d][l] < bound) ++e;
-        hi_bound_[d][l] = e;
+        while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
+        for (int m = 1; m <= cap_; ++m) {
+          const std::size_t i = window_index(d, m, l);
+          hi_[i] = std::min({e, hi_memory_[i], last_boundary(m)});
+        }
       }
     }
-    std::deque<int> window;
     for (int u = 1; u <= gpu_limit_; ++u) {
       for (int m = 1; m <= cap_; ++m) {
         if (u < u_lo_[m] || u > u_hi_[m]) continue;
         for (std::size_t d = 0; d < degrees_.size(); ++d) {
-          const int t = degrees_[d];
-          if (!fits_in_node(u, t)) continue;
-          sweep(m, u, d, window);
+          if (fits_in_node(u, degrees_[d])) sweep(m, u, d);
         }
       }
     }
@@ -134,10 +146,9 @@ class TemplateSearch {
     int best_m = 0;
     double best_value = kInfinity;
     for (int m = 1; m <= cap_; ++m) {
-      if (u < u_lo_[m] || u > u_hi_[m]) continue;
-      const double v = at(m, u, 0);
-      if (v < best_value) {
-        best_value = v;
+      const double* r = row(m, u);
+      if (r && r[0] < best_value) {
+        best_value = r[0];
         best_m = m;
       }
     }
@@ -146,97 +157,124 @@ class TemplateSearch {
   }
 
  private:
+  [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
+    return (d * static_cast<std::size_t>(cap_ + 1) + static_cast<std::size_t>(m)) * static_cast<std::size_t>(layers_ + 1) +
+           static_cast<std::size_t>(l);
+  }
   [[nodiscard]] bool fits_in_node(int u, int t) const { return (u - 1) / gpus_ == (u - t) / gpus_; }
-
-  [[nodiscard]] double at(int m, int u, int l) const {
-    return value_[base_[m] + static_cast<std::size_t>(u - u_lo_[m]) * (layers_ + 1) + l];
+  [[nodiscard]] std::ptrdiff_t row_index(int m, int u) const {
+    if (m < 1 || m > cap_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
+    return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
-  double& at(int m, int u, int l) {
-    return value_[base_[m] + static_cast<std::size_t>(u - u_lo_[m]) * (layers_ + 1) + l];
+  [[nodiscard]] const double* row(int m, int u) const {
+    const auto i = row_index(m, u);
+    return i < 0 ? nullptr : value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
   }
-  [[nodiscard]] double successor(int m, int u, int e) const {
-    // Exactly m-1 stages follow, or (for the capped count) at least cap_.
-    double best = (m - 1 >= 1 && u >= u_lo_[m - 1] && u <= u_hi_[m - 1]) ? at(m - 1, u, e) : kInfinity;
-    if (m == cap_ && u >= u_lo_[cap_] && u <= u_hi_[cap_]) best = std::min(best, at(cap_, u, e));
-    return best;
+  // A successor row only if it holds some finite value; widens [lo, hi] to
+  // the layers where it does.
+  [[nodiscard]] const double* live_row(int m, int u, int& lo, int& hi) const {
+    const auto i = row_index(m, u);
+    if (i < 0 || alive_lo_[i] > alive_hi_[i]) return nullptr;
+    lo = std::min(lo, alive_lo_[i]);
+    hi = std::max(hi, alive_hi_[i]);
+    return value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
   }
-  [[nodiscard]] int first_layer_limit(int m) const { return layers_ - m; }  // the suffix needs m layers
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
-  [[nodiscard]] int window_end(std::size_t d, int m, int l) const {
-    return std::min({hi_bound_[d][l], hi_memory_[d][m][l], last_boundary(m)});
+  [[nodiscard]] bool terminal_allowed(int m, int u, int t) const {
+    return u == t && (m == 1 || (m == cap_ && cap_ == 1));
   }
-  // sigma of the suffix [e, L) reached from a stage of degree index d ending at e.
-  [[nodiscard]] double through(std::size_t d, int m, int u_next, int e) const {
-    const double rest = successor(m, u_next, e);
-    if (rest == kInfinity) return kInfinity;
-    const bool same_node = u_next % gpus_ != 0;
-    return prefix_[d][e] + (same_node ? transfer_same_[e] : transfer_cross_[e]) + rest;
+  // Exactly m-1 stages follow, or (for the capped count) at least cap_.
+  [[nodiscard]] double rest(const double* exact, const double* capped, int e) const {
+    return std::min(exact ? exact[e] : kInfinity, capped ? capped[e] : kInfinity);
   }
-  [[nodiscard]] double prefix(std::size_t d, int l) const { return prefix_[d][l]; }
-  [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && (m == 1 || (m == cap_ && cap_ == 1)); }
-  [[nodiscard]] double terminal(std::size_t d, int m, int l) const {
-    if (hi_memory_[d][m][l] < layers_ || hi_bound_[d][l] < layers_) return kInfinity;
-    return prefix_[d][layers_] - prefix_[d][l];
+  [[nodiscard]] const double* transfers(int u_next) const {
+    return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_.data();
   }
 
-  void sweep(int m, int u, std::size_t d, std::deque<int>& window) {
+  void sweep(int m, int u, std::size_t d) {
     const int t = degrees_[d];
     const int u_next = u - t;
-    const int l_max = first_layer_limit(m);
+    const int l_max = layers_ - m;  // the suffix needs m layers
     if (l_max < 0) return;
+    const auto out_index = row_index(m, u);
+    double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
+    const double* prefix = prefix_[d].data();
+    const int* hi = hi_.data() + window_index(d, m, 0);
+    int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
+    auto improve = [&](int l, double v) {
+      if (v < out[l]) {
+        out[l] = v;
+        out_lo = std::min(out_lo, l);
+        out_hi = std::max(out_hi, l);
+      }
+    };
     if (terminal_allowed(m, u, t)) {
-      for (int l = 0; l <= l_max; ++l) at(m, u, l) = std::min(at(m, u, l), terminal(d, m, l));
+      for (int l = 0; l <= l_max; ++l) {
+        if (hi[l] >= layers_) improve(l, prefix[layers_] - prefix[l]);
+      }
     }
-    if (u_next < 1) return;
-    // Sliding-window minimum of through(e) over e in [l+1, window_end(l)],
-    // l descending: new candidates enter at the front (smallest e), expired
-    // ones leave at the back; values decrease from front to back.
-    window.clear();
-    std::vector<double>& g = scratch_;
-    g.assign(layers_ + 1, kInfinity);
-    for (int l = l_max; l >= 0; --l) {
-      const int e_new = l + 1;
-      if (e_new <= last_boundary(m)) {
-        g[e_new] = through(d, m, u_next, e_new);
-        if (g[e_new] < kInfinity) {
-          while (!window.empty() && g[window.front()] >= g[e_new]) window.pop_front();
-          window.push_front(e_new);
+    int succ_lo = layers_ + 1, succ_hi = -1;
+    const double* exact = (u_next >= 1) ? live_row(m - 1, u_next, succ_lo, succ_hi) : nullptr;
+    const double* capped = (u_next >= 1 && m == cap_) ? live_row(cap_, u_next, succ_lo, succ_hi) : nullptr;
+    if (exact || capped) {
+      // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
+      // descending: candidates enter at the front (smallest e), expired ones
+      // leave at the back; values decrease from front to back. Successors
+      // exist only for e in [succ_lo, succ_hi].
+      const double* transfer = transfers(u_next);
+      double* through = through_.data();
+      int* window = window_.data();
+      int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
+      const int last = std::min(last_boundary(m), succ_hi);
+      for (int l = std::min(l_max, last - 1); l >= 0; --l) {
+        const int e = l + 1;
+        if (e >= succ_lo) {
+          const double r = rest(exact, capped, e);
+          if (r < kInfinity) {
+            through[e] = prefix[e] + transfer[e] + r;
+            while (head < tail && through[window[head]] >= through[e]) ++head;
+            window[--head] = e;
+          }
+        }
+        while (head < tail && window[tail - 1] > hi[l]) --tail;
+        if (head < tail) {
+          improve(l, through[window[tail - 1]] - prefix[l]);
+        } else if (l < succ_lo) {
+          break;  // no candidate left, none to come
         }
       }
-      const int hi = window_end(d, m, l);
-      while (!window.empty() && window.back() > hi) window.pop_back();
-      if (!window.empty()) {
-        const double v = g[window.back()] - prefix(d, l);
-        if (v < at(m, u, l)) at(m, u, l) = v;
-      }
     }
+    alive_lo_[out_index] = out_lo;
+    alive_hi_[out_index] = out_hi;
   }
 
   [[nodiscard]] std::vector<Stage> reconstruct(int m, int u, int nodes) const {
     std::vector<Stage> stages;
     int l = 0;
     while (true) {
-      const double target = at(m, u, l);
+      const double target = row(m, u)[l];
       bool found = false;
       for (std::size_t d = 0; d < degrees_.size() && !found; ++d) {
         const int t = degrees_[d];
         if (!fits_in_node(u, t)) continue;
         const int node = nodes - 1 - (u - 1) / gpus_;
-        if (terminal_allowed(m, u, t) && terminal(d, m, l) == target) {
+        const double* prefix = prefix_[d].data();
+        const int hi = hi_[window_index(d, m, l)];
+        if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
           stages.push_back({l, layers_, t, node});
           return stages;
         }
         const int u_next = u - t;
         if (u_next < 1) continue;
-        const int hi = window_end(d, m, l);
+        int lo = layers_ + 1, hi_alive = -1;
+        const double* exact = live_row(m - 1, u_next, lo, hi_alive);
+        const double* capped = m == cap_ ? live_row(cap_, u_next, lo, hi_alive) : nullptr;
+        const double* transfer = transfers(u_next);
         for (int e = l + 1; e <= hi; ++e) {
-          const double through_e = through(d, m, u_next, e);
-          if (through_e == kInfinity || through_e - prefix(d, l) != target) continue;
+          const double r = rest(exact, capped, e);
+          if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
           stages.push_back({l, e, t, node});
-          // Which successor count carried the value.
-          const bool exact = m - 1 >= 1 && u_next >= u_lo_[m - 1] && u_next <= u_hi_[m - 1] &&
-                             at(m - 1, u_next, e) == successor(m, u_next, e);
-          m = exact ? m - 1 : cap_;
+          m = (exact && exact[e] == r) ? m - 1 : cap_;
           u = u_next;
           l = e;
           found = true;
@@ -248,24 +286,75 @@ class TemplateSearch {
     }
   }
 
-  const CostModel& cost_;
   int layers_;
   int gpus_;
   std::vector<int> degrees_;
   int max_gpus_;
   int cap_ = 1;
-  std::vector<std::vector<double>> prefix_;  // compute prefix sums per degree
+  int gpu_limit_ = 0;
+  std::vector<std::vector<double>> prefix_;             // compute prefix sums per degree
   std::vector<double> transfer_same_, transfer_cross_;  // 2 C at each boundary
-  std::vector<std::vector<std::vector<int>>> fit_;
-  std::vector<std::vector<std::vector<int>>> hi_memory_;
-  std::vector<std::vector<int>> hi_bound_;
-  std::vector<std::size_t> base_;
+  std::vector<int> hi_memory_;                          // memory limit on the window end
+  std::vector<int> hi_;                                 // this solve's window end per (d, m, l)
+  std::vector<std::size_t> row_base_;
   std::vector<int> u_lo_, u_hi_;
   std::vector<double> value_;
-  std::vector<double> scratch_;
-  double bound_ = kInfinity;
-  int gpu_limit_ = 0;
+  std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
+  std::vector<double> through_;
+  std::vector<int> window_;
 };
+
+// A balanced layout: j stages of G/j GPUs on every node, layers split by
+// min-max bisection with a greedy that respects memory. Not optimal; it seeds
+// the exact search with an upper bound whose slowest stage is near the least
+// possible, so the walk down the Pareto front can start near its bottom.
+std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes) {
+  const int layers = cost.layers();
+  const int gpus = cost.gpus_per_node();
+  std::optional<std::vector<Stage>> best;
+  double best_time = kInfinity;
+  for (int t : cost.degrees()) {
+    const int per_node = gpus / t;
+    const int count = nodes * per_node;
+    if (count > layers) continue;
+    auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
+      std::vector<Stage> stages;
+      int begin = 0;
+      for (int s = 0; s < count; ++s) {
+        const int in_flight = std::min(cost.microbatches(), count - s);
+        const int last_end = layers - (count - s - 1);
+        int end = begin + 1;
+        if (cost.stage_compute_ms(begin, end, t) > limit || !cost.stage_fits(begin, end, t, in_flight)) return std::nullopt;
+        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t) <= limit &&
+               cost.stage_fits(begin, end + 1, t, in_flight)) {
+          ++end;
+        }
+        if (s == count - 1 && end != layers) return std::nullopt;
+        stages.push_back({begin, end, t, s / per_node});
+        begin = end;
+      }
+      return stages;
+    };
+    double lo = 0, hi = cost.stage_compute_ms(0, layers, t);
+    auto found = greedy(hi);
+    if (!found) continue;
+    for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+      const double mid = lo + (hi - lo) / 2;
+      if (auto stages = greedy(mid)) {
+        found = std::move(stages);
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    const double time = cost.pipeline_ms(*found, cost.microbatches());
+    if (time < best_time) {
+      best_time = time;
+      best = std::move(found);
+    }
+  }
+  return best;
+}
 
 PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Stage> stages) {
   PipelineTemplate out;
@@ -322,12 +411,17 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   struct Walk {
     bool active = true;
     double bound = kInfinity;      // next solve: every stage strictly below this
-    double sigma_min = kInfinity;  // least sigma with no bound
     double best = kInfinity;
     std::vector<Stage> stages;
   };
   std::vector<Walk> walk(searched + 1);
   walk[0].active = false;
+  for (int n = 1; n <= searched; ++n) {
+    if (auto seed = balanced_layout(cost, n)) {
+      walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
+      walk[n].stages = std::move(*seed);
+    }
+  }
   int runs = 0;
   while (true) {
     double bound = -1;
@@ -356,20 +450,20 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
       auto& [sigma, stages] = *found;
       const double mu = cost.bottleneck_ms(stages);
       const double t = cost.first_microbatch_ms(stages) + mult * mu;
-      if (w.sigma_min == kInfinity) w.sigma_min = sigma;
       if (t < w.best) {
         w.best = t;
         w.stages = std::move(stages);
       }
       const double mu_floor = std::max(layer_floor, gpu_time / (n * gpus));
-      // Any better template has sigma >= this solve's sigma and mu >= mu_floor,
-      // and mu < (best - sigma_min) / (M - 1).
+      // Templates not yet seen have mu < this solution's mu, so they obeyed
+      // this solve's bound and have sigma >= this sigma: to beat the best they
+      // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always.
       const double slack = 1e-12 * std::fabs(w.best);
       if (mult == 0 || sigma + mult * mu_floor >= w.best - slack) {
         w.active = false;
         continue;
       }
-      w.bound = std::min(mu, (w.best - w.sigma_min) / mult);
+      w.bound = std::min(mu, (w.best - sigma) / mult);
       still_active += 1;
     }
     if (progress) {

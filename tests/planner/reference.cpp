@@ -162,8 +162,13 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
 }
 
 std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates, int nodes,
-                                                int min_pipelines, int global_microbatches) {
+                                                int min_pipelines, int global_microbatches,
+                                                const std::vector<int>& fixed_sizes) {
   std::vector<const PipelineTemplate*> chosen;
+  for (int size : fixed_sizes) {
+    if (!templates.find(size)) return std::nullopt;
+    chosen.push_back(templates.find(size));
+  }
   double best = std::numeric_limits<double>::infinity();
   // Best split of `left` microbatches over chosen[i..], given the slowest so far.
   std::function<double(std::size_t, int, double)> split = [&](std::size_t i, int left, double slowest) {

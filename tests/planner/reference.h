@@ -39,8 +39,10 @@ struct BruteTemplate {
 [[nodiscard]] double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches);
 
 // Best iteration time over every multiset of templates adding up to `nodes`
-// with at least `min_pipelines` pipelines and every integer batch split.
+// that, with the pipelines of `fixed_sizes`, makes at least `min_pipelines`
+// pipelines, and every integer batch split.
 [[nodiscard]] std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates,
-                                                              int nodes, int min_pipelines, int global_microbatches);
+                                                              int nodes, int min_pipelines, int global_microbatches,
+                                                              const std::vector<int>& fixed_sizes = {});
 
 }  // namespace oobleck::test

@@ -107,6 +107,14 @@ TEST_CASE("cli: templates, instantiate and reconfigure on the bundled profile") 
   CHECK_FALSE(next["transfers"].empty());
   for (const auto& t : next["transfers"]) CHECK(t["from_node"] != victim);
 
+  // Re-planning everything is never slower, and usually copies more.
+  r = s.run("reconfigure --profile " + bundled() + " --plan " + s.path("plan.json").string() + " --lost " + victim +
+            " --added spare-a --replan-all --json " + s.path("all.json").string());
+  REQUIRE(r.status == 0);
+  const auto all = read_json(s.path("all.json"));
+  CHECK(all["iteration_ms"].get<double>() <= next["iteration_ms"].get<double>() * (1 + 1e-9));
+  CHECK(all["copy_bytes"].get<double>() >= 0);
+
   // JSON to stdout.
   r = s.run("templates --profile " + bundled() + " --max-nodes 2 --json -");
   REQUIRE(r.status == 0);

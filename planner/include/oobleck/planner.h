@@ -218,6 +218,19 @@ struct Plan {
                                const std::vector<std::string>& nodes, int fault_tolerance,
                                int global_microbatches);
 
+struct ClusterPlan {
+  TemplateSet templates;
+  Plan plan;
+};
+
+// Templates and instantiation together. With `microbatches` > 0 the templates
+// are optimised for that M. With 0, M starts at ceil(B / (f+1)) and follows
+// the largest microbatch count the plan gives a pipeline, re-planning while
+// that changes and the plan improves (at most four rounds); the best plan wins.
+[[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
+                                       int fault_tolerance, int global_microbatches, int microbatches = 0,
+                                       const Progress& progress = {});
+
 struct Transfer {
   int layer = 0;
   std::string from_node;
@@ -234,12 +247,26 @@ struct Reconfiguration {
   Milliseconds copy_ms = 0;
 };
 
-// Replans after `lost` nodes leave and `added` nodes join. Throws NoPlanError
-// when too few nodes survive or some layer has no surviving replica.
+struct ReconfigureOptions {
+  // Re-plan every pipeline for the best iteration time, instead of keeping
+  // the pipelines that lost no node. Usually moves far more state.
+  bool replan_all = false;
+};
+
+// Replans after `lost` nodes leave and `added` nodes join: uses as many of the
+// survivors as any plan can (all, when possible), keeps the global batch and
+// at least min(f+1, the most pipelines the survivors can form) pipelines.
+// By default pipelines that lost no node stay as they are; the affected ones
+// are re-planned with the nodes they have left and the ones that joined, and
+// intact pipelines are taken apart (merged, or lending nodes) only when that
+// is needed, as few as possible. Among the choices left: best iteration time,
+// then the fewest bytes copied. Throws NoPlanError when too few nodes survive
+// or some layer has no surviving replica.
 [[nodiscard]] Reconfiguration reconfigure(const CostModel& cost, const TemplateSet& templates,
                                           const Plan& current,
                                           const std::vector<std::string>& lost,
-                                          const std::vector<std::string>& added);
+                                          const std::vector<std::string>& added,
+                                          const ReconfigureOptions& options = {});
 
 // ---------------------------------------------------------------- files
 
