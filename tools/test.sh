@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every test (CTest prints the summary), then the benchmarks in a short
+# mode. Expects tools/setup.sh to have built build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+echo "== benchmarks (short mode; run build/bin/planner_benchmarks for full timings)"
+build/bin/planner_benchmarks --benchmark_min_time=0.05
