@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli_io.h"
 #include "oobleck/planner.h"
 
 namespace {
@@ -21,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitNoPlan = 3;
+// Instantiation time grows with nodes x pipelines; past this it takes seconds.
+constexpr std::size_t kMaxNodes = 16384;
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -189,7 +192,7 @@ bool emit_json(const std::string& target, const std::string& text) {
     std::cout << text;
     return true;
   }
-  write_text_file_atomically(target, text);
+  cli::write_file_atomically<InputError>(target, text);
   std::cerr << "oobleck-plan: wrote " << target << "\n";
   return false;
 }
@@ -226,7 +229,7 @@ int main(int argc, char** argv) {
   auto* instantiate_cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
   instantiate_cmd->add_option("--profile", profile_path, "Profile JSON or Oobleck profile folder")->required();
   auto* nodes_opt = instantiate_cmd->add_option("--nodes", nodes, "Node count (names node0..node{N-1})")
-                        ->check(CLI::Range(1, 1 << 20));
+                        ->check(CLI::Range(1, static_cast<int>(kMaxNodes)));
   auto* hostfile_opt = instantiate_cmd->add_option("--hostfile", hostfile, "MPI-style hostfile: 'host slots=G' lines");
   nodes_opt->excludes(hostfile_opt);
   instantiate_cmd->add_option("--fault-tolerance", fault_tolerance, "f: node failures to survive (f+1 pipelines)")
@@ -282,7 +285,7 @@ int main(int argc, char** argv) {
   try {
     if (*import_cmd) {
       const Profile profile = import_oobleck_profile(profile_path, import_options);
-      write_text_file_atomically(import_out, profile_to_json(profile));
+      cli::write_file_atomically<InputError>(import_out, profile_to_json(profile));
       std::cout << "Imported " << profile.layers.size() << " layers from " << profile_path << " into " << import_out
                 << "\nAssumptions:\n";
       for (const auto& note : profile.notes) std::cout << "  - " << note << "\n";
@@ -314,6 +317,11 @@ int main(int argc, char** argv) {
         for (int i = 0; i < nodes; ++i) names.push_back("node" + std::to_string(i));
       } else {
         std::cerr << "oobleck-plan instantiate: give --nodes N or --hostfile H\n";
+        return kExitBadInput;
+      }
+      if (names.size() > kMaxNodes) {
+        std::cerr << "oobleck-plan: error: " << (hostfile.empty() ? "--nodes" : hostfile) << ": " << names.size()
+                  << " nodes; at most " << kMaxNodes << " are supported\n";
         return kExitBadInput;
       }
       const auto start = Clock::now();

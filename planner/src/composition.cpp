@@ -350,31 +350,60 @@ std::optional<Solution> solve_for_count(const Problem& problem, double lower_bou
   return best;
 }
 
-// reach[c] has bit m set when c pipelines can use exactly m nodes.
-std::vector<std::vector<std::uint64_t>> reachable(const TemplateSet& templates, int nodes, int max_count) {
-  const std::size_t words = static_cast<std::size_t>(nodes) / 64 + 1;
-  std::vector<std::vector<std::uint64_t>> reach(max_count + 1, std::vector<std::uint64_t>(words, 0));
-  reach[0][0] = 1;
-  for (int c = 1; c <= max_count; ++c) {
-    for (const auto& t : templates.templates) {
-      if (t.nodes > nodes) continue;
-      const std::size_t word_shift = static_cast<std::size_t>(t.nodes) / 64;
-      const unsigned bit_shift = static_cast<unsigned>(t.nodes % 64);
-      for (std::size_t w = words; w-- > word_shift;) {
-        std::uint64_t v = reach[c - 1][w - word_shift] << bit_shift;
-        if (bit_shift != 0 && w - word_shift >= 1) v |= reach[c - 1][w - word_shift - 1] >> (64 - bit_shift);
-        reach[c][w] |= v;
-      }
-    }
-    // Drop bits beyond `nodes`.
-    const unsigned tail = static_cast<unsigned>(nodes % 64) + 1;
-    if (tail < 64) reach[c][words - 1] &= (std::uint64_t{1} << tail) - 1;
+// Pipeline counts with which templates add up to exactly m nodes, as a bitset
+// over counts 0..max_count, for m = 0, 1, ..., nodes in turn. Only the last
+// n_max + 1 sets are kept, so memory stays O(n_max * max_count).
+class CountSets {
+ public:
+  CountSets(const TemplateSet& templates, int max_count) : words_(static_cast<std::size_t>(max_count) / 64 + 1) {
+    for (const auto& t : templates.templates) sizes_.push_back(t.nodes);
+    span_ = sizes_.empty() ? 1 : sizes_.back() + 1;
+    ring_.assign(static_cast<std::size_t>(span_), std::vector<std::uint64_t>(words_, 0));
+    tail_mask_ = (static_cast<unsigned>(max_count % 64) + 1 < 64)
+                     ? (std::uint64_t{1} << (static_cast<unsigned>(max_count % 64) + 1)) - 1
+                     : ~std::uint64_t{0};
   }
-  return reach;
+
+  // Calls visit(m, bits) for m = 0..nodes.
+  template <typename Visit>
+  void run(int nodes, Visit&& visit) {
+    for (int m = 0; m <= nodes; ++m) {
+      auto& bits = ring_[static_cast<std::size_t>(m % span_)];
+      std::fill(bits.begin(), bits.end(), 0);
+      if (m == 0) bits[0] = 1;
+      for (int n : sizes_) {
+        if (n > m) break;
+        const auto& from = ring_[static_cast<std::size_t>((m - n) % span_)];
+        std::uint64_t carry = 0;
+        for (std::size_t w = 0; w < words_; ++w) {  // bits << 1: one more pipeline
+          bits[w] |= (from[w] << 1) | carry;
+          carry = from[w] >> 63;
+        }
+      }
+      bits[words_ - 1] &= tail_mask_;
+      visit(m, bits);
+    }
+  }
+
+ private:
+  std::size_t words_;
+  std::vector<int> sizes_;  // increasing
+  int span_ = 1;
+  std::vector<std::vector<std::uint64_t>> ring_;
+  std::uint64_t tail_mask_;
+};
+
+[[nodiscard]] bool has(const std::vector<std::uint64_t>& bits, int c) {
+  return (bits[static_cast<std::size_t>(c) / 64] >> (c % 64)) & 1u;
 }
 
-[[nodiscard]] bool has(const std::vector<std::uint64_t>& bits, int m) {
-  return (bits[static_cast<std::size_t>(m) / 64] >> (m % 64)) & 1u;
+// The count set of exactly `nodes` nodes.
+[[nodiscard]] std::vector<std::uint64_t> counts_for(const TemplateSet& templates, int nodes, int max_count) {
+  std::vector<std::uint64_t> out;
+  CountSets(templates, max_count).run(nodes, [&](int m, const std::vector<std::uint64_t>& bits) {
+    if (m == nodes) out = bits;
+  });
+  return out;
 }
 
 [[nodiscard]] int pipeline_limit(const TemplateSet& templates, int nodes, int global_microbatches) {
@@ -411,9 +440,9 @@ std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& 
 int max_pipelines(const TemplateSet& templates, int nodes, int limit) {
   const int count_limit = pipeline_limit(templates, nodes, limit);
   if (count_limit == 0) return 0;
-  const auto reach = reachable(templates, nodes, count_limit);
+  const auto bits = counts_for(templates, nodes, count_limit);
   for (int c = count_limit; c >= 1; --c) {
-    if (has(reach[c], nodes)) return c;
+    if (has(bits, c)) return c;
   }
   return 0;
 }
@@ -421,13 +450,16 @@ int max_pipelines(const TemplateSet& templates, int nodes, int limit) {
 int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches) {
   const int count_limit = pipeline_limit(templates, nodes, global_microbatches);
   if (count_limit == 0 || count_limit < min_pipelines) return 0;
-  const auto reach = reachable(templates, nodes, count_limit);
-  for (int m = nodes; m >= 1; --m) {
+  int best = 0;
+  CountSets(templates, count_limit).run(nodes, [&](int m, const std::vector<std::uint64_t>& bits) {
     for (int c = std::max(min_pipelines, 1); c <= count_limit; ++c) {
-      if (has(reach[c], m)) return m;
+      if (has(bits, c)) {
+        best = m;
+        return;
+      }
     }
-  }
-  return 0;
+  });
+  return best;
 }
 
 Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates, std::vector<int> template_nodes,
@@ -467,7 +499,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   const int pool_limit = std::min(pipeline_limit(templates, nodes, B), B - fixed_count);
   const int pool_min = std::max(min_pipelines - fixed_count, nodes > 0 ? 1 : 0);
   if (kinds.empty() || fixed_count > B || pool_limit < pool_min) return std::nullopt;
-  const auto reach = reachable(templates, nodes, std::max(pool_limit, 0));
+  const auto reach = counts_for(templates, nodes, std::max(pool_limit, 0));
 
   struct Candidate {
     int pool;
@@ -476,7 +508,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   };
   std::vector<Candidate> candidates;
   for (int p = pool_min; p <= pool_limit; ++p) {
-    if (!has(reach[p], nodes) || p + fixed_count == 0) continue;
+    if (!has(reach, p) || p + fixed_count == 0) continue;
     if (auto bound = relaxed_lower_bound(Problem{kinds, fixed, nodes, p, B})) {
       candidates.push_back({p, *bound, cost.gradient_sync_ms(p + fixed_count)});
     }

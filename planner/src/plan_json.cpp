@@ -85,9 +85,15 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
 
 std::string templates_to_json(const TemplateSet& templates, const Profile& profile) {
   const CostModel cost(profile, std::max(1, templates.microbatches));
+  // Node counts without a template, as inclusive ranges [first, last].
   json missing = json::array();
   for (int n = 1; n <= templates.max_nodes; ++n) {
-    if (!templates.find(n)) missing.push_back(n);
+    if (templates.find(n)) continue;
+    if (!missing.empty() && missing.back()[1].get<int>() == n - 1) {
+      missing.back()[1] = n;
+    } else {
+      missing.push_back({n, n});
+    }
   }
   const json out = {{"format", kTemplatesFormat},
                     {"profile", profile_summary(profile)},

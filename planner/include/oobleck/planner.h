@@ -284,9 +284,7 @@ struct ReconfigureOptions {
 [[nodiscard]] Plan parse_plan(std::string_view json_text, const std::string& origin,
                               const Profile& profile);
 
-// Whole-file helpers: the message of a failure names the path.
+// The whole file; a failure's message names the path.
 [[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
-// Writes to a temporary file beside `path`, then renames: never half-written.
-void write_text_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace oobleck
