@@ -63,16 +63,40 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
-// "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8"
+// "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8". Long pipelines compress runs of
+// nodes laid out alike: "n2-n40 [9,48) 1x8 each" (layers x GPUs per stage).
 std::string layout(const std::vector<Stage>& stages) {
   std::ostringstream out;
-  int node = -1;
-  for (const auto& s : stages) {
-    if (s.node != node) {
-      out << (node < 0 ? "" : " | ") << "n" << s.node;
-      node = s.node;
+  const int nodes = stages.empty() ? 0 : stages.back().node + 1;
+  if (nodes <= 8) {
+    int node = -1;
+    for (const auto& s : stages) {
+      if (s.node != node) {
+        out << (node < 0 ? "" : " | ") << "n" << s.node;
+        node = s.node;
+      }
+      out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus;
     }
-    out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus;
+    return out.str();
+  }
+  struct NodeShape {
+    int first_layer = 0, end_layer = 0;
+    std::string shape;  // "2x4+3x4"
+  };
+  std::vector<NodeShape> shapes(nodes);
+  for (const auto& s : stages) {
+    auto& n = shapes[s.node];
+    if (n.shape.empty()) n.first_layer = s.layer_begin;
+    n.end_layer = s.layer_end;
+    n.shape += (n.shape.empty() ? "" : "+") + std::to_string(s.layer_end - s.layer_begin) + "x" + std::to_string(s.gpus);
+  }
+  for (int a = 0; a < nodes;) {
+    int b = a;
+    while (b + 1 < nodes && shapes[b + 1].shape == shapes[a].shape) ++b;
+    out << (a ? " | " : "") << "n" << a;
+    if (b > a) out << "-n" << b;
+    out << " [" << shapes[a].first_layer << "," << shapes[b].end_layer << ") " << shapes[a].shape << (b > a ? " each" : "");
+    a = b + 1;
   }
   return out.str();
 }
@@ -237,7 +261,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1 << 20));
   instantiate_cmd->add_option("--global-microbatches", global_microbatches, "B: microbatches per iteration")
       ->required()
-      ->check(CLI::Range(1, 100000000));
+      ->check(CLI::Range(1, 1000000));
   instantiate_cmd->add_option("--microbatches", microbatches,
                               "M the templates are optimised for (default: the microbatches the plan's pipelines run, "
                               "found by re-planning from ceil(B / (f+1)))")

@@ -8,6 +8,7 @@
 //    passes still running on the layers before it.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "oobleck/planner.h"
 
@@ -104,9 +105,12 @@ Milliseconds CostModel::transfer_ms(int boundary, bool same_node) const {
 }
 
 Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight) const {
-  const Bytes total = (state_prefix_[end] - state_prefix_[begin]) +
-                      static_cast<Bytes>(in_flight) * (activation_prefix_[end] - activation_prefix_[begin]);
-  return (total + degree - 1) / degree;
+  // In long double: in_flight x activations can pass 2^63 for absurd M.
+  const long double total = static_cast<long double>(state_prefix_[end] - state_prefix_[begin]) +
+                            static_cast<long double>(in_flight) *
+                                static_cast<long double>(activation_prefix_[end] - activation_prefix_[begin]);
+  const long double per_gpu = std::ceil(total / degree);
+  return per_gpu >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<Bytes>(per_gpu);
 }
 
 int CostModel::stage_max_in_flight(int begin, int end, int degree) const {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -91,8 +92,17 @@ class FieldPath {
   if (!value.is_number()) throw where.error("expected a number, got " + describe(value));
   const double number = value.get<double>();
   if (!std::isfinite(number) || number < min_value || number > max_value) {
-    std::string range = min_value == 0 ? "a non-negative number" : "a number >= " + json(min_value).dump();
-    if (max_value < std::numeric_limits<double>::max()) range += " and <= " + json(max_value).dump();
+    auto show = [](double v) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.15g", v);
+      return std::string(text);
+    };
+    std::string range;
+    if (max_value < std::numeric_limits<double>::max()) {
+      range = "a number in [" + show(min_value) + ", " + show(max_value) + "]";
+    } else {
+      range = min_value == 0 ? "a non-negative number" : "a number >= " + show(min_value);
+    }
     throw where.error("expected " + range + ", got " + value.dump());
   }
   return number;

@@ -135,7 +135,7 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   const int gpus = profile.hardware.gpus_per_node;
   Plan plan;
   plan.fault_tolerance = static_cast<int>(detail::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
-  plan.global_microbatches = static_cast<int>(detail::require_integer(root, "global_microbatches", where, 1, 100000000));
+  plan.global_microbatches = static_cast<int>(detail::require_integer(root, "global_microbatches", where, 1, 1000000));
   plan.template_microbatches = static_cast<int>(detail::require_integer(root, "microbatches", where, 1, 100000000));
   if (auto it = root.find("profile"); it != root.end() && it->is_object()) {
     if (auto f = it->find("fingerprint"); f != it->end() && f->is_string()) plan.profile_fingerprint = f->get<std::string>();

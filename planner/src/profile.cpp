@@ -17,15 +17,20 @@ using detail::FieldPath;
 using detail::json;
 
 constexpr std::string_view kProfileFormat = "oobleck.profile.v1";
+// Limits that keep every sum the planner forms far from overflow.
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;  // 64 TiB per field
+constexpr double kMaxMs = 1e9;                             // 11 days per layer
+constexpr double kMaxBytesPerSecond = 1e15;
+constexpr std::size_t kMaxLayers = 10000;
 
 Hardware parse_hardware(const json& hw, const FieldPath& where) {
   Hardware out;
   out.name = detail::require_string(hw, "name", where);
   out.gpus_per_node = static_cast<int>(detail::require_integer(hw, "gpus_per_node", where, 1, 1024));
-  out.gpu_memory_bytes = detail::require_integer(hw, "gpu_memory_bytes", where, 1);
-  out.intra_node_bytes_per_s = detail::require_number(hw, "intra_node_bytes_per_s", where, 1);
-  out.inter_node_bytes_per_s = detail::require_number(hw, "inter_node_bytes_per_s", where, 1);
-  out.latency_ms = detail::require_number(hw, "latency_ms", where);
+  out.gpu_memory_bytes = detail::require_integer(hw, "gpu_memory_bytes", where, 1, kMaxBytes);
+  out.intra_node_bytes_per_s = detail::require_number(hw, "intra_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  out.inter_node_bytes_per_s = detail::require_number(hw, "inter_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  out.latency_ms = detail::require_number(hw, "latency_ms", where, 0, kMaxMs);
   return out;
 }
 
@@ -40,8 +45,8 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
       throw at.error("expected a degree key that divides hardware.gpus_per_node (" +
                      std::to_string(gpus_per_node) + ") and is at least 2");
     }
-    out.push_back({degree, detail::require_number(entry, "forward_ms", at),
-                   detail::require_number(entry, "backward_ms", at)});
+    out.push_back({degree, detail::require_number(entry, "forward_ms", at, 0, kMaxMs),
+                   detail::require_number(entry, "backward_ms", at, 0, kMaxMs)});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.degree < b.degree; });
   return out;
@@ -50,12 +55,12 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
 LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per_node) {
   LayerProfile out;
   out.name = detail::require_string(layer, "name", where);
-  out.forward_ms = detail::require_number(layer, "forward_ms", where);
-  out.backward_ms = detail::require_number(layer, "backward_ms", where);
-  out.param_bytes = detail::require_integer(layer, "param_bytes", where);
-  out.optimizer_bytes = detail::require_integer(layer, "optimizer_bytes", where);
-  out.activation_bytes = detail::require_integer(layer, "activation_bytes", where);
-  out.output_bytes = detail::require_integer(layer, "output_bytes", where);
+  out.forward_ms = detail::require_number(layer, "forward_ms", where, 0, kMaxMs);
+  out.backward_ms = detail::require_number(layer, "backward_ms", where, 0, kMaxMs);
+  out.param_bytes = detail::require_integer(layer, "param_bytes", where, 0, kMaxBytes);
+  out.optimizer_bytes = detail::require_integer(layer, "optimizer_bytes", where, 0, kMaxBytes);
+  out.activation_bytes = detail::require_integer(layer, "activation_bytes", where, 0, kMaxBytes);
+  out.output_bytes = detail::require_integer(layer, "output_bytes", where, 0, kMaxBytes);
   if (auto it = layer.find("tensor_parallel"); it != layer.end() && !it->is_null()) {
     out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node);
   }
@@ -183,7 +188,9 @@ Profile parse_profile(std::string_view json_text, const std::string& origin) {
   profile.microbatch_size = static_cast<int>(detail::require_integer(root, "microbatch_size", where, 1, 1 << 24));
   const json& layers = detail::require_array(root, "layers", where);
   if (layers.empty()) throw (where / "layers").error("expected at least one layer");
-  if (layers.size() > 100000) throw (where / "layers").error("expected at most 100000 layers");
+  if (layers.size() > kMaxLayers) {
+    throw (where / "layers").error("expected at most " + std::to_string(kMaxLayers) + " layers");
+  }
   for (std::size_t i = 0; i < layers.size(); ++i) {
     profile.layers.push_back(parse_layer(layers[i], (where / "layers")[i], profile.hardware.gpus_per_node));
   }
@@ -237,19 +244,20 @@ Profile import_oobleck_profile(const std::filesystem::path& folder, const Ooblec
 
   const json mb = read_json_file(mb_path);
   const FieldPath mb_where(mb_path.string());
-  if (!mb.is_array() || mb.empty()) {
-    throw mb_where.error("expected a non-empty list of {forward, backward, mem_required} objects");
+  if (!mb.is_array() || mb.empty() || mb.size() > kMaxLayers) {
+    throw mb_where.error("expected a list of 1 to " + std::to_string(kMaxLayers) +
+                         " {forward, backward, mem_required} objects");
   }
   for (std::size_t i = 0; i < mb.size(); ++i) {
     const FieldPath at = mb_where[i];
     LayerProfile layer;
     layer.name = "layer" + std::to_string(i);
-    layer.forward_ms = detail::require_number(mb[i], "forward", at);
-    layer.backward_ms = detail::require_number(mb[i], "backward", at);
+    layer.forward_ms = detail::require_number(mb[i], "forward", at, 0, kMaxMs);
+    layer.backward_ms = detail::require_number(mb[i], "backward", at, 0, kMaxMs);
     const json& memory = detail::require_array(mb[i], "mem_required", at);
     if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
-    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, INT64_MAX);
-    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, INT64_MAX);
+    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
+    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
     layer.optimizer_bytes =
         static_cast<Bytes>(static_cast<double>(layer.param_bytes) * options.optimizer_bytes_per_param_byte);
     layer.output_bytes = layer.activation_bytes;

@@ -37,6 +37,7 @@ namespace oobleck {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
 
 class TemplateSearch {
  public:
@@ -60,14 +61,11 @@ class TemplateSearch {
     // that some stage has below full_cap.
     const int max_stages = std::min(layers_, max_gpus_);
     const int full_cap = std::min(cost.microbatches(), max_stages);
-    std::vector<std::vector<std::vector<int>>> fit(degree_count, std::vector<std::vector<int>>(layers_ + 1));
     int relevant = 0;
     for (std::size_t d = 0; d < degree_count; ++d) {
       for (int l = 0; l < layers_; ++l) {
-        fit[d][l].assign(layers_ + 1, 0);
         for (int e = l + 1; e <= layers_; ++e) {
           const int limit = cost.stage_max_in_flight(l, e, degrees_[d]);
-          fit[d][l][e] = limit;
           if (limit < full_cap) relevant = std::max(relevant, limit);
         }
       }
@@ -80,7 +78,7 @@ class TemplateSearch {
         int e = 0;
         for (int l = 0; l < layers_; ++l) {
           e = std::max(e, l);
-          while (e + 1 <= layers_ && fit[d][l][e + 1] >= k) ++e;
+          while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degrees_[d]) >= k) ++e;
           hi_memory_[window_index(d, k, l)] = e;  // e == l: not even one layer fits
         }
       }
@@ -96,6 +94,14 @@ class TemplateSearch {
       u_hi_[m] = (m < cap_) ? std::min(gpus_ * m, max_gpus_) : max_gpus_;
       row_base_[m] = rows;
       if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
+    }
+    // The exact search needs a table of (stage counts x GPUs x layers).
+    const double cells = static_cast<double>(rows) * (layers_ + 1);
+    if (cells > kMaxCells) {
+      throw InputError("exact template search for " + std::to_string(layers_) + " layers on up to " +
+                       std::to_string(max_nodes) + " nodes of " + std::to_string(gpus_) + " GPUs needs " +
+                       std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
+                       " MiB; lower --max-nodes or profile coarser layers");
     }
     value_.assign(rows * (layers_ + 1), kInfinity);
     alive_lo_.assign(rows, layers_ + 1);

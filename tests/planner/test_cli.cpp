@@ -170,7 +170,7 @@ TEST_CASE("cli: bad input gets a clear message and a non-zero exit, never a half
   }
   r = s.run("templates --profile " + s.path("negative.json").string() + " --max-nodes 2");
   CHECK(r.status == 2);
-  CHECK(r.err.find("hardware.latency_ms: expected a non-negative number, got -3") != std::string::npos);
+  CHECK(r.err.find("hardware.latency_ms: expected a number in [0, 1000000000], got -3") != std::string::npos);
 
   r = s.run("instantiate --profile " + bundled() + " --nodes abc --fault-tolerance 1 --global-microbatches 8");
   CHECK(r.status == 2);

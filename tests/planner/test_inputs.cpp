@@ -74,7 +74,7 @@ TEST_CASE("the bundled profiles load") {
 TEST_CASE("bad profiles: the message names the file, the field and what was expected") {
   const std::string good = valid_profile_text();
   CHECK(error_of(replace(good, "\"forward_ms\": 1,", "\"forward_ms\": -1,")) ==
-        "p.json: layers[0].forward_ms: expected a non-negative number, got -1");
+        "p.json: layers[0].forward_ms: expected a number in [0, 1000000000], got -1");
   CHECK(error_of(replace(good, "\"param_bytes\": 100, \"optimizer_bytes\": 200,\n     \"activation_bytes\": 10, \"output_bytes\": 1000}",
                          "\"optimizer_bytes\": 200,\n     \"activation_bytes\": 10, \"output_bytes\": 1000}")) ==
         "p.json: layers[1].param_bytes: missing (required field)");
@@ -87,6 +87,8 @@ TEST_CASE("bad profiles: the message names the file, the field and what was expe
   CHECK(error_of(replace(good, "\"layers\": [", "\"layers\": [}")).rfind("p.json:7:", 0) == 0);  // line:column
   CHECK(error_of(replace(good, "\"microbatch_size\": 2", "\"microbatch_size\": 2.5")) ==
         "p.json: microbatch_size: expected an integer, got number 2.5");
+  CHECK(error_of(replace(good, "\"param_bytes\": 100,", "\"param_bytes\": 100000000000000000,")).find(
+            "layers[0].param_bytes: expected an integer in [0, 70368744177664]") != std::string::npos);
   CHECK(error_of("[1, 2]").find("expected a JSON object") != std::string::npos);
   CHECK(error_of("").find("not valid JSON") != std::string::npos);
   CHECK_THROWS_WITH_AS((void)load_profile(kSource / "no-such-profile.json"), doctest::Contains("no-such-profile.json"),
