@@ -206,6 +206,22 @@ TEST_CASE("cli: bad input gets a clear message and a non-zero exit, never a half
   CHECK(r.out.find("instantiate") != std::string::npos);
 }
 
+TEST_CASE("cli: hostfile names and an explicit M") {
+  Scratch s;
+  s.write("hosts", "# four hosts\ngpu-a slots=8\ngpu-b slots=8\ngpu-c\ngpu-d slots=8 max_slots=8\n");
+  Run r = s.run("instantiate --profile " + bundled() + " --hostfile " + s.path("hosts").string() +
+                " --fault-tolerance 1 --global-microbatches 16 --microbatches 5 --json " + s.path("plan.json").string());
+  REQUIRE(r.status == 0);
+  const auto plan = read_json(s.path("plan.json"));
+  CHECK(plan["microbatches"] == 5);
+  std::vector<std::string> order;
+  for (const auto& p : plan["pipelines"]) {
+    for (const auto& n : p["nodes"]) order.push_back(n.get<std::string>());
+  }
+  CHECK(order == std::vector<std::string>{"gpu-a", "gpu-b", "gpu-c", "gpu-d"});
+  for (const auto& t : plan["templates"]) CHECK(t["microbatches"] == 5);
+}
+
 TEST_CASE("cli: reconfigure refuses unknown nodes and says when a checkpoint is needed") {
   Scratch s;
   s.write("profile.json", profile_to_json(test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000)));

@@ -2,6 +2,8 @@
 // every batch split.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -116,4 +118,21 @@ TEST_CASE("the batch split is the exact min-max split") {
   const auto best = test::brute_force_instantiation(cost, templates, 5, 2, 7);
   REQUIRE(best);
   CHECK(plan.iteration_ms == doctest::Approx(*best).epsilon(1e-12));
+}
+
+TEST_CASE("plan_cluster: the default M follows the microbatches the pipelines run, and never plans worse") {
+  const Profile profile = load_profile(std::filesystem::path(OOBLECK_SOURCE_DIR) / "profiles/gpt3-175b-a100.handwritten.json");
+  const auto nodes = names(64);
+  const ClusterPlan searched = plan_cluster(profile, nodes, 3, 256);
+  const int first_m = (256 + 3) / 4;
+  const ClusterPlan fixed = plan_cluster(profile, nodes, 3, 256, first_m);
+  CHECK(fixed.plan.template_microbatches == first_m);
+  CHECK(searched.plan.iteration_ms <= fixed.plan.iteration_ms * (1 + 1e-12));
+  int largest = 0;
+  for (const auto& p : searched.plan.pipelines) largest = std::max(largest, p.microbatches);
+  // Either the search settled (M equals what the biggest pipeline runs) or it stopped improving.
+  if (searched.plan.template_microbatches != first_m) CHECK(searched.plan.template_microbatches <= first_m);
+  MESSAGE("M " << first_m << " -> " << searched.plan.template_microbatches << " (largest pipeline runs " << largest
+               << "): " << fixed.plan.iteration_ms << " -> " << searched.plan.iteration_ms << " ms");
+  CHECK(searched.templates.microbatches == searched.plan.template_microbatches);
 }
