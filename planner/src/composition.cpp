@@ -284,7 +284,9 @@ struct Problem {
   for (const auto& k : kinds) {
     if (!(k.first < hi)) continue;
     int q = 1;
-    if (k.step > 0 && k.first <= lo) q = std::max(1, static_cast<int>(std::floor((lo - k.first) / k.step)));
+    if (k.step > 0 && k.first <= lo) {
+      q = static_cast<int>(std::clamp(std::floor((lo - k.first) / k.step), 1.0, static_cast<double>(k.limit) + 1));
+    }
     for (; q <= k.limit; ++q) {
       const double t = slot_time(k, q);
       if (t >= hi) break;
@@ -445,6 +447,21 @@ int max_pipelines(const TemplateSet& templates, int nodes, int limit) {
     if (has(bits, c)) return c;
   }
   return 0;
+}
+
+int most_pipelines(const TemplateSet& templates, int nodes, int limit) {
+  const int count_limit = pipeline_limit(templates, nodes, limit);
+  if (count_limit == 0) return 0;
+  int most = 0;
+  CountSets(templates, count_limit).run(nodes, [&](int, const std::vector<std::uint64_t>& bits) {
+    for (int c = count_limit; c > most; --c) {
+      if (has(bits, c)) {
+        most = c;
+        return;
+      }
+    }
+  });
+  return most;
 }
 
 int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches) {

@@ -27,6 +27,9 @@ struct Composition {
 // templates (0 if none), at most `limit`.
 [[nodiscard]] int max_pipelines(const TemplateSet& templates, int nodes, int limit);
 
+// Largest pipeline count formable from at most `nodes` nodes, at most `limit`.
+[[nodiscard]] int most_pipelines(const TemplateSet& templates, int nodes, int limit);
+
 // The composition of exactly `nodes` nodes into pipelines that, next to the
 // pipelines of `fixed_sizes` (there regardless, their nodes not counted in
 // `nodes`), makes at least `min_pipelines` pipelines and minimises the

@@ -1,3 +1,4 @@
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -121,18 +122,34 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
     return out;
   };
   if (microbatches > 0) return plan_for(microbatches);
+  // A large M keeps many microbatches in flight and can rule out templates
+  // that a plan with more pipelines, each running fewer, could use: halve M
+  // until some plan exists.
   int m = std::max(1, (global_microbatches + fault_tolerance) / (fault_tolerance + 1));
-  ClusterPlan best = plan_for(m);
+  std::optional<ClusterPlan> best;
+  while (!best) {
+    try {
+      best = plan_for(m);
+    } catch (const NoPlanError&) {
+      if (m == 1) throw;
+      m = std::max(1, m / 2);
+    }
+  }
   for (int round = 1; round < 4; ++round) {
     int largest = 0;
-    for (const auto& p : best.plan.pipelines) largest = std::max(largest, p.microbatches);
+    for (const auto& p : best->plan.pipelines) largest = std::max(largest, p.microbatches);
     if (largest == m) break;
     m = largest;
-    ClusterPlan next = plan_for(m);
-    if (!(next.plan.iteration_ms < best.plan.iteration_ms * (1 - 1e-12))) break;
+    std::optional<ClusterPlan> next;
+    try {
+      next = plan_for(m);
+    } catch (const NoPlanError&) {
+      break;  // that M rules out templates the current plan uses
+    }
+    if (!(next->plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12))) break;
     best = std::move(next);
   }
-  return best;
+  return std::move(*best);
 }
 
 }  // namespace oobleck

@@ -139,10 +139,10 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   plan.template_microbatches = static_cast<int>(detail::require_integer(root, "microbatches", where, 1, 100000000));
   if (auto it = root.find("profile"); it != root.end() && it->is_object()) {
     if (auto f = it->find("fingerprint"); f != it->end() && f->is_string()) plan.profile_fingerprint = f->get<std::string>();
-    if (auto l = it->find("layers"); l != it->end() && l->is_number_integer() && l->get<int>() != layers) {
+    if (auto l = it->find("layers"); l != it->end() && l->is_number_integer() && *l != layers) {
       throw (where / "profile" / "layers")
-          .error("the plan was made for " + std::to_string(l->get<int>()) + " layers but the profile " + profile.origin +
-                 " has " + std::to_string(layers));
+          .error("the plan was made for " + l->dump() + " layers but the profile " + profile.origin + " has " +
+                 std::to_string(layers));
     }
   }
   std::set<std::string> names;
@@ -155,12 +155,12 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   };
   const json& pipelines = detail::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
-  int total_microbatches = 0;
+  long long total_microbatches = 0;
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
     const FieldPath at = (where / "pipelines")[i];
     Pipeline p;
     p.template_nodes = static_cast<int>(detail::require_integer(pipelines[i], "template_nodes", at, 1, 1 << 20));
-    p.microbatches = static_cast<int>(detail::require_integer(pipelines[i], "microbatches", at, 1, 100000000));
+    p.microbatches = static_cast<int>(detail::require_integer(pipelines[i], "microbatches", at, 1, 1000000));
     total_microbatches += p.microbatches;
     if (auto it = pipelines[i].find("iteration_ms"); it != pipelines[i].end() && it->is_number()) {
       p.iteration_ms = it->get<double>();

@@ -40,8 +40,9 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
   for (const auto& [key, entry] : value.items()) {
     const FieldPath at = where / key;
     int degree = 0;
-    if (key.empty() || key.size() > 4 || !std::all_of(key.begin(), key.end(), ::isdigit) ||
-        (degree = std::stoi(key)) < 2 || gpus_per_node % degree != 0) {
+    const bool digits = !key.empty() && key.size() <= 4 && key[0] != '0' &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || (degree = std::stoi(key)) < 2 || gpus_per_node % degree != 0) {
       throw at.error("expected a degree key that divides hardware.gpus_per_node (" +
                      std::to_string(gpus_per_node) + ") and is at least 2");
     }
@@ -258,8 +259,11 @@ Profile import_oobleck_profile(const std::filesystem::path& folder, const Ooblec
     if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
     layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
     layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
-    layer.optimizer_bytes =
-        static_cast<Bytes>(static_cast<double>(layer.param_bytes) * options.optimizer_bytes_per_param_byte);
+    const double optimizer = static_cast<double>(layer.param_bytes) * options.optimizer_bytes_per_param_byte;
+    if (!(optimizer >= 0 && optimizer <= static_cast<double>(kMaxBytes))) {
+      throw (at / "mem_required").error("param_bytes x optimizer_bytes_per_param_byte is out of range");
+    }
+    layer.optimizer_bytes = static_cast<Bytes>(optimizer);
     layer.output_bytes = layer.activation_bytes;
     profile.layers.push_back(std::move(layer));
   }
@@ -315,6 +319,9 @@ Profile import_oobleck_profile(const std::filesystem::path& folder, const Ooblec
   }
   if (options.gpus_per_node > 0) {
     hw.gpus_per_node = options.gpus_per_node;
+  } else if (largest_in_node > 1024) {
+    throw InputError(in_node.string() + ": groups of up to " + std::to_string(largest_in_node) +
+                     " GPUs; expected at most 1024 per node");
   } else {
     hw.gpus_per_node = largest_in_node;
     profile.notes.push_back("gpus_per_node = " + std::to_string(largest_in_node) +

@@ -11,12 +11,15 @@
 //    (a merge or a borrow, in Oobleck's terms). With replan_all, everything
 //    is composed afresh.
 // 4. The placement: survivors are assigned to the new pipelines' node slots
-//    to minimise the bytes of layer state they must fetch (intact pipelines
-//    stay as they are; the rest is a minimum-cost assignment). Each missing
-//    layer comes from the surviving holder that has sent least so far.
+//    to minimise the bytes of layer state they must fetch: intact pipelines
+//    stay as they are; the rest is a minimum-cost assignment, solved exactly
+//    as a transportation problem between groups of interchangeable survivors
+//    (same layers held) and slots (same layers needed). Each missing layer
+//    comes from the surviving holder that has sent least so far.
 #include <algorithm>
 #include <climits>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -46,72 +49,79 @@ struct Placement {
   std::vector<int> slot_of_survivor;
 };
 
-// Minimum-cost assignment of rows to columns of a square matrix (Hungarian
-// method with potentials, O(n^3)).
-std::vector<int> assign_min_cost(const std::vector<std::vector<Bytes>>& cost) {
-  const int n = static_cast<int>(cost.size());
-  const Bytes inf = LLONG_MAX / 4;
-  std::vector<Bytes> u(n + 1, 0), v(n + 1, 0);
-  std::vector<int> match(n + 1, 0), way(n + 1, 0);
-  for (int i = 1; i <= n; ++i) {
-    match[0] = i;
-    int j0 = 0;
-    std::vector<Bytes> min_value(n + 1, inf);
-    std::vector<char> used(n + 1, 0);
-    do {
-      used[j0] = 1;
-      const int i0 = match[j0];
-      Bytes delta = inf;
-      int j1 = 0;
-      for (int j = 1; j <= n; ++j) {
-        if (used[j]) continue;
-        const Bytes current = cost[i0 - 1][j - 1] - u[i0] - v[j];
-        if (current < min_value[j]) {
-          min_value[j] = current;
-          way[j] = j0;
-        }
-        if (min_value[j] < delta) {
-          delta = min_value[j];
-          j1 = j;
-        }
-      }
-      for (int j = 0; j <= n; ++j) {
-        if (used[j]) {
-          u[match[j]] += delta;
-          v[j] -= delta;
-        } else {
-          min_value[j] -= delta;
-        }
-      }
-      j0 = j1;
-    } while (match[j0] != 0);
-    do {
-      const int j1 = way[j0];
-      match[j0] = match[j1];
-      j0 = j1;
-    } while (j0 != 0);
-  }
-  std::vector<int> column_of_row(n, -1);
-  for (int j = 1; j <= n; ++j) column_of_row[match[j] - 1] = j - 1;
-  return column_of_row;
-}
+// Minimum-cost flow by successive shortest paths (Dijkstra on reduced costs;
+// every cost is non-negative). Used on small graphs of node and slot groups.
+class MinCostFlow {
+ public:
+  explicit MinCostFlow(int vertices) : out_(static_cast<std::size_t>(vertices)) {}
 
-// Greedy placement for very large remainders: each slot in turn takes the
-// free survivor that must fetch least.
-std::vector<int> assign_greedy(const std::vector<std::vector<Bytes>>& cost) {
-  const int n = static_cast<int>(cost.size());
-  std::vector<int> row_of_column(n, -1), column_of_row(n, -1);
-  std::vector<char> taken(n, 0);
-  for (int j = 0; j < n; ++j) {
-    int best = -1;
-    for (int i = 0; i < n; ++i) {
-      if (!taken[i] && (best < 0 || cost[i][j] < cost[best][j])) best = i;
-    }
-    taken[best] = 1;
-    column_of_row[best] = j;
+  int add_edge(int from, int to, Bytes capacity, Bytes cost) {
+    edges_.push_back({to, capacity, cost});
+    out_[static_cast<std::size_t>(from)].push_back(static_cast<int>(edges_.size()) - 1);
+    edges_.push_back({from, 0, -cost});
+    out_[static_cast<std::size_t>(to)].push_back(static_cast<int>(edges_.size()) - 1);
+    return static_cast<int>(edges_.size()) - 2;
   }
-  return column_of_row;
-}
+  [[nodiscard]] Bytes flow(int edge) const { return edges_[static_cast<std::size_t>(edge) ^ 1].capacity; }
+
+  // Sends as much as possible from source to sink at least total cost.
+  void run(int source, int sink) {
+    const std::size_t n = out_.size();
+    std::vector<Bytes> potential(n, 0), distance(n);
+    std::vector<int> via(n);
+    std::vector<char> done(n);
+    const Bytes inf = std::numeric_limits<Bytes>::max() / 4;
+    while (true) {
+      std::fill(distance.begin(), distance.end(), inf);
+      std::fill(via.begin(), via.end(), -1);
+      std::fill(done.begin(), done.end(), 0);
+      distance[static_cast<std::size_t>(source)] = 0;
+      for (std::size_t round = 0; round < n; ++round) {  // dense Dijkstra
+        std::size_t u = n;
+        for (std::size_t v = 0; v < n; ++v) {
+          if (!done[v] && distance[v] < inf && (u == n || distance[v] < distance[u])) u = v;
+        }
+        if (u == n) break;
+        done[u] = 1;
+        for (int e : out_[u]) {
+          const Edge& edge = edges_[static_cast<std::size_t>(e)];
+          const auto v = static_cast<std::size_t>(edge.to);
+          if (edge.capacity <= 0) continue;
+          const Bytes candidate = distance[u] + edge.cost + potential[u] - potential[v];
+          if (candidate < distance[v]) {
+            distance[v] = candidate;
+            via[v] = e;
+          }
+        }
+      }
+      if (distance[static_cast<std::size_t>(sink)] >= inf) return;
+      for (std::size_t v = 0; v < n; ++v) {
+        if (distance[v] < inf) potential[v] += distance[v];
+      }
+      Bytes push = inf;
+      for (int v = sink; v != source;) {
+        const Edge& edge = edges_[static_cast<std::size_t>(via[static_cast<std::size_t>(v)])];
+        push = std::min(push, edge.capacity);
+        v = edges_[static_cast<std::size_t>(via[static_cast<std::size_t>(v)]) ^ 1].to;
+      }
+      for (int v = sink; v != source;) {
+        const auto e = static_cast<std::size_t>(via[static_cast<std::size_t>(v)]);
+        edges_[e].capacity -= push;
+        edges_[e ^ 1].capacity += push;
+        v = edges_[e ^ 1].to;
+      }
+    }
+  }
+
+ private:
+  struct Edge {
+    int to;
+    Bytes capacity;
+    Bytes cost;
+  };
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> out_;
+};
 
 class Replanner {
  public:
@@ -133,16 +143,21 @@ class Replanner {
           << " nodes: no plan exists; restart from a checkpoint on more nodes";
       throw NoPlanError(why.str());
     }
-    // The most nodes some composition can use; memory limits on microbatches
-    // may rule out every composition of a node count.
+    // Keep f+1 pipelines, or as many as any subset of the survivors can form
+    // (with gaps in the template sizes, using every node can mean fewer
+    // pipelines); then use as many nodes as a plan with that many pipelines
+    // can. Memory limits on microbatches may rule out every composition of a
+    // node count, and then the requirement steps down.
     int target = 0, required = 0;
     std::optional<detail::Composition> global;
-    for (int m = detail::usable_nodes(templates_, count, 1, B); m >= 1 && !global; --m) {
-      const int formable = detail::max_pipelines(templates_, m, B);
-      if (formable == 0) continue;
-      required = std::min(current_.fault_tolerance + 1, formable);
-      global = detail::best_composition(cost_, templates_, m, required, B);
-      if (global) target = m;
+    for (required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
+         required >= 1 && !global; --required) {
+      for (int m = detail::usable_nodes(templates_, count, required, B); m >= 1 && !global; --m) {
+        if (detail::max_pipelines(templates_, m, B) < required) continue;
+        global = detail::best_composition(cost_, templates_, m, required, B);
+        if (global) target = m;
+      }
+      if (global) break;
     }
     if (!global) {
       throw NoPlanError("no combination of templates (node counts " + detail::describe_sizes(templates_) +
@@ -343,19 +358,50 @@ class Replanner {
         break;
       }
     }
-    std::vector<int> rows, columns;
-    for (int i = 0; i < n; ++i) {
-      if (slot_of[i] < 0) rows.push_back(i);
+    // The rest: survivors that held the same layers are interchangeable, and
+    // so are slots that need the same layers, so the minimum-cost assignment
+    // is a transportation problem between those groups.
+    std::vector<std::vector<int>> node_groups, slot_groups;
+    {
+      std::map<std::vector<char>, std::size_t> by_holdings;
+      for (int i = 0; i < n; ++i) {
+        if (slot_of[i] >= 0) continue;
+        auto [it, fresh] = by_holdings.emplace(survivors_[i].holds, node_groups.size());
+        if (fresh) node_groups.emplace_back();
+        node_groups[it->second].push_back(i);
+      }
+      std::map<std::pair<bool, std::vector<std::pair<int, int>>>, std::size_t> by_ranges;
+      for (std::size_t j = 0; j < slots.size(); ++j) {
+        if (slot_taken[j]) continue;
+        auto [it, fresh] = by_ranges.emplace(std::make_pair(slots[j].pipeline < 0, slots[j].ranges), slot_groups.size());
+        if (fresh) slot_groups.emplace_back();
+        slot_groups[it->second].push_back(static_cast<int>(j));
+      }
     }
-    for (std::size_t s = 0; s < slots.size(); ++s) {
-      if (!slot_taken[s]) columns.push_back(static_cast<int>(s));
+    const int groups = static_cast<int>(node_groups.size() + slot_groups.size());
+    const int source = groups, sink = groups + 1;
+    MinCostFlow flow(groups + 2);
+    std::vector<std::vector<int>> edge(node_groups.size(), std::vector<int>(slot_groups.size()));
+    for (std::size_t a = 0; a < node_groups.size(); ++a) {
+      flow.add_edge(source, static_cast<int>(a), static_cast<Bytes>(node_groups[a].size()), 0);
+      for (std::size_t b = 0; b < slot_groups.size(); ++b) {
+        const Bytes cost = fetch_bytes(survivors_[node_groups[a].front()], slots[slot_groups[b].front()]);
+        edge[a][b] = flow.add_edge(static_cast<int>(a), static_cast<int>(node_groups.size() + b), n, cost);
+      }
     }
-    std::vector<std::vector<Bytes>> matrix(rows.size(), std::vector<Bytes>(columns.size(), 0));
-    for (std::size_t a = 0; a < rows.size(); ++a) {
-      for (std::size_t b = 0; b < columns.size(); ++b) matrix[a][b] = fetch_bytes(survivors_[rows[a]], slots[columns[b]]);
+    for (std::size_t b = 0; b < slot_groups.size(); ++b) {
+      flow.add_edge(static_cast<int>(node_groups.size() + b), sink, static_cast<Bytes>(slot_groups[b].size()), 0);
     }
-    const auto chosen = rows.size() <= 400 ? assign_min_cost(matrix) : assign_greedy(matrix);
-    for (std::size_t a = 0; a < rows.size(); ++a) slot_of[rows[a]] = columns[chosen[a]];
+    flow.run(source, sink);
+    std::vector<std::size_t> next_slot(slot_groups.size(), 0);
+    for (std::size_t a = 0; a < node_groups.size(); ++a) {
+      std::size_t next_node = 0;
+      for (std::size_t b = 0; b < slot_groups.size(); ++b) {
+        for (Bytes k = flow.flow(edge[a][b]); k > 0; --k) {
+          slot_of[node_groups[a][next_node++]] = slot_groups[b][next_slot[b]++];
+        }
+      }
+    }
 
     Placement placement;
     placement.pipeline_nodes.assign(pipelines, {});

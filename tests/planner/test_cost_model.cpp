@@ -1,6 +1,8 @@
 // The cost model's formulas on hand-computed cases.
 #include <doctest/doctest.h>
 
+#include <type_traits>
+
 #include "oobleck/planner.h"
 #include "reference.h"
 
@@ -39,3 +41,7 @@ TEST_CASE("gradient synchronisation: ring all-reduce of layer 0 across the pipel
   const double bytes = profile.layers[0].param_bytes;
   CHECK(cost.gradient_sync_ms(4) == doctest::Approx(2.0 * 3 / 4 * bytes / 10e9 * 1000 + 2 * 3 * 0.01));
 }
+
+// The cost model refers to its profile: a temporary would dangle.
+static_assert(!std::is_constructible_v<CostModel, Profile&&, int>);
+static_assert(std::is_constructible_v<CostModel, const Profile&, int>);

@@ -85,6 +85,8 @@ TEST_CASE("bad profiles: the message names the file, the field and what was expe
   CHECK(error_of(replace(good, "\"2\": {\"forward_ms\"", "\"3\": {\"forward_ms\"")).find(
             "layers[0].tensor_parallel.3: expected a degree key that divides") != std::string::npos);
   CHECK(error_of(replace(good, "\"layers\": [", "\"layers\": [}")).rfind("p.json:7:", 0) == 0);  // line:column
+  CHECK(error_of(replace(good, "\"2\": {\"forward_ms\"", "\"02\": {\"forward_ms\"")).find(
+            "tensor_parallel.02: expected a degree key") != std::string::npos);  // one spelling per degree
   CHECK(error_of(replace(good, "\"microbatch_size\": 2", "\"microbatch_size\": 2.5")) ==
         "p.json: microbatch_size: expected an integer, got number 2.5");
   CHECK(error_of(replace(good, "\"param_bytes\": 100,", "\"param_bytes\": 100000000000000000,")).find(

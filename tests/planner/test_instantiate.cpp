@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -135,4 +136,37 @@ TEST_CASE("plan_cluster: the default M follows the microbatches the pipelines ru
   MESSAGE("M " << first_m << " -> " << searched.plan.template_microbatches << " (largest pipeline runs " << largest
                << "): " << fixed.plan.iteration_ms << " -> " << searched.plan.iteration_ms << " ms");
   CHECK(searched.templates.microbatches == searched.plan.template_microbatches);
+}
+
+namespace {
+
+Profile tiny_profile(std::vector<std::array<Bytes, 3>> layers, Bytes gpu_memory) {  // param, optimizer, activation
+  Profile p;
+  p.origin = "tiny";
+  p.model_json = "{}";
+  p.hardware = {"tiny", 1, gpu_memory, 1e9, 1e9, 0.01};
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    std::string name = "l";
+    name += std::to_string(l);
+    p.layers.push_back({name, 1, 2, layers[l][0], layers[l][1], layers[l][2], 0, {}});
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("plan_cluster: a default M too large for memory does not hide the plans that exist") {
+  // Each layer fits a GPU only with one microbatch in flight; M = ceil(B/(f+1))
+  // = 2 rules out every template, M = 1 gives two 2-node pipelines.
+  const Profile tight = tiny_profile({{25, 75, 100}, {25, 75, 100}}, 250);
+  const ClusterPlan plan = plan_cluster(tight, names(4), 0, 2);
+  CHECK(plan.plan.pipelines.size() == 2);
+  CHECK(plan.plan.template_microbatches == 1);
+  // A later round's M (3, what the biggest pipeline runs) loses the 3-node
+  // template; the first round's plan stands.
+  const Profile rounds = tiny_profile({{50, 200, 100}, {50, 200, 100}, {100, 400, 100}, {100, 400, 100}}, 1000);
+  const ClusterPlan kept = plan_cluster(rounds, names(7), 1, 4);
+  CHECK(kept.plan.pipelines.size() == 2);
+  CHECK(kept.plan.spare_nodes.empty());
+  CHECK_THROWS_AS((void)plan_cluster(rounds, names(7), 1, 4, 3), NoPlanError);  // that M, asked for, has no plan
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -85,17 +86,27 @@ bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, 
   }
   // Every survivor is in the plan, nobody else.
   CHECK(all_nodes(after) == survivors);
-  // Every survivor is used when some composition can use them all.
+  // Pipelines first: min(f+1, the most pipelines any subset of survivors can
+  // form), stepping down only when memory rules that out; then as many nodes
+  // as a plan with that many pipelines can use.
   const int B = before.global_microbatches;
   const int count = static_cast<int>(survivors.size());
-  int used = count - static_cast<int>(after.spare_nodes.size());
-  auto required_for = [&](int m) { return std::min(before.fault_tolerance + 1, max_pipelines_brute(templates, m, B)); };
-  CHECK(max_pipelines_brute(templates, used, B) > 0);
-  for (int m = used + 1; m <= count; ++m) {
-    const bool better = required_for(m) > 0 &&
-                        test::brute_force_instantiation(cost, templates, m, required_for(m), B).has_value();
-    CHECK_FALSE(better);
+  const int used = count - static_cast<int>(after.spare_nodes.size());
+  int most = 0;
+  for (int m = 1; m <= count; ++m) most = std::max(most, max_pipelines_brute(templates, m, B));
+  auto plan_exists = [&](int m, int r) {
+    return max_pipelines_brute(templates, m, B) >= r &&
+           test::brute_force_instantiation(cost, templates, m, r, B).has_value();
+  };
+  int required = std::min(before.fault_tolerance + 1, most);
+  int most_nodes = 0;
+  for (; required >= 1 && most_nodes == 0; --required) {
+    for (int m = count; m >= 1 && most_nodes == 0; --m) {
+      if (plan_exists(m, required)) most_nodes = m;
+    }
   }
+  ++required;
+  CHECK(used == most_nodes);
   // Batch kept, every pipeline fed.
   int total = 0;
   for (const auto& p : after.pipelines) {
@@ -105,8 +116,6 @@ bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, 
     CHECK(p.stages == templates.find(p.template_nodes)->stages);
   }
   CHECK(total == B);
-  // As many pipelines as f asks for, or as the survivors allow.
-  const int required = required_for(used);
   CHECK(static_cast<int>(after.pipelines.size()) >= required);
   // Throughput: never better than the best plan for the survivors; with
   // replan_all exactly that. Otherwise, when the affected pipelines' nodes
@@ -157,6 +166,40 @@ bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, 
   CHECK(delivered == needed);
   CHECK(result.copy_bytes == bytes);
   CHECK((result.copy_ms > 0) == !result.transfers.empty());
+  // Placement copies the fewest bytes for this composition: every way of
+  // putting the survivors into its slots, for small clusters.
+  if (survivors.size() <= 7) {
+    struct Slot {
+      std::set<int> layers;  // empty: spare
+    };
+    std::vector<Slot> slots;
+    for (const auto& p : after.pipelines) {
+      for (int r = 0; r < p.template_nodes; ++r) {
+        Slot slot;
+        for (const auto& st : p.stages) {
+          if (st.node == r) {
+            for (int l = st.layer_begin; l < st.layer_end; ++l) slot.layers.insert(l);
+          }
+        }
+        slots.push_back(slot);
+      }
+    }
+    slots.resize(survivors.size());
+    std::vector<std::string> order(survivors.begin(), survivors.end());
+    Bytes least = -1;
+    std::vector<int> perm(order.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do {
+      Bytes fetched = 0;
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        for (int l : slots[perm[i]].layers) {
+          if (!old_holdings[order[i]].count(l)) fetched += cost.layer_state_bytes(l);
+        }
+      }
+      if (least < 0 || fetched < least) least = fetched;
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    CHECK(result.copy_bytes == least);
+  }
   return compared_keeping;
 }
 
@@ -301,4 +344,33 @@ TEST_CASE("reconfiguration invariants over 300 random sequences of losses and ar
   CHECK(kept > 300);
   CHECK(steps > 1000);
   CHECK(with_copies > 100);
+}
+
+TEST_CASE("gaps in template sizes: fault tolerance comes before using every node") {
+  // Templates for 2 and 5 nodes only. Two 5-node pipelines, f = 1; one whole
+  // pipeline fails. All 5 survivors make one pipeline; 4 of them make two.
+  const Profile profile = test::uniform_profile(10, 1, 1.0, 2.0, 4000, 10, Bytes{1} << 40);
+  const CostModel cost(profile, 4);
+  const TemplateSet all = build_templates(cost, 10);
+  TemplateSet gapped;
+  gapped.microbatches = all.microbatches;
+  gapped.max_nodes = all.max_nodes;
+  gapped.templates = {*all.find(2), *all.find(5)};
+  Plan plan;
+  plan.fault_tolerance = 1;
+  plan.global_microbatches = 8;
+  plan.template_microbatches = 4;
+  for (int k = 0; k < 2; ++k) {
+    Pipeline p;
+    p.template_nodes = 5;
+    p.microbatches = 4;
+    p.stages = gapped.find(5)->stages;
+    for (int i = 0; i < 5; ++i) p.nodes.push_back("node" + std::to_string(5 * k + i));
+    plan.pipelines.push_back(p);
+  }
+  const std::vector<std::string> lost = plan.pipelines[1].nodes;
+  const auto result = reconfigure(cost, gapped, plan, lost, {});
+  CHECK(result.plan.pipelines.size() == 2);
+  CHECK(result.plan.spare_nodes.size() == 1);
+  for (const auto& p : result.plan.pipelines) CHECK(p.template_nodes == 2);
 }

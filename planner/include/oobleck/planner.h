@@ -111,6 +111,7 @@ struct Stage {
 class CostModel {
  public:
   CostModel(const Profile& profile, int microbatches);
+  CostModel(const Profile&&, int) = delete;  // keeps a reference: the profile must outlive it
 
   [[nodiscard]] const Profile& profile() const { return *profile_; }
   [[nodiscard]] int layers() const { return static_cast<int>(profile_->layers.size()); }
@@ -224,9 +225,11 @@ struct ClusterPlan {
 };
 
 // Templates and instantiation together. With `microbatches` > 0 the templates
-// are optimised for that M. With 0, M starts at ceil(B / (f+1)) and follows
-// the largest microbatch count the plan gives a pipeline, re-planning while
-// that changes and the plan improves (at most four rounds); the best plan wins.
+// are optimised for that M. With 0, M starts at ceil(B / (f+1)), halved while
+// no plan exists (a large M keeps more microbatches in flight than memory
+// allows), then follows the largest microbatch count the plan gives a
+// pipeline, re-planning while that changes and the plan improves (at most
+// four rounds); the best plan wins.
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {});
@@ -253,9 +256,10 @@ struct ReconfigureOptions {
   bool replan_all = false;
 };
 
-// Replans after `lost` nodes leave and `added` nodes join: uses as many of the
-// survivors as any plan can (all, when possible), keeps the global batch and
-// at least min(f+1, the most pipelines the survivors can form) pipelines.
+// Replans after `lost` nodes leave and `added` nodes join: keeps the global
+// batch and at least min(f+1, the most pipelines the survivors can form)
+// pipelines, and with that many uses as many survivors as any plan can (all,
+// when possible).
 // By default pipelines that lost no node stay as they are; the affected ones
 // are re-planned with the nodes they have left and the ones that joined, and
 // intact pipelines are taken apart (merged, or lending nodes) only when that
