@@ -479,6 +479,18 @@ int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int
   return best;
 }
 
+bool may_take(const TemplateSet& templates, int nodes, int global_microbatches) {
+  long long most_each = 0;
+  for (const auto& t : templates.templates) {
+    if (t.nodes > nodes) continue;
+    if (t.max_microbatches == 0) return true;  // no memory limit on microbatches
+    most_each = std::max<long long>(most_each, t.max_microbatches);
+  }
+  const int smallest = templates.min_nodes();
+  if (smallest <= 0 || nodes < smallest) return false;
+  return static_cast<long long>(nodes / smallest) * most_each >= global_microbatches;
+}
+
 Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates, std::vector<int> template_nodes,
                                  int global_microbatches) {
   std::sort(template_nodes.begin(), template_nodes.end(), std::greater<>());

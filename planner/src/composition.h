@@ -42,6 +42,10 @@ struct Composition {
 // `min_pipelines` pipelines (and at most `global_microbatches`) uses; 0 if none.
 [[nodiscard]] int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches);
 
+// False when no composition of at most `nodes` nodes can take B microbatches
+// within the templates' memory limits on microbatches (a quick bound).
+[[nodiscard]] bool may_take(const TemplateSet& templates, int nodes, int global_microbatches);
+
 [[nodiscard]] Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates,
                                                std::vector<int> template_nodes, int global_microbatches);
 

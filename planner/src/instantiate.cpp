@@ -93,7 +93,7 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
   // Memory limits on microbatches can rule out every composition of the most
   // nodes; then fewer nodes are used.
   std::optional<detail::Composition> composition;
-  for (int m = usable; m >= 1 && !composition; --m) {
+  for (int m = usable; m >= 1 && !composition && detail::may_take(templates, m, global_microbatches); --m) {
     composition = detail::best_composition(cost, templates, m, needed, global_microbatches);
   }
   if (!composition) {

@@ -152,7 +152,8 @@ class Replanner {
     std::optional<detail::Composition> global;
     for (required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
          required >= 1 && !global; --required) {
-      for (int m = detail::usable_nodes(templates_, count, required, B); m >= 1 && !global; --m) {
+      for (int m = detail::usable_nodes(templates_, count, required, B);
+           m >= 1 && !global && detail::may_take(templates_, m, B); --m) {
         if (detail::max_pipelines(templates_, m, B) < required) continue;
         global = detail::best_composition(cost_, templates_, m, required, B);
         if (global) target = m;
