@@ -127,11 +127,13 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
   // until some plan exists.
   int m = std::max(1, (global_microbatches + fault_tolerance) / (fault_tolerance + 1));
   std::optional<ClusterPlan> best;
+  std::optional<NoPlanError> first_failure;  // the reason worth reporting
   while (!best) {
     try {
       best = plan_for(m);
-    } catch (const NoPlanError&) {
-      if (m == 1) throw;
+    } catch (const NoPlanError& e) {
+      if (!first_failure) first_failure = e;
+      if (m == 1) throw *first_failure;
       m = std::max(1, m / 2);
     }
   }
