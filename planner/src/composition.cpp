@@ -15,8 +15,9 @@
 //    bisects over slot values between a lower bound and the best solution so
 //    far, which jumps the upper end to the time that solution actually takes.
 //  * The lower bound is the linear relaxation in the pipeline counts: p times
-//    the upper concave envelope of (n, c_n(tau)) at N/p. Pipeline counts are visited in order of
-//    that bound plus sync(p) and the search stops when the bound cannot win.
+//    the upper concave envelope of (n, c_n(tau)) at N/p. Pipeline counts are
+//    visited in order of that bound plus sync(p) and the search stops when
+//    the bound cannot win.
 #include "composition.h"
 
 #include <algorithm>
@@ -24,7 +25,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <numeric>
 #include <queue>
 
 namespace oobleck::detail {
@@ -39,13 +39,15 @@ struct Kind {
   int limit = 0;     // most microbatches (memory, and never more than B)
 };
 
+[[nodiscard]] Kind kind_of_template(const PipelineTemplate& t, int global_microbatches) {
+  const int limit = t.max_microbatches > 0 ? std::min(t.max_microbatches, global_microbatches) : global_microbatches;
+  return {t.nodes, t.first_microbatch_ms, t.bottleneck_ms, limit};
+}
+
 std::vector<Kind> kinds_of(const TemplateSet& templates, int max_nodes, int global_microbatches) {
   std::vector<Kind> kinds;
   for (const auto& t : templates.templates) {
-    if (t.nodes > max_nodes) continue;
-    const int limit = t.max_microbatches > 0 ? std::min(t.max_microbatches, global_microbatches) : global_microbatches;
-    if (limit < 1) continue;
-    kinds.push_back({t.nodes, t.first_microbatch_ms, t.bottleneck_ms, limit});
+    if (t.nodes <= max_nodes) kinds.push_back(kind_of_template(t, global_microbatches));
   }
   return kinds;
 }
@@ -151,40 +153,52 @@ class TubeSearch {
   std::vector<int> value_;
 };
 
-// Min-max time of the best split for a multiset given as counts per kind.
-[[nodiscard]] double split_time(const std::vector<Kind>& kinds, const std::vector<int>& counts, int B) {
+// The min-max split of B microbatches over counts[i] pipelines of kind i,
+// each at least one and at most its limit. Pipelines of one kind are
+// interchangeable, so the greedy raises them a level at a time: per kind, all
+// run `level` microbatches except `raised` of them, which run level + 1.
+struct KindSplit {
+  std::vector<int> level, raised;
+  double slowest_ms = kInfinity;  // infinite when B does not fit
+};
+
+[[nodiscard]] KindSplit split_by_kind(const std::vector<Kind>& kinds, const std::vector<int>& counts, int B) {
   using Entry = std::pair<double, int>;  // next slot time, kind
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
-  // Pipelines of one kind are interchangeable: raise them a level at a time.
-  int assigned = 0;
-  double worst = 0;
-  std::vector<int> level(kinds.size(), 1), at_level(kinds.size(), 0);
+  KindSplit out{std::vector<int>(kinds.size(), 1), std::vector<int>(kinds.size(), 0), 0};
+  long long assigned = 0;
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     if (counts[i] == 0) continue;
     assigned += counts[i];
-    worst = std::max(worst, slot_time(kinds[i], 1));
-    at_level[i] = counts[i];
+    out.slowest_ms = std::max(out.slowest_ms, slot_time(kinds[i], 1));
     if (kinds[i].limit > 1) next.push({slot_time(kinds[i], 2), static_cast<int>(i)});
   }
-  if (assigned > B) return kInfinity;
-  // Each pop raises one pipeline of that kind from `level` to level+1.
+  if (assigned > B) out.slowest_ms = kInfinity;
+  // Each pop raises pipelines of that kind from `level` to level + 1.
   while (assigned < B) {
-    if (next.empty()) return kInfinity;
+    if (next.empty()) {
+      out.slowest_ms = kInfinity;
+      return out;
+    }
     const auto [time, i] = next.top();
     next.pop();
-    const int take = std::min(at_level[i], B - assigned);
+    const int take = static_cast<int>(std::min<long long>(counts[i] - out.raised[i], B - assigned));
     assigned += take;
-    worst = std::max(worst, time);
-    at_level[i] -= take;
-    if (at_level[i] == 0) {
-      level[i] += 1;
-      at_level[i] = counts[i];
-      if (level[i] < kinds[i].limit) next.push({slot_time(kinds[i], level[i] + 1), i});
+    out.raised[i] += take;
+    out.slowest_ms = std::max(out.slowest_ms, time);
+    if (out.raised[i] == counts[i]) {
+      out.level[i] += 1;
+      out.raised[i] = 0;
+      if (out.level[i] < kinds[i].limit) next.push({slot_time(kinds[i], out.level[i] + 1), i});
     } else {
       next.push({time, i});
     }
   }
-  return worst;
+  return out;
+}
+
+[[nodiscard]] double split_time(const std::vector<Kind>& kinds, const std::vector<int>& counts, int B) {
+  return split_by_kind(kinds, counts, B).slowest_ms;
 }
 
 // Upper concave envelope of points sorted by x, at x; -inf outside their range.
@@ -417,24 +431,25 @@ class CountSets {
 }  // namespace
 
 std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines, int global_microbatches) {
-  const int p = static_cast<int>(pipelines.size());
-  if (p == 0 || p > global_microbatches) return {};
-  std::vector<int> given(p, 1);
-  auto limit = [&](int i) {
-    const int m = pipelines[i]->max_microbatches;
-    return m > 0 ? m : INT_MAX;
-  };
-  using Entry = std::pair<double, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
-  for (int i = 0; i < p; ++i) {
-    if (limit(i) > 1) next.push({pipelines[i]->iteration_ms_for(2), i});
+  // One kind per distinct template.
+  std::vector<const PipelineTemplate*> distinct;
+  std::vector<std::size_t> kind_of(pipelines.size());
+  for (std::size_t p = 0; p < pipelines.size(); ++p) {
+    auto it = std::find(distinct.begin(), distinct.end(), pipelines[p]);
+    kind_of[p] = static_cast<std::size_t>(it - distinct.begin());
+    if (it == distinct.end()) distinct.push_back(pipelines[p]);
   }
-  for (int remaining = global_microbatches - p; remaining > 0; --remaining) {
-    if (next.empty()) return {};
-    const int i = next.top().second;
-    next.pop();
-    given[i] += 1;
-    if (given[i] < limit(i)) next.push({pipelines[i]->iteration_ms_for(given[i] + 1), i});
+  std::vector<Kind> kinds;
+  std::vector<int> counts(distinct.size(), 0);
+  for (const auto* t : distinct) kinds.push_back(kind_of_template(*t, global_microbatches));
+  for (std::size_t k : kind_of) counts[k] += 1;
+  KindSplit split = split_by_kind(kinds, counts, global_microbatches);
+  if (pipelines.empty() || split.slowest_ms == kInfinity) return {};
+  std::vector<int> given(pipelines.size());
+  for (std::size_t p = 0; p < pipelines.size(); ++p) {
+    const std::size_t k = kind_of[p];
+    given[p] = split.level[k] + (split.raised[k] > 0 ? 1 : 0);
+    if (split.raised[k] > 0) split.raised[k] -= 1;
   }
   return given;
 }
