@@ -454,16 +454,6 @@ std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& 
   return given;
 }
 
-int max_pipelines(const TemplateSet& templates, int nodes, int limit) {
-  const int count_limit = pipeline_limit(templates, nodes, limit);
-  if (count_limit == 0) return 0;
-  const auto bits = counts_for(templates, nodes, count_limit);
-  for (int c = count_limit; c >= 1; --c) {
-    if (has(bits, c)) return c;
-  }
-  return 0;
-}
-
 int most_pipelines(const TemplateSet& templates, int nodes, int limit) {
   const int count_limit = pipeline_limit(templates, nodes, limit);
   if (count_limit == 0) return 0;

@@ -23,10 +23,6 @@ struct Composition {
 [[nodiscard]] std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines,
                                                   int global_microbatches);
 
-// Largest pipeline count formable from exactly `nodes` nodes with the
-// templates (0 if none), at most `limit`.
-[[nodiscard]] int max_pipelines(const TemplateSet& templates, int nodes, int limit);
-
 // Largest pipeline count formable from at most `nodes` nodes, at most `limit`.
 [[nodiscard]] int most_pipelines(const TemplateSet& templates, int nodes, int limit);
 

@@ -46,7 +46,6 @@ struct Placement {
   std::vector<std::vector<std::string>> pipeline_nodes;
   std::vector<std::string> spare;
   Bytes bytes = 0;
-  std::vector<int> slot_of_survivor;
 };
 
 // Minimum-cost flow by successive shortest paths (Dijkstra on reduced costs;
@@ -151,10 +150,9 @@ class Replanner {
     int target = 0, required = 0;
     std::optional<detail::Composition> global;
     for (required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
-         required >= 1 && !global; --required) {
+         required >= 1; --required) {
       for (int m = detail::usable_nodes(templates_, count, required, B);
            m >= 1 && !global && detail::may_take(templates_, m, B); --m) {
-        if (detail::max_pipelines(templates_, m, B) < required) continue;
         global = detail::best_composition(cost_, templates_, m, required, B);
         if (global) target = m;
       }
