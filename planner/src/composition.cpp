@@ -496,6 +496,15 @@ bool may_take(const TemplateSet& templates, int nodes, int global_microbatches) 
   return static_cast<long long>(nodes / smallest) * most_each >= global_microbatches;
 }
 
+std::optional<Composition> best_composition_on_most_nodes(const CostModel& cost, const TemplateSet& templates,
+                                                          int nodes, int min_pipelines, int global_microbatches) {
+  for (int m = usable_nodes(templates, nodes, min_pipelines, global_microbatches);
+       m >= 1 && may_take(templates, m, global_microbatches); --m) {
+    if (auto composition = best_composition(cost, templates, m, min_pipelines, global_microbatches)) return composition;
+  }
+  return std::nullopt;
+}
+
 Composition evaluate_composition(const CostModel& cost, const TemplateSet& templates, std::vector<int> template_nodes,
                                  int global_microbatches) {
   std::sort(template_nodes.begin(), template_nodes.end(), std::greater<>());

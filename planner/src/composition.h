@@ -38,6 +38,13 @@ struct Composition {
 // `min_pipelines` pipelines (and at most `global_microbatches`) uses; 0 if none.
 [[nodiscard]] int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches);
 
+// The best composition with at least `min_pipelines` pipelines on as many of
+// `nodes` nodes as any such composition can use (memory limits on
+// microbatches may rule out the largest node counts); nullopt when none.
+[[nodiscard]] std::optional<Composition> best_composition_on_most_nodes(const CostModel& cost,
+                                                                       const TemplateSet& templates, int nodes,
+                                                                       int min_pipelines, int global_microbatches);
+
 // False when no composition of at most `nodes` nodes can take B microbatches
 // within the templates' memory limits on microbatches (a quick bound).
 [[nodiscard]] bool may_take(const TemplateSet& templates, int nodes, int global_microbatches);

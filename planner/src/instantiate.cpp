@@ -77,28 +77,21 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
                       " nodes, so no plan exists");
   }
   const int needed = fault_tolerance + 1;
-  const int smallest = templates.min_nodes();
-  const int usable = detail::usable_nodes(templates, count, needed, global_microbatches);
-  if (usable == 0) {
+  const auto composition = detail::best_composition_on_most_nodes(cost, templates, count, needed, global_microbatches);
+  if (!composition) {
+    const int smallest = templates.min_nodes();
     std::ostringstream why;
     if (count < needed * smallest) {
       why << count << " nodes cannot form f+1 = " << needed << " pipelines: the smallest template needs " << smallest
           << " nodes, so at least " << needed * smallest << " nodes are required";
-    } else {
+    } else if (detail::usable_nodes(templates, count, needed, global_microbatches) == 0) {
       why << "no combination of templates (node counts " << detail::describe_sizes(templates) << ") forms at least "
           << needed << " pipelines from " << count << " nodes";
+    } else {
+      why << "no composition of templates can take " << global_microbatches
+          << " microbatches within the memory limits of its pipelines";
     }
     throw NoPlanError(why.str());
-  }
-  // Memory limits on microbatches can rule out every composition of the most
-  // nodes; then fewer nodes are used.
-  std::optional<detail::Composition> composition;
-  for (int m = usable; m >= 1 && !composition && detail::may_take(templates, m, global_microbatches); --m) {
-    composition = detail::best_composition(cost, templates, m, needed, global_microbatches);
-  }
-  if (!composition) {
-    throw NoPlanError("no composition of templates can take " + std::to_string(global_microbatches) +
-                      " microbatches within the memory limits of its pipelines");
   }
   std::vector<std::vector<std::string>> groups;
   std::size_t next = 0;

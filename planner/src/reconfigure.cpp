@@ -147,22 +147,19 @@ class Replanner {
     // pipelines); then use as many nodes as a plan with that many pipelines
     // can. Memory limits on microbatches may rule out every composition of a
     // node count, and then the requirement steps down.
-    int target = 0, required = 0;
+    int required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
     std::optional<detail::Composition> global;
-    for (required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
-         required >= 1; --required) {
-      for (int m = detail::usable_nodes(templates_, count, required, B);
-           m >= 1 && !global && detail::may_take(templates_, m, B); --m) {
-        global = detail::best_composition(cost_, templates_, m, required, B);
-        if (global) target = m;
-      }
-      if (global) break;
+    while (required >= 1 &&
+           !(global = detail::best_composition_on_most_nodes(cost_, templates_, count, required, B))) {
+      --required;
     }
     if (!global) {
       throw NoPlanError("no combination of templates (node counts " + detail::describe_sizes(templates_) +
                         ") on up to " + std::to_string(count) + " surviving nodes can take " + std::to_string(B) +
                         " microbatches within memory; restart from a checkpoint");
     }
+    int target = 0;
+    for (int size : global->template_nodes) target += size;
     std::vector<detail::Composition> options =
         options_.replan_all ? std::vector<detail::Composition>{*global} : keep_intact(target, required, *global);
     std::optional<std::pair<detail::Composition, Placement>> chosen;
