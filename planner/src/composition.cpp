@@ -455,23 +455,25 @@ std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& 
 }
 
 int most_pipelines(const TemplateSet& templates, int nodes, int limit) {
-  const int count_limit = pipeline_limit(templates, nodes, limit);
-  if (count_limit == 0) return 0;
-  int most = 0;
-  CountSets(templates, count_limit).run(nodes, [&](int, const std::vector<std::uint64_t>& bits) {
-    for (int c = count_limit; c > most; --c) {
-      if (has(bits, c)) {
-        most = c;
-        return;
-      }
-    }
-  });
-  return most;
+  // Nodes may stay unused, so pipelines of the smallest template are the most.
+  return pipeline_limit(templates, nodes, limit);
 }
 
 int usable_nodes(const TemplateSet& templates, int nodes, int min_pipelines, int global_microbatches) {
   const int count_limit = pipeline_limit(templates, nodes, global_microbatches);
   if (count_limit == 0 || count_limit < min_pipelines) return 0;
+  const int n_min = templates.min_nodes();
+  const int n_max = templates.templates.back().nodes;
+  if (static_cast<int>(templates.templates.size()) == n_max - n_min + 1) {
+    // Every size in [n_min, n_max]: c pipelines make exactly the node counts
+    // in [c n_min, c n_max].
+    for (int m = nodes; m >= 1; --m) {
+      const int c_lo = std::max({min_pipelines, 1, (m + n_max - 1) / n_max});
+      const int c_hi = std::min(count_limit, m / n_min);
+      if (c_lo <= c_hi) return m;
+    }
+    return 0;
+  }
   int best = 0;
   CountSets(templates, count_limit).run(nodes, [&](int m, const std::vector<std::uint64_t>& bits) {
     for (int c = std::max(min_pipelines, 1); c <= count_limit; ++c) {

@@ -148,6 +148,17 @@ class Replanner {
     // can. Memory limits on microbatches may rule out every composition of a
     // node count, and then the requirement steps down.
     int required = std::min(current_.fault_tolerance + 1, detail::most_pipelines(templates_, count, B));
+    if (!options_.replan_all) {
+      // The global composition is only a fallback here: when keeping intact
+      // pipelines works on the most usable nodes, the global search (the
+      // costly part on large clusters) would have stopped at that node count
+      // too, so it is skipped.
+      const int target = detail::usable_nodes(templates_, count, required, B);
+      if (target > 0 && detail::may_take(templates_, target, B)) {
+        auto options = keep_intact(target, required, std::nullopt);
+        if (!options.empty()) return choose_and_finish(options, count - target);
+      }
+    }
     std::optional<detail::Composition> global;
     while (required >= 1 &&
            !(global = detail::best_composition_on_most_nodes(cost_, templates_, count, required, B))) {
@@ -161,10 +172,16 @@ class Replanner {
     int target = 0;
     for (int size : global->template_nodes) target += size;
     std::vector<detail::Composition> options =
-        options_.replan_all ? std::vector<detail::Composition>{*global} : keep_intact(target, required, *global);
+        options_.replan_all ? std::vector<detail::Composition>{*global} : keep_intact(target, required, global);
+    return choose_and_finish(options, count - target);
+  }
+
+ private:
+  // Best iteration time, then fewest bytes copied.
+  Reconfiguration choose_and_finish(const std::vector<detail::Composition>& options, int spare_count) {
     std::optional<std::pair<detail::Composition, Placement>> chosen;
     for (const auto& option : options) {
-      Placement placement = place(option, count - target);
+      Placement placement = place(option, spare_count);
       if (!chosen || option.iteration_ms < chosen->first.iteration_ms * (1 - 1e-9) ||
           (option.iteration_ms <= chosen->first.iteration_ms * (1 + 1e-9) && placement.bytes < chosen->second.bytes)) {
         chosen.emplace(option, std::move(placement));
@@ -173,7 +190,6 @@ class Replanner {
     return finish(chosen->first, chosen->second);
   }
 
- private:
   void collect_survivors() {
     detail::check_node_names(lost_, "lost");
     detail::check_node_names(added_, "added");
@@ -268,9 +284,9 @@ class Replanner {
   // The compositions that keep the most intact pipelines: for k = 0, 1, ...
   // intact pipelines joining the pool, every choice of their sizes, until
   // some choice reaches the target. Past a few thousand choices, the global
-  // composition stands in.
+  // composition stands in (none when it is not given).
   [[nodiscard]] std::vector<detail::Composition> keep_intact(int target, int required,
-                                                             const detail::Composition& global) const {
+                                                             const std::optional<detail::Composition>& global) const {
     const std::vector<int> intact = intact_sizes();
     std::map<int, int> available;
     for (int size : intact) available[size] += 1;
@@ -305,7 +321,7 @@ class Replanner {
       choose(0, k, 0);
       if (tried > 4000) break;
     }
-    if (options.empty()) options.push_back(global);
+    if (options.empty() && global) options.push_back(*global);
     return options;
   }
 
