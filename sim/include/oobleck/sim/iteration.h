@@ -1,0 +1,69 @@
+// One training iteration of a plan, op by op: every microbatch's forward and
+// backward on every stage in 1F1B order, the stage-to-stage transfers on
+// their links, the layer-wise gradient all-reduce across the pipelines that
+// hold each layer, and the optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::sim {
+
+struct IterationOptions {
+  // Device memory bandwidth the optimizer step streams the stage's state at
+  // (it reads and writes every byte once); 0 leaves the step out.
+  double optimizer_bytes_per_s = 0;
+  // Per pipeline, per stage: forward work added to every microbatch (the
+  // successor's layers recomputed under redundant computation). Empty: none.
+  std::vector<std::vector<Milliseconds>> extra_forward_ms;
+  bool record_ops = false;  // keep every op, for a Chrome trace
+};
+
+enum class OpKind : std::uint8_t { forward, backward, send_activation, send_gradient, allreduce, optimizer };
+
+struct OpRecord {
+  OpKind kind = OpKind::forward;
+  int pipeline = 0;
+  int stage = 0;       // the sender for sends; -1 for all-reduces
+  int index = 0;       // microbatch, or layer for all-reduces
+  Milliseconds start_ms = 0;
+  Milliseconds end_ms = 0;
+};
+
+struct StageTimes {
+  int pipeline = 0;
+  int stage = 0;
+  std::string node;
+  int gpus = 1;
+  int microbatches = 0;
+  Milliseconds compute_ms = 0;    // forward and backward work
+  Milliseconds optimizer_ms = 0;
+  Milliseconds idle_ms = 0;       // the rest of the iteration
+  Milliseconds finished_ms = 0;   // its optimizer step ends
+};
+
+struct IterationResult {
+  Milliseconds iteration_ms = 0;         // the last optimizer step ends
+  Milliseconds last_backward_ms = 0;     // the last backward ends
+  Milliseconds sync_exposed_ms = 0;      // from the last backward to the last all-reduce
+  std::vector<StageTimes> stages;        // pipeline by pipeline, stage by stage
+  std::vector<OpRecord> ops;             // when recorded, in order of completion
+  std::uint64_t events = 0;
+};
+
+// The plan's stages are read against `cost` (its profile's layers and links).
+[[nodiscard]] IterationResult simulate_iteration(const CostModel& cost, const Plan& plan,
+                                                 const IterationOptions& options = {});
+
+// {"iteration_ms", "last_backward_ms", "sync_exposed_ms", "planner_iteration_ms", "stages": [...]}.
+[[nodiscard]] std::string iteration_to_json(const IterationResult& result, const Plan& plan);
+
+// Chrome trace event format (Perfetto opens it): one process per pipeline,
+// one thread per stage, a thread per pipeline for its sends, one process for
+// the all-reduces. Needs the ops recorded.
+[[nodiscard]] std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile);
+
+}  // namespace oobleck::sim

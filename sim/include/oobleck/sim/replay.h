@@ -1,0 +1,121 @@
+// Replaying a trace: the cluster gains and loses nodes as the trace says and
+// each recovery policy trains through it. Every cost comes from the profile,
+// the planner's plans and a small cluster description; every derived
+// constant can be overridden by a scenario file.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oobleck/planner.h"
+#include "oobleck/sim/trace.h"
+
+namespace oobleck::sim {
+
+enum class Policy { oobleck, checkpoint, inmemory, bamboo };
+inline constexpr Policy kAllPolicies[] = {Policy::oobleck, Policy::checkpoint, Policy::inmemory, Policy::bamboo};
+[[nodiscard]] std::string_view policy_name(Policy policy);
+// "oobleck,checkpoint" or "all"; the message names the flag on a bad name.
+[[nodiscard]] std::vector<Policy> parse_policies(std::string_view list);
+
+// The cluster around the GPUs, with defaults for an A100-class cluster.
+struct Cluster {
+  double storage_bytes_per_s = 20e9;        // aggregate, to and from persistent storage
+  Milliseconds detection_ms = 10'000;       // a lost node is noticed after this
+  Milliseconds restart_ms = 90'000;         // relaunching every process
+  Milliseconds communicator_ms = 5'000;     // building the collective communicators
+  double host_copy_bytes_per_s = 20e9;      // device to host, per node
+  double device_memory_bytes_per_s = 1.5e12;  // streams the optimizer state
+};
+
+// Overrides of derived constants; unset ones are derived.
+struct Overrides {
+  std::optional<Milliseconds> iteration_ms;                 // every plan's iteration time
+  std::optional<int> checkpoint_interval_iterations;        // all checkpointing policies
+  std::optional<Milliseconds> checkpoint_save_ms;
+  std::optional<Milliseconds> checkpoint_load_ms;
+  std::optional<Milliseconds> oobleck_copy_ms;              // per reconfiguration, instead of the planner's copies
+  std::optional<Milliseconds> inmemory_save_ms;             // per iteration
+  std::optional<Milliseconds> inmemory_restore_ms;
+  std::optional<double> bamboo_slowdown;                    // iteration time factor of redundant computation
+  std::optional<Milliseconds> bamboo_failover_ms;
+};
+
+struct Scenario {
+  Cluster cluster;
+  Overrides overrides;
+};
+
+// A JSON object with optional `cluster` and `overrides` sections whose keys
+// are the fields above; unknown keys and wrong types are errors that name
+// the file and the field.
+[[nodiscard]] Scenario parse_scenario(std::string_view json_text, const std::string& origin);
+
+struct ReplayOptions {
+  int fault_tolerance = 1;
+  int global_microbatches = 1;
+  std::vector<Policy> policies = {std::begin(kAllPolicies), std::end(kAllPolicies)};
+  // When false, policies run one after another (results are identical).
+  bool parallel = true;
+};
+
+struct TimeBreakdown {
+  Milliseconds training_ms = 0;
+  Milliseconds reconfiguration_ms = 0;
+  Milliseconds restart_ms = 0;
+  Milliseconds checkpoint_ms = 0;
+  Milliseconds lost_work_ms = 0;
+  Milliseconds waiting_ms = 0;
+  [[nodiscard]] Milliseconds total_ms() const {
+    return training_ms + reconfiguration_ms + restart_ms + checkpoint_ms + lost_work_ms + waiting_ms;
+  }
+};
+
+// One point of the timeline: from time_ms on, until the next point.
+struct TimelinePoint {
+  Milliseconds time_ms = 0;
+  int nodes = 0;       // present in the cluster
+  int pipelines = 0;   // training; 0 while down
+  double samples_per_s = 0;
+};
+
+struct PolicyResult {
+  Policy policy = Policy::oobleck;
+  bool runnable = true;
+  std::string reason;  // why it cannot run, when it cannot
+  double samples = 0;
+  double samples_per_s = 0;
+  double goodput = 0;  // training time / duration
+  TimeBreakdown time;
+  int failures = 0;          // losses of nodes that were training
+  int reconfigurations = 0;
+  int restarts = 0;
+  int unrecoverable = 0;     // losses that forced a fall back to a checkpoint
+  int checkpoint_interval_iterations = 0;  // 0: none taken
+  Milliseconds checkpoint_save_ms = 0;
+  std::vector<TimelinePoint> timeline;
+};
+
+struct ReplayResult {
+  Milliseconds duration_ms = 0;
+  int samples_per_iteration = 0;
+  std::vector<PolicyResult> policies;
+};
+
+using Progress = std::function<void(std::string_view)>;
+
+[[nodiscard]] ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOptions& options,
+                                  const Scenario& scenario = {}, const Progress& progress = {});
+
+[[nodiscard]] std::string replay_to_json(const ReplayResult& result);
+// `policy,time_s,nodes,pipelines,samples_per_s`, one row per timeline point.
+[[nodiscard]] std::string timeline_csv(const ReplayResult& result);
+// Throughput and node count over time for every policy, self-contained SVG.
+[[nodiscard]] std::string timeline_svg(const ReplayResult& result, const std::string& title);
+// The human summary: one row per policy.
+[[nodiscard]] std::string summary_table(const ReplayResult& result);
+
+}  // namespace oobleck::sim

@@ -1,0 +1,72 @@
+// Failure traces: what nodes the cluster has over time. Read from the CSV of
+// DESIGN.md (`time_ms,add|remove,node_name`, LF or CRLF), or from a count
+// series (`date, time, instance_count`), or generated from a failure model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oobleck/planner.h"  // InputError, Milliseconds
+
+namespace oobleck::sim {
+
+enum class NodeChange { add, remove };
+
+struct TraceEvent {
+  Milliseconds time_ms = 0;
+  NodeChange change = NodeChange::add;
+  std::string node;
+  friend bool operator==(const TraceEvent&, const TraceEvent&) = default;
+};
+
+// Events sorted by time (stable: file order within one time). Every add names
+// a node not present at that point and every remove one that is.
+struct Trace {
+  std::string origin;
+  std::vector<TraceEvent> events;
+  [[nodiscard]] Milliseconds duration_ms() const { return events.empty() ? 0 : events.back().time_ms; }
+  // Most nodes present at any moment.
+  [[nodiscard]] int peak_nodes() const;
+};
+
+// The event CSV. Throws InputError naming origin:line and what was expected.
+[[nodiscard]] Trace parse_trace(std::string_view text, const std::string& origin);
+// A count series (`YYYY-MM-DD, HH:MM:SS, count` per line): each change of the
+// count becomes adds (new names) or removes (most recently added first).
+[[nodiscard]] Trace parse_count_series(std::string_view text, const std::string& origin);
+// By content: a count series when the first line has three comma-separated
+// fields and the first looks like a date, the event CSV otherwise.
+[[nodiscard]] Trace load_trace(const std::string& path);
+
+[[nodiscard]] std::string trace_to_csv(const Trace& trace);
+
+// ---------------------------------------------------------------- generators
+// All deterministic for a given seed, on every platform (no std::
+// distributions, whose output the standard leaves to each library).
+
+// `nodes` nodes at time 0, then one removed every `interval_ms` until
+// `min_nodes` remain (the Oobleck artifact's synthetic traces).
+[[nodiscard]] Trace fixed_interval_trace(int nodes, Milliseconds interval_ms, int min_nodes, std::uint64_t seed);
+
+// Each present node fails after an exponential time with rate
+// `failures_per_node_hour` and comes back after an exponential repair time
+// with mean `mttr_ms` (never, when mttr_ms is 0), over `duration_ms`.
+[[nodiscard]] Trace poisson_trace(int nodes, double failures_per_node_hour, Milliseconds mttr_ms,
+                                  Milliseconds duration_ms, std::uint64_t seed);
+
+// Llama 3 405B pre-training: 419 unexpected interruptions in 54 days on
+// 16,384 H100 GPUs. Per GPU-hour; multiply by GPUs per node.
+inline constexpr double kLlama3FailuresPerGpuHour = 419.0 / (54.0 * 24.0 * 16384.0);
+
+// Spot-style: `nodes` slots; at every hour boundary each present node is
+// removed with probability `remove_probability` and each absent slot comes
+// back with `add_probability`; all slots present at time 0.
+[[nodiscard]] Trace spot_trace(int nodes, double add_probability, double remove_probability,
+                               Milliseconds duration_ms, std::uint64_t seed);
+
+// Durations on the command line: a number with a unit, ms s m h d ("90m", "54d").
+[[nodiscard]] Milliseconds parse_duration(std::string_view text, const std::string& what);
+
+}  // namespace oobleck::sim

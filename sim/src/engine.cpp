@@ -1,0 +1,123 @@
+#include "oobleck/sim/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace oobleck::sim {
+
+EventId Engine::schedule_at(TimeMs when, Handler handler) {
+  if (!(when >= now_) || std::isinf(when)) {
+    throw std::logic_error("event scheduled at " + std::to_string(when) + " ms, before now (" +
+                           std::to_string(now_) + " ms) or at no finite time");
+  }
+  std::uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Slot& s = slots_[slot];
+  s.handler = std::move(handler);
+  s.live = true;
+  push({when, next_sequence_++, slot});
+  ++pending_;
+  return {slot, s.generation};
+}
+
+bool Engine::cancel(EventId id) {
+  if (id.slot >= slots_.size()) return false;
+  Slot& s = slots_[id.slot];
+  if (!s.live || s.generation != id.generation) return false;
+  // The heap entry stays and is skipped when it surfaces; the slot is
+  // reused only then, so the entry cannot be mistaken for a new event.
+  s.live = false;
+  s.handler.reset();
+  --pending_;
+  return true;
+}
+
+void Engine::release(std::uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.live = false;
+  ++s.generation;
+  free_slots_.push_back(slot);
+}
+
+// A 4-ary heap: half the depth of a binary one, and the four children of a
+// node share a cache line or two.
+void Engine::push(Entry entry) {
+  std::size_t hole = heap_.size();
+  heap_.push_back(entry);
+  while (hole > 0) {
+    const std::size_t parent = (hole - 1) / 4;
+    if (!later(heap_[parent], entry)) break;
+    heap_[hole] = heap_[parent];
+    hole = parent;
+  }
+  heap_[hole] = entry;
+}
+
+void Engine::pop_front() {
+  const Entry last = heap_.back();
+  heap_.pop_back();
+  const std::size_t size = heap_.size();
+  if (size == 0) return;
+  std::size_t hole = 0;
+  while (true) {
+    const std::size_t first = 4 * hole + 1;
+    if (first >= size) break;
+    std::size_t best = first;
+    const std::size_t end = std::min(first + 4, size);
+    for (std::size_t c = first + 1; c < end; ++c) {
+      if (later(heap_[best], heap_[c])) best = c;
+    }
+    if (!later(last, heap_[best])) break;
+    heap_[hole] = heap_[best];
+    hole = best;
+  }
+  heap_[hole] = last;
+}
+
+bool Engine::step() {
+  while (!heap_.empty()) {
+    const Entry front = heap_.front();
+    pop_front();
+    Slot& s = slots_[front.slot];
+    if (!s.live) {  // cancelled
+      release(front.slot);
+      continue;
+    }
+    // Run in place (slots never move: a deque), then free the slot; marked
+    // dead first so that cancelling the running event is a no-op.
+    s.live = false;
+    --pending_;
+    now_ = front.time;
+    ++executed_;
+    s.handler();
+    s.handler.reset();
+    release(front.slot);
+    return true;
+  }
+  return false;
+}
+
+void Engine::run_until(TimeMs until) {
+  while (!heap_.empty()) {
+    const Entry& front = heap_.front();
+    if (!slots_[front.slot].live) {
+      const std::uint32_t slot = front.slot;
+      pop_front();
+      release(slot);
+      continue;
+    }
+    if (front.time > until) break;
+    step();
+  }
+  now_ = std::max(now_, until);
+}
+
+}  // namespace oobleck::sim

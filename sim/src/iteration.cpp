@@ -1,0 +1,1 @@
+#include "oobleck/sim/replay.h"
