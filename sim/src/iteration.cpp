@@ -1,1 +1,377 @@
-#include "oobleck/sim/replay.h"
+// One 1F1B iteration played op by op on the event engine. Each stage is a
+// processor running its ops in 1F1B order (warm-up forwards, then one
+// forward and one backward in turn, then the remaining backwards); an op
+// starts when the stage is free and its input has arrived. Each direction of
+// each stage-to-stage link carries one transfer at a time. A layer's
+// gradient all-reduce starts once every pipeline holding the layer has
+// finished its last backward over it and the network interfaces of all
+// holders are free; a stage's optimizer step follows the all-reduces of all
+// its layers.
+#include "oobleck/sim/iteration.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "oobleck/sim/engine.h"
+
+namespace oobleck::sim {
+namespace {
+
+struct Op {
+  bool forward;
+  int microbatch;
+};
+
+// 1F1B order for stage s (0-based) of S with M microbatches.
+std::vector<Op> one_f_one_b(int s, int S, int M) {
+  std::vector<Op> order;
+  const int warmup = std::min(S - s - 1, M);
+  for (int m = 0; m < warmup; ++m) order.push_back({true, m});
+  for (int m = 0; m < M; ++m) {
+    if (warmup + m < M) order.push_back({true, warmup + m});
+    order.push_back({false, m});
+  }
+  return order;
+}
+
+struct StageState {
+  int pipeline = 0;
+  int index = 0;
+  Stage stage;
+  std::string node;
+  int node_id = 0;
+  Milliseconds forward_ms = 0;
+  Milliseconds backward_ms = 0;
+  Milliseconds optimizer_ms = 0;
+  std::vector<Op> order;
+  std::size_t next = 0;
+  bool busy = false;
+  std::vector<char> activation_arrived;  // per microbatch, from the previous stage
+  std::vector<char> gradient_arrived;    // per microbatch, from the next stage
+  int layers_unreduced = 0;
+  bool backward_done = false;
+  Milliseconds compute_ms = 0;
+  Milliseconds finished_ms = 0;
+};
+
+class IterationModel {
+ public:
+  IterationModel(const CostModel& cost, const Plan& plan, const IterationOptions& options)
+      : cost_(cost), plan_(plan), options_(options) {}
+
+  IterationResult run() {
+    build();
+    for (std::size_t i = 0; i < stages_.size(); ++i) try_start(static_cast<int>(i));
+    engine_.run();
+    return collect();
+  }
+
+ private:
+  void build() {
+    const int layers = cost_.layers();
+    if (plan_.pipelines.empty()) throw InputError("plan: no pipelines to simulate");
+    if (!options_.extra_forward_ms.empty() && options_.extra_forward_ms.size() != plan_.pipelines.size()) {
+      throw std::invalid_argument("extra_forward_ms: one entry per pipeline expected");
+    }
+    holders_.assign(layers, {});
+    std::map<std::string, int> node_ids;
+    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+      const Pipeline& pipeline = plan_.pipelines[p];
+      const int S = static_cast<int>(pipeline.stages.size());
+      const int M = pipeline.microbatches;
+      first_stage_.push_back(static_cast<int>(stages_.size()));
+      for (int s = 0; s < S; ++s) {
+        const Stage& st = pipeline.stages[s];
+        StageState state;
+        state.pipeline = static_cast<int>(p);
+        state.index = s;
+        state.stage = st;
+        state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
+        state.node_id = node_ids.emplace(state.node, static_cast<int>(node_ids.size())).first->second;
+        state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
+        if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
+        state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+        if (options_.optimizer_bytes_per_s > 0) {
+          // Reads and writes the stage's weights and optimizer state once.
+          state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) /
+                               st.gpus / options_.optimizer_bytes_per_s * 1000.0;
+        }
+        state.order = one_f_one_b(s, S, M);
+        state.activation_arrived.assign(M, s == 0 ? 1 : 0);
+        state.gradient_arrived.assign(M, s == S - 1 ? 1 : 0);
+        state.layers_unreduced = st.layer_end - st.layer_begin;
+        for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
+        stages_.push_back(std::move(state));
+      }
+    }
+    nic_free_ms_.assign(node_ids.size(), 0);
+    link_free_ms_.assign(2 * stages_.size(), 0);
+    unfinished_holders_.resize(layers);
+    for (int l = 0; l < layers; ++l) unfinished_holders_[l] = static_cast<int>(holders_[l].size());
+  }
+
+  void record(OpKind kind, int pipeline, int stage, int index, Milliseconds start, Milliseconds end) {
+    if (options_.record_ops) ops_.push_back({kind, pipeline, stage, index, start, end});
+  }
+
+  void try_start(int id) {
+    StageState& st = stages_[id];
+    if (st.busy || st.next == st.order.size()) return;
+    const Op op = st.order[st.next];
+    if (op.forward ? !st.activation_arrived[op.microbatch] : !st.gradient_arrived[op.microbatch]) return;
+    st.busy = true;
+    const Milliseconds start = engine_.now();
+    const Milliseconds duration = op.forward ? st.forward_ms : st.backward_ms;
+    if (!op.forward && st.next + 1 == st.order.size()) announce_gradients(id, start);
+    engine_.schedule_after(duration, [this, id, op, start] { finish(id, op, start); });
+  }
+
+  // The last backward pass goes from the stage's last layer to its first;
+  // each layer's gradient is final once the pass has gone through it.
+  void announce_gradients(int id, Milliseconds start) {
+    const StageState& st = stages_[id];
+    Milliseconds t = start;
+    for (int l = st.stage.layer_end - 1; l >= st.stage.layer_begin; --l) {
+      t += cost_.layer_backward_ms(l, st.stage.gpus);
+      engine_.schedule_at(t, [this, l] { gradient_ready(l); });
+    }
+  }
+
+  void finish(int id, Op op, Milliseconds start) {
+    StageState& st = stages_[id];
+    st.busy = false;
+    st.compute_ms += engine_.now() - start;
+    record(op.forward ? OpKind::forward : OpKind::backward, st.pipeline, st.index, op.microbatch, start,
+           engine_.now());
+    const Pipeline& pipeline = plan_.pipelines[st.pipeline];
+    const int S = static_cast<int>(pipeline.stages.size());
+    if (op.forward && st.index + 1 < S) {
+      send(id, id + 1, true, op.microbatch);
+    } else if (!op.forward && st.index > 0) {
+      send(id, id - 1, false, op.microbatch);
+    }
+    ++st.next;
+    if (st.next == st.order.size()) {
+      st.backward_done = true;
+      last_backward_ms_ = std::max(last_backward_ms_, engine_.now());
+      maybe_step(id);
+    }
+    try_start(id);
+  }
+
+  void send(int from, int to, bool activation, int microbatch) {
+    const StageState& a = stages_[from];
+    const StageState& b = stages_[to];
+    const int boundary = activation ? a.stage.layer_end : b.stage.layer_end;
+    const Milliseconds duration = cost_.transfer_ms(boundary, a.stage.node == b.stage.node);
+    Milliseconds& link = link_free_ms_[2 * static_cast<std::size_t>(from) + (activation ? 0 : 1)];
+    const Milliseconds start = std::max(engine_.now(), link);
+    link = start + duration;
+    record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start,
+           link);
+    engine_.schedule_at(link, [this, to, activation, microbatch] {
+      auto& arrived = activation ? stages_[to].activation_arrived : stages_[to].gradient_arrived;
+      arrived[microbatch] = 1;
+      try_start(to);
+    });
+  }
+
+  void gradient_ready(int layer) {
+    if (--unfinished_holders_[layer] > 0) return;
+    const auto& holders = holders_[layer];
+    const int ranks = static_cast<int>(holders.size());
+    if (ranks == 1) {
+      reduced(layer);
+      return;
+    }
+    Milliseconds start = engine_.now();
+    for (int h : holders) start = std::max(start, nic_free_ms_[stages_[h].node_id]);
+    const Milliseconds end = start + cost_.allreduce_ms(static_cast<double>(cost_.profile().layers[layer].param_bytes),
+                                                        ranks, cost_.profile().hardware.inter_node_bytes_per_s);
+    for (int h : holders) nic_free_ms_[stages_[h].node_id] = end;
+    record(OpKind::allreduce, -1, -1, layer, start, end);
+    last_allreduce_ms_ = std::max(last_allreduce_ms_, end);
+    engine_.schedule_at(end, [this, layer] { reduced(layer); });
+  }
+
+  void reduced(int layer) {
+    for (int h : holders_[layer]) {
+      --stages_[h].layers_unreduced;
+      maybe_step(h);
+    }
+  }
+
+  void maybe_step(int id) {
+    StageState& st = stages_[id];
+    if (!st.backward_done || st.layers_unreduced > 0) return;
+    st.layers_unreduced = -1;  // stepped
+    const Milliseconds start = engine_.now();
+    engine_.schedule_after(st.optimizer_ms, [this, id, start] {
+      StageState& s = stages_[id];
+      s.finished_ms = engine_.now();
+      if (s.optimizer_ms > 0) record(OpKind::optimizer, s.pipeline, s.index, 0, start, s.finished_ms);
+    });
+  }
+
+  IterationResult collect() {
+    IterationResult out;
+    for (const auto& st : stages_) {
+      if (st.layers_unreduced != -1) throw std::logic_error("iteration model: a stage never stepped");
+      out.iteration_ms = std::max(out.iteration_ms, st.finished_ms);
+    }
+    out.last_backward_ms = last_backward_ms_;
+    out.sync_exposed_ms = std::max(0.0, last_allreduce_ms_ - last_backward_ms_);
+    for (const auto& st : stages_) {
+      StageTimes t;
+      t.pipeline = st.pipeline;
+      t.stage = st.index;
+      t.node = st.node;
+      t.gpus = st.stage.gpus;
+      t.microbatches = plan_.pipelines[st.pipeline].microbatches;
+      t.compute_ms = st.compute_ms;
+      t.optimizer_ms = st.optimizer_ms;
+      t.idle_ms = out.iteration_ms - st.compute_ms - st.optimizer_ms;
+      t.finished_ms = st.finished_ms;
+      out.stages.push_back(std::move(t));
+    }
+    out.ops = std::move(ops_);
+    out.events = engine_.executed();
+    return out;
+  }
+
+  const CostModel& cost_;
+  const Plan& plan_;
+  const IterationOptions& options_;
+  Engine engine_;
+  std::vector<StageState> stages_;
+  std::vector<int> first_stage_;
+  std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
+  std::vector<int> unfinished_holders_;
+  std::vector<Milliseconds> nic_free_ms_;   // per node
+  std::vector<Milliseconds> link_free_ms_;  // per stage: its forward and backward send links
+  std::vector<OpRecord> ops_;
+  Milliseconds last_backward_ms_ = 0;
+  Milliseconds last_allreduce_ms_ = 0;
+};
+
+}  // namespace
+
+IterationResult simulate_iteration(const CostModel& cost, const Plan& plan, const IterationOptions& options) {
+  return IterationModel(cost, plan, options).run();
+}
+
+std::string iteration_to_json(const IterationResult& result, const Plan& plan) {
+  using nlohmann::ordered_json;
+  ordered_json out;
+  out["format"] = "oobleck.iteration.v1";
+  out["iteration_ms"] = result.iteration_ms;
+  out["last_backward_ms"] = result.last_backward_ms;
+  out["sync_exposed_ms"] = result.sync_exposed_ms;
+  out["planner_iteration_ms"] = plan.iteration_ms;
+  out["events"] = result.events;
+  ordered_json stages = ordered_json::array();
+  for (const auto& s : result.stages) {
+    const Stage& st = plan.pipelines[s.pipeline].stages[s.stage];
+    stages.push_back({{"pipeline", s.pipeline},
+                      {"stage", s.stage},
+                      {"node", s.node},
+                      {"gpus", s.gpus},
+                      {"layers", {st.layer_begin, st.layer_end}},
+                      {"microbatches", s.microbatches},
+                      {"busy_ms", s.compute_ms + s.optimizer_ms},
+                      {"compute_ms", s.compute_ms},
+                      {"optimizer_ms", s.optimizer_ms},
+                      {"idle_ms", s.idle_ms},
+                      {"finished_ms", s.finished_ms}});
+  }
+  out["stages"] = std::move(stages);
+  return out.dump(2) + "\n";
+}
+
+std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile) {
+  using nlohmann::ordered_json;
+  ordered_json events = ordered_json::array();
+  auto meta = [&](const char* what, int pid, int tid, const std::string& name) {
+    ordered_json e = {{"name", what}, {"ph", "M"}, {"pid", pid}};
+    if (tid >= 0) e["tid"] = tid;
+    e["args"] = {{"name", name}};
+    events.push_back(std::move(e));
+  };
+  // One thread per link direction: each carries one transfer at a time.
+  const int forward_links_tid = 1000, backward_links_tid = 2000;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const Pipeline& pipeline = plan.pipelines[p];
+    const int pid = static_cast<int>(p) + 1;
+    meta("process_name", pid, -1,
+         "pipeline " + std::to_string(p) + " (" + std::to_string(pipeline.nodes.size()) + " nodes, " +
+             std::to_string(pipeline.microbatches) + " microbatches)");
+    meta("process_sort_index", pid, -1, std::to_string(pid));
+    for (std::size_t s = 0; s < pipeline.stages.size(); ++s) {
+      const Stage& st = pipeline.stages[s];
+      const std::string node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
+      meta("thread_name", pid, static_cast<int>(s),
+           "stage " + std::to_string(s) + ": layers " + std::to_string(st.layer_begin) + "-" +
+               std::to_string(st.layer_end - 1) + " on " + node + " (" + std::to_string(st.gpus) + " GPUs)");
+    }
+    for (std::size_t s = 0; s + 1 < pipeline.stages.size(); ++s) {
+      meta("thread_name", pid, forward_links_tid + static_cast<int>(s),
+           "activations " + std::to_string(s) + "->" + std::to_string(s + 1));
+      meta("thread_name", pid, backward_links_tid + static_cast<int>(s) + 1,
+           "gradients " + std::to_string(s + 1) + "->" + std::to_string(s));
+    }
+  }
+  const int allreduce_pid = static_cast<int>(plan.pipelines.size()) + 1;
+  meta("process_name", allreduce_pid, -1, "gradient all-reduce");
+  // All-reduces on different nodes overlap: give each one the first free lane.
+  std::vector<Milliseconds> lanes;
+  auto us = [](Milliseconds ms) { return ms * 1000.0; };
+  for (const auto& op : result.ops) {
+    ordered_json e;
+    int pid = op.pipeline + 1, tid = op.stage;
+    std::string name;
+    switch (op.kind) {
+      case OpKind::forward: name = "F" + std::to_string(op.index); break;
+      case OpKind::backward: name = "B" + std::to_string(op.index); break;
+      case OpKind::send_activation:
+        name = "activation " + std::to_string(op.index);
+        tid = forward_links_tid + op.stage;
+        break;
+      case OpKind::send_gradient:
+        name = "gradient " + std::to_string(op.index);
+        tid = backward_links_tid + op.stage;
+        break;
+      case OpKind::optimizer: name = "optimizer"; break;
+      case OpKind::allreduce: {
+        pid = allreduce_pid;
+        std::size_t lane = 0;
+        while (lane < lanes.size() && lanes[lane] > op.start_ms) ++lane;
+        if (lane == lanes.size()) lanes.push_back(0);
+        lanes[lane] = op.end_ms;
+        tid = static_cast<int>(lane);
+        name = "all-reduce " + profile.layers[op.index].name;
+        break;
+      }
+    }
+    e["name"] = name;
+    e["cat"] = op.kind == OpKind::forward || op.kind == OpKind::backward ? "compute" : "communication";
+    e["ph"] = "X";
+    e["ts"] = us(op.start_ms);
+    e["dur"] = us(op.end_ms - op.start_ms);
+    e["pid"] = pid;
+    e["tid"] = tid;
+    if (op.kind == OpKind::forward || op.kind == OpKind::backward) e["args"] = {{"microbatch", op.index}};
+    events.push_back(std::move(e));
+  }
+  for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
+    meta("thread_name", allreduce_pid, static_cast<int>(lane), "lane " + std::to_string(lane));
+  }
+  ordered_json out;
+  out["traceEvents"] = std::move(events);
+  out["displayTimeUnit"] = "ms";
+  out["otherData"] = {{"iteration_ms", result.iteration_ms}, {"planner_iteration_ms", plan.iteration_ms}};
+  return out.dump() + "\n";
+}
+
+}  // namespace oobleck::sim
