@@ -1,1 +1,351 @@
+// Trace replay. Each policy is a model driven by its own event engine: the
+// trace's adds and removes are events, and so are the ends of downtimes,
+// checkpoints and deferred growth. Training between events is accounted
+// analytically (whole iterations at the current plan's simulated iteration
+// time), so days of training cost a handful of events.
 #include "oobleck/sim/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "oobleck/sim/engine.h"
+#include "oobleck/sim/iteration.h"
+#include "replay_model.h"
+
+namespace oobleck::sim {
+
+std::string_view policy_name(Policy policy) {
+  switch (policy) {
+    case Policy::oobleck: return "oobleck";
+    case Policy::checkpoint: return "checkpoint";
+    case Policy::inmemory: return "inmemory";
+    case Policy::bamboo: return "bamboo";
+  }
+  return "?";
+}
+
+std::vector<Policy> parse_policies(std::string_view list) {
+  if (list == "all") return {std::begin(kAllPolicies), std::end(kAllPolicies)};
+  std::vector<Policy> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    bool found = false;
+    for (Policy p : kAllPolicies) {
+      if (policy_name(p) == name) {
+        if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+        found = true;
+      }
+    }
+    if (!found) {
+      throw InputError("--policy: unknown policy \"" + std::string(name) +
+                       "\"; expected a comma-separated list of oobleck, checkpoint, inmemory, bamboo, or all");
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+namespace detail {
+
+// ---------------------------------------------------------------- shared job
+
+Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& options_in, const Scenario& scenario_in,
+         const Progress& progress)
+    : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in) {
+  // Templates for the most nodes the trace ever has, as the planner would
+  // make them for that cluster; every policy plans with them.
+  const int peak = std::max(1, trace.peak_nodes());
+  std::vector<std::string> names;
+  for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
+  try {
+    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress);
+  } catch (const NoPlanError& e) {
+    throw NoPlanError(std::string("no plan even on the trace's peak of ") + std::to_string(peak) +
+                      " nodes: " + e.what());
+  }
+  cost.emplace(profile, cluster.templates.microbatches);
+  samples_per_iteration = options.global_microbatches * profile.microbatch_size;
+  for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
+  int removes = 0;
+  for (const auto& e : trace.events) removes += e.change == NodeChange::remove ? 1 : 0;
+  mean_time_between_losses_ms = removes > 0 ? trace.duration_ms() / removes : 0;
+}
+
+// ---------------------------------------------------------------- base model
+
+PolicyModel::PolicyModel(const Job& job, Policy policy) : job_(job) {
+  result_.policy = policy;
+  const Cluster& c = job.scenario.cluster;
+  const Overrides& o = job.scenario.overrides;
+  checkpoint_save_ms_ = o.checkpoint_save_ms.value_or(static_cast<double>(job.model_state_bytes) /
+                                                      c.storage_bytes_per_s * 1000.0);
+  checkpoint_load_ms_ = o.checkpoint_load_ms.value_or(checkpoint_save_ms_);
+}
+
+Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
+  if (job_.scenario.overrides.iteration_ms) return *job_.scenario.overrides.iteration_ms;
+  std::string key;
+  {
+    std::vector<std::string> parts;
+    for (const auto& p : plan.pipelines) {
+      std::ostringstream part;
+      part << p.microbatches << ':';
+      for (const auto& s : p.stages) part << s.layer_begin << '-' << s.layer_end << '/' << s.gpus << '@' << s.node << ',';
+      parts.push_back(part.str());
+    }
+    std::sort(parts.begin(), parts.end());
+    for (const auto& part : parts) key += part + ";";
+    for (const auto& per_pipeline : extra.extra_forward_ms) {
+      for (double x : per_pipeline) key += std::to_string(x) + ",";
+    }
+  }
+  if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
+  IterationOptions options = extra;
+  options.optimizer_bytes_per_s = job_.scenario.cluster.device_memory_bytes_per_s;
+  const Milliseconds t = simulate_iteration(*job_.cost, plan, options).iteration_ms;
+  iteration_cache_.emplace(std::move(key), t);
+  return t;
+}
+
+void PolicyModel::choose_checkpoint_interval(Milliseconds iteration) {
+  const auto& given = job_.scenario.overrides.checkpoint_interval_iterations;
+  if (given) {
+    result_.checkpoint_interval_iterations = *given;
+  } else if (job_.mean_time_between_losses_ms > 0 && iteration > 0) {
+    // Young/Daly: the interval sqrt(2 C MTBF) balances checkpoint cost
+    // against expected lost work.
+    const double interval_ms = std::sqrt(2.0 * checkpoint_save_ms_ * job_.mean_time_between_losses_ms);
+    result_.checkpoint_interval_iterations = std::max(1, static_cast<int>(std::lround(interval_ms / iteration)));
+  } else {
+    result_.checkpoint_interval_iterations = 0;
+  }
+  result_.checkpoint_save_ms = result_.checkpoint_interval_iterations > 0 ? checkpoint_save_ms_ : 0;
+}
+
+PolicyResult PolicyModel::run() {
+  if (!result_.runnable) {
+    result_.time.waiting_ms = job_.trace.duration_ms();
+    return result_;
+  }
+  for (const auto& e : job_.trace.events) {
+    engine_.schedule_at(e.time_ms, [this, &e] {
+      if (e.change == NodeChange::add) {
+        present_.push_back(e.node);
+        batch_added_.push_back(e.node);
+      } else {
+        present_.erase(std::find(present_.begin(), present_.end(), e.node));
+        auto it = std::find(batch_added_.begin(), batch_added_.end(), e.node);
+        if (it != batch_added_.end()) {
+          batch_added_.erase(it);
+        } else {
+          batch_lost_.push_back(e.node);
+        }
+      }
+      if (!batch_pending_) {
+        // Runs after every trace event of this millisecond: they were all
+        // scheduled before it.
+        batch_pending_ = true;
+        engine_.schedule_after(0, [this] {
+          batch_pending_ = false;
+          const auto added = std::move(batch_added_);
+          const auto lost = std::move(batch_lost_);
+          batch_added_.clear();
+          batch_lost_.clear();
+          record_point();
+          on_change(added, lost);
+        });
+      }
+    });
+  }
+  engine_.run_until(job_.trace.duration_ms());
+  // Close the books at the end of the trace; work not yet checkpointed
+  // still counts: the job could save it now.
+  leave_activity();
+  PolicyResult out = result_;
+  const double duration_s = job_.trace.duration_ms() / 1000.0;
+  out.samples = static_cast<double>(iterations_done_) * job_.samples_per_iteration;
+  out.samples_per_s = duration_s > 0 ? out.samples / duration_s : 0;
+  out.goodput = job_.trace.duration_ms() > 0 ? out.time.training_ms / job_.trace.duration_ms() : 0;
+  return out;
+}
+
+// Accounting. Time since `since_` belongs to the current activity; training
+// counts whole iterations (plus their in-memory save share), the unfinished
+// one is lost.
+void PolicyModel::leave_activity() {
+  const Milliseconds now = engine_.now();
+  const Milliseconds elapsed = now - since_;
+  switch (activity_) {
+    case Activity::waiting: result_.time.waiting_ms += elapsed; break;
+    case Activity::reconfiguration: result_.time.reconfiguration_ms += elapsed; break;
+    case Activity::restart: result_.time.restart_ms += elapsed; break;
+    case Activity::checkpoint: result_.time.checkpoint_ms += elapsed; break;
+    case Activity::training: {
+      const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
+      const auto done = static_cast<std::int64_t>(std::floor(elapsed / cycle * (1 + 1e-12)));
+      const Milliseconds useful = static_cast<double>(done) * current_iteration_ms_;
+      const Milliseconds saving = static_cast<double>(done) * per_iteration_save_ms_;
+      result_.time.training_ms += useful;
+      result_.time.checkpoint_ms += saving;
+      result_.time.lost_work_ms += std::max(0.0, elapsed - useful - saving);
+      iterations_done_ += done;
+      training_ms_since_checkpoint_ += useful;
+      iterations_since_checkpoint_ += done;
+      if (per_iteration_save_ms_ > 0 && done > 0) {
+        // Each finished iteration is in host memory.
+        memory_iterations_ = iterations_done_;
+      }
+      break;
+    }
+  }
+  since_ = now;
+}
+
+void PolicyModel::enter(Activity activity) {
+  leave_activity();
+  activity_ = activity;
+  record_point();
+}
+
+void PolicyModel::start_training(Milliseconds iteration, int pipelines, Milliseconds per_iteration_save) {
+  current_iteration_ms_ = iteration;
+  current_pipelines_ = pipelines;
+  per_iteration_save_ms_ = per_iteration_save;
+  enter(Activity::training);
+  schedule_checkpoint();
+}
+
+Milliseconds PolicyModel::next_iteration_boundary() const {
+  const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
+  const Milliseconds elapsed = engine_.now() - since_;
+  return since_ + (std::floor(elapsed / cycle * (1 + 1e-12)) + 1) * cycle;
+}
+
+void PolicyModel::schedule_checkpoint() {
+  engine_.cancel(checkpoint_event_);
+  const int k = result_.checkpoint_interval_iterations;
+  if (k <= 0 || !blocking_checkpoints_ || activity_ != Activity::training) return;
+  const std::int64_t left = std::max<std::int64_t>(1, k - iterations_since_checkpoint_);
+  const Milliseconds at = since_ + static_cast<double>(left) * (current_iteration_ms_ + per_iteration_save_ms_);
+  checkpoint_event_ = engine_.schedule_at(at, [this] {
+    enter(Activity::checkpoint);
+    checkpoint_event_ = engine_.schedule_after(checkpoint_save_ms_, [this] {
+      leave_activity();
+      checkpoint_iterations_ = iterations_done_;
+      training_ms_since_checkpoint_ = 0;
+      iterations_since_checkpoint_ = 0;
+      activity_ = Activity::training;
+      record_point();
+      on_checkpoint_saved();
+      if (activity_ == Activity::training) schedule_checkpoint();
+    });
+  });
+}
+
+// Interrupts whatever runs now (the unfinished iteration or checkpoint is lost).
+void PolicyModel::interrupt() {
+  engine_.cancel(checkpoint_event_);
+  engine_.cancel(activity_end_);
+  engine_.cancel(boundary_event_);
+  leave_activity();
+}
+
+void PolicyModel::roll_back_to(std::int64_t iterations) {
+  const std::int64_t lost = iterations_done_ - iterations;
+  if (lost <= 0) return;
+  // The iterations since the checkpoint were trained at possibly different
+  // speeds; their training time is tracked since the checkpoint.
+  const Milliseconds lost_ms = iterations == checkpoint_iterations_
+                                   ? training_ms_since_checkpoint_
+                                   : training_ms_since_checkpoint_ * static_cast<double>(lost) /
+                                         static_cast<double>(std::max<std::int64_t>(1, iterations_since_checkpoint_));
+  result_.time.training_ms -= lost_ms;
+  result_.time.lost_work_ms += lost_ms;
+  iterations_done_ = iterations;
+  training_ms_since_checkpoint_ -= lost_ms;
+  iterations_since_checkpoint_ = std::max<std::int64_t>(0, iterations_since_checkpoint_ - lost);
+}
+
+void PolicyModel::roll_back_to_checkpoint() {
+  roll_back_to(checkpoint_iterations_);
+  training_ms_since_checkpoint_ = 0;
+  iterations_since_checkpoint_ = 0;
+}
+
+void PolicyModel::down_for(Activity activity, Milliseconds duration, std::function<void()> then) {
+  enter(activity);
+  activity_end_ = engine_.schedule_after(duration, [this, then = std::move(then)] { then(); });
+}
+
+void PolicyModel::at_next_iteration(std::function<void()> action) {
+  if (engine_.cancel(boundary_event_)) {
+    // Already one pending: it runs the newest action, which sees all state.
+  }
+  boundary_event_ = engine_.schedule_at(next_iteration_boundary(), [this, action = std::move(action)] {
+    leave_activity();
+    action();
+  });
+}
+
+void PolicyModel::record_point() {
+  TimelinePoint point;
+  point.time_ms = engine_.now();
+  point.nodes = static_cast<int>(present_.size());
+  if (activity_ == Activity::training) {
+    point.pipelines = current_pipelines_;
+    point.samples_per_s = job_.samples_per_iteration / (current_iteration_ms_ + per_iteration_save_ms_) * 1000.0;
+  }
+  auto& timeline = result_.timeline;
+  if (!timeline.empty() && timeline.back().time_ms == point.time_ms) {
+    timeline.back() = point;
+  } else if (timeline.empty() || timeline.back().nodes != point.nodes || timeline.back().pipelines != point.pipelines ||
+             timeline.back().samples_per_s != point.samples_per_s) {
+    timeline.push_back(point);
+  }
+}
+
+}  // namespace detail
+
+ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOptions& options, const Scenario& scenario,
+                    const Progress& progress) {
+  if (trace.events.empty()) throw InputError(trace.origin + ": the trace has no events");
+  if (options.fault_tolerance < 0) throw InputError("--fault-tolerance: expected a non-negative integer");
+  if (options.global_microbatches < 1) throw InputError("--global-microbatches: expected a positive integer");
+  const detail::Job job(profile, trace, options, scenario, progress);
+  ReplayResult out;
+  out.duration_ms = trace.duration_ms();
+  out.samples_per_iteration = job.samples_per_iteration;
+  out.policies.resize(options.policies.size());
+  auto run_one = [&](std::size_t i) { out.policies[i] = detail::run_policy(job, options.policies[i]); };
+  if (options.parallel && options.policies.size() > 1 && std::thread::hardware_concurrency() > 1) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(options.policies.size());
+    for (std::size_t i = 0; i < options.policies.size(); ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          run_one(i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  } else {
+    for (std::size_t i = 0; i < options.policies.size(); ++i) {
+      if (progress) progress("replaying " + std::string(policy_name(options.policies[i])));
+      run_one(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace oobleck::sim

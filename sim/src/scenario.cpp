@@ -1,1 +1,132 @@
+// Scenario files: the cluster description and overrides of derived constants.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <nlohmann/json.hpp>
+
 #include "oobleck/sim/replay.h"
+
+namespace oobleck::sim {
+namespace {
+
+using nlohmann::json;
+
+std::string line_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(column);
+}
+
+class Section {
+ public:
+  Section(const json& object, std::string origin, std::string name)
+      : object_(object), origin_(std::move(origin)), name_(std::move(name)) {
+    if (!object_.is_object()) throw error(name_, "expected an object, got " + std::string(object_.type_name()));
+  }
+
+  // A positive (or, with allow_zero, non-negative) finite number.
+  void number(const char* key, double& target, bool allow_zero = true) {
+    if (const json* v = take(key)) target = checked(key, *v, allow_zero);
+  }
+  void number(const char* key, std::optional<double>& target, bool allow_zero = true) {
+    if (const json* v = take(key)) target = checked(key, *v, allow_zero);
+  }
+  void integer(const char* key, std::optional<int>& target) {
+    if (const json* v = take(key)) {
+      if (!v->is_number_integer() || v->get<long long>() < 0 || v->get<long long>() > 1'000'000'000) {
+        throw error(path(key), "expected a non-negative integer, got " + v->dump());
+      }
+      target = v->get<int>();
+    }
+  }
+  // Every key must have been read.
+  void finish(const std::vector<std::string>& known_sections = {}) const {
+    for (const auto& [key, value] : object_.items()) {
+      if (!used_.count(key) && std::find(known_sections.begin(), known_sections.end(), key) == known_sections.end()) {
+        std::string expected;
+        for (const auto& k : used_keys_) expected += (expected.empty() ? "" : ", ") + k;
+        for (const auto& k : known_sections) expected += (expected.empty() ? "" : ", ") + k;
+        throw error(path(key), "unknown field; expected one of: " + expected);
+      }
+    }
+  }
+
+ private:
+  const json* take(const char* key) {
+    used_keys_.push_back(key);
+    auto it = object_.find(key);
+    if (it == object_.end()) return nullptr;
+    used_.insert(key);
+    return &*it;
+  }
+  double checked(const char* key, const json& v, bool allow_zero) const {
+    if (!v.is_number()) throw error(path(key), "expected a number, got " + v.dump());
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0 || (!allow_zero && x == 0)) {
+      throw error(path(key), std::string("expected a ") + (allow_zero ? "non-negative" : "positive") +
+                                 " number, got " + v.dump());
+    }
+    return x;
+  }
+  std::string path(const std::string& key) const { return name_.empty() ? key : name_ + "." + key; }
+  InputError error(const std::string& field, const std::string& what) const {
+    return InputError(origin_ + ": " + field + ": " + what);
+  }
+
+  const json& object_;
+  std::string origin_, name_;
+  std::set<std::string> used_;
+  std::vector<std::string> used_keys_;
+};
+
+}  // namespace
+
+Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    throw InputError(origin + ":" + line_column(json_text, e.byte) + ": not valid JSON (" + e.what() + ")");
+  }
+  Scenario scenario;
+  Section top(doc, origin, "");
+  top.finish({"cluster", "overrides", "format", "description"});
+  if (doc.contains("format") && doc["format"] != "oobleck.scenario.v1") {
+    throw InputError(origin + ": format: expected \"oobleck.scenario.v1\", got " + doc["format"].dump());
+  }
+  if (doc.contains("cluster")) {
+    Section c(doc["cluster"], origin, "cluster");
+    Cluster& k = scenario.cluster;
+    c.number("storage_bytes_per_s", k.storage_bytes_per_s, false);
+    c.number("detection_ms", k.detection_ms);
+    c.number("restart_ms", k.restart_ms);
+    c.number("communicator_ms", k.communicator_ms);
+    c.number("host_copy_bytes_per_s", k.host_copy_bytes_per_s, false);
+    c.number("device_memory_bytes_per_s", k.device_memory_bytes_per_s);
+    c.finish();
+  }
+  if (doc.contains("overrides")) {
+    Section o(doc["overrides"], origin, "overrides");
+    Overrides& v = scenario.overrides;
+    o.number("iteration_ms", v.iteration_ms, false);
+    o.integer("checkpoint_interval_iterations", v.checkpoint_interval_iterations);
+    o.number("checkpoint_save_ms", v.checkpoint_save_ms);
+    o.number("checkpoint_load_ms", v.checkpoint_load_ms);
+    o.number("oobleck_copy_ms", v.oobleck_copy_ms);
+    o.number("inmemory_save_ms", v.inmemory_save_ms);
+    o.number("inmemory_restore_ms", v.inmemory_restore_ms);
+    o.number("bamboo_slowdown", v.bamboo_slowdown, false);
+    o.number("bamboo_failover_ms", v.bamboo_failover_ms);
+    o.finish();
+  }
+  return scenario;
+}
+
+}  // namespace oobleck::sim

@@ -1,1 +1,529 @@
-#include "oobleck/sim/replay.h"
+#include "oobleck/sim/trace.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+namespace oobleck::sim {
+
+namespace {
+
+// Whole milliseconds up to 2^53 are exact in a double and in llround, so every
+// time we produce prints and parses back unchanged.
+constexpr double kMaxTraceMs = 9007199254740992.0;
+// Generators refuse to build traces larger than this rather than exhaust memory
+// on a mistyped rate or duration.
+constexpr std::size_t kMaxGeneratedEvents = 10'000'000;
+constexpr double kMsPerHour = 3'600'000.0;
+constexpr const char* kEventFields = "time_ms,add|remove,node_name";
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char separator) {
+  std::vector<std::string_view> parts;
+  for (;;) {
+    const std::size_t at = s.find(separator);
+    parts.push_back(s.substr(0, at));
+    if (at == std::string_view::npos) return parts;
+    s.remove_prefix(at + 1);
+  }
+}
+
+// Calls f(line_number, line) for each line; a trailing newline ends the last
+// line rather than starting an empty one. CR of CRLF is left to trim(), and a
+// UTF-8 byte order mark (spreadsheet exports) is skipped.
+template <typename F>
+void for_each_line(std::string_view text, F&& f) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  int number = 0;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    f(++number, text.substr(0, end));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+}
+
+// Echoes bad input in messages, shortened so a binary file cannot flood them.
+std::string quoted(std::string_view s) {
+  constexpr std::size_t kShown = 40;
+  std::string out = "\"";
+  out += s.substr(0, kShown);
+  if (s.size() > kShown) out += "...";
+  return out + "\"";
+}
+
+[[noreturn]] void fail_at(const std::string& origin, int line, const std::string& what) {
+  throw InputError(origin + ":" + std::to_string(line) + ": " + what);
+}
+
+// A non-negative decimal without sign or exponent ("600000", "600000.0", ".5").
+// from_chars rounds correctly, so parsing is the same on every platform.
+std::optional<double> parse_decimal(std::string_view s) {
+  bool digits = false, point = false;
+  for (char c : s) {
+    if (is_digit(c)) {
+      digits = true;
+    } else if (c == '.' && !point) {
+      point = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!digits) return std::nullopt;
+  double value = 0;
+  const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value, std::chars_format::fixed);
+  if (error != std::errc() || end != s.data() + s.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+// Shortest decimal that parses back to the same double, never in exponent
+// form (so parse_decimal accepts it): integers print without a point.
+std::string format_decimal(double value) {
+  if (value == 0) value = 0;  // no "-0"
+  char buffer[400];           // the longest fixed-form double is about 330 characters
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed);
+  if (error != std::errc()) return std::to_string(value);
+  return std::string(buffer, end);
+}
+
+std::optional<long long> parse_whole(std::string_view s, long long max) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  long long value = 0;
+  for (char c : s) {
+    if (!is_digit(c)) return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value > max) return std::nullopt;
+  return value;
+}
+
+// ------------------------------------------------------------ count series
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+// days_from_civil), so rows spanning month or year ends subtract correctly.
+long long days_from_civil(long long y, long long m, long long d) {
+  y -= m <= 2 ? 1 : 0;
+  const long long era = (y >= 0 ? y : y - 399) / 400;
+  const long long yoe = y - era * 400;
+  const long long doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+bool is_leap(long long y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+// `groups` runs of digits joined by `separator`: the first 1..first_width
+// digits long, the others 1..other_width.
+std::optional<std::vector<long long>> digit_groups(std::string_view s, char separator, std::size_t groups,
+                                                   std::size_t first_width, std::size_t other_width) {
+  const std::vector<std::string_view> parts = split(s, separator);
+  if (parts.size() != groups) return std::nullopt;
+  std::vector<long long> values;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::size_t width = i == 0 ? first_width : other_width;
+    if (parts[i].empty() || parts[i].size() > width) return std::nullopt;
+    const auto value = parse_whole(parts[i], 9999);
+    if (!value) return std::nullopt;
+    values.push_back(*value);
+  }
+  return values;
+}
+
+// YYYY-MM-DD (month and day may have one digit): days since 1970-01-01.
+std::optional<long long> parse_date(std::string_view s) {
+  const auto parts = digit_groups(s, '-', 3, 4, 2);
+  if (!parts || (*parts)[0] < 1000) return std::nullopt;
+  const long long y = (*parts)[0], m = (*parts)[1], d = (*parts)[2];
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (m < 1 || m > 12 || d < 1) return std::nullopt;
+  if (d > kDays[m - 1] + (m == 2 && is_leap(y) ? 1 : 0)) return std::nullopt;
+  return days_from_civil(y, m, d);
+}
+
+// HH:MM:SS (the hour may have one digit): seconds since midnight.
+std::optional<long long> parse_clock(std::string_view s) {
+  const auto parts = digit_groups(s, ':', 3, 2, 2);
+  if (!parts) return std::nullopt;
+  const long long h = (*parts)[0], m = (*parts)[1], sec = (*parts)[2];
+  if (h > 23 || m > 59 || sec > 59) return std::nullopt;
+  return h * 3600 + m * 60 + sec;
+}
+
+bool looks_like_date(std::string_view s) { return digit_groups(s, '-', 3, 4, 2).has_value(); }
+
+// ---------------------------------------------------------------- generators
+
+// mt19937_64's sequence is fixed by the standard; the conversions below are
+// ours, so a seed gives the same trace everywhere (std::log may differ in the
+// last bit between libraries, which rounding to whole milliseconds absorbs).
+class Random {
+ public:
+  explicit Random(std::uint64_t seed) : engine_(seed) {}
+  // Uniform in [0, 1) from the top 53 bits.
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+  // Exponential with the given mean, by inverting the CDF.
+  double exponential(double mean) { return -mean * std::log1p(-uniform()); }
+  // Uniform index in [0, n).
+  std::size_t index(std::size_t n) {
+    return std::min(n - 1, static_cast<std::size_t>(uniform() * static_cast<double>(n)));
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+std::string node_name(int index) { return "node" + std::to_string(index + 1); }
+
+Milliseconds whole_ms(double t) { return static_cast<Milliseconds>(std::llround(t)); }
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InputError(message);
+}
+
+void require_duration(const char* generator, Milliseconds duration_ms) {
+  require(duration_ms >= 0 && duration_ms <= kMaxTraceMs,
+          std::string(generator) + ": duration_ms must be between 0 and " + format_decimal(kMaxTraceMs) + ", got " +
+              format_decimal(duration_ms));
+}
+
+void require_event_budget(const char* generator, std::size_t events) {
+  if (events <= kMaxGeneratedEvents) return;  // checked per event: build no message here
+  throw InputError(std::string(generator) + ": more than " + std::to_string(kMaxGeneratedEvents) +
+                   " events; expected fewer nodes, a lower rate or a shorter duration");
+}
+
+Trace initial_adds(int nodes) {
+  Trace trace;
+  trace.events.reserve(static_cast<std::size_t>(nodes));
+  for (int i = 0; i < nodes; ++i) trace.events.push_back({0, NodeChange::add, node_name(i)});
+  return trace;
+}
+
+}  // namespace
+
+int Trace::peak_nodes() const {
+  int present = 0, peak = 0;
+  for (const TraceEvent& e : events) {
+    present += e.change == NodeChange::add ? 1 : -1;
+    peak = std::max(peak, present);
+  }
+  return peak;
+}
+
+Trace parse_trace(std::string_view text, const std::string& origin) {
+  Trace trace;
+  trace.origin = origin;
+  std::unordered_map<std::string, int> present;  // node -> line that added it
+  Milliseconds last_time = 0;
+  int last_line = 0;
+  for_each_line(text, [&](int line, std::string_view raw) {
+    const std::string_view body = trim(raw);
+    if (body.empty()) return;
+    const std::vector<std::string_view> fields = split(body, ',');
+    if (fields.size() != 3) {
+      fail_at(
+          origin, line,
+          std::string("expected 3 comma-separated fields ") + kEventFields + ", got " + std::to_string(fields.size()));
+    }
+    const std::string_view time_text = trim(fields[0]), action = trim(fields[1]), node = trim(fields[2]);
+
+    const std::optional<double> time = parse_decimal(time_text);
+    if (!time) {
+      fail_at(origin, line,
+              "expected time_ms, a non-negative number of milliseconds such as 600000, got " + quoted(time_text));
+    }
+    NodeChange change;
+    if (action == "add") {
+      change = NodeChange::add;
+    } else if (action == "remove") {
+      change = NodeChange::remove;
+    } else {
+      fail_at(origin, line, "expected add or remove, got " + quoted(action));
+    }
+    if (node.empty()) fail_at(origin, line, "empty node name, expected a name such as node1");
+    if (std::any_of(node.begin(), node.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); })) {
+      fail_at(origin, line, "node name " + quoted(node) + " contains whitespace, expected a name without spaces");
+    }
+    if (*time < last_time) {
+      fail_at(origin, line,
+              "time " + format_decimal(*time) + " ms is before " + format_decimal(last_time) + " ms of line " +
+                  std::to_string(last_line) + ": events must be in time order");
+    }
+
+    std::string name(node);
+    if (change == NodeChange::add) {
+      const auto [it, inserted] = present.emplace(name, line);
+      if (!inserted) {
+        fail_at(origin, line,
+                "adds node " + quoted(node) + ", already present since line " + std::to_string(it->second) +
+                    "; expected a node that is not present");
+      }
+    } else if (present.erase(name) == 0) {
+      fail_at(origin, line, "removes node " + quoted(node) + ", which is not present; expected a node added earlier");
+    }
+    last_time = *time;
+    last_line = line;
+    trace.events.push_back({*time, change, std::move(name)});
+  });
+  if (trace.events.empty()) throw InputError(origin + ": no events, expected lines " + kEventFields);
+  return trace;
+}
+
+// The count series of the Bamboo gcloud traces. Only rows where the count
+// changes produce events, at that row's time relative to the first row.
+// Rows may go back in time: the v100 file logs each count as three samples a
+// minute apart, and the next count's first sample is often earlier than the
+// previous count's last. The rows where the count changes are in order in the
+// bundled files; should one be earlier than the change before it (or than the
+// first row), it takes effect at that earlier change's time, so the events stay
+// in order and the counts follow the file.
+Trace parse_count_series(std::string_view text, const std::string& origin) {
+  Trace trace;
+  trace.origin = origin;
+  std::vector<std::string> present;  // most recently added last
+  int next_name = 0;
+  std::optional<long long> first_s;  // time of the first row, seconds
+  long long count = 0;
+  Milliseconds last_change_ms = 0;
+  for_each_line(text, [&](int line, std::string_view raw) {
+    const std::string_view body = trim(raw);
+    if (body.empty()) return;
+    const std::vector<std::string_view> fields = split(body, ',');
+    if (fields.size() != 3) {
+      fail_at(origin, line,
+              "expected 3 comma-separated fields date, time, instance_count such as 2021-12-11, 11:11:30, 55, got " +
+                  std::to_string(fields.size()));
+    }
+    const std::string_view date_text = trim(fields[0]), clock_text = trim(fields[1]), count_text = trim(fields[2]);
+    const auto day = parse_date(date_text);
+    if (!day) fail_at(origin, line, "expected a date YYYY-MM-DD, got " + quoted(date_text));
+    const auto clock = parse_clock(clock_text);
+    if (!clock) fail_at(origin, line, "expected a time of day HH:MM:SS, got " + quoted(clock_text));
+    constexpr long long kMaxCount = 1'000'000;
+    const auto row_count = parse_whole(count_text, kMaxCount);
+    if (!row_count) {
+      fail_at(origin, line,
+              "expected instance_count, a whole number from 0 to " + std::to_string(kMaxCount) + ", got " +
+                  quoted(count_text));
+    }
+
+    const long long seconds = *day * 86400 + *clock;
+    if (!first_s) first_s = seconds;
+    const Milliseconds time_ms = std::max(last_change_ms, static_cast<Milliseconds>((seconds - *first_s) * 1000));
+    if (*row_count == count) return;
+    last_change_ms = time_ms;
+    for (; count < *row_count; ++count) {
+      present.push_back(node_name(next_name++));
+      trace.events.push_back({time_ms, NodeChange::add, present.back()});
+    }
+    for (; count > *row_count; --count) {
+      trace.events.push_back({time_ms, NodeChange::remove, std::move(present.back())});
+      present.pop_back();
+    }
+  });
+  if (!first_s) throw InputError(origin + ": no rows, expected lines date, time, instance_count");
+  if (trace.events.empty()) throw InputError(origin + ": no events, the instance count is 0 throughout");
+  return trace;
+}
+
+Trace load_trace(const std::string& path) {
+  const std::string text = read_text_file(path);
+  std::string_view first;
+  for_each_line(text, [&](int, std::string_view line) {
+    if (first.empty()) first = trim(line);
+  });
+  const std::vector<std::string_view> fields = split(first, ',');
+  if (fields.size() == 3 && looks_like_date(trim(fields[0]))) return parse_count_series(text, path);
+  return parse_trace(text, path);
+}
+
+std::string trace_to_csv(const Trace& trace) {
+  std::string out;
+  out.reserve(trace.events.size() * 24);
+  for (const TraceEvent& e : trace.events) {
+    out += format_decimal(e.time_ms);
+    out += e.change == NodeChange::add ? ",add," : ",remove,";
+    out += e.node;
+    out += '\n';
+  }
+  return out;
+}
+
+Trace fixed_interval_trace(int nodes, Milliseconds interval_ms, int min_nodes, std::uint64_t seed) {
+  constexpr const char* kWhat = "fixed-interval trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(min_nodes >= 0 && min_nodes <= nodes, std::string(kWhat) + ": min_nodes must be between 0 and nodes (" +
+                                                    std::to_string(nodes) + "), got " + std::to_string(min_nodes));
+  const int removals = nodes - min_nodes;
+  require(interval_ms > 0 && interval_ms * removals <= kMaxTraceMs,
+          std::string(kWhat) + ": interval_ms must be positive (and the trace shorter than " +
+              format_decimal(kMaxTraceMs) + " ms), got " + format_decimal(interval_ms));
+
+  Trace trace = initial_adds(nodes);
+  std::vector<int> present(static_cast<std::size_t>(nodes));
+  for (int i = 0; i < nodes; ++i) present[static_cast<std::size_t>(i)] = i;
+  Random random(seed);
+  for (int k = 1; k <= removals; ++k) {
+    // erase (not swap-and-pop) keeps `present` in index order, so the choice
+    // depends only on the seed and the nodes left.
+    const auto victim = present.begin() + static_cast<std::ptrdiff_t>(random.index(present.size()));
+    trace.events.push_back({whole_ms(interval_ms * k), NodeChange::remove, node_name(*victim)});
+    present.erase(victim);
+  }
+  return trace;
+}
+
+Trace poisson_trace(int nodes, double failures_per_node_hour, Milliseconds mttr_ms, Milliseconds duration_ms,
+                    std::uint64_t seed) {
+  constexpr const char* kWhat = "poisson trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(failures_per_node_hour >= 0 && std::isfinite(failures_per_node_hour),
+          std::string(kWhat) + ": failures_per_node_hour must be a non-negative number, got " +
+              format_decimal(failures_per_node_hour));
+  require(mttr_ms >= 0 && std::isfinite(mttr_ms),
+          std::string(kWhat) + ": mttr_ms must be a non-negative number (0: never repaired), got " +
+              format_decimal(mttr_ms));
+  require_duration(kWhat, duration_ms);
+
+  // Each node's alternating up/down periods are drawn on their own, then all
+  // changes are merged by (time, node, order within the node): equal times
+  // stay deterministic and a node's remove always precedes its return.
+  struct Change {
+    Milliseconds time_ms;
+    int node;
+    int sequence;
+  };
+  std::vector<Change> changes;
+  Random random(seed);
+  if (failures_per_node_hour > 0) {
+    const double mean_up_ms = kMsPerHour / failures_per_node_hour;
+    // Refuse hopeless sizes before drawing; the check per event catches the
+    // rest. Without repair each node fails at most once.
+    if (mttr_ms > 0) {
+      require_event_budget(kWhat, static_cast<std::size_t>(std::min(
+                                      2.0 * kMaxGeneratedEvents, 2.0 * nodes * duration_ms / (mean_up_ms + mttr_ms))));
+    }
+    for (int node = 0; node < nodes; ++node) {
+      double t = 0;  // unrounded, so rounding errors do not accumulate
+      for (int sequence = 0;; ++sequence) {
+        const bool failing = sequence % 2 == 0;
+        if (!failing && mttr_ms == 0) break;
+        t += random.exponential(failing ? mean_up_ms : mttr_ms);
+        if (!(t <= kMaxTraceMs)) break;
+        const Milliseconds at = whole_ms(t);
+        if (at > duration_ms) break;
+        changes.push_back({at, node, sequence});
+        require_event_budget(kWhat, changes.size() + static_cast<std::size_t>(nodes));
+      }
+    }
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+    if (a.node != b.node) return a.node < b.node;
+    return a.sequence < b.sequence;
+  });
+
+  Trace trace = initial_adds(nodes);
+  trace.events.reserve(trace.events.size() + changes.size());
+  for (const Change& c : changes) {
+    trace.events.push_back({c.time_ms, c.sequence % 2 == 0 ? NodeChange::remove : NodeChange::add, node_name(c.node)});
+  }
+  return trace;
+}
+
+Trace spot_trace(int nodes, double add_probability, double remove_probability, Milliseconds duration_ms,
+                 std::uint64_t seed) {
+  constexpr const char* kWhat = "spot trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(add_probability >= 0 && add_probability <= 1,
+          std::string(kWhat) + ": add_probability must be between 0 and 1, got " + format_decimal(add_probability));
+  require(
+      remove_probability >= 0 && remove_probability <= 1,
+      std::string(kWhat) + ": remove_probability must be between 0 and 1, got " + format_decimal(remove_probability));
+  require_duration(kWhat, duration_ms);
+  // One draw per slot and hour: bound the work, not only the events, since
+  // tiny probabilities make long traces with few events.
+  constexpr double kMaxDraws = 1e9;
+  require(std::floor(duration_ms / kMsPerHour) * nodes <= kMaxDraws,
+          std::string(kWhat) + ": nodes times hours must be at most 1e9, got " + std::to_string(nodes) +
+              " nodes over " + format_decimal(std::floor(duration_ms / kMsPerHour)) + " hours");
+
+  Trace trace = initial_adds(nodes);
+  std::vector<char> up(static_cast<std::size_t>(nodes), 1);
+  std::vector<int> leaving, returning;
+  Random random(seed);
+  for (long long hour = 1; static_cast<double>(hour) * kMsPerHour <= duration_ms; ++hour) {
+    // One draw per slot per hour, in slot order, against the state at the
+    // start of the hour: a node that leaves does not come back in the same hour.
+    leaving.clear();
+    returning.clear();
+    for (int i = 0; i < nodes; ++i) {
+      const double u = random.uniform();
+      if (up[static_cast<std::size_t>(i)] != 0) {
+        if (u < remove_probability) leaving.push_back(i);
+      } else if (u < add_probability) {
+        returning.push_back(i);
+      }
+    }
+    const Milliseconds at = static_cast<double>(hour) * kMsPerHour;
+    for (int i : leaving) {
+      up[static_cast<std::size_t>(i)] = 0;
+      trace.events.push_back({at, NodeChange::remove, node_name(i)});
+    }
+    for (int i : returning) {
+      up[static_cast<std::size_t>(i)] = 1;
+      trace.events.push_back({at, NodeChange::add, node_name(i)});
+    }
+    require_event_budget(kWhat, trace.events.size());
+  }
+  return trace;
+}
+
+// A number and a unit; a bare 0 is accepted too, since zero needs no unit
+// (the command line's "--mttr 0" means never repaired).
+Milliseconds parse_duration(std::string_view text, const std::string& what) {
+  const std::string_view body = trim(text);
+  const auto fail = [&]() -> Milliseconds {
+    throw InputError(what + ": expected a duration such as 90m, 6h or 54d, got " + quoted(text));
+  };
+  std::size_t unit_at = 0;
+  while (unit_at < body.size() && (is_digit(body[unit_at]) || body[unit_at] == '.')) ++unit_at;
+  const std::optional<double> number = parse_decimal(body.substr(0, unit_at));
+  if (!number) return fail();
+  const std::string_view unit = body.substr(unit_at);
+  double scale = 0;
+  if (unit == "ms") {
+    scale = 1;
+  } else if (unit == "s") {
+    scale = 1000;
+  } else if (unit == "m") {
+    scale = 60'000;
+  } else if (unit == "h") {
+    scale = kMsPerHour;
+  } else if (unit == "d") {
+    scale = 24 * kMsPerHour;
+  } else if (unit.empty() && *number == 0) {
+    return 0;
+  } else {
+    return fail();
+  }
+  const double ms = *number * scale;
+  if (!std::isfinite(ms)) return fail();
+  return ms;
+}
+
+}  // namespace oobleck::sim

@@ -1,1 +1,259 @@
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "oobleck/planner.h"
+#include "oobleck/sim/replay.h"
+#include "oobleck/sim/trace.h"
+
+using namespace oobleck;
+using namespace oobleck::sim;
+
+namespace {
+
+const std::filesystem::path kRoot = OOBLECK_SOURCE_DIR;
+
+const Profile& gpt3_1_3b() {
+  static const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-a100.handwritten.json");
+  return profile;
+}
+
+Trace trace_of(const std::string& csv) { return parse_trace(csv, "test trace"); }
+
+// `nodes` nodes at 0, then the listed events.
+std::string start_with(int nodes) {
+  std::string csv;
+  for (int i = 1; i <= nodes; ++i) csv += "0,add,node" + std::to_string(i) + "\n";
+  return csv;
+}
+
+void check_books(const ReplayResult& result) {
+  for (const auto& p : result.policies) {
+    CAPTURE(policy_name(p.policy));
+    CHECK(p.time.total_ms() == doctest::Approx(result.duration_ms).epsilon(1e-9));
+    CHECK(p.time.training_ms >= -1e-6);
+    CHECK(p.time.lost_work_ms >= -1e-6);
+    CHECK(p.goodput >= 0);
+    CHECK(p.goodput <= 1 + 1e-12);
+    // Samples come in whole iterations.
+    const double iterations = p.samples / result.samples_per_iteration;
+    CHECK(iterations == std::round(iterations));
+    CHECK(p.samples_per_s == doctest::Approx(p.samples / (result.duration_ms / 1000.0)));
+    for (std::size_t i = 1; i < p.timeline.size(); ++i) CHECK(p.timeline[i].time_ms > p.timeline[i - 1].time_ms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("replay: every policy's time adds up to the trace's duration, on the bundled traces") {
+  for (const char* name : {"p3-trace.csv", "g4dn-trace.csv", "1h.csv", "scale_gcp-trace.csv"}) {
+    CAPTURE(name);
+    const Trace trace = load_trace((kRoot / "traces" / name).string());
+    ReplayOptions options;
+    options.fault_tolerance = 1;
+    options.global_microbatches = 64;
+    const ReplayResult result = replay(gpt3_1_3b(), trace, options);
+    REQUIRE(result.policies.size() == 4);
+    check_books(result);
+    for (const auto& p : result.policies) {
+      CHECK(p.runnable);
+      CHECK(p.samples > 0);
+    }
+  }
+}
+
+TEST_CASE("replay: same inputs, byte-identical outputs, in parallel or not") {
+  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 64;
+  const ReplayResult a = replay(gpt3_1_3b(), trace, options);
+  options.parallel = false;
+  const ReplayResult b = replay(gpt3_1_3b(), trace, options);
+  CHECK(replay_to_json(a) == replay_to_json(b));
+  CHECK(timeline_csv(a) == timeline_csv(b));
+  CHECK(timeline_svg(a, "t") == timeline_svg(b, "t"));
+}
+
+TEST_CASE("replay: without failures, training is everything after the first start") {
+  // 8 nodes for 10 hours; the trace ends with a node joining at 10 h, too
+  // late to be used.
+  const Trace trace = trace_of(start_with(8) + "36000000,add,node9\n");
+  Scenario scenario;
+  scenario.overrides.iteration_ms = 1000;
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 16;
+  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  const Cluster c;
+  for (const auto& p : result.policies) {
+    CAPTURE(policy_name(p.policy));
+    CHECK(p.failures == 0);
+    CHECK(p.unrecoverable == 0);
+    CHECK(p.restarts == 1);
+    CHECK(p.time.restart_ms == doctest::Approx(c.restart_ms + c.communicator_ms));
+    CHECK(p.checkpoint_interval_iterations == 0);  // no losses in the trace: no checkpoints
+    if (p.policy == Policy::inmemory) continue;  // pays its host copy every iteration
+    const double iterations = std::floor((36e6 - c.restart_ms - c.communicator_ms) / 1000.0);
+    CHECK(p.samples == iterations * 16 * gpt3_1_3b().microbatch_size);
+    CHECK(p.time.training_ms == doctest::Approx(iterations * 1000.0));
+  }
+}
+
+TEST_CASE("replay: one loss - oobleck reconfigures, checkpoint-restart rolls back") {
+  // 8 nodes; node3 fails at 2 h; the trace ends at 4 h.
+  const Trace trace = trace_of(start_with(8) + "7200000,remove,node3\n14400000,add,node99\n");
+  Scenario scenario;
+  scenario.overrides.iteration_ms = 1000;
+  scenario.overrides.checkpoint_interval_iterations = 1000;  // every 1000 s of training
+  scenario.overrides.checkpoint_save_ms = 10'000;
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 16;
+  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  check_books(result);
+  const Cluster c;
+  const auto& oobleck = result.policies[0];
+  const auto& checkpoint = result.policies[1];
+  REQUIRE(oobleck.policy == Policy::oobleck);
+  REQUIRE(checkpoint.policy == Policy::checkpoint);
+  CHECK(oobleck.failures == 1);
+  CHECK(oobleck.reconfigurations == 1);
+  CHECK(oobleck.restarts == 1);
+  CHECK(oobleck.unrecoverable == 0);
+  // Downtime: detection, state copies (none: every layer still has its
+  // replica on the same... copies at link speed), communicators.
+  CHECK(oobleck.time.reconfiguration_ms >= c.detection_ms + c.communicator_ms);
+  CHECK(checkpoint.failures == 1);
+  CHECK(checkpoint.restarts == 2);
+  CHECK(checkpoint.time.restart_ms ==
+        doctest::Approx(2 * (c.restart_ms + c.communicator_ms) + c.detection_ms + 10'000 /* load */));
+  // Start at 95 s; cycles of 1000 iterations + 10 s save: 6 done by 2 h, the
+  // failure at 7200 s hits 1 s into... everything since the last save is lost.
+  const double first_start = (c.restart_ms + c.communicator_ms) / 1000.0;
+  const double cycle = 1000 + 10;
+  const double since_save = std::fmod(7200 - first_start, cycle);
+  CHECK(checkpoint.time.lost_work_ms == doctest::Approx(since_save * 1000.0));
+  // Oobleck loses only the iteration in flight.
+  CHECK(oobleck.time.lost_work_ms < 1000);
+  CHECK(oobleck.samples > checkpoint.samples);
+}
+
+TEST_CASE("replay: oobleck falls back to the checkpoint when the planner finds no plan") {
+  // All but one node lost at once: no template runs on one node of a model
+  // that needs... one node may hold the 1.3B model, so lose all of them and
+  // bring one back.
+  const Trace trace = trace_of(start_with(4) + "3600000,remove,node1\n3600000,remove,node2\n3600000,remove,node3\n"
+                                               "3600000,remove,node4\n5400000,add,node5\n7200000,add,node6\n");
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 16;
+  options.policies = {Policy::oobleck};
+  Scenario scenario;
+  scenario.overrides.checkpoint_interval_iterations = 100;
+  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  check_books(result);
+  const auto& p = result.policies[0];
+  CHECK(p.unrecoverable == 1);
+  CHECK(p.failures == 4);
+  CHECK(p.time.waiting_ms >= 1800e3);  // no node from 1 h to 1.5 h
+  CHECK(p.restarts == 2);
+}
+
+TEST_CASE("replay: bamboo survives isolated losses, not neighbouring ones") {
+  Scenario scenario;
+  scenario.overrides.iteration_ms = 1000;
+  scenario.overrides.checkpoint_interval_iterations = 500;
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 16;
+  options.policies = {Policy::bamboo};
+  SUBCASE("two neighbours of one pipeline") {
+    // Pipelines take nodes in order of arrival: node1 and node2 are neighbours.
+    const Trace trace = trace_of(start_with(8) + "3600000,remove,node1\n3600000,remove,node2\n7200000,add,node9\n");
+    const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+    check_books(result);
+    const auto& p = result.policies[0];
+    REQUIRE(p.runnable);
+    CHECK(p.unrecoverable == 1);
+    CHECK(p.failures == 2);
+    CHECK(p.restarts == 2);
+  }
+  SUBCASE("one loss fails over without a restart") {
+    const Trace trace = trace_of(start_with(8) + "3600000,remove,node2\n7200000,add,node9\n");
+    const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+    check_books(result);
+    const auto& p = result.policies[0];
+    CHECK(p.unrecoverable == 0);
+    CHECK(p.restarts == 1);
+    CHECK(p.reconfigurations >= 1);
+  }
+}
+
+TEST_CASE("replay: bamboo says why it cannot run when the redundant layers do not fit") {
+  // One GPU per node with room for one layer's state, not two: every
+  // template fits, none with a neighbour's layers as well.
+  Profile tight = gpt3_1_3b();
+  LayerProfile layer = tight.layers[1];
+  layer.param_bytes = Bytes{5} << 29;       // 2.5 GiB
+  layer.optimizer_bytes = Bytes{15} << 29;  // 7.5 GiB
+  layer.activation_bytes = layer.output_bytes = Bytes{1} << 20;
+  layer.tensor_parallel.clear();
+  tight.layers.assign(8, layer);
+  tight.hardware.gpus_per_node = 1;
+  tight.hardware.gpu_memory_bytes = Bytes{15} << 30;
+  const Trace trace = trace_of(start_with(8) + "3600000,remove,node2\n");
+  ReplayOptions options;
+  options.fault_tolerance = 0;
+  options.global_microbatches = 16;
+  options.policies = {Policy::bamboo, Policy::oobleck};
+  const ReplayResult result = replay(tight, trace, options);
+  CHECK_FALSE(result.policies[0].runnable);
+  CHECK(result.policies[0].reason.find("does not fit") != std::string::npos);
+  CHECK(result.policies[0].time.total_ms() == doctest::Approx(result.duration_ms));
+  CHECK(result.policies[1].runnable);
+  const auto json = nlohmann::json::parse(replay_to_json(result));
+  CHECK(json["policies"]["bamboo"]["runnable"] == false);
+  CHECK(summary_table(result).find("cannot run") != std::string::npos);
+}
+
+TEST_CASE("replay: scenario files") {
+  const Scenario s = parse_scenario(R"({"format": "oobleck.scenario.v1",
+    "cluster": {"storage_bytes_per_s": 5e9, "detection_ms": 30000},
+    "overrides": {"checkpoint_interval_iterations": 40, "iteration_ms": 2500}})",
+                                    "s.json");
+  CHECK(s.cluster.storage_bytes_per_s == 5e9);
+  CHECK(s.cluster.detection_ms == 30000);
+  CHECK(s.cluster.restart_ms == Cluster{}.restart_ms);
+  CHECK(s.overrides.checkpoint_interval_iterations == 40);
+  CHECK(s.overrides.iteration_ms == 2500);
+  CHECK_FALSE(s.overrides.checkpoint_save_ms);
+
+  auto message = [](const std::string& text) {
+    try {
+      (void)parse_scenario(text, "bad.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message(R"({"cluster": {"detection": 3}})").find("bad.json: cluster.detection: unknown field") == 0);
+  CHECK(message(R"({"cluster": {"detection_ms": "3"}})").find("bad.json: cluster.detection_ms: expected a number") == 0);
+  CHECK(message(R"({"cluster": {"storage_bytes_per_s": 0}})").find("expected a positive number") != std::string::npos);
+  CHECK(message(R"({"overrides": {"checkpoint_interval_iterations": 1.5}})").find("non-negative integer") !=
+        std::string::npos);
+  CHECK(message("{\n  \"cluster\": {,\n}").find("bad.json:2:") == 0);
+  CHECK(message(R"({"clusters": {}})").find("bad.json: clusters: unknown field") == 0);
+  CHECK(message(R"([1])").find("expected an object") != std::string::npos);
+  CHECK(message(R"({"format": "v0"})").find("format") != std::string::npos);
+}
+
+TEST_CASE("replay: policy lists") {
+  CHECK(parse_policies("all").size() == 4);
+  CHECK(parse_policies("bamboo,oobleck") == std::vector<Policy>{Policy::bamboo, Policy::oobleck});
+  CHECK_THROWS_AS((void)parse_policies("oobleck,varuna"), InputError);
+  CHECK_THROWS_AS((void)parse_policies(""), InputError);
+}

@@ -1,0 +1,89 @@
+// Internals of trace replay: the job every policy shares and the base class
+// that keeps the books (what time went where) for a policy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oobleck/sim/engine.h"
+#include "oobleck/sim/iteration.h"
+#include "oobleck/sim/replay.h"
+
+namespace oobleck::sim::detail {
+
+struct Job {
+  Job(const Profile& profile, const Trace& trace, const ReplayOptions& options, const Scenario& scenario,
+      const Progress& progress);
+  const Profile& profile;
+  const Trace& trace;
+  const ReplayOptions& options;
+  const Scenario& scenario;
+  ClusterPlan cluster;  // templates (and the plan) for the trace's peak node count
+  std::optional<CostModel> cost;
+  int samples_per_iteration = 0;
+  Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
+  Milliseconds mean_time_between_losses_ms = 0;  // in the trace; 0 when it has none
+};
+
+enum class Activity { waiting, training, reconfiguration, restart, checkpoint };
+
+class PolicyModel {
+ public:
+  PolicyModel(const Job& job, Policy policy);
+  virtual ~PolicyModel() = default;
+  PolicyResult run();
+
+ protected:
+  // The trace's changes at one moment, all at once (traces often add or
+  // remove several nodes at the same millisecond).
+  virtual void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) = 0;
+  virtual void on_checkpoint_saved() {}
+
+  // Simulated iteration time of a plan, cached by the plan's shape.
+  Milliseconds iteration_ms(const Plan& plan, const IterationOptions& extra = {});
+  void choose_checkpoint_interval(Milliseconds iteration);
+
+  void leave_activity();
+  void enter(Activity activity);
+  void start_training(Milliseconds iteration, int pipelines, Milliseconds per_iteration_save = 0);
+  void interrupt();
+  void roll_back_to(std::int64_t iterations);
+  void roll_back_to_checkpoint();
+  void down_for(Activity activity, Milliseconds duration, std::function<void()> then);
+  void at_next_iteration(std::function<void()> action);
+  [[nodiscard]] Milliseconds next_iteration_boundary() const;
+  void schedule_checkpoint();
+  void record_point();
+
+  const Job& job_;
+  Engine engine_;
+  PolicyResult result_;
+  std::vector<std::string> present_;  // nodes in the cluster, in order of arrival
+  Activity activity_ = Activity::waiting;
+  Milliseconds since_ = 0;
+  Milliseconds current_iteration_ms_ = 0;
+  int current_pipelines_ = 0;
+  Milliseconds per_iteration_save_ms_ = 0;
+  std::int64_t iterations_done_ = 0;
+  std::int64_t checkpoint_iterations_ = 0;  // iterations in the last saved checkpoint
+  std::int64_t memory_iterations_ = 0;      // iterations in host memory (in-memory checkpoints)
+  std::int64_t iterations_since_checkpoint_ = 0;
+  Milliseconds training_ms_since_checkpoint_ = 0;
+  Milliseconds checkpoint_save_ms_ = 0;
+  Milliseconds checkpoint_load_ms_ = 0;
+  bool blocking_checkpoints_ = true;  // false: persisted in the background
+  EventId checkpoint_event_, activity_end_, boundary_event_;
+
+ private:
+  std::map<std::string, Milliseconds> iteration_cache_;
+  std::vector<std::string> batch_added_, batch_lost_;
+  bool batch_pending_ = false;
+};
+
+[[nodiscard]] PolicyResult run_policy(const Job& job, Policy policy);
+
+}  // namespace oobleck::sim::detail
