@@ -77,11 +77,34 @@ class IterationModel {
     }
     holders_.assign(layers, {});
     std::map<std::string, int> node_ids;
+    // Pipelines with the same stages, microbatches and extra work run the
+    // same schedule, and their nodes' network queues see the same
+    // all-reduces: one of them stands for all (unless every op is recorded).
+    std::map<std::pair<std::vector<double>, int>, int> representative_of;
+    representative_.assign(plan_.pipelines.size(), -1);
+    copies_.assign(plan_.pipelines.size(), 0);
     for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
       const Pipeline& pipeline = plan_.pipelines[p];
       const int S = static_cast<int>(pipeline.stages.size());
       const int M = pipeline.microbatches;
-      first_stage_.push_back(static_cast<int>(stages_.size()));
+      if (!options_.record_ops) {
+        std::vector<double> signature;
+        for (const auto& st : pipeline.stages) {
+          signature.insert(signature.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
+                                             static_cast<double>(st.gpus), static_cast<double>(st.node)});
+        }
+        if (!options_.extra_forward_ms.empty()) {
+          signature.insert(signature.end(), options_.extra_forward_ms[p].begin(), options_.extra_forward_ms[p].end());
+        }
+        auto [it, fresh] = representative_of.try_emplace({std::move(signature), M}, static_cast<int>(p));
+        representative_[p] = it->second;
+        ++copies_[it->second];
+        if (!fresh) continue;
+      } else {
+        representative_[p] = static_cast<int>(p);
+        copies_[p] = 1;
+      }
+      first_stage_[p] = static_cast<int>(stages_.size());
       for (int s = 0; s < S; ++s) {
         const Stage& st = pipeline.stages[s];
         StageState state;
@@ -181,7 +204,8 @@ class IterationModel {
   void gradient_ready(int layer) {
     if (--unfinished_holders_[layer] > 0) return;
     const auto& holders = holders_[layer];
-    const int ranks = static_cast<int>(holders.size());
+    int ranks = 0;
+    for (int h : holders) ranks += copies_[stages_[h].pipeline];
     if (ranks == 1) {
       reduced(layer);
       return;
@@ -223,18 +247,24 @@ class IterationModel {
     }
     out.last_backward_ms = last_backward_ms_;
     out.sync_exposed_ms = std::max(0.0, last_allreduce_ms_ - last_backward_ms_);
-    for (const auto& st : stages_) {
-      StageTimes t;
-      t.pipeline = st.pipeline;
-      t.stage = st.index;
-      t.node = st.node;
-      t.gpus = st.stage.gpus;
-      t.microbatches = plan_.pipelines[st.pipeline].microbatches;
-      t.compute_ms = st.compute_ms;
-      t.optimizer_ms = st.optimizer_ms;
-      t.idle_ms = out.iteration_ms - st.compute_ms - st.optimizer_ms;
-      t.finished_ms = st.finished_ms;
-      out.stages.push_back(std::move(t));
+    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+      const Pipeline& pipeline = plan_.pipelines[p];
+      const int first = first_stage_[representative_[p]];
+      for (std::size_t s = 0; s < pipeline.stages.size(); ++s) {
+        const StageState& st = stages_[first + s];
+        StageTimes t;
+        t.pipeline = static_cast<int>(p);
+        t.stage = static_cast<int>(s);
+        const int node = pipeline.stages[s].node;
+        t.node = node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[node] : "";
+        t.gpus = st.stage.gpus;
+        t.microbatches = pipeline.microbatches;
+        t.compute_ms = st.compute_ms;
+        t.optimizer_ms = st.optimizer_ms;
+        t.idle_ms = out.iteration_ms - st.compute_ms - st.optimizer_ms;
+        t.finished_ms = st.finished_ms;
+        out.stages.push_back(std::move(t));
+      }
     }
     out.ops = std::move(ops_);
     out.events = engine_.executed();
@@ -246,7 +276,9 @@ class IterationModel {
   const IterationOptions& options_;
   Engine engine_;
   std::vector<StageState> stages_;
-  std::vector<int> first_stage_;
+  std::vector<int> first_stage_ = std::vector<int>(plan_.pipelines.size(), -1);  // of representatives
+  std::vector<int> representative_;  // per pipeline: the one simulated for it
+  std::vector<int> copies_;          // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
   std::vector<int> unfinished_holders_;
   std::vector<Milliseconds> nic_free_ms_;   // per node
