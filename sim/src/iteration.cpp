@@ -4,9 +4,10 @@
 // starts when the stage is free and its input has arrived. Each direction of
 // each stage-to-stage link carries one transfer at a time. A layer's
 // gradient all-reduce starts once every pipeline holding the layer has
-// finished its last backward over it and the network interfaces of all
-// holders are free; a stage's optimizer step follows the all-reduces of all
-// its layers.
+// finished its last backward over it; each holder's GPUs (one network
+// interface each) carry their shard of it after the all-reduces queued
+// before it. A stage's optimizer step follows the all-reduces of all its
+// layers.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
@@ -41,7 +42,6 @@ struct StageState {
   int index = 0;
   Stage stage;
   std::string node;
-  int node_id = 0;
   Milliseconds forward_ms = 0;
   Milliseconds backward_ms = 0;
   Milliseconds optimizer_ms = 0;
@@ -76,7 +76,6 @@ class IterationModel {
       throw std::invalid_argument("extra_forward_ms: one entry per pipeline expected");
     }
     holders_.assign(layers, {});
-    std::map<std::string, int> node_ids;
     // Pipelines with the same stages, microbatches and extra work run the
     // same schedule, and their nodes' network queues see the same
     // all-reduces: one of them stands for all (unless every op is recorded).
@@ -112,7 +111,6 @@ class IterationModel {
         state.index = s;
         state.stage = st;
         state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
-        state.node_id = node_ids.emplace(state.node, static_cast<int>(node_ids.size())).first->second;
         state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
         if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
         state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
@@ -129,7 +127,7 @@ class IterationModel {
         stages_.push_back(std::move(state));
       }
     }
-    nic_free_ms_.assign(node_ids.size(), 0);
+    nic_free_ms_.assign(stages_.size(), 0);
     link_free_ms_.assign(2 * stages_.size(), 0);
     unfinished_holders_.resize(layers);
     for (int l = 0; l < layers; ++l) unfinished_holders_[l] = static_cast<int>(holders_[l].size());
@@ -210,11 +208,20 @@ class IterationModel {
       reduced(layer);
       return;
     }
-    Milliseconds start = engine_.now();
-    for (int h : holders) start = std::max(start, nic_free_ms_[stages_[h].node_id]);
-    const Milliseconds end = start + cost_.allreduce_ms(static_cast<double>(cost_.profile().layers[layer].param_bytes),
-                                                        ranks, cost_.profile().hardware.inter_node_bytes_per_s);
-    for (int h : holders) nic_free_ms_[stages_[h].node_id] = end;
+    // Each GPU has its own network interface and reduces its 1/t shard of
+    // the layer. Every holder's interfaces carry their share in the order
+    // the layers became ready; the all-reduce is done when the last holder
+    // is (bandwidth accounting: no convoys across holders).
+    Milliseconds start = 0, end = 0;
+    const double bytes = static_cast<double>(cost_.profile().layers[layer].param_bytes);
+    for (int h : holders) {
+      Milliseconds& nic = nic_free_ms_[h];
+      const Milliseconds begin = std::max(engine_.now(), nic);
+      nic = begin + cost_.allreduce_ms(bytes / stages_[h].stage.gpus, ranks,
+                                       cost_.profile().hardware.inter_node_bytes_per_s);
+      start = std::max(start, begin);
+      end = std::max(end, nic);
+    }
     record(OpKind::allreduce, -1, -1, layer, start, end);
     last_allreduce_ms_ = std::max(last_allreduce_ms_, end);
     engine_.schedule_at(end, [this, layer] { reduced(layer); });
@@ -281,7 +288,7 @@ class IterationModel {
   std::vector<int> copies_;          // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
   std::vector<int> unfinished_holders_;
-  std::vector<Milliseconds> nic_free_ms_;   // per node
+  std::vector<Milliseconds> nic_free_ms_;   // per stage: its GPUs' network interfaces
   std::vector<Milliseconds> link_free_ms_;  // per stage: its forward and backward send links
   std::vector<OpRecord> ops_;
   Milliseconds last_backward_ms_ = 0;

@@ -72,9 +72,31 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   cost.emplace(profile, cluster.templates.microbatches);
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
   for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
-  int removes = 0;
-  for (const auto& e : trace.events) removes += e.change == NodeChange::remove ? 1 : 0;
-  mean_time_between_losses_ms = removes > 0 ? trace.duration_ms() / removes : 0;
+}
+
+Milliseconds Job::mean_time_between_bursts(int losses) const {
+  // Bursts of `losses` removals within one recovery window (detection and
+  // restart), counted without overlap.
+  const Cluster& c = scenario.cluster;
+  const Milliseconds window = c.detection_ms + c.restart_ms + c.communicator_ms;
+  std::vector<Milliseconds> removals;
+  for (const auto& e : trace.events) {
+    if (e.change == NodeChange::remove) removals.push_back(e.time_ms);
+  }
+  if (removals.empty()) return 0;
+  int bursts = 0;
+  const std::size_t k = static_cast<std::size_t>(std::max(1, losses));
+  for (std::size_t i = 0; i + k - 1 < removals.size();) {
+    if (removals[i + k - 1] - removals[i] <= window) {
+      ++bursts;
+      const Milliseconds until = removals[i] + window;
+      while (i < removals.size() && removals[i] <= until) ++i;
+    } else {
+      ++i;
+    }
+  }
+  // None seen: plan for one in a trace's length rather than none at all.
+  return trace.duration_ms() / std::max(1, bursts);
 }
 
 // ---------------------------------------------------------------- base model
@@ -113,14 +135,16 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
   return t;
 }
 
-void PolicyModel::choose_checkpoint_interval(Milliseconds iteration) {
+void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_losses) {
   const auto& given = job_.scenario.overrides.checkpoint_interval_iterations;
+  const Milliseconds mtbf = job_.mean_time_between_bursts(fatal_losses);
   if (given) {
     result_.checkpoint_interval_iterations = *given;
-  } else if (job_.mean_time_between_losses_ms > 0 && iteration > 0) {
+  } else if (mtbf > 0 && iteration > 0) {
     // Young/Daly: the interval sqrt(2 C MTBF) balances checkpoint cost
-    // against expected lost work.
-    const double interval_ms = std::sqrt(2.0 * checkpoint_save_ms_ * job_.mean_time_between_losses_ms);
+    // against expected lost work; MTBF counts only the losses that need the
+    // checkpoint.
+    const double interval_ms = std::sqrt(2.0 * checkpoint_save_ms_ * mtbf);
     result_.checkpoint_interval_iterations = std::max(1, static_cast<int>(std::lround(interval_ms / iteration)));
   } else {
     result_.checkpoint_interval_iterations = 0;

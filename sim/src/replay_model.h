@@ -26,7 +26,9 @@ struct Job {
   std::optional<CostModel> cost;
   int samples_per_iteration = 0;
   Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
-  Milliseconds mean_time_between_losses_ms = 0;  // in the trace; 0 when it has none
+  // Mean time between bursts of `losses` node losses close enough together
+  // to hit one recovery; 0 when the trace loses no node.
+  [[nodiscard]] Milliseconds mean_time_between_bursts(int losses) const;
 };
 
 enum class Activity { waiting, training, reconfiguration, restart, checkpoint };
@@ -45,7 +47,9 @@ class PolicyModel {
 
   // Simulated iteration time of a plan, cached by the plan's shape.
   Milliseconds iteration_ms(const Plan& plan, const IterationOptions& extra = {});
-  void choose_checkpoint_interval(Milliseconds iteration);
+  // Young/Daly, for a policy that needs its checkpoint when `fatal_losses`
+  // nodes are lost within one recovery.
+  void choose_checkpoint_interval(Milliseconds iteration, int fatal_losses);
 
   void leave_activity();
   void enter(Activity activity);

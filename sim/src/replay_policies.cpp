@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "replay_model.h"
 
@@ -41,7 +42,8 @@ Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
 class OobleckPolicy final : public PolicyModel {
  public:
   OobleckPolicy(const Job& job) : PolicyModel(job, Policy::oobleck) {
-    choose_checkpoint_interval(iteration_ms(job.cluster.plan));
+    // A fall-back to the checkpoint takes f+1 losses at once.
+    choose_checkpoint_interval(iteration_ms(job.cluster.plan), job.options.fault_tolerance + 1);
   }
 
  private:
@@ -225,7 +227,7 @@ class CheckpointPolicy final : public RestartingPolicy {
  public:
   CheckpointPolicy(const Job& job) : RestartingPolicy(job, Policy::checkpoint) {
     const CountPlan& peak = plan_for(std::max(1, job.trace.peak_nodes()));
-    choose_checkpoint_interval(peak.exists ? peak.iteration_ms : 0);
+    choose_checkpoint_interval(peak.exists ? peak.iteration_ms : 0, 1);
   }
 
  private:
@@ -265,22 +267,27 @@ class InMemoryPolicy final : public RestartingPolicy {
   InMemoryPolicy(const Job& job) : RestartingPolicy(job, Policy::inmemory) {
     blocking_checkpoints_ = false;
     const CountPlan& peak = plan_for(std::max(1, job.trace.peak_nodes()));
-    choose_checkpoint_interval(peak.exists ? peak.iteration_ms : 0);
+    // The persisted copy is needed when a node and its peer are lost together.
+    choose_checkpoint_interval(peak.exists ? peak.iteration_ms : 0, 2);
   }
 
  private:
   Milliseconds save_per_iteration_ms(const CountPlan& cp) override {
     return job_.scenario.overrides.inmemory_save_ms.value_or(static_cast<double>(cp.node_state_bytes) /
-                                                             job_.scenario.cluster.host_copy_bytes_per_s * 1000.0);
+                                                             host_bytes_per_s() * 1000.0);
   }
   Milliseconds load_ms(const CountPlan& cp) override {
     if (iterations_done_ == 0) return 0;
     if (restoring_from_storage_) return checkpoint_load_ms_;
     // From the peer's host memory over the network, then host to device.
-    const Cluster& c = job_.scenario.cluster;
     const double bytes = static_cast<double>(cp.node_state_bytes);
     return job_.scenario.overrides.inmemory_restore_ms.value_or(
-        bytes / job_.profile.hardware.inter_node_bytes_per_s * 1000.0 + bytes / c.host_copy_bytes_per_s * 1000.0);
+        bytes / (job_.profile.hardware.inter_node_bytes_per_s * job_.profile.hardware.gpus_per_node) * 1000.0 +
+        bytes / host_bytes_per_s() * 1000.0);
+  }
+  // A node's GPUs copy their shares at once.
+  double host_bytes_per_s() const {
+    return job_.scenario.cluster.host_copy_bytes_per_s * job_.profile.hardware.gpus_per_node;
   }
   void trained_since_restart() override {
     lost_since_training_.clear();
@@ -369,7 +376,8 @@ class BambooPolicy final : public PolicyModel {
       return;
     }
     const Layout* peak = best_layout(std::max(1, job.trace.peak_nodes()));
-    choose_checkpoint_interval(peak ? peak->iteration_ms : 0);
+    // Two neighbours lost together need the checkpoint.
+    choose_checkpoint_interval(peak ? peak->iteration_ms : 0, 2);
   }
 
  private:
@@ -478,28 +486,29 @@ class BambooPolicy final : public PolicyModel {
   const Layout* best_layout(int count) {
     auto [it, fresh] = layouts_.try_emplace(count);
     if (fresh && count > 0) {
-      std::optional<Layout> best;
-      double best_rate = 0;
+      const int B = job_.options.global_microbatches;
+      // Rank depths by the planner's formula, then simulate the few best:
+      // simulating every depth would cost more than the whole replay.
+      std::vector<std::pair<double, Layout>> candidates;
       for (const PipelineTemplate* t : depths_) {
-        TemplateSet only;
-        only.microbatches = job_.cluster.templates.microbatches;
-        only.max_nodes = t->nodes;
-        only.templates = {*t};
-        Plan plan;
-        try {
-          plan = instantiate(*job_.cost, only, placeholder_names(count), 0, job_.options.global_microbatches);
-        } catch (const NoPlanError&) {
-          continue;
-        }
-        Layout layout{t, static_cast<int>(plan.pipelines.size()), {}, 0};
-        for (const auto& p : plan.pipelines) layout.microbatches.push_back(p.microbatches);
+        // As many pipelines of this depth as the nodes allow, the batch
+        // spread evenly (Bamboo's pipelines are alike).
+        const int pipelines = std::min(count / t->nodes, B);
+        if (pipelines == 0) continue;
+        const int most = (B + pipelines - 1) / pipelines;
+        if (t->max_microbatches > 0 && most > t->max_microbatches) continue;
+        Layout layout{t, pipelines, {}, 0};
+        for (int i = 0; i < pipelines; ++i) layout.microbatches.push_back(B / pipelines + (i < B % pipelines ? 1 : 0));
+        candidates.emplace_back(t->iteration_ms_for(most) + job_.cost->gradient_sync_ms(pipelines), std::move(layout));
+      }
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (candidates.size() > kSimulatedDepths) candidates.resize(kSimulatedDepths);
+      std::optional<Layout> best;
+      for (auto& [estimate, layout] : candidates) {
         layout.iteration_ms = layout_iteration_ms(
-            layout, std::vector<std::vector<bool>>(layout.pipelines, std::vector<bool>(t->nodes, false)));
-        const double rate = 1.0 / layout.iteration_ms;
-        if (!best || rate > best_rate * (1 + 1e-9)) {
-          best = layout;
-          best_rate = rate;
-        }
+            layout, std::vector<std::vector<bool>>(layout.pipelines, std::vector<bool>(layout.pipeline->nodes, false)));
+        if (!best || layout.iteration_ms < best->iteration_ms * (1 - 1e-9)) best = layout;
       }
       it->second = best;
     }
@@ -509,19 +518,23 @@ class BambooPolicy final : public PolicyModel {
   void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override {
     bool fatal = false;
     int members_lost = 0;
-    for (const auto& n : lost) {
-      for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
-        auto& row = members_[i];
-        auto it = std::find(row.begin(), row.end(), n);
-        if (it == row.end()) continue;
-        ++members_lost;
-        const int r = static_cast<int>(it - row.begin());
-        const int d = static_cast<int>(row.size());
-        it->clear();
-        failed_[i][r] = true;
-        // Its layers' only other copy is on its predecessor (cyclically).
-        if (failed_[i][(r + d - 1) % d] || failed_[i][(r + 1) % d]) fatal = true;
+    std::map<std::string_view, std::pair<int, int>> position;  // pipeline, position
+    for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+      for (int r = 0; r < static_cast<int>(members_[i].size()); ++r) {
+        if (!members_[i][r].empty()) position.emplace(members_[i][r], std::pair{i, r});
       }
+    }
+    std::vector<std::pair<int, int>> hit;
+    for (const auto& n : lost) {
+      if (auto at = position.find(n); at != position.end()) hit.push_back(at->second);
+    }
+    for (const auto& [i, r] : hit) {
+      ++members_lost;
+      const int d = static_cast<int>(members_[i].size());
+      members_[i][r].clear();
+      failed_[i][r] = true;
+      // Its layers' only other copy is on its predecessor (cyclically).
+      if (failed_[i][(r + d - 1) % d] || failed_[i][(r + 1) % d]) fatal = true;
     }
     if (members_lost > 0) {
       result_.failures += members_lost;
@@ -551,11 +564,11 @@ class BambooPolicy final : public PolicyModel {
   }
 
   std::vector<std::string> spares() const {
+    std::set<std::string_view> used;
+    for (const auto& row : members_) used.insert(row.begin(), row.end());
     std::vector<std::string> out;
     for (const auto& n : present_) {
-      bool used = false;
-      for (const auto& row : members_) used = used || contains(row, n);
-      if (!used) out.push_back(n);
+      if (!used.count(n)) out.push_back(n);
     }
     return out;
   }
@@ -633,6 +646,7 @@ class BambooPolicy final : public PolicyModel {
     if (!spares().empty()) use_arrivals_at_next_iteration();
   }
 
+  static constexpr std::size_t kSimulatedDepths = 4;
   std::vector<const PipelineTemplate*> depths_;  // templates whose redundancy fits
   std::map<int, std::optional<Layout>> layouts_;
   const Layout* layout_ = nullptr;

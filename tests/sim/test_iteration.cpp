@@ -260,3 +260,40 @@ TEST_CASE("iteration: chrome trace lists every op once, without overlaps on a st
   CHECK(chrome_trace_json(simulate_iteration(cost, plan, options), plan, profile) == chrome_trace_json(r, plan, profile));
   CHECK(iteration_to_json(r, plan) == iteration_to_json(simulate_iteration(cost, plan, options), plan));
 }
+
+TEST_CASE("iteration: simulating one pipeline per distinct layout gives what simulating all of them gives") {
+  std::mt19937_64 random(5);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int layers = 4 + static_cast<int>(random() % 6);
+    std::vector<LayerCost> costs;
+    for (int l = 0; l < layers; ++l) costs.push_back({1.0 + static_cast<double>(random() % 4), 2.0 + static_cast<double>(random() % 6)});
+    const Profile profile = profile_of(costs, Bytes{1} << 26, 0.02, Bytes{64} << 20);
+    // A few layouts, each used by several pipelines.
+    std::vector<std::vector<int>> layouts = {{0, layers / 2, layers}, {0, 1, layers - 1, layers}, {0, layers}};
+    std::vector<std::vector<int>> cuts;
+    std::vector<int> microbatches;
+    const int pipelines = 2 + static_cast<int>(random() % 6);
+    for (int p = 0; p < pipelines; ++p) {
+      cuts.push_back(layouts[random() % layouts.size()]);
+      microbatches.push_back(1 + static_cast<int>(random() % 3));
+    }
+    const CostModel cost(profile, 2);
+    const Plan plan = plan_of(cost, cuts, microbatches);
+    IterationOptions all;
+    all.record_ops = true;  // simulates every pipeline
+    all.optimizer_bytes_per_s = 1e12;
+    IterationOptions grouped = all;
+    grouped.record_ops = false;
+    const IterationResult a = simulate_iteration(cost, plan, all);
+    const IterationResult b = simulate_iteration(cost, plan, grouped);
+    CHECK(a.iteration_ms == b.iteration_ms);
+    CHECK(a.sync_exposed_ms == b.sync_exposed_ms);
+    REQUIRE(a.stages.size() == b.stages.size());
+    for (std::size_t i = 0; i < a.stages.size(); ++i) {
+      CHECK(a.stages[i].node == b.stages[i].node);
+      CHECK(a.stages[i].compute_ms == b.stages[i].compute_ms);
+      CHECK(a.stages[i].finished_ms == b.stages[i].finished_ms);
+    }
+    CHECK(b.events <= a.events);
+  }
+}

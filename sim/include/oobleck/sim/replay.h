@@ -27,7 +27,7 @@ struct Cluster {
   Milliseconds detection_ms = 10'000;       // a lost node is noticed after this
   Milliseconds restart_ms = 90'000;         // relaunching every process
   Milliseconds communicator_ms = 5'000;     // building the collective communicators
-  double host_copy_bytes_per_s = 20e9;      // device to host, per node
+  double host_copy_bytes_per_s = 20e9;      // device to host, per GPU (each over its own PCIe link)
   double device_memory_bytes_per_s = 1.5e12;  // streams the optimizer state
 };
 
