@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctest --test-dir build --output-on-failure -j "$(nproc)"
-echo "== benchmarks (short mode; run build/bin/planner_benchmarks for full timings)"
+echo "== benchmarks (short mode; run build/bin/planner_benchmarks and build/bin/sim_benchmarks for full timings)"
 build/bin/planner_benchmarks --benchmark_min_time=0.05
+build/bin/sim_benchmarks --benchmark_min_time=0.05

@@ -23,7 +23,7 @@ inline constexpr Policy kAllPolicies[] = {Policy::oobleck, Policy::checkpoint, P
 
 // The cluster around the GPUs, with defaults for an A100-class cluster.
 struct Cluster {
-  double storage_bytes_per_s = 20e9;        // aggregate, to and from persistent storage
+  double storage_bytes_per_s = 50e9;        // aggregate, to and from a parallel file system
   Milliseconds detection_ms = 10'000;       // a lost node is noticed after this
   Milliseconds restart_ms = 90'000;         // relaunching every process
   Milliseconds communicator_ms = 5'000;     // building the collective communicators
