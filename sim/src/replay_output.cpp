@@ -90,108 +90,146 @@ std::string summary_table(const ReplayResult& result) {
   return out.str();
 }
 
+namespace {
+
+// Samples/s averaged over `bins` equal spans of the trace: the timeline's
+// step function integrated per span, so short outages show as dips instead
+// of a comb of spikes.
+std::vector<double> binned_rate(const std::vector<TimelinePoint>& points, Milliseconds duration_ms, int bins) {
+  std::vector<double> out(bins, 0.0);
+  const double width = duration_ms / bins;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double from = points[i].time_ms;
+    const double to = i + 1 < points.size() ? points[i + 1].time_ms : duration_ms;
+    if (to <= from || points[i].samples_per_s == 0) continue;
+    int b = std::clamp(static_cast<int>(from / width), 0, bins - 1);
+    for (; b < bins && b * width < to; ++b) {
+      const double overlap = std::min(to, (b + 1) * width) - std::max(from, b * width);
+      if (overlap > 0) out[b] += points[i].samples_per_s * overlap / width;
+    }
+  }
+  return out;
+}
+
+std::string escape_xml(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+// 1, 2 or 5 times a power of ten, at least x.
+double nice_ceiling(double x) {
+  if (x <= 0) return 1.0;
+  const double p = std::pow(10.0, std::floor(std::log10(x)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (x <= m * p * (1 + 1e-12)) return m * p;
+  }
+  return 10 * p;
+}
+
+}  // namespace
+
 std::string timeline_svg(const ReplayResult& result, const std::string& title) {
-  const double width = 960, height = 560, left = 70, right = 70, top = 50, bottom = 60;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  const double duration_h = std::max(result.duration_ms / 3.6e6, 1e-9);
+  const double width = 960, left = 70, right = 30, top = 40;
+  const double rate_h = 330, gap = 50, nodes_h = 110, bottom = 45;
+  const double height = top + rate_h + gap + nodes_h + bottom;
+  const double plot_w = width - left - right;
+  const double nodes_top_y = top + rate_h + gap;
+  const int bins = 120;
+  const double duration_ms = std::max(result.duration_ms, 1e-9);
+  const double hours = duration_ms / 3.6e6;
+
+  std::vector<std::vector<double>> rates;
   double max_rate = 0;
   int max_nodes = 0;
   for (const auto& p : result.policies) {
-    for (const auto& point : p.timeline) {
-      max_rate = std::max(max_rate, point.samples_per_s);
-      max_nodes = std::max(max_nodes, point.nodes);
-    }
+    rates.push_back(binned_rate(p.timeline, duration_ms, bins));
+    for (double r : rates.back()) max_rate = std::max(max_rate, r);
+    for (const auto& point : p.timeline) max_nodes = std::max(max_nodes, point.nodes);
   }
-  // Round the axes up to 1, 2 or 5 times a power of ten.
-  auto nice = [](double x) {
-    if (x <= 0) return 1.0;
-    const double p = std::pow(10.0, std::floor(std::log10(x)));
-    for (double m : {1.0, 2.0, 5.0, 10.0}) {
-      if (x <= m * p) return m * p;
-    }
-    return 10 * p;
-  };
-  const double rate_top = nice(max_rate * 1.05), nodes_top = nice(max_nodes * 1.05);
-  auto x_of = [&](Milliseconds ms) { return left + plot_w * (ms / 3.6e6) / duration_h; };
-  auto y_rate = [&](double r) { return top + plot_h * (1 - r / rate_top); };
-  auto y_nodes = [&](double n) { return top + plot_h * (1 - n / nodes_top); };
+  const double rate_top = nice_ceiling(max_rate * 1.25);  // room for the legend
+  const double nodes_top = nice_ceiling(max_nodes * 1.05);
+  auto x_of = [&](Milliseconds ms) { return left + plot_w * ms / duration_ms; };
+  auto y_rate = [&](double r) { return top + rate_h * (1 - r / rate_top); };
+  auto y_nodes = [&](double n) { return nodes_top_y + nodes_h * (1 - n / nodes_top); };
   const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
 
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  std::string escaped;
-  for (char c : title) {
-    if (c == '<') escaped += "&lt;";
-    else if (c == '>') escaped += "&gt;";
-    else if (c == '&') escaped += "&amp;";
-    else escaped += c;
-  }
-  svg << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << escaped << "</text>\n";
-  // Grid and axes.
-  for (int i = 0; i <= 5; ++i) {
-    const double y = top + plot_h * i / 5.0;
-    svg << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\"" << y
-        << "\" stroke=\"#ddd\"/>\n";
-    svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-        << fixed(rate_top * (5 - i) / 5.0, rate_top >= 10 ? 0 : 2) << "</text>\n";
-    svg << "<text x=\"" << left + plot_w + 6 << "\" y=\"" << y + 4 << "\">"
-        << fixed(nodes_top * (5 - i) / 5.0, 0) << "</text>\n";
-  }
-  for (int i = 0; i <= 6; ++i) {
-    const double x = left + plot_w * i / 6.0;
-    svg << "<text x=\"" << x << "\" y=\"" << top + plot_h + 18 << "\" text-anchor=\"middle\">"
-        << fixed(duration_h * i / 6.0, duration_h >= 12 ? 0 : 1) << "</text>\n";
-  }
-  svg << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << plot_w << "\" height=\"" << plot_h
-      << "\" fill=\"none\" stroke=\"#444\"/>\n";
-  svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 18 << "\" text-anchor=\"middle\">time (hours)</text>\n";
-  svg << "<text transform=\"translate(18," << top + plot_h / 2 << ") rotate(-90)\" text-anchor=\"middle\">samples/s</text>\n";
-  svg << "<text transform=\"translate(" << width - 14 << "," << top + plot_h / 2
-      << ") rotate(90)\" text-anchor=\"middle\">nodes in the cluster (grey)</text>\n";
-
-  auto step_path = [&](const std::vector<TimelinePoint>& points, auto y_of) {
-    std::ostringstream d;
-    double last_y = 0;
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      const double x = x_of(points[i].time_ms);
-      const double y = y_of(points[i]);
-      if (i == 0) {
-        d << "M" << fixed(x, 1) << "," << fixed(y, 1);
-      } else {
-        d << " H" << fixed(x, 1) << " V" << fixed(y, 1);
-      }
-      last_y = y;
+  svg << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << escape_xml(title)
+      << "</text>\n";
+  auto panel = [&](double y0, double h, double top_value, const char* label, int ticks) {
+    for (int i = 0; i <= ticks; ++i) {
+      const double y = y0 + h * i / ticks;
+      svg << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\"" << y
+          << "\" stroke=\"#e4e4e4\"/>\n";
+      const double v = top_value * (ticks - i) / ticks;
+      svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+          << fixed(v, v == std::floor(v) ? 0 : 1) << "</text>\n";
     }
-    if (!points.empty()) d << " H" << fixed(x_of(result.duration_ms), 1);
-    (void)last_y;
-    return d.str();
+    svg << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\"" << h
+        << "\" fill=\"none\" stroke=\"#444\"/>\n";
+    svg << "<text transform=\"translate(18," << y0 + h / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << label
+        << "</text>\n";
   };
-  // Node count (the same for every policy): from the first policy.
-  if (!result.policies.empty()) {
-    svg << "<path d=\"" << step_path(result.policies.front().timeline, [&](const TimelinePoint& p) { return y_nodes(p.nodes); })
-        << "\" fill=\"none\" stroke=\"#999\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n";
+  panel(top, rate_h, rate_top, "samples/s", 5);
+  panel(nodes_top_y, nodes_h, nodes_top, "nodes", 2);
+  // Hour ticks at a round step.
+  const double step_h = nice_ceiling(hours / 8);
+  for (double h = 0; h <= hours * (1 + 1e-9); h += step_h) {
+    const double x = x_of(h * 3.6e6);
+    svg << "<text x=\"" << x << "\" y=\"" << nodes_top_y + nodes_h + 16 << "\" text-anchor=\"middle\">"
+        << fixed(h, step_h >= 1 ? 0 : 1) << "</text>\n";
+    svg << "<line x1=\"" << x << "\" y1=\"" << top << "\" x2=\"" << x << "\" y2=\"" << top + rate_h
+        << "\" stroke=\"#f0f0f0\"/>\n";
   }
-  int legend = 0;
+  svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 10
+      << "\" text-anchor=\"middle\">time (hours)</text>\n";
+
+  // Nodes in the cluster: the same for every policy.
+  if (!result.policies.empty()) {
+    std::ostringstream d;
+    const auto& points = result.policies.front().timeline;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      d << (i == 0 ? "M" : " H") << fixed(x_of(points[i].time_ms), 1) << (i == 0 ? "," : " V")
+        << fixed(y_nodes(points[i].nodes), 1);
+    }
+    if (!points.empty()) d << " H" << fixed(x_of(duration_ms), 1);
+    svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.3\"/>\n";
+  }
   for (std::size_t i = 0; i < result.policies.size(); ++i) {
     const auto& p = result.policies[i];
     const char* colour = colours[i % 4];
     if (p.runnable) {
-      svg << "<path d=\"" << step_path(p.timeline, [&](const TimelinePoint& t) { return y_rate(t.samples_per_s); })
-          << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.6\" opacity=\"0.85\"/>\n";
+      std::ostringstream d;
+      for (int b = 0; b < bins; ++b) {
+        d << (b == 0 ? "M" : " L") << fixed(x_of((b + 0.5) * duration_ms / bins), 1) << ","
+          << fixed(y_rate(rates[i][b]), 1);
+      }
+      svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.8\"/>\n";
     }
-    const double ly = top + 16 + 16 * legend++;
+    const double ly = top + 18 + 16 * static_cast<double>(i);
     svg << "<line x1=\"" << left + 10 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + 30 << "\" y2=\"" << ly - 4
         << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n";
     svg << "<text x=\"" << left + 36 << "\" y=\"" << ly << "\">" << policy_name(p.policy);
     if (p.runnable) {
-      svg << ": " << fixed(p.samples_per_s, 2) << " samples/s on average, goodput " << fixed(100 * p.goodput, 1) << "%";
+      svg << ": " << fixed(p.samples_per_s, p.samples_per_s >= 100 ? 0 : 2) << " samples/s on average, goodput "
+          << fixed(100 * p.goodput, 1) << "%";
     } else {
-      svg << ": cannot run";
+      svg << ": cannot run (" << escape_xml(p.reason.substr(0, 80)) << ")";
     }
     svg << "</text>\n";
   }
+  svg << "<text x=\"" << left + plot_w - 6 << "\" y=\"" << top + 16
+      << "\" text-anchor=\"end\" fill=\"#666\">throughput averaged over "
+      << fixed(hours * 60 / bins, hours * 60 / bins >= 10 ? 0 : 1) << "-minute spans</text>\n";
   svg << "</svg>\n";
   return svg.str();
 }
