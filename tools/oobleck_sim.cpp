@@ -177,7 +177,7 @@ std::string seeds_json(const std::vector<ReplayResult>& runs, std::uint64_t firs
 }
 
 void print_seeds_summary(const std::string& json_text) {
-  const auto doc = nlohmann::json::parse(json_text);
+  const auto doc = nlohmann::ordered_json::parse(json_text);
   std::printf("%zu generated traces: median [5th, 95th percentile]\n", doc["seeds"].get<std::size_t>());
   std::printf("%-10s  %-32s  %-28s\n", "policy", "samples/s", "goodput");
   for (const auto& [name, p] : doc["policies"].items()) {
