@@ -353,21 +353,26 @@ class Replanner {
     std::vector<char> slot_taken(slots.size(), 0);
     // Intact pipelines whose template layout is unchanged keep their nodes.
     std::set<std::string> lost(lost_.begin(), lost_.end());
-    std::vector<char> pipeline_taken(pipelines, 0);
+    // New pipelines of each size, in order, and where their slots start.
+    std::map<int, std::vector<int>> free_pipelines;
+    std::vector<int> first_slot(pipelines, 0);
+    for (int j = pipelines - 1; j >= 0; --j) free_pipelines[composition.template_nodes[j]].push_back(j);
+    for (std::size_t s = slots.size(); s-- > 0;) {
+      if (slots[s].pipeline >= 0) first_slot[slots[s].pipeline] = static_cast<int>(s);
+    }
     for (const auto& old : current_.pipelines) {
       bool intact = true;
       for (const auto& name : old.nodes) intact = intact && !lost.count(name);
       if (!intact) continue;
-      for (int j = 0; j < pipelines; ++j) {
-        if (pipeline_taken[j] || composition.template_nodes[j] != old.template_nodes) continue;
-        if (templates_.find(old.template_nodes)->stages != old.stages) continue;
-        pipeline_taken[j] = 1;
-        for (std::size_t s = 0; s < slots.size(); ++s) {
-          if (slots[s].pipeline != j) continue;
-          slot_of[index_.at(old.nodes[slots[s].position])] = static_cast<int>(s);
-          slot_taken[s] = 1;
-        }
-        break;
+      auto it = free_pipelines.find(old.template_nodes);
+      if (it == free_pipelines.end() || it->second.empty()) continue;
+      if (templates_.find(old.template_nodes)->stages != old.stages) continue;
+      const int j = it->second.back();  // the first free one
+      it->second.pop_back();
+      for (int r = 0; r < old.template_nodes; ++r) {
+        const int s = first_slot[j] + r;
+        slot_of[index_.at(old.nodes[slots[s].position])] = s;
+        slot_taken[s] = 1;
       }
     }
     // The rest: survivors that held the same layers are interchangeable, and

@@ -112,20 +112,31 @@ PolicyModel::PolicyModel(const Job& job, Policy policy) : job_(job) {
 
 Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
   if (job_.scenario.overrides.iteration_ms) return *job_.scenario.overrides.iteration_ms;
-  std::string key;
-  {
-    std::vector<std::string> parts;
-    for (const auto& p : plan.pipelines) {
-      std::ostringstream part;
-      part << p.microbatches << ':';
-      for (const auto& s : p.stages) part << s.layer_begin << '-' << s.layer_end << '/' << s.gpus << '@' << s.node << ',';
-      parts.push_back(part.str());
+  // The key: the multiset of pipeline shapes (stages, microbatches, extra
+  // work); node names do not change the iteration.
+  std::vector<std::vector<double>> shapes;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const Pipeline& pipeline = plan.pipelines[p];
+    std::vector<double> shape = {static_cast<double>(pipeline.microbatches)};
+    for (const auto& st : pipeline.stages) {
+      shape.insert(shape.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
+                                 static_cast<double>(st.gpus), static_cast<double>(st.node)});
     }
-    std::sort(parts.begin(), parts.end());
-    for (const auto& part : parts) key += part + ";";
-    for (const auto& per_pipeline : extra.extra_forward_ms) {
-      for (double x : per_pipeline) key += std::to_string(x) + ",";
+    shape.push_back(-1);
+    if (!extra.extra_forward_ms.empty()) {
+      shape.insert(shape.end(), extra.extra_forward_ms[p].begin(), extra.extra_forward_ms[p].end());
     }
+    shapes.push_back(std::move(shape));
+  }
+  std::sort(shapes.begin(), shapes.end());
+  std::vector<double> key;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    // Runs of equal shapes collapse to (count, shape).
+    std::size_t j = i;
+    while (j + 1 < shapes.size() && shapes[j + 1] == shapes[i]) ++j;
+    key.push_back(static_cast<double>(j - i + 1));
+    key.insert(key.end(), shapes[i].begin(), shapes[i].end());
+    i = j;
   }
   if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
   IterationOptions options = extra;

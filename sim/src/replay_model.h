@@ -83,7 +83,7 @@ class PolicyModel {
   EventId checkpoint_event_, activity_end_, boundary_event_;
 
  private:
-  std::map<std::string, Milliseconds> iteration_cache_;
+  std::map<std::vector<double>, Milliseconds> iteration_cache_;
   std::vector<std::string> batch_added_, batch_lost_;
   bool batch_pending_ = false;
 };
