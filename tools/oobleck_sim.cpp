@@ -99,11 +99,17 @@ struct Generator {
   }
 };
 
+// At most two lines a second; callable from several threads.
 Progress progress_printer(const char* program) {
-  auto last = std::make_shared<Clock::time_point>(Clock::now() - std::chrono::seconds(1));
-  return [last, program](std::string_view line) {
-    if (Clock::now() - *last < std::chrono::milliseconds(500)) return;
-    *last = Clock::now();
+  struct State {
+    std::mutex mutex;
+    Clock::time_point last = Clock::now() - std::chrono::seconds(1);
+  };
+  auto state = std::make_shared<State>();
+  return [state, program](std::string_view line) {
+    std::lock_guard lock(state->mutex);
+    if (Clock::now() - state->last < std::chrono::milliseconds(500)) return;
+    state->last = Clock::now();
     std::cerr << program << ": " << line << "\n";
   };
 }

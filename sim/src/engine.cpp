@@ -23,7 +23,10 @@ EventId Engine::schedule_at(TimeMs when, Handler handler) {
   Slot& s = slots_[slot];
   s.handler = std::move(handler);
   s.live = true;
-  push({when, next_sequence_++, slot});
+  if (slot > kSlotMask || next_sequence_ >> (64 - kSlotBits)) {
+    throw std::length_error("event engine: more than 2^24 pending events or 2^40 events in one run");
+  }
+  push({when, (next_sequence_++ << kSlotBits) | slot});
   ++pending_;
   return {slot, s.generation};
 }
@@ -86,9 +89,9 @@ bool Engine::step() {
   while (!heap_.empty()) {
     const Entry front = heap_.front();
     pop_front();
-    Slot& s = slots_[front.slot];
+    Slot& s = slots_[front.slot()];
     if (!s.live) {  // cancelled
-      release(front.slot);
+      release(front.slot());
       continue;
     }
     // Run in place (slots never move: a deque), then free the slot; marked
@@ -99,7 +102,7 @@ bool Engine::step() {
     ++executed_;
     s.handler();
     s.handler.reset();
-    release(front.slot);
+    release(front.slot());
     return true;
   }
   return false;
@@ -108,8 +111,8 @@ bool Engine::step() {
 void Engine::run_until(TimeMs until) {
   while (!heap_.empty()) {
     const Entry& front = heap_.front();
-    if (!slots_[front.slot].live) {
-      const std::uint32_t slot = front.slot;
+    if (!slots_[front.slot()].live) {
+      const std::uint32_t slot = front.slot();
       pop_front();
       release(slot);
       continue;

@@ -56,15 +56,15 @@ namespace detail {
 // ---------------------------------------------------------------- shared job
 
 Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& options_in, const Scenario& scenario_in,
-         const Progress& progress)
-    : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in) {
+         const Progress& progress_in)
+    : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in), progress(progress_in) {
   // Templates for the most nodes the trace ever has, as the planner would
   // make them for that cluster; every policy plans with them.
   const int peak = std::max(1, trace.peak_nodes());
   std::vector<std::string> names;
   for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
   try {
-    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress);
+    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in);
   } catch (const NoPlanError& e) {
     throw NoPlanError(std::string("no plan even on the trace's peak of ") + std::to_string(peak) +
                       " nodes: " + e.what());
@@ -170,6 +170,14 @@ PolicyResult PolicyModel::run() {
   }
   for (const auto& e : job_.trace.events) {
     engine_.schedule_at(e.time_ms, [this, &e] {
+      if (job_.progress && job_.trace.duration_ms() > 0) {
+        const int tenth = static_cast<int>(10 * e.time_ms / job_.trace.duration_ms());
+        if (tenth > reported_tenths_) {
+          reported_tenths_ = tenth;
+          job_.progress(std::string(policy_name(result_.policy)) + ": " + std::to_string(10 * tenth) +
+                        "% of the trace replayed");
+        }
+      }
       if (e.change == NodeChange::add) {
         present_.push_back(e.node);
         batch_added_.push_back(e.node);

@@ -22,6 +22,7 @@ struct Job {
   const Trace& trace;
   const ReplayOptions& options;
   const Scenario& scenario;
+  Progress progress;    // may be called from several policies' threads at once
   ClusterPlan cluster;  // templates (and the plan) for the trace's peak node count
   std::optional<CostModel> cost;
   int samples_per_iteration = 0;
@@ -86,6 +87,7 @@ class PolicyModel {
   std::map<std::vector<double>, Milliseconds> iteration_cache_;
   std::vector<std::string> batch_added_, batch_lost_;
   bool batch_pending_ = false;
+  int reported_tenths_ = 0;
 };
 
 [[nodiscard]] PolicyResult run_policy(const Job& job, Policy policy);
