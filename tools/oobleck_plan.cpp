@@ -20,8 +20,7 @@ namespace {
 using namespace oobleck;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kExitBadInput = 2;
-constexpr int kExitNoPlan = 3;
+using cli::kExitBadInput;
 // Instantiation time grows with nodes x pipelines; past this it takes seconds.
 constexpr std::size_t kMaxNodes = 16384;
 
@@ -293,20 +292,9 @@ int main(int argc, char** argv) {
                          "optimizer_bytes as a multiple of param_bytes (default 3: fp32 gradient and AdamW moments)")
       ->check(CLI::Range(0.0, 100.0));
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
-  }
+  if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
-  try {
+  return cli::run_reporting_errors("oobleck-plan", [&]() -> int {
     if (*import_cmd) {
       const Profile profile = import_oobleck_profile(profile_path, import_options);
       cli::write_file_atomically<InputError>(import_out, profile_to_json(profile));
@@ -381,15 +369,6 @@ int main(int argc, char** argv) {
       print_reconfiguration(result, templates);
       return 0;
     }
-  } catch (const InputError& e) {
-    std::cerr << "oobleck-plan: error: " << e.what() << "\n";
-    return kExitBadInput;
-  } catch (const NoPlanError& e) {
-    std::cerr << "oobleck-plan: no plan: " << e.what() << "\n";
-    return kExitNoPlan;
-  } catch (const std::exception& e) {
-    std::cerr << "oobleck-plan: internal error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

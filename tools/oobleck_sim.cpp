@@ -26,8 +26,6 @@ using namespace oobleck;
 using namespace oobleck::sim;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kExitBadInput = 2;
-constexpr int kExitNoPlan = 3;
 
 // Writes `text` to `path` ('-': stdout). True when it went to stdout, so the
 // human summary stays out of the way.
@@ -268,20 +266,9 @@ int main(int argc, char** argv) {
   generator.add_options(trace_cmd, true);
   trace_cmd->add_option("--out", trace_out, "Output CSV ('-' for stdout)")->required();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
-  }
+  if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
-  try {
+  return cli::run_reporting_errors("oobleck-sim", [&]() -> int {
     if (*trace_cmd) {
       const Trace trace = generator.make(generator.seed, 8);
       if (emit(trace_out, trace_to_csv(trace))) return 0;
@@ -442,15 +429,6 @@ int main(int argc, char** argv) {
                   best_k);
       return 0;
     }
-  } catch (const InputError& e) {
-    std::cerr << "oobleck-sim: error: " << e.what() << "\n";
-    return kExitBadInput;
-  } catch (const NoPlanError& e) {
-    std::cerr << "oobleck-sim: no plan: " << e.what() << "\n";
-    return kExitNoPlan;
-  } catch (const std::exception& e) {
-    std::cerr << "oobleck-sim: internal error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

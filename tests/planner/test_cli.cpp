@@ -11,6 +11,7 @@
 
 #include "oobleck/planner.h"
 #include "reference.h"
+#include "scratch.h"
 
 using namespace oobleck;
 namespace fs = std::filesystem;
@@ -20,42 +21,8 @@ namespace {
 const fs::path kSource = OOBLECK_SOURCE_DIR;
 const std::string kBinary = OOBLECK_PLAN_BINARY;
 
-struct Run {
-  int status = -1;
-  std::string out, err;
-};
-
-class Scratch {
- public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "oobleck-cli-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    dir_ = pattern;
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  [[nodiscard]] fs::path path(const std::string& name) const { return dir_ / name; }
-  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
-
-  Run run(const std::string& arguments) const {
-    const std::string command = kBinary + " " + arguments + " > " + path("stdout").string() + " 2> " +
-                                path("stderr").string();
-    const int raw = std::system(command.c_str());
-    Run result;
-    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    std::stringstream out, err;
-    out << std::ifstream(path("stdout")).rdbuf();
-    err << std::ifstream(path("stderr")).rdbuf();
-    result.out = out.str();
-    result.err = err.str();
-    return result;
-  }
-
- private:
-  fs::path dir_;
-};
+using test::Run;
+using test::Scratch;
 
 std::string bundled() { return (kSource / "profiles/gpt3-1.3b-a100.handwritten.json").string(); }
 
@@ -67,7 +34,7 @@ nlohmann::json read_json(const fs::path& path) {
 }  // namespace
 
 TEST_CASE("cli: templates, instantiate and reconfigure on the bundled profile") {
-  Scratch s;
+  Scratch s(kBinary);
   Run r = s.run("templates --profile " + bundled() + " --max-nodes 6 --json " + s.path("t.json").string());
   REQUIRE(r.status == 0);
   const auto templates = read_json(s.path("t.json"));
@@ -122,7 +89,7 @@ TEST_CASE("cli: templates, instantiate and reconfigure on the bundled profile") 
 }
 
 TEST_CASE("cli: the Oobleck failure case ends with three 2-node pipelines on all six survivors") {
-  Scratch s;
+  Scratch s(kBinary);
   s.write("profile.json", profile_to_json(test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000)));
   Run r = s.run("instantiate --profile " + s.path("profile.json").string() +
                 " --nodes 8 --fault-tolerance 3 --global-microbatches 16 --json " + s.path("plan.json").string());
@@ -147,7 +114,7 @@ TEST_CASE("cli: the Oobleck failure case ends with three 2-node pipelines on all
 }
 
 TEST_CASE("cli: bad input gets a clear message and a non-zero exit, never a half-written file") {
-  Scratch s;
+  Scratch s(kBinary);
   const std::string out = s.path("out.json").string();
 
   Run r = s.run("templates --profile " + s.path("missing.json").string() + " --max-nodes 2 --json " + out);
@@ -207,7 +174,7 @@ TEST_CASE("cli: bad input gets a clear message and a non-zero exit, never a half
 }
 
 TEST_CASE("cli: hostfile names and an explicit M") {
-  Scratch s;
+  Scratch s(kBinary);
   s.write("hosts", "# four hosts\ngpu-a slots=8\ngpu-b slots=8\ngpu-c\ngpu-d slots=8 max_slots=8\n");
   Run r = s.run("instantiate --profile " + bundled() + " --hostfile " + s.path("hosts").string() +
                 " --fault-tolerance 1 --global-microbatches 16 --microbatches 5 --json " + s.path("plan.json").string());
@@ -223,7 +190,7 @@ TEST_CASE("cli: hostfile names and an explicit M") {
 }
 
 TEST_CASE("cli: reconfigure refuses unknown nodes and says when a checkpoint is needed") {
-  Scratch s;
+  Scratch s(kBinary);
   s.write("profile.json", profile_to_json(test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000)));
   const std::string profile = s.path("profile.json").string();
   Run r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 1 --global-microbatches 8 --json " +
@@ -251,7 +218,7 @@ TEST_CASE("cli: reconfigure refuses unknown nodes and says when a checkpoint is 
 }
 
 TEST_CASE("cli: Oobleck profile folders can be planned directly or converted") {
-  Scratch s;
+  Scratch s(kBinary);
   const std::string folder = (kSource / "tests/data/oobleck-gpt2-tiny").string();
   Run r = s.run("import-oobleck " + folder + " --out " + s.path("imported.json").string() + " --gpu-memory-bytes 17179869184");
   REQUIRE(r.status == 0);

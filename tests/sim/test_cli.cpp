@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "scratch.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -18,43 +20,8 @@ const std::string kSim = OOBLECK_SIM_BINARY;
 // oobleck-plan sits beside oobleck-sim.
 const std::string kPlan = (fs::path(OOBLECK_SIM_BINARY).parent_path() / "oobleck-plan").string();
 
-struct Run {
-  int status = -1;
-  std::string out, err;
-};
-
-class Scratch {
- public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "oobleck-sim-cli-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    dir_ = pattern;
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  [[nodiscard]] std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
-  [[nodiscard]] std::string read(const std::string& name) const {
-    std::stringstream s;
-    s << std::ifstream(path(name)).rdbuf();
-    return s.str();
-  }
-  Run run(const std::string& binary, const std::string& arguments) const {
-    const std::string command = binary + " " + arguments + " > " + path("stdout") + " 2> " + path("stderr");
-    const int raw = std::system(command.c_str());
-    Run result;
-    result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    result.out = read("stdout");
-    result.err = read("stderr");
-    return result;
-  }
-  Run sim(const std::string& arguments) const { return run(kSim, arguments); }
-
- private:
-  fs::path dir_;
-};
+using oobleck::test::Run;
+using oobleck::test::Scratch;
 
 const std::string kProfile = (kSource / "profiles/gpt3-1.3b-a100.handwritten.json").string();
 const std::string kP3 = (kSource / "traces/p3-trace.csv").string();
@@ -62,12 +29,12 @@ const std::string kP3 = (kSource / "traces/p3-trace.csv").string();
 }  // namespace
 
 TEST_CASE("cli: iteration of a plan from oobleck-plan, with a Chrome trace") {
-  Scratch s;
-  REQUIRE(s.run(kPlan, "instantiate --profile " + kProfile +
-                           " --nodes 6 --fault-tolerance 1 --global-microbatches 32 --json " + s.path("plan.json"))
+  Scratch s(kSim);
+  REQUIRE(s.run_program(kPlan, "instantiate --profile " + kProfile +
+                           " --nodes 6 --fault-tolerance 1 --global-microbatches 32 --json " + s.str("plan.json"))
               .status == 0);
-  const Run r = s.sim("iteration --plan " + s.path("plan.json") + " --profile " + kProfile + " --json " +
-                      s.path("it.json") + " --chrome-trace " + s.path("trace.json"));
+  const Run r = s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile + " --json " +
+                      s.str("it.json") + " --chrome-trace " + s.str("trace.json"));
   REQUIRE(r.status == 0);
   const json it = json::parse(s.read("it.json"));
   const json plan = json::parse(s.read("plan.json"));
@@ -82,23 +49,23 @@ TEST_CASE("cli: iteration of a plan from oobleck-plan, with a Chrome trace") {
   CHECK(trace["traceEvents"].size() > 10);
   // Byte-identical on a second run.
   const std::string first = s.read("it.json"), first_trace = s.read("trace.json");
-  REQUIRE(s.sim("iteration --plan " + s.path("plan.json") + " --profile " + kProfile + " --json " + s.path("it.json") +
-                " --chrome-trace " + s.path("trace.json"))
+  REQUIRE(s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile + " --json " + s.str("it.json") +
+                " --chrome-trace " + s.str("trace.json"))
               .status == 0);
   CHECK(s.read("it.json") == first);
   CHECK(s.read("trace.json") == first_trace);
   // The human summary.
-  const Run human = s.sim("iteration --plan " + s.path("plan.json") + " --profile " + kProfile);
+  const Run human = s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile);
   CHECK(human.status == 0);
   CHECK(human.out.find("simulated op by op") != std::string::npos);
 }
 
 TEST_CASE("cli: replay writes JSON, timeline and plot; same inputs give the same bytes") {
-  Scratch s;
+  Scratch s(kSim);
   const std::string args = "replay --trace " + kP3 + " --profile " + kProfile +
                            " --fault-tolerance 1 --global-microbatches 64 --policy all";
-  const Run r = s.sim(args + " --json " + s.path("r.json") + " --timeline " + s.path("t.csv") + " --plot " +
-                      s.path("p.svg"));
+  const Run r = s.run(args + " --json " + s.str("r.json") + " --timeline " + s.str("t.csv") + " --plot " +
+                      s.str("p.svg"));
   REQUIRE(r.status == 0);
   const json doc = json::parse(s.read("r.json"));
   CHECK(doc["format"] == "oobleck.replay.v1");
@@ -121,33 +88,33 @@ TEST_CASE("cli: replay writes JSON, timeline and plot; same inputs give the same
   CHECK(csv.rfind("policy,time_s,nodes,pipelines,samples_per_s\n", 0) == 0);
   CHECK(s.read("p.svg").find("<svg") == 0);
   const std::string json_bytes = s.read("r.json");
-  REQUIRE(s.sim(args + " --json " + s.path("r.json") + " --timeline " + s.path("t.csv")).status == 0);
+  REQUIRE(s.run(args + " --json " + s.str("r.json") + " --timeline " + s.str("t.csv")).status == 0);
   CHECK(s.read("r.json") == json_bytes);
   CHECK(s.read("t.csv") == csv);
   // Human summary on stdout without --json.
-  const Run human = s.sim(args);
+  const Run human = s.run(args);
   CHECK(human.status == 0);
   CHECK(human.out.find("oobleck") != std::string::npos);
   CHECK(human.out.find("goodput") != std::string::npos);
 }
 
 TEST_CASE("cli: generated traces, seeds and sweeps") {
-  Scratch s;
-  REQUIRE(s.sim("trace --generate poisson --nodes 16 --failure-rate 0.01 --mttr 2h --duration 3d --seed 5 --out " +
-                s.path("g.csv"))
+  Scratch s(kSim);
+  REQUIRE(s.run("trace --generate poisson --nodes 16 --failure-rate 0.01 --mttr 2h --duration 3d --seed 5 --out " +
+                s.str("g.csv"))
               .status == 0);
   const std::string generated = s.read("g.csv");
-  REQUIRE(s.sim("trace --generate poisson --nodes 16 --failure-rate 0.01 --mttr 2h --duration 3d --seed 5 --out " +
-                s.path("g.csv"))
+  REQUIRE(s.run("trace --generate poisson --nodes 16 --failure-rate 0.01 --mttr 2h --duration 3d --seed 5 --out " +
+                s.str("g.csv"))
               .status == 0);
   CHECK(s.read("g.csv") == generated);
-  CHECK(s.sim("replay --trace " + s.path("g.csv") + " --profile " + kProfile +
-              " --fault-tolerance 1 --global-microbatches 32 --json " + s.path("g.json"))
+  CHECK(s.run("replay --trace " + s.str("g.csv") + " --profile " + kProfile +
+              " --fault-tolerance 1 --global-microbatches 32 --json " + s.str("g.json"))
             .status == 0);
 
-  const Run seeds = s.sim("replay --generate poisson --nodes 16 --preset llama3-405b --mttr 3h --duration 10d --seeds 4 "
+  const Run seeds = s.run("replay --generate poisson --nodes 16 --preset llama3-405b --mttr 3h --duration 10d --seeds 4 "
                           "--profile " + kProfile + " --fault-tolerance 1 --global-microbatches 32 --json " +
-                          s.path("seeds.json"));
+                          s.str("seeds.json"));
   REQUIRE(seeds.status == 0);
   const json doc = json::parse(s.read("seeds.json"));
   CHECK(doc["seeds"] == 4);
@@ -157,9 +124,9 @@ TEST_CASE("cli: generated traces, seeds and sweeps") {
     CHECK(p["samples_per_s"]["median"].get<double>() <= p["samples_per_s"]["p95"].get<double>());
   }
 
-  const Run sweep = s.sim("sweep --trace " + kP3 + " --profile " + kProfile +
+  const Run sweep = s.run("sweep --trace " + kP3 + " --profile " + kProfile +
                           " --global-microbatches 64 --fault-tolerance 0,1,2 --checkpoint-interval auto,100 --json " +
-                          s.path("sweep.json"));
+                          s.str("sweep.json"));
   REQUIRE(sweep.status == 0);
   const json sw = json::parse(s.read("sweep.json"));
   CHECK(sw["runs"].size() == 5);
@@ -176,40 +143,40 @@ TEST_CASE("cli: generated traces, seeds and sweeps") {
 }
 
 TEST_CASE("cli: bad input gets a clear message, exit 2 and no output file") {
-  Scratch s;
+  Scratch s(kSim);
   const std::string tail = " --profile " + kProfile + " --fault-tolerance 1 --global-microbatches 64 --json " +
-                           s.path("out.json");
+                           s.str("out.json");
   SUBCASE("missing trace") {
-    const Run r = s.sim("replay --trace " + s.path("nope.csv") + tail);
+    const Run r = s.run("replay --trace " + s.str("nope.csv") + tail);
     CHECK(r.status == 2);
     CHECK(r.err.find("nope.csv") != std::string::npos);
   }
   SUBCASE("malformed trace line") {
     s.write("bad.csv", "0,add,node1\r\n0,add,node2\r\n5,explode,node1\r\n");
-    const Run r = s.sim("replay --trace " + s.path("bad.csv") + tail);
+    const Run r = s.run("replay --trace " + s.str("bad.csv") + tail);
     CHECK(r.status == 2);
     CHECK(r.err.find("bad.csv:3") != std::string::npos);
   }
   SUBCASE("bad scenario") {
     s.write("s.json", R"({"cluster": {"restart_ms": -1}})");
-    const Run r = s.sim("replay --trace " + kP3 + " --scenario " + s.path("s.json") + tail);
+    const Run r = s.run("replay --trace " + kP3 + " --scenario " + s.str("s.json") + tail);
     CHECK(r.status == 2);
     CHECK(r.err.find("s.json: cluster.restart_ms") != std::string::npos);
   }
   SUBCASE("unknown policy") {
-    const Run r = s.sim("replay --trace " + kP3 + " --policy oobleck,varuna" + tail);
+    const Run r = s.run("replay --trace " + kP3 + " --policy oobleck,varuna" + tail);
     CHECK(r.status == 2);
     CHECK(r.err.find("varuna") != std::string::npos);
   }
   SUBCASE("seeds need a generator") {
-    const Run r = s.sim("replay --trace " + kP3 + " --seeds 3" + tail);
+    const Run r = s.run("replay --trace " + kP3 + " --seeds 3" + tail);
     CHECK(r.status == 2);
     CHECK(r.err.find("--seeds") != std::string::npos);
   }
   SUBCASE("bad duration") {
-    const Run r = s.sim("trace --generate poisson --nodes 4 --failure-rate 0.1 --duration 3 weeks --out " +
-                        s.path("out.json"));
+    const Run r = s.run("trace --generate poisson --nodes 4 --failure-rate 0.1 --duration 3 weeks --out " +
+                        s.str("out.json"));
     CHECK(r.status == 2);
   }
-  CHECK_FALSE(fs::exists(s.path("out.json")));
+  CHECK_FALSE(fs::exists(s.str("out.json")));
 }
