@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
       };
       std::vector<Point> points;
       for (int f : fs) points.push_back({Policy::oobleck, f, -1});
-      for (int k : ks) points.push_back({Policy::checkpoint, 1, k});
+      for (int k : ks) points.push_back({Policy::checkpoint, 0, k});  // needs no replicas
       const int total = static_cast<int>(points.size()) * runs;
       const auto results = run_on_all_cores<PolicyResult>(
           total,

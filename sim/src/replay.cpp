@@ -66,8 +66,10 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   try {
     cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in);
   } catch (const NoPlanError& e) {
-    throw NoPlanError(std::string("no plan even on the trace's peak of ") + std::to_string(peak) +
-                      " nodes: " + e.what());
+    peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) + " even on the trace's peak of " +
+                        std::to_string(peak) + " nodes: " + e.what();
+    if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
+    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in);
   }
   cost.emplace(profile, cluster.templates.microbatches);
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
@@ -156,7 +158,8 @@ void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_l
     // against expected lost work; MTBF counts only the losses that need the
     // checkpoint.
     const double interval_ms = std::sqrt(2.0 * checkpoint_save_ms_ * mtbf);
-    result_.checkpoint_interval_iterations = std::max(1, static_cast<int>(std::lround(interval_ms / iteration)));
+    result_.checkpoint_interval_iterations =
+        static_cast<int>(std::clamp(std::round(interval_ms / iteration), 1.0, 1e9));
   } else {
     result_.checkpoint_interval_iterations = 0;
   }
@@ -231,7 +234,7 @@ void PolicyModel::leave_activity() {
     case Activity::checkpoint: result_.time.checkpoint_ms += elapsed; break;
     case Activity::training: {
       const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
-      const auto done = static_cast<std::int64_t>(std::floor(elapsed / cycle * (1 + 1e-12)));
+      const auto done = static_cast<std::int64_t>(std::min(std::floor(elapsed / cycle * (1 + 1e-12)), 4e18));
       const Milliseconds useful = static_cast<double>(done) * current_iteration_ms_;
       const Milliseconds saving = static_cast<double>(done) * per_iteration_save_ms_;
       result_.time.training_ms += useful;
@@ -286,6 +289,13 @@ void PolicyModel::schedule_checkpoint() {
       activity_ = Activity::training;
       record_point();
       on_checkpoint_saved();
+      // A change that waited for an iteration boundary during the save: the
+      // end of the save is one.
+      if (activity_ == Activity::training && deferred_) {
+        auto action = std::move(deferred_);
+        deferred_ = nullptr;
+        action();
+      }
       if (activity_ == Activity::training) schedule_checkpoint();
     });
   });
@@ -296,6 +306,7 @@ void PolicyModel::interrupt() {
   engine_.cancel(checkpoint_event_);
   engine_.cancel(activity_end_);
   engine_.cancel(boundary_event_);
+  deferred_ = nullptr;
   leave_activity();
 }
 
@@ -322,15 +333,27 @@ void PolicyModel::roll_back_to_checkpoint() {
 }
 
 void PolicyModel::down_for(Activity activity, Milliseconds duration, std::function<void()> then) {
+  // No checkpoint or boundary action of the run that stops here.
+  engine_.cancel(checkpoint_event_);
+  engine_.cancel(boundary_event_);
+  deferred_ = nullptr;
   enter(activity);
   activity_end_ = engine_.schedule_after(duration, [this, then = std::move(then)] { then(); });
 }
 
 void PolicyModel::at_next_iteration(std::function<void()> action) {
-  if (engine_.cancel(boundary_event_)) {
-    // Already one pending: it runs the newest action, which sees all state.
+  // One pending action at most: the newest, which sees all state.
+  engine_.cancel(boundary_event_);
+  if (activity_ == Activity::checkpoint) {
+    deferred_ = std::move(action);
+    return;
   }
-  boundary_event_ = engine_.schedule_at(next_iteration_boundary(), [this, action = std::move(action)] {
+  if (activity_ != Activity::training) return;  // the next start takes the change in
+  boundary_event_ = engine_.schedule_at(next_iteration_boundary(), [this, action = std::move(action)]() mutable {
+    if (activity_ == Activity::checkpoint) {  // a save began at this very boundary
+      deferred_ = std::move(action);
+      return;
+    }
     leave_activity();
     action();
   });
@@ -358,6 +381,12 @@ void PolicyModel::record_point() {
 ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOptions& options, const Scenario& scenario,
                     const Progress& progress) {
   if (trace.events.empty()) throw InputError(trace.origin + ": the trace has no events");
+  // Checkpoints and iterations are events: bound how many a replay can make.
+  constexpr Milliseconds kMaxReplayMs = 2 * 365.25 * 24 * 3.6e6;
+  if (trace.duration_ms() > kMaxReplayMs) {
+    throw InputError(trace.origin + ": the trace spans " + std::to_string(trace.duration_ms() / 3.6e6 / 24) +
+                     " days; at most two years (730.5 days) can be replayed");
+  }
   if (options.fault_tolerance < 0) throw InputError("--fault-tolerance: expected a non-negative integer");
   if (options.global_microbatches < 1) throw InputError("--global-microbatches: expected a positive integer");
   const detail::Job job(profile, trace, options, scenario, progress);

@@ -24,6 +24,9 @@ struct Job {
   const Scenario& scenario;
   Progress progress;    // may be called from several policies' threads at once
   ClusterPlan cluster;  // templates (and the plan) for the trace's peak node count
+  // Why no plan with f exists even at the peak (the templates then come from
+  // a plan with f = 0, for the policies that need no replicas).
+  std::string peak_plan_problem;
   std::optional<CostModel> cost;
   int samples_per_iteration = 0;
   Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
@@ -82,6 +85,7 @@ class PolicyModel {
   Milliseconds checkpoint_load_ms_ = 0;
   bool blocking_checkpoints_ = true;  // false: persisted in the background
   EventId checkpoint_event_, activity_end_, boundary_event_;
+  std::function<void()> deferred_;  // waits for the running checkpoint to end
 
  private:
   std::map<std::vector<double>, Milliseconds> iteration_cache_;

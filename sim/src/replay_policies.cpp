@@ -42,13 +42,19 @@ Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
 class OobleckPolicy final : public PolicyModel {
  public:
   OobleckPolicy(const Job& job) : PolicyModel(job, Policy::oobleck) {
+    if (!job.peak_plan_problem.empty()) {
+      result_.runnable = false;
+      result_.reason = job.peak_plan_problem;
+      return;
+    }
     // A fall-back to the checkpoint takes f+1 losses at once.
     choose_checkpoint_interval(iteration_ms(job.cluster.plan), job.options.fault_tolerance + 1);
   }
 
  private:
   void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override {
-    for (const auto& n : added) joining_.push_back(n);
+    // Losses first: a node that left and came back within the millisecond
+    // is lost from the plan and joins anew.
     std::vector<std::string> lost_in_plan;
     for (const auto& n : lost) {
       if (auto it = std::find(joining_.begin(), joining_.end(), n); it != joining_.end()) {
@@ -62,6 +68,7 @@ class OobleckPolicy final : public PolicyModel {
         }
       }
     }
+    for (const auto& n : added) joining_.push_back(n);
     if (!plan_) {
       if (activity_ == Activity::waiting) start(false);
       return;
@@ -79,7 +86,7 @@ class OobleckPolicy final : public PolicyModel {
       }
       return;
     }
-    if (!joining_.empty() && activity_ == Activity::training) grow_at_next_iteration();
+    if (!joining_.empty()) grow_at_next_iteration();
   }
 
   void start(bool after_failure) {
@@ -244,7 +251,25 @@ class CheckpointPolicy final : public RestartingPolicy {
       restart(job_.scenario.cluster.detection_ms);
       return;
     }
-    if (!added.empty() && activity_ == Activity::waiting) restart(0);
+    if (added.empty()) return;
+    if (activity_ == Activity::waiting) {
+      restart(0);
+    } else if (result_.checkpoint_interval_iterations == 0) {
+      // No checkpoints to wait for (the trace loses no node): restart to
+      // grow at the next iteration, saving the state on the way.
+      at_next_iteration([this] {
+        if (!growth_helps()) {
+          activity_ = Activity::training;
+          return;
+        }
+        running_ = nullptr;
+        leave_activity();
+        checkpoint_iterations_ = iterations_done_;  // saved on the way down
+        training_ms_since_checkpoint_ = 0;
+        iterations_since_checkpoint_ = 0;
+        restart(checkpoint_save_ms_);
+      });
+    }
   }
 
   void on_checkpoint_saved() override {
@@ -291,6 +316,7 @@ class InMemoryPolicy final : public RestartingPolicy {
   }
   void trained_since_restart() override {
     lost_since_training_.clear();
+    ring_ = members_;
     restoring_from_storage_ = false;
     if (growth_helps()) grow_at_next_iteration();
   }
@@ -303,14 +329,14 @@ class InMemoryPolicy final : public RestartingPolicy {
     if (!lost_members.empty()) {
       result_.failures += static_cast<int>(lost_members.size());
       for (const auto& n : lost_members) lost_since_training_.insert(n);
-      // Node i's memory copy lives on node i+1 of the ring.
-      bool copy_gone = false;
-      for (std::size_t i = 0; i < members_.size() && members_.size() > 1; ++i) {
-        if (lost_since_training_.count(members_[i]) && lost_since_training_.count(members_[(i + 1) % members_.size()])) {
+      // The copies are where the last run that trained put them: node i's
+      // on node i+1 of its ring. Both lost before training resumes: gone.
+      bool copy_gone = ring_.size() == 1 && lost_since_training_.count(ring_.front());
+      for (std::size_t i = 0; i < ring_.size() && ring_.size() > 1; ++i) {
+        if (lost_since_training_.count(ring_[i]) && lost_since_training_.count(ring_[(i + 1) % ring_.size()])) {
           copy_gone = true;
         }
       }
-      if (members_.size() == 1) copy_gone = true;
       interrupt();
       if (copy_gone && !restoring_from_storage_) {
         ++result_.unrecoverable;
@@ -319,17 +345,13 @@ class InMemoryPolicy final : public RestartingPolicy {
         roll_back_to(k > 0 ? iterations_done_ / k * k : 0);
       }
       running_ = nullptr;
-      const std::vector<std::string> keep_lost(lost_since_training_.begin(), lost_since_training_.end());
       restart(job_.scenario.cluster.detection_ms);
-      // The ring of the interrupted run still decides which copies are gone
-      // until training resumes.
-      lost_since_training_.insert(keep_lost.begin(), keep_lost.end());
       return;
     }
     if (added.empty()) return;
     if (activity_ == Activity::waiting) {
       restart(0);
-    } else if (activity_ == Activity::training && growth_helps()) {
+    } else if (growth_helps()) {
       grow_at_next_iteration();
     }
   }
@@ -346,6 +368,7 @@ class InMemoryPolicy final : public RestartingPolicy {
   }
 
   std::set<std::string> lost_since_training_;
+  std::vector<std::string> ring_;  // the members of the last run that trained
   bool restoring_from_storage_ = false;
 };
 
@@ -558,8 +581,8 @@ class BambooPolicy final : public PolicyModel {
     if (added.empty()) return;
     if (activity_ == Activity::waiting) {
       restart(0);
-    } else if (activity_ == Activity::training) {
-      use_arrivals_at_next_iteration();
+    } else {
+      use_arrivals_at_next_iteration();  // during a save or a failover: when training resumes
     }
   }
 

@@ -66,6 +66,9 @@ class Section {
     used_.insert(key);
     return &*it;
   }
+  // Durations (`_ms`) up to 1e12 ms (about 30 years), bandwidths
+  // (`_bytes_per_s`) from 1 byte/s, other numbers (factors) up to 1e6: every
+  // derived time stays finite.
   double checked(const char* key, const json& v, bool allow_zero) const {
     if (!v.is_number()) throw error(path(key), "expected a number, got " + v.dump());
     const double x = v.get<double>();
@@ -73,6 +76,13 @@ class Section {
       throw error(path(key), std::string("expected a ") + (allow_zero ? "non-negative" : "positive") +
                                  " number, got " + v.dump());
     }
+    const std::string_view name = key;
+    const bool bandwidth = name.ends_with("_bytes_per_s");
+    const bool duration = name.ends_with("_ms");
+    if (bandwidth && x != 0 && x < 1) throw error(path(key), "expected at least 1 byte/s, got " + v.dump());
+    if (duration && x > 1e12) throw error(path(key), "expected at most 1e12 ms, got " + v.dump());
+    if (duration && !allow_zero && x < 1e-3) throw error(path(key), "expected at least 0.001 ms, got " + v.dump());
+    if (!bandwidth && !duration && x > 1e6) throw error(path(key), "expected at most 1e6, got " + v.dump());
     return x;
   }
   std::string path(const std::string& key) const { return name_.empty() ? key : name_ + "." + key; }
@@ -94,6 +104,8 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
     doc = json::parse(json_text.begin(), json_text.end());
   } catch (const json::parse_error& e) {
     throw InputError(origin + ":" + line_column(json_text, e.byte) + ": not valid JSON (" + e.what() + ")");
+  } catch (const json::exception& e) {  // e.g. a number beyond double's range
+    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
   }
   Scenario scenario;
   Section top(doc, origin, "");

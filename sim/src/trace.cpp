@@ -246,6 +246,14 @@ Trace parse_trace(std::string_view text, const std::string& origin) {
       fail_at(origin, line,
               "expected time_ms, a non-negative number of milliseconds such as 600000, got " + quoted(time_text));
     }
+    if (*time > kMaxTraceMs) {
+      fail_at(origin, line,
+              "time " + format_decimal(*time) + " ms is beyond " + format_decimal(kMaxTraceMs) +
+                  " ms (2^53, about 285,000 years); expected a smaller time");
+    }
+    if (trace.events.size() >= kMaxGeneratedEvents) {
+      fail_at(origin, line, "more than " + std::to_string(kMaxGeneratedEvents) + " events; expected a shorter trace");
+    }
     NodeChange change;
     if (action == "add") {
       change = NodeChange::add;

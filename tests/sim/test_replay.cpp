@@ -257,3 +257,150 @@ TEST_CASE("replay: policy lists") {
   CHECK_THROWS_AS((void)parse_policies("oobleck,varuna"), InputError);
   CHECK_THROWS_AS((void)parse_policies(""), InputError);
 }
+
+namespace {
+
+// Small numbers that make the books easy to follow: 1 s iterations, no
+// detection delay, 10 s restarts, 1 s communicators, 0.3 s checkpoints.
+Scenario quick_scenario(int checkpoint_every) {
+  Scenario s;
+  s.cluster.detection_ms = 0;
+  s.cluster.restart_ms = 10'000;
+  s.cluster.communicator_ms = 1'000;
+  s.overrides.iteration_ms = 1000;
+  s.overrides.checkpoint_interval_iterations = checkpoint_every;
+  s.overrides.checkpoint_save_ms = 300;
+  s.overrides.checkpoint_load_ms = 0;
+  s.overrides.oobleck_copy_ms = 0;
+  s.overrides.inmemory_save_ms = 0;
+  s.overrides.inmemory_restore_ms = 0;
+  s.overrides.bamboo_failover_ms = 0;
+  return s;
+}
+
+const PolicyResult& only(const ReplayResult& r) {
+  REQUIRE(r.policies.size() == 1);
+  return r.policies.front();
+}
+
+ReplayResult replay_one(Policy policy, const std::string& csv, const Scenario& scenario, int B = 8) {
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = B;
+  options.policies = {policy};
+  const ReplayResult result = replay(gpt3_1_3b(), trace_of(csv), options, scenario);
+  check_books(result);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("replay: a node that leaves and returns in one millisecond is a loss and an arrival") {
+  const std::string csv = "0,add,a\n0,add,b\n0,add,c\n0,add,d\n30500,remove,a\n30500,add,a\n60000,add,x\n";
+  for (Policy policy : kAllPolicies) {
+    CAPTURE(policy_name(policy));
+    const auto r = replay_one(policy, csv, quick_scenario(10));
+    CHECK(only(r).failures == 1);
+  }
+  CHECK(only(replay_one(Policy::oobleck, csv, quick_scenario(10))).reconfigurations >= 1);
+}
+
+TEST_CASE("replay: arrivals during a checkpoint save join when it ends") {
+  // A checkpoint after every iteration: node e arrives during a save.
+  const std::string csv = "0,add,a\n0,add,b\n0,add,c\n0,add,d\n50000,remove,b\n100200,add,e\n130000,add,f\n"
+                          "130000,remove,f\n";
+  const auto r = replay_one(Policy::oobleck, csv, quick_scenario(1));
+  const auto& p = only(r);
+  CHECK(p.reconfigurations == 2);  // the loss of b, then e joining
+  CHECK(p.timeline.back().pipelines == 4);
+  // The save runs from 100.1 s to 100.4 s; then e joins: 1 s of
+  // communicators, no training counted meanwhile.
+  bool joined = false;
+  for (std::size_t i = 0; i + 1 < p.timeline.size(); ++i) {
+    if (p.timeline[i].time_ms == doctest::Approx(100400) && p.timeline[i].pipelines == 0) {
+      joined = true;
+      CHECK(p.timeline[i + 1].time_ms == doctest::Approx(101400));
+      CHECK(p.timeline[i + 1].pipelines == 4);
+    }
+  }
+  CHECK(joined);
+}
+
+TEST_CASE("replay: bamboo does not train while it takes in a new node") {
+  // x arrives just before a save: the replacement (1 s of communicators and
+  // a copy of the lost node's layers) must not overlap training.
+  const std::string csv = "0,add,a\n0,add,b\n0,add,c\n0,add,d\n30500,remove,b\n40000,add,x\n60000,add,y\n";
+  const auto r = replay_one(Policy::bamboo, csv, quick_scenario(10));
+  const auto& p = only(r);
+  REQUIRE(p.runnable);
+  // The first stop after x arrives is the replacement.
+  std::size_t i = 0;
+  while (i + 1 < p.timeline.size() && !(p.timeline[i].time_ms >= 40000 && p.timeline[i].pipelines == 0)) ++i;
+  REQUIRE(i + 1 < p.timeline.size());
+  CHECK(p.timeline[i + 1].time_ms - p.timeline[i].time_ms >= 1000 - 1e-6);
+  CHECK(p.reconfigurations == 2);
+}
+
+TEST_CASE("replay: in-memory copies are lost when a node and its peer fail before training resumes") {
+  // a holds b's... node i's copy is on node i+1: a's copy is on b. Both go
+  // within the 11 s restart, so the state comes from the persisted copy.
+  const auto apart = replay_one(Policy::inmemory,
+                                "0,add,a\n0,add,b\n0,add,c\n0,add,d\n50000,remove,a\n55000,remove,b\n100000,add,e\n",
+                                quick_scenario(1));
+  CHECK(only(apart).unrecoverable == 1);
+  const auto together = replay_one(
+      Policy::inmemory, "0,add,a\n0,add,b\n0,add,c\n0,add,d\n50000,remove,a\n50000,remove,b\n100000,add,e\n",
+      quick_scenario(1));
+  CHECK(only(together).unrecoverable == 1);
+  const auto far = replay_one(Policy::inmemory,
+                              "0,add,a\n0,add,b\n0,add,c\n0,add,d\n50000,remove,a\n80000,remove,b\n100000,add,e\n",
+                              quick_scenario(1));
+  CHECK(only(far).unrecoverable == 0);
+}
+
+TEST_CASE("replay: checkpoint-restart grows even when the trace loses no node") {
+  const Scenario scenario;  // simulated iteration times: more nodes train faster
+  const auto r = replay_one(Policy::checkpoint, "0,add,a\n0,add,b\n3600000,add,c\n3600000,add,d\n36000000,add,e\n",
+                            scenario, 16);
+  const auto& p = only(r);
+  CHECK(p.checkpoint_interval_iterations == 0);
+  CHECK(p.restarts == 2);
+  CHECK(p.timeline.back().pipelines == 4);
+}
+
+TEST_CASE("replay: oobleck says why when f cannot be met even at the peak") {
+  // 2 nodes of a model whose smallest pipeline... f = 1 needs 2 pipelines but
+  // the batch has only one microbatch: oobleck cannot run; the others can.
+  ReplayOptions options;
+  options.fault_tolerance = 3;
+  options.global_microbatches = 16;
+  Profile big = gpt3_1_3b();
+  const ReplayResult r = replay(big, trace_of(start_with(2) + "3600000,remove,node1\n"), options);
+  CHECK_FALSE(r.policies[0].runnable);
+  CHECK(r.policies[0].reason.find("f = 3") != std::string::npos);
+  CHECK(r.policies[1].runnable);
+  check_books(r);
+}
+
+TEST_CASE("replay: scenario values that would make times infinite are refused") {
+  auto message = [](const std::string& text) {
+    try {
+      (void)parse_scenario(text, "s.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message(R"({"cluster": {"detection_ms": 1e400}})").find("s.json") == 0);
+  CHECK(message(R"({"cluster": {"storage_bytes_per_s": 1e-300}})").find("at least 1 byte/s") != std::string::npos);
+  CHECK(message(R"({"cluster": {"restart_ms": 1e20}})").find("at most 1e12 ms") != std::string::npos);
+  CHECK(message(R"({"overrides": {"iteration_ms": 1e-12}})").find("at least 0.001 ms") != std::string::npos);
+  CHECK(message(R"({"overrides": {"bamboo_slowdown": 1e9}})").find("at most 1e6") != std::string::npos);
+}
+
+TEST_CASE("replay: traces longer than two years are refused, not ground through") {
+  ReplayOptions options;
+  options.global_microbatches = 8;
+  const Trace trace = trace_of(start_with(2) + "100000000000000,remove,node1\n");
+  CHECK_THROWS_WITH_AS((void)replay(gpt3_1_3b(), trace, options), doctest::Contains("at most two years"), InputError);
+}
