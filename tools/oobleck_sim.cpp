@@ -39,6 +39,21 @@ bool emit(const std::string& path, const std::string& text) {
   return false;
 }
 
+// Every output's folder must exist before any work starts, so a bad path
+// fails at once and never leaves some outputs written and others not.
+void check_output_paths(const std::vector<std::pair<const char*, std::string>>& outputs) {
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty() || path == "-") continue;
+    const std::filesystem::path p(path);
+    const auto parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec)) {
+      throw InputError(std::string(flag) + ": " + path + ": the folder " + parent.string() + " does not exist");
+    }
+    if (std::filesystem::is_directory(p, ec)) throw InputError(std::string(flag) + ": " + path + " is a folder");
+  }
+}
+
 // How generated traces are made: shared by `trace`, `replay` and `sweep`.
 struct Generator {
   std::string kind;  // fixed | poisson | spot
@@ -269,6 +284,11 @@ int main(int argc, char** argv) {
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
   return cli::run_reporting_errors("oobleck-sim", [&]() -> int {
+    check_output_paths({{"--json", json_out},
+                        {"--chrome-trace", chrome_out},
+                        {"--timeline", timeline_out},
+                        {"--plot", plot_out},
+                        {"--out", trace_out}});
     if (*trace_cmd) {
       const Trace trace = generator.make(generator.seed, 8);
       if (emit(trace_out, trace_to_csv(trace))) return 0;

@@ -178,5 +178,14 @@ TEST_CASE("cli: bad input gets a clear message, exit 2 and no output file") {
                         s.str("out.json"));
     CHECK(r.status == 2);
   }
+  SUBCASE("an output folder that does not exist: nothing is written") {
+    const Run r = s.run("replay --trace " + kP3 + " --timeline " + s.str("t.csv") + " --plot " + s.str("p.svg") +
+                        " --profile " + kProfile + " --fault-tolerance 1 --global-microbatches 64 --json " +
+                        s.str("missing/out.json"));
+    CHECK(r.status == 2);
+    CHECK(r.err.find("missing") != std::string::npos);
+    CHECK_FALSE(fs::exists(s.str("t.csv")));
+    CHECK_FALSE(fs::exists(s.str("p.svg")));
+  }
   CHECK_FALSE(fs::exists(s.str("out.json")));
 }
