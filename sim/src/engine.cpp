@@ -26,7 +26,7 @@ EventId Engine::schedule_at(TimeMs when, Handler handler) {
   if (slot > kSlotMask || next_sequence_ >> (64 - kSlotBits)) {
     throw std::length_error("event engine: more than 2^24 pending events or 2^40 events in one run");
   }
-  push({when, (next_sequence_++ << kSlotBits) | slot});
+  push({std::bit_cast<std::uint64_t>(when + 0.0), (next_sequence_++ << kSlotBits) | slot});  // + 0.0: no -0
   ++pending_;
   return {slot, s.generation};
 }
@@ -55,9 +55,10 @@ void Engine::release(std::uint32_t slot) {
 void Engine::push(Entry entry) {
   std::size_t hole = heap_.size();
   heap_.push_back(entry);
+  const Order order = entry.order();
   while (hole > 0) {
     const std::size_t parent = (hole - 1) / 4;
-    if (!later(heap_[parent], entry)) break;
+    if (heap_[parent].order() <= order) break;
     heap_[hole] = heap_[parent];
     hole = parent;
   }
@@ -69,16 +70,23 @@ void Engine::pop_front() {
   heap_.pop_back();
   const std::size_t size = heap_.size();
   if (size == 0) return;
+  const Order last_order = last.order();
   std::size_t hole = 0;
   while (true) {
     const std::size_t first = 4 * hole + 1;
     if (first >= size) break;
+    // The earliest child, chosen without branches (the keys are random to
+    // the branch predictor).
     std::size_t best = first;
+    Order best_order = heap_[first].order();
     const std::size_t end = std::min(first + 4, size);
     for (std::size_t c = first + 1; c < end; ++c) {
-      if (later(heap_[best], heap_[c])) best = c;
+      const Order o = heap_[c].order();
+      const bool earlier = o < best_order;
+      best = earlier ? c : best;
+      best_order = earlier ? o : best_order;
     }
-    if (!later(last, heap_[best])) break;
+    if (last_order <= best_order) break;
     heap_[hole] = heap_[best];
     hole = best;
   }
@@ -98,7 +106,7 @@ bool Engine::step() {
     // dead first so that cancelling the running event is a no-op.
     s.live = false;
     --pending_;
-    now_ = front.time;
+    now_ = front.time();
     ++executed_;
     s.handler();
     s.handler.reset();
@@ -117,7 +125,7 @@ void Engine::run_until(TimeMs until) {
       release(slot);
       continue;
     }
-    if (front.time > until) break;
+    if (front.time() > until) break;
     step();
   }
   now_ = std::max(now_, until);

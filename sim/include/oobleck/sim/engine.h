@@ -4,6 +4,7 @@
 // pipelines or clusters: models schedule handlers on it.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -114,10 +115,15 @@ class Engine {
  private:
   // 16 bytes, so a node's four children share a cache line: the insertion
   // sequence in the high 40 bits of `key`, the slot in the low 24.
+  // Times are never negative, so their bit patterns order like the times;
+  // (time bits, key) as one 128-bit number compares without branches.
+  __extension__ using Order = unsigned __int128;
   struct Entry {
-    TimeMs time;
+    std::uint64_t time_bits;
     std::uint64_t key;
     [[nodiscard]] std::uint32_t slot() const { return static_cast<std::uint32_t>(key & kSlotMask); }
+    [[nodiscard]] TimeMs time() const { return std::bit_cast<TimeMs>(time_bits); }
+    [[nodiscard]] Order order() const { return (static_cast<Order>(time_bits) << 64) | key; }
   };
   static constexpr int kSlotBits = 24;
   static constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
@@ -126,9 +132,7 @@ class Engine {
     std::uint32_t generation = 0;
     bool live = false;
   };
-  [[nodiscard]] static bool later(const Entry& a, const Entry& b) {
-    return a.time > b.time || (a.time == b.time && a.key > b.key);
-  }
+
   void push(Entry entry);
   void pop_front();
   void release(std::uint32_t slot);
