@@ -1,0 +1,1 @@
+#include "oobleck/executor/gpt.h"

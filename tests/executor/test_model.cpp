@@ -1,0 +1,146 @@
+#include "torch_doctest.h"
+
+#include <cmath>
+
+#include "oobleck/executor/gpt.h"
+#include "oobleck/executor/model_config.h"
+
+using namespace oobleck;
+using namespace oobleck::executor;
+
+namespace {
+
+ModelConfig tiny() { return {"test", 3, 32, 4, 97, 16}; }
+
+std::int64_t count(const std::vector<torch::Tensor>& tensors) {
+  std::int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+torch::Tensor tokens_for(const ModelConfig& c, int batch, std::uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randint(c.vocab, {batch, c.seq_len}, gen, torch::TensorOptions().dtype(torch::kLong));
+}
+
+}  // namespace
+
+TEST_CASE("model: a block has 12h^2 + 13h parameters") {
+  for (int h : {8, 32, 64, 96}) {
+    ModelConfig c = tiny();
+    c.hidden = h;
+    c.heads = 4;
+    const auto block = make_layer(c, 1, 7);
+    CHECK(count(block->parameters()) == 12LL * h * h + 13LL * h);
+    CHECK(block_parameters(h) == 12LL * h * h + 13LL * h);
+  }
+}
+
+TEST_CASE("model: each layer owns the parameters the config counts") {
+  const ModelConfig c = tiny();
+  Gpt whole(c, 3);
+  std::int64_t total = 0;
+  for (int i = 0; i < pipeline_layers(c); ++i) {
+    const auto layer = make_layer(c, i, 3);
+    std::int64_t own = count(layer->parameters());
+    if (i == c.layers + 1) own -= static_cast<std::int64_t>(c.vocab) * c.hidden;  // its copy of the tied weight
+    CHECK(own == layer_parameters(c, i));
+    total += own;
+  }
+  CHECK(total == model_parameters(c));
+  CHECK(count(whole.parameters()) == model_parameters(c));
+}
+
+TEST_CASE("model: layers built alone equal the whole model's, weights and outputs") {
+  const ModelConfig c = tiny();
+  Gpt whole(c, 11);
+  const auto tokens = tokens_for(c, 2, 5);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = tokens;
+  for (int i = 0; i < pipeline_layers(c); ++i) {
+    CAPTURE(i);
+    const auto alone = make_layer(c, i, 11);
+    const auto a = alone->parameters();
+    const auto w = whole.layers()[i]->parameters();
+    REQUIRE(a.size() == w.size());
+    for (std::size_t p = 0; p < a.size(); ++p) CHECK(torch::equal(a[p], w[p]));
+    const auto y_alone = alone->forward(x);
+    const auto y_whole = whole.layers()[i]->forward(x);
+    CHECK(torch::equal(y_alone, y_whole));
+    x = y_alone;
+  }
+  // The head's copy of the tied weight is the embedding's weight.
+  CHECK(torch::equal(make_layer(c, c.layers + 1, 11)->named_parameters()["tied_token"],
+                     make_layer(c, 0, 11)->named_parameters()["token"]));
+}
+
+TEST_CASE("model: the chain of separately built layers gives the whole model's logits") {
+  const ModelConfig c = tiny();
+  Gpt whole(c, 2);
+  const auto tokens = tokens_for(c, 3, 9);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = tokens;
+  for (int i = 0; i < pipeline_layers(c); ++i) x = make_layer(c, i, 2)->forward(x);
+  const auto logits = whole.forward(tokens);
+  CHECK(logits.sizes() == torch::IntArrayRef({3, c.seq_len, c.vocab}));
+  CHECK(torch::equal(x, logits));
+  // A fresh model starts near the uniform guess.
+  const double loss = language_model_loss(logits, tokens_for(c, 3, 4)).item<double>();
+  CHECK(std::abs(loss - std::log(static_cast<double>(c.vocab))) < 0.5);
+}
+
+TEST_CASE("model: weights depend only on the seed and the layer") {
+  const ModelConfig c = tiny();
+  CHECK(torch::equal(make_layer(c, 2, 5)->parameters().at(2), make_layer(c, 2, 5)->parameters().at(2)));
+  CHECK_FALSE(torch::equal(make_layer(c, 2, 5)->parameters().at(2), make_layer(c, 2, 6)->parameters().at(2)));
+  CHECK_FALSE(torch::equal(make_layer(c, 1, 5)->parameters().at(2), make_layer(c, 2, 5)->parameters().at(2)));
+}
+
+TEST_CASE("model: the causal mask: a token's output does not depend on later tokens") {
+  const ModelConfig c = tiny();
+  Gpt whole(c, 1);
+  auto tokens = tokens_for(c, 1, 3);
+  torch::NoGradGuard no_grad;
+  const auto before = whole.forward(tokens);
+  auto changed = tokens.clone();
+  changed[0][c.seq_len - 1] = (changed[0][c.seq_len - 1].item<long>() + 1) % c.vocab;
+  const auto after = whole.forward(changed);
+  using torch::indexing::Slice;
+  CHECK(torch::equal(before.index({0, Slice(0, c.seq_len - 1)}), after.index({0, Slice(0, c.seq_len - 1)})));
+  CHECK_FALSE(torch::equal(before.index({0, c.seq_len - 1}), after.index({0, c.seq_len - 1})));
+}
+
+TEST_CASE("model: the GPT-3 presets have the published sizes (within 3 %)") {
+  const std::pair<const char*, double> published[] = {
+      {"gpt3-125m", 125e6}, {"gpt3-350m", 350e6}, {"gpt3-760m", 760e6}, {"gpt3-1.3b", 1.3e9},
+      {"gpt3-2.7b", 2.7e9}, {"gpt3-6.7b", 6.7e9}, {"gpt3-13b", 13.0e9}, {"gpt3-175b", 175.0e9}};
+  for (const auto& [name, size] : published) {
+    CAPTURE(name);
+    const double parameters = static_cast<double>(model_parameters(load_model_config(name)));
+    CHECK(std::abs(parameters / size - 1) < 0.03);
+  }
+  CHECK(model_parameters(load_model_config("gpt2-small")) == 124439808 - 0);  // GPT-2 small, tied head
+}
+
+TEST_CASE("model: bad configs are clear errors") {
+  auto message = [](const std::string& text) {
+    try {
+      (void)parse_model_config(text, "m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message(R"({"layers": 2, "hidden": 30, "heads": 4, "vocab": 10, "seq_len": 8})") ==
+        "m.json: heads: 4 heads do not divide hidden = 30");
+  CHECK(message(R"({"layers": 2, "hidden": 32, "heads": 4, "vocab": 10})") == "m.json: seq_len: missing");
+  CHECK(message(R"({"layers": 2, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8, "dropout": 1})")
+            .find("m.json: dropout: unknown field") == 0);
+  CHECK(message(R"({"layers": -2, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8})")
+            .find("m.json: layers: expected a positive integer") == 0);
+  CHECK(message("{").find("m.json: not valid JSON") == 0);
+  CHECK_THROWS_WITH_AS((void)load_model_config("gpt5"), doctest::Contains("unknown model \"gpt5\""), InputError);
+  const ModelConfig ok = parse_model_config(R"({"layers": 2, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8})", "m");
+  CHECK(ok.layers == 2);
+  CHECK_THROWS_AS((void)make_layer(ok, 4, 1), InputError);
+}
