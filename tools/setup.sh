@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake ninja-build ccache pkg-config
   libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev
+  libtorch-dev libgloo-dev libopenblas0-openmp
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
 )
 

@@ -1,1 +1,190 @@
-#include "oobleck/executor/model_config.h"
+#include "oobleck/executor/analytic.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace oobleck::executor {
+
+const std::vector<HardwareDescription>& hardware_presets() {
+  static const std::vector<HardwareDescription> presets = {
+      {"a100-80gb", "8x NVIDIA A100-SXM4-80GB, NVSwitch, 8x200 Gb/s InfiniBand",
+       "NVIDIA A100 datasheet (19.5 TFLOP/s fp32, 312 TFLOP/s dense bf16, 2,039 GB/s HBM2e, NVLink 600 GB/s "
+       "both ways); HDR InfiniBand 200 Gb/s per GPU",
+       8, Bytes{80} << 30, 19.5e12, 312e12, 2.039e12, 0.5, 0.8, 240e9, 25e9, 0.01},
+      {"h100-80gb", "8x NVIDIA H100-SXM5-80GB, NVSwitch, 8x400 Gb/s InfiniBand",
+       "NVIDIA H100 datasheet (67 TFLOP/s fp32, 989 TFLOP/s dense bf16, 3.35 TB/s HBM3, NVLink 900 GB/s both "
+       "ways); NDR InfiniBand 400 Gb/s per GPU",
+       8, Bytes{80} << 30, 67e12, 989e12, 3.35e12, 0.5, 0.8, 360e9, 50e9, 0.01},
+      {"h200", "8x NVIDIA H200-SXM-141GB, NVSwitch, 8x400 Gb/s InfiniBand",
+       "NVIDIA H200 datasheet (67 TFLOP/s fp32, 989 TFLOP/s dense bf16, 4.8 TB/s HBM3e, 141 GB, NVLink 900 GB/s "
+       "both ways); NDR InfiniBand 400 Gb/s per GPU",
+       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.5, 0.8, 360e9, 50e9, 0.01},
+  };
+  return presets;
+}
+
+HardwareDescription load_hardware(const std::string& name_or_path) {
+  for (const auto& h : hardware_presets()) {
+    if (h.key == name_or_path) return h;
+  }
+  if (name_or_path.find(".json") == std::string::npos) {
+    throw InputError("--hardware: unknown hardware \"" + name_or_path +
+                     "\"; expected a100-80gb, h100-80gb, h200 or a description JSON file");
+  }
+  const std::string origin = name_or_path;
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(read_text_file(name_or_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
+  }
+  HardwareDescription h;
+  h.key = name_or_path;
+  auto number = [&](const char* key, double& target, bool required) {
+    if (!doc.contains(key)) {
+      if (required) throw InputError(origin + ": " + key + ": missing");
+      return;
+    }
+    if (!doc[key].is_number() || !(doc[key].get<double>() > 0) || !std::isfinite(doc[key].get<double>())) {
+      throw InputError(origin + ": " + key + ": expected a positive number, got " + doc[key].dump());
+    }
+    target = doc[key].get<double>();
+  };
+  h.name = doc.value("name", name_or_path);
+  h.source = doc.value("source", std::string("given"));
+  double gpus = 1, memory = 0;
+  number("gpus_per_node", gpus, true);
+  number("gpu_memory_bytes", memory, true);
+  h.gpus_per_node = static_cast<int>(gpus);
+  h.gpu_memory_bytes = static_cast<Bytes>(memory);
+  number("peak_fp32_flops_per_s", h.peak_fp32_flops_per_s, true);
+  number("peak_bf16_flops_per_s", h.peak_bf16_flops_per_s, false);
+  number("memory_bytes_per_s", h.memory_bytes_per_s, true);
+  number("compute_efficiency", h.compute_efficiency, false);
+  number("memory_efficiency", h.memory_efficiency, false);
+  number("intra_node_bytes_per_s", h.intra_node_bytes_per_s, true);
+  number("inter_node_bytes_per_s", h.inter_node_bytes_per_s, true);
+  number("latency_ms", h.latency_ms, false);
+  return h;
+}
+
+LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int e) {
+  const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads, V = c.vocab;
+  if (index == 0) return {b * s * h, (2 * b * s * h + b * s) * e};  // gather two rows, add, write
+  if (index == c.layers + 1) {
+    // Final LayerNorm, logits against the tied weight, softmax cross-entropy.
+    return {2 * b * s * h * V + 5 * b * s * V + 5 * b * s * h, (V * h + 3 * b * s * V + 2 * b * s * h) * e};
+  }
+  // Matrix products: 24 b s h^2 (QKV, projection, MLP) + 4 b s^2 h (scores
+  // and their product with V). Traffic: the weights, ~30 activation-sized
+  // passes, and the attention scores written and read a few times.
+  return {24 * b * s * h * h + 4 * b * s * s * h, (12 * h * h + 30 * b * s * h + 4 * a * b * s * s) * e};
+}
+
+namespace {
+
+double peak_for(const HardwareDescription& hw, const std::string& dtype) {
+  return dtype == "bf16" && hw.peak_bf16_flops_per_s > 0 ? hw.peak_bf16_flops_per_s : hw.peak_fp32_flops_per_s;
+}
+
+}  // namespace
+
+Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, int microbatch_size,
+                         const std::string& dtype) {
+  validate(c, "--model");
+  if (microbatch_size < 1) throw InputError("--microbatch-size: expected a positive integer");
+  if (dtype != "fp32" && dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16, got " + dtype);
+  const int e = dtype == "bf16" ? 2 : 4;
+  const double peak = peak_for(hw, dtype) * hw.compute_efficiency;
+  const double bandwidth = hw.memory_bytes_per_s * hw.memory_efficiency;
+  Profile p;
+  p.source = "analytic";
+  p.model_name = c.name;
+  p.model_json = model_json(c, dtype);
+  p.microbatch_size = microbatch_size;
+  p.hardware = {hw.name, hw.gpus_per_node, hw.gpu_memory_bytes, hw.intra_node_bytes_per_s,
+                hw.inter_node_bytes_per_s, hw.latency_ms};
+  const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
+  for (int i = 0; i < pipeline_layers(c); ++i) {
+    const LayerWork w = layer_work(c, i, microbatch_size, e);
+    const Milliseconds forward = (w.flops / peak + w.bytes / bandwidth) * 1000.0;
+    LayerProfile l;
+    l.name = layer_name(c, i);
+    l.forward_ms = forward;
+    l.backward_ms = 2 * forward;
+    l.param_bytes = layer_parameters(c, i) * e;
+    // AdamW: gradients in the parameters' dtype and two fp32 moments; bf16
+    // training also keeps fp32 master weights.
+    l.optimizer_bytes = layer_parameters(c, i) * (dtype == "bf16" ? 2 + 4 + 4 + 4 : 3 * 4);
+    if (i == 0) {
+      l.activation_bytes = static_cast<Bytes>(b * s * 8);  // the token ids
+      l.output_bytes = static_cast<Bytes>(b * s * h * e);
+    } else if (i == c.layers + 1) {
+      // The LayerNorm input and output, the logits and their softmax.
+      l.activation_bytes = static_cast<Bytes>((2 * b * s * h + 2 * b * s * c.vocab) * e);
+      l.output_bytes = 4;  // the loss
+    } else {
+      // Korthikanti et al. (2022), no recomputation, no dropout masks:
+      // s b h (34 + 5 a s / h) bytes at 16 bits, scaled to the dtype.
+      l.activation_bytes = static_cast<Bytes>(s * b * h * (34 + 5 * a * s / h) * e / 2);
+      l.output_bytes = static_cast<Bytes>(b * s * h * e);
+    }
+    p.layers.push_back(l);
+  }
+  p.notes.push_back("times: " + std::to_string(hw.compute_efficiency) + " of peak " +
+                    std::to_string(peak_for(hw, dtype) / 1e12) + " TFLOP/s and " +
+                    std::to_string(hw.memory_efficiency) + " of " + std::to_string(hw.memory_bytes_per_s / 1e9) +
+                    " GB/s; backward twice the forward");
+  p.notes.push_back("the LM head reads the embedding's tied weight: a stage holding the head without the "
+                    "embedding keeps a copy of " +
+                    std::to_string(static_cast<long long>(c.vocab) * c.hidden * e) + " bytes not counted here");
+  p.notes.push_back("hardware: " + hw.source);
+  return p;
+}
+
+EfficiencyFit fit_efficiency(const Profile& measured, const ModelConfig& c, const HardwareDescription& hw,
+                             const std::string& dtype) {
+  if (static_cast<int>(measured.layers.size()) != pipeline_layers(c)) {
+    throw InputError(measured.origin + ": " + std::to_string(measured.layers.size()) + " layers, but " + c.name +
+                     " has " + std::to_string(pipeline_layers(c)));
+  }
+  const int e = dtype == "bf16" ? 2 : 4;
+  const double peak = peak_for(hw, dtype), bandwidth = hw.memory_bytes_per_s;
+  // t = x_c flops / peak + x_m bytes / bandwidth, each row divided by t so the
+  // fit minimises relative error; efficiencies are 1 / x.
+  const int n = 2 * pipeline_layers(c);
+  Eigen::MatrixXd A(n, 2);
+  Eigen::VectorXd y = Eigen::VectorXd::Ones(n);
+  std::vector<double> times;
+  for (int i = 0; i < pipeline_layers(c); ++i) {
+    const LayerWork w = layer_work(c, i, measured.microbatch_size, e);
+    const double t_f = measured.layers[i].forward_ms / 1000.0, t_b = measured.layers[i].backward_ms / 1000.0;
+    if (!(t_f > 0) || !(t_b > 0)) throw InputError(measured.origin + ": layer " + std::to_string(i) + ": no time");
+    A(2 * i, 0) = w.flops / peak / t_f;
+    A(2 * i, 1) = w.bytes / bandwidth / t_f;
+    A(2 * i + 1, 0) = 2 * w.flops / peak / t_b;
+    A(2 * i + 1, 1) = 2 * w.bytes / bandwidth / t_b;
+    times.push_back(t_f);
+    times.push_back(t_b);
+  }
+  Eigen::Vector2d x = A.colPivHouseholderQr().solve(y);
+  // A negative coefficient means one term explains the times better alone.
+  for (int k = 0; k < 2; ++k) {
+    if (x(k) < 0) {
+      const int other = 1 - k;
+      x(k) = 0;
+      x(other) = A.col(other).dot(y) / A.col(other).squaredNorm();
+    }
+  }
+  EfficiencyFit fit;
+  fit.points = n;
+  fit.compute_efficiency = x(0) > 0 ? 1 / x(0) : 0;
+  fit.memory_efficiency = x(1) > 0 ? 1 / x(1) : 0;
+  const Eigen::VectorXd relative = A * x - y;  // predicted / measured - 1
+  fit.rms_relative_error = std::sqrt(relative.squaredNorm() / n);
+  fit.max_relative_error = relative.cwiseAbs().maxCoeff();
+  return fit;
+}
+
+}  // namespace oobleck::executor

@@ -10,14 +10,17 @@ const std::vector<ModelConfig>& model_presets() {
       {"gpt2-medium", 24, 1024, 16, 50257, 1024},
       {"gpt2-large", 36, 1280, 20, 50257, 1024},
       {"gpt2-xl", 48, 1600, 25, 50257, 1024},
-      // GPT-3 (Brown et al. 2020, Table 2.1): n_layers, d_model, n_heads; n_ctx 2048.
+      // GPT-3 (Brown et al. 2020, Table 2.1): n_layers, d_model, n_heads; n_ctx
+      // 2048. Two rows of the table do not multiply out (1.3B: 24 heads of 128
+      // for d_model 2048; 13B: d_model 5140 with 40 heads of 128): here 16
+      // heads and d_model 5120, as common reproductions use.
       {"gpt3-125m", 12, 768, 12, 50257, 2048},
       {"gpt3-350m", 24, 1024, 16, 50257, 2048},
       {"gpt3-760m", 24, 1536, 16, 50257, 2048},
-      {"gpt3-1.3b", 24, 2048, 24, 50257, 2048},
+      {"gpt3-1.3b", 24, 2048, 16, 50257, 2048},
       {"gpt3-2.7b", 32, 2560, 32, 50257, 2048},
       {"gpt3-6.7b", 32, 4096, 32, 50257, 2048},
-      {"gpt3-13b", 40, 5140, 40, 50257, 2048},
+      {"gpt3-13b", 40, 5120, 40, 50257, 2048},
       {"gpt3-175b", 96, 12288, 96, 50257, 2048},
       // Small enough to measure and train on one CPU in seconds.
       {"gpt-tiny", 4, 64, 4, 256, 32},

@@ -144,3 +144,11 @@ TEST_CASE("model: bad configs are clear errors") {
   CHECK(ok.layers == 2);
   CHECK_THROWS_AS((void)make_layer(ok, 4, 1), InputError);
 }
+
+TEST_CASE("model: every preset is a valid config") {
+  for (const auto& preset : model_presets()) {
+    CAPTURE(preset.name);
+    CHECK_NOTHROW(validate(preset, preset.name));
+    CHECK(load_model_config(preset.name).hidden == preset.hidden);
+  }
+}

@@ -1,1 +1,107 @@
-#include <doctest/doctest.h>
+#include "torch_doctest.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "oobleck/executor/analytic.h"
+#include "oobleck/executor/profiler.h"
+#include "scratch.h"
+
+using namespace oobleck;
+using namespace oobleck::executor;
+
+namespace {
+
+ModelConfig small() { return {"small", 2, 32, 4, 64, 16}; }
+
+Bytes sum(const Profile& p, Bytes LayerProfile::*field) {
+  Bytes total = 0;
+  for (const auto& l : p.layers) total += l.*field;
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("profile: a measured CPU profile has every layer, sized from the model") {
+  MeasureOptions options;
+  options.model = small();
+  options.microbatch_size = 2;
+  options.threads = 1;
+  options.warmup = 1;
+  options.repeats = 3;
+  const Measurement m = measure_profile(options);
+  const Profile& p = m.profile;
+  REQUIRE(p.layers.size() == 4);
+  CHECK(p.source == "measured");
+  CHECK(sum(p, &LayerProfile::param_bytes) == model_parameters(small()) * 4);
+  CHECK(sum(p, &LayerProfile::optimizer_bytes) == model_parameters(small()) * 12);
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    CAPTURE(i);
+    CHECK(p.layers[i].forward_ms > 0);
+    CHECK(p.layers[i].backward_ms > 0);
+  }
+  for (std::size_t i = 0; i + 1 < p.layers.size(); ++i) CHECK(p.layers[i].output_bytes == 2 * 16 * 32 * 4);
+  CHECK(p.layers.back().output_bytes == 4);
+  // Blocks keep at least their input, the attention probabilities and the
+  // MLP's hidden activations for backward.
+  const Bytes floor = (2 * 16 * 32 + 2 * 4 * 16 * 16 + 2 * 16 * 128) * 4;
+  CHECK(p.layers[1].activation_bytes >= floor);
+  CHECK(p.layers[1].activation_bytes == p.layers[2].activation_bytes);
+  CHECK(m.whole_forward_ms > 0);
+  CHECK(m.whole_backward_ms > 0);
+  // The file reads back as a profile and carries the whole-model run.
+  const std::string text = measurement_to_json(m);
+  const Profile back = parse_profile(text, "measured.json");
+  CHECK(back.layers.size() == 4);
+  const auto doc = nlohmann::json::parse(text);
+  CHECK(doc["model"]["parameters"] == model_parameters(small()));
+  CHECK(doc["model"]["dtype"] == "fp32");
+  CHECK(doc["whole_model"]["forward_ms"].get<double>() > 0);
+  CHECK(doc.contains("gap"));
+  CHECK(doc["library_versions"].get<std::string>().find("libtorch") == 0);
+}
+
+TEST_CASE("profile: analytic GPT-3 profiles add up to the model and plan") {
+  for (const char* name : {"gpt3-1.3b", "gpt3-175b"}) {
+    CAPTURE(name);
+    ModelConfig c = load_model_config(name);
+    const Profile p = analytic_profile(c, load_hardware("a100-80gb"), 1, "bf16");
+    REQUIRE(static_cast<int>(p.layers.size()) == c.layers + 2);
+    CHECK(sum(p, &LayerProfile::param_bytes) == model_parameters(c) * 2);
+    CHECK(sum(p, &LayerProfile::optimizer_bytes) == model_parameters(c) * 14);
+    // Block forward FLOPs: 24 b s h^2 + 4 b s^2 h.
+    const double h = c.hidden, s = c.seq_len;
+    CHECK(layer_work(c, 1, 1, 2).flops == doctest::Approx(24 * s * h * h + 4 * s * s * h));
+    for (const auto& l : p.layers) {
+      CHECK(l.forward_ms > 0);
+      CHECK(l.backward_ms == doctest::Approx(2 * l.forward_ms));
+    }
+    const Profile back = parse_profile(profile_to_json(p), "analytic.json");
+    CHECK(back.layers.size() == p.layers.size());
+  }
+}
+
+TEST_CASE("profile: the efficiency fit recovers the efficiencies that made the times") {
+  const ModelConfig c = small();
+  HardwareDescription hw = load_hardware("h100-80gb");
+  hw.compute_efficiency = 0.37;
+  hw.memory_efficiency = 0.61;
+  Profile measured = analytic_profile(c, hw, 2, "fp32");
+  measured.origin = "synthetic";
+  const EfficiencyFit fit = fit_efficiency(measured, c, hw, "fp32");
+  CHECK(fit.compute_efficiency == doctest::Approx(0.37).epsilon(1e-9));
+  CHECK(fit.memory_efficiency == doctest::Approx(0.61).epsilon(1e-9));
+  CHECK(fit.rms_relative_error < 1e-9);
+  CHECK(fit.points == 8);
+}
+
+TEST_CASE("profile: bad hardware descriptions are clear errors") {
+  CHECK_THROWS_WITH_AS((void)load_hardware("tpu-v9"), doctest::Contains("unknown hardware \"tpu-v9\""), InputError);
+  oobleck::test::Scratch s("true");
+  s.write("hw.json", R"({"gpus_per_node": 8, "gpu_memory_bytes": 1e10, "peak_fp32_flops_per_s": -1})");
+  CHECK_THROWS_WITH_AS((void)load_hardware(s.str("hw.json")),
+                       doctest::Contains("peak_fp32_flops_per_s: expected a positive number"), InputError);
+  s.write("hw2.json", R"({"gpus_per_node": 8, "gpu_memory_bytes": 1e10, "peak_fp32_flops_per_s": 1e12})");
+  CHECK_THROWS_WITH_AS((void)load_hardware(s.str("hw2.json")), doctest::Contains("memory_bytes_per_s: missing"),
+                       InputError);
+}
