@@ -9,7 +9,7 @@ out=build/example
 mkdir -p "$out"
 
 build/bin/oobleck-sim replay --trace traces/p3-trace.csv \
-  --profile profiles/gpt3-175b-a100.handwritten.json \
+  --profile profiles/gpt3-175b-a100.analytic.json \
   --fault-tolerance 1 --global-microbatches 256 --policy all \
   --json "$out/replay.json" --timeline "$out/timeline.csv" --plot "$out/policies.svg"
 echo
