@@ -105,3 +105,45 @@ TEST_CASE("profile: bad hardware descriptions are clear errors") {
   CHECK_THROWS_WITH_AS((void)load_hardware(s.str("hw2.json")), doctest::Contains("memory_bytes_per_s: missing"),
                        InputError);
 }
+
+TEST_CASE("profile: the command line writes profiles the planner takes, and refuses bad input") {
+  oobleck::test::Scratch s(OOBLECK_PROFILE_BINARY);
+  const auto analytic = s.run("analytic --model gpt3-2.7b --hardware h100-80gb --microbatch-size 2 --seq-len 2048 "
+                              "--out " + s.str("a.json"));
+  REQUIRE(analytic.status == 0);
+  const auto doc = nlohmann::json::parse(s.read("a.json"));
+  CHECK(doc["source"] == "analytic");
+  CHECK(doc["model"]["parameters"].get<double>() == doctest::Approx(2.7e9).epsilon(0.03));
+  const auto plan = s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + s.str("a.json") +
+                                                           " --nodes 8 --fault-tolerance 1 --global-microbatches 64");
+  CHECK(plan.status == 0);
+
+  const auto measured = s.run("measure --model gpt-tiny --microbatch-size 2 --seq-len 16 --device cpu --threads 1 "
+                              "--repeats 2 --out " + s.str("m.json"));
+  REQUIRE(measured.status == 0);
+  CHECK(measured.out.find("gap") != std::string::npos);
+  CHECK(s.run_program(OOBLECK_PLAN_BINARY,
+                      "instantiate --profile " + s.str("m.json") + " --nodes 3 --fault-tolerance 0 --global-microbatches 4")
+            .status == 0);
+  const auto fitted = s.run("analytic --model gpt-tiny --hardware cpu --fit " + s.str("m.json") +
+                            " --microbatch-size 2 --seq-len 16 --out " + s.str("f.json"));
+  CHECK(fitted.status == 0);
+  CHECK(nlohmann::json::parse(s.read("f.json"))["fit"]["points"] == 12);
+
+  const auto bad_model = s.run("analytic --model gpt5 --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
+                               s.str("x.json"));
+  CHECK(bad_model.status == 2);
+  CHECK(bad_model.err.find("unknown model \"gpt5\"") != std::string::npos);
+  s.write("bad.json", R"({"layers": 2, "hidden": 30, "heads": 4, "vocab": 10, "seq_len": 8})");
+  const auto bad_config = s.run("measure --model " + s.str("bad.json") +
+                                " --microbatch-size 1 --seq-len 8 --out " + s.str("x.json"));
+  CHECK(bad_config.status == 2);
+  CHECK(bad_config.err.find("bad.json: heads") != std::string::npos);
+  const auto no_cuda = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --device cuda --out " +
+                             s.str("x.json"));
+  CHECK(no_cuda.status == 2);
+  const auto no_folder = s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
+                               s.str("missing/x.json"));
+  CHECK(no_folder.status == 2);
+  CHECK_FALSE(std::filesystem::exists(s.path("x.json")));
+}
