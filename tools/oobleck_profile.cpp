@@ -12,6 +12,7 @@
 
 #include "cli_io.h"
 #include "oobleck/executor/analytic.h"
+#include "oobleck/executor/links.h"
 #include "oobleck/executor/model_config.h"
 #include "oobleck/executor/profiler.h"
 
@@ -119,7 +120,15 @@ int main(int argc, char** argv) {
                            "and report the error");
   analytic_cmd->add_option("--out", out, "Profile JSON to write")->required();
 
+  bool no_links = false;
+  measure_cmd->add_flag("--no-links", no_links, "Skip measuring point-to-point and all-reduce between two processes");
+  int peer_port = 0;
+  auto* peer_cmd = app.add_subcommand("comm-peer", "(internal) the second process of the link measurement");
+  peer_cmd->add_option("--port", peer_port)->required()->check(CLI::Range(1, 65535));
+  peer_cmd->group("");  // not listed in --help
+
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
+  if (*peer_cmd) return cli::run_reporting_errors("oobleck-profile comm-peer", [&] { return run_comm_peer(peer_port); });
 
   return cli::run_reporting_errors("oobleck-profile", [&]() -> int {
     ModelConfig model = load_model_config(model_name);
@@ -142,6 +151,7 @@ int main(int argc, char** argv) {
       if (inter > 0) measure.inter_node_bytes_per_s = inter;
       if (latency >= 0) measure.latency_ms = latency;
       if (memory > 0) measure.memory_bytes = memory;
+      if (!no_links && device == "cpu") measure.link_program = std::filesystem::read_symlink("/proc/self/exe").string();
       const auto start = std::chrono::steady_clock::now();
       const Measurement m = measure_profile(measure, [](std::string_view line) {
         std::cerr << "oobleck-profile: measuring " << line << "\n";
@@ -159,6 +169,10 @@ int main(int argc, char** argv) {
       std::printf("  layers summed: %.2f + %.2f ms; whole model: %.2f + %.2f ms; gap %+.1f %%\n",
                   m.layers_forward_ms, m.layers_backward_ms, m.whole_forward_ms, m.whole_backward_ms,
                   100 * (sum / whole - 1));
+      if (m.links_measured) {
+        std::printf("  links between two processes (Gloo): %.2f GB/s, %.3f ms one way; all-reduce %.2f GB/s, %.3f ms\n",
+                    m.p2p_bytes_per_s / 1e9, m.p2p_latency_ms, m.allreduce_bytes_per_s / 1e9, m.allreduce_latency_ms);
+      }
       std::printf("Wrote %s (%.1f s)\n", out.c_str(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return 0;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oobleck/executor/gpt.h"
+#include "oobleck/executor/links.h"
 #include "oobleck/executor/profiler.h"
 
 #ifdef OOBLECK_WITH_CUDA
@@ -277,23 +278,35 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
     out.stream_bytes_per_s = 2.0 * static_cast<double>(big.numel()) * 4 / (median(times) / 1000.0);
   }
 
+  if (!options.link_program.empty()) {
+    const LinkMeasurement links = measure_local_links(options.link_program, progress);
+    out.links_measured = true;
+    out.p2p_bytes_per_s = links.point_to_point.bytes_per_s;
+    out.p2p_latency_ms = links.point_to_point.latency_ms;
+    out.p2p_fit_error = links.point_to_point.rms_relative_error;
+    out.allreduce_bytes_per_s = links.allreduce.bytes_per_s;
+    out.allreduce_latency_ms = links.allreduce.latency_ms;
+    out.allreduce_fit_error = links.allreduce.rms_relative_error;
+  }
+
   Hardware& hw = profile.hardware;
   hw.name = out.device_name + (cuda ? "" : " (" + std::to_string(out.threads) + " threads)");
   hw.gpus_per_node = 1;  // one worker per node on CPU; per GPU on CUDA
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   hw.gpu_memory_bytes = options.memory_bytes.value_or(cuda ? Bytes{80} << 30 : static_cast<Bytes>(pages) * page);
-  // Not measured by this command: memcpy speed stands in for moving data
-  // inside a node, a 10 Gb/s network across nodes.
-  hw.intra_node_bytes_per_s = options.intra_node_bytes_per_s.value_or(out.stream_bytes_per_s / 2);
-  hw.inter_node_bytes_per_s = options.inter_node_bytes_per_s.value_or(1.25e9);
-  hw.latency_ms = options.latency_ms.value_or(0.05);
-  if (!options.inter_node_bytes_per_s) {
-    profile.notes.push_back("inter_node_bytes_per_s: not measured, 10 Gb/s assumed (--inter-node-bytes-per-s)");
+  // Local processes stand for the nodes of a one-machine cluster: their
+  // measured link is the link between nodes (and, with one worker per
+  // node, inside one too). Given values win.
+  const double link = out.links_measured ? out.p2p_bytes_per_s : 1.25e9;
+  hw.intra_node_bytes_per_s = options.intra_node_bytes_per_s.value_or(link);
+  hw.inter_node_bytes_per_s = options.inter_node_bytes_per_s.value_or(link);
+  hw.latency_ms = options.latency_ms.value_or(out.links_measured ? out.p2p_latency_ms : 0.05);
+  if (out.links_measured) {
+    profile.notes.push_back("links: measured between two local processes with Gloo; a multi-machine cluster "
+                            "needs --inter-node-bytes-per-s and --latency-ms");
+  } else {
+    profile.notes.push_back("links: not measured; 10 Gb/s and 0.05 ms assumed (override with the flags)");
   }
-  if (!options.intra_node_bytes_per_s) {
-    profile.notes.push_back("intra_node_bytes_per_s: half the measured copy bandwidth (--intra-node-bytes-per-s)");
-  }
-  if (!options.latency_ms) profile.notes.push_back("latency_ms: not measured, 0.05 ms assumed (--latency-ms)");
   return out;
 }
 
@@ -311,6 +324,14 @@ std::string measurement_to_json(const Measurement& m) {
   doc["layers_sum"] = {{"forward_ms", m.layers_forward_ms}, {"backward_ms", m.layers_backward_ms}};
   doc["gap"] = whole > 0 ? sum / whole - 1 : 0;  // (sum of layers - whole) / whole
   doc["measured"] = {{"gemm_flops_per_s", m.gemm_flops_per_s}, {"copy_bytes_per_s", m.stream_bytes_per_s}};
+  if (m.links_measured) {
+    doc["measured"]["links"] = {
+        {"communicator", "gloo (libtorch c10d), two local processes"},
+        {"point_to_point", {{"bytes_per_s", m.p2p_bytes_per_s}, {"latency_ms", m.p2p_latency_ms},
+                            {"rms_relative_error", m.p2p_fit_error}}},
+        {"allreduce", {{"bytes_per_s", m.allreduce_bytes_per_s}, {"latency_ms", m.allreduce_latency_ms},
+                       {"rms_relative_error", m.allreduce_fit_error}}}};
+  }
   return doc.dump(2) + "\n";
 }
 

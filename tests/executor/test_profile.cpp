@@ -122,6 +122,12 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
                               "--repeats 2 --out " + s.str("m.json"));
   REQUIRE(measured.status == 0);
   CHECK(measured.out.find("gap") != std::string::npos);
+  // The links were measured between this process and a second one, which is gone.
+  const auto m = nlohmann::json::parse(s.read("m.json"));
+  CHECK(m["measured"]["links"]["point_to_point"]["bytes_per_s"].get<double>() > 0);
+  CHECK(m["measured"]["links"]["allreduce"]["bytes_per_s"].get<double>() > 0);
+  CHECK(m["hardware"]["inter_node_bytes_per_s"] == m["measured"]["links"]["point_to_point"]["bytes_per_s"]);
+  CHECK(s.run_program("pgrep", "-f 'oobleck-profile [c]omm-peer'").status == 1);  // no process left
   CHECK(s.run_program(OOBLECK_PLAN_BINARY,
                       "instantiate --profile " + s.str("m.json") + " --nodes 3 --fault-tolerance 0 --global-microbatches 4")
             .status == 0);

@@ -25,6 +25,9 @@ struct MeasureOptions {
   std::optional<double> intra_node_bytes_per_s, inter_node_bytes_per_s;
   std::optional<Milliseconds> latency_ms;
   std::optional<Bytes> memory_bytes;  // per GPU; on CPU the machine's memory
+  // Measure point-to-point and all-reduce among two local processes with
+  // this program (it must accept `comm-peer --port P`); empty: skip.
+  std::string link_program;
 };
 
 struct Measurement {
@@ -37,6 +40,10 @@ struct Measurement {
   int threads = 0;
   double gemm_flops_per_s = 0;  // a large fp32 matrix product: this device's practical peak
   double stream_bytes_per_s = 0;  // a large copy: its practical memory bandwidth
+  bool links_measured = false;
+  double p2p_bytes_per_s = 0, allreduce_bytes_per_s = 0;
+  Milliseconds p2p_latency_ms = 0, allreduce_latency_ms = 0;
+  double p2p_fit_error = 0, allreduce_fit_error = 0;
 };
 
 [[nodiscard]] Measurement measure_profile(const MeasureOptions& options, const Progress& progress = {});
