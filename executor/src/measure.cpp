@@ -3,6 +3,7 @@
 // Activation bytes on CPU are what stays allocated after a forward pass with
 // autograd on, less the output: the tensors autograd saves. A counting
 // allocator in front of libtorch's CPU allocator sees them.
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <c10/core/CPUAllocator.h>
@@ -21,6 +22,12 @@
 
 #ifdef OOBLECK_WITH_CUDA
 #include <cuda_runtime_api.h>
+#endif
+// A CUDA build of libtorch (not Debian's) brings its caching allocator's
+// statistics: activation bytes on a GPU come from there.
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define OOBLECK_CUDA_ALLOCATOR_STATS 1
 #endif
 
 namespace oobleck::executor {
@@ -108,6 +115,33 @@ class Timer {
   [[maybe_unused]] bool cuda_;
 };
 
+// bf16 on CUDA: fp32 weights, matrix products in bf16 (autocast), as mixed
+// precision training runs. Torch 2.4 renamed the calls.
+class CudaAutocast {
+ public:
+  explicit CudaAutocast(bool on) : on_(on) {
+    if (on_) set(true);
+  }
+  ~CudaAutocast() {
+    if (on_) set(false);
+  }
+  CudaAutocast(const CudaAutocast&) = delete;
+  CudaAutocast& operator=(const CudaAutocast&) = delete;
+
+ private:
+  static void set(bool enabled) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+#else
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+    if (!enabled) at::autocast::clear_cache();
+  }
+  bool on_;
+};
+
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -140,8 +174,10 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   if (options.dtype != "fp32" && options.dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16");
   if (options.dtype == "bf16" && !cuda) throw InputError("--dtype bf16: only on CUDA; the CPU profile is fp32");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  const torch::Dtype dtype = options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
-  const int element = options.dtype == "bf16" ? 2 : 4;
+  // Weights stay fp32; bf16 is autocast's compute type on CUDA.
+  const torch::Dtype dtype = torch::kFloat32;
+  const CudaAutocast autocast(options.dtype == "bf16");
+  const int element = 4;  // fp32 weights (bf16 autocast computes from them)
   if (options.threads > 0) torch::set_num_threads(options.threads);
   auto& allocator = counting_allocator();
   const ModelConfig& c = options.model;
@@ -191,15 +227,19 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
       layer->zero_grad();
       torch::Tensor input, y;
       sync();
-      const std::int64_t before = allocator.live_bytes();
+      auto live_bytes = [&]() -> std::int64_t {
+#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
+        if (cuda) return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+#endif
+        return allocator.live_bytes();
+      };
+      const std::int64_t before = live_bytes();
       const Milliseconds f = timer.time([&] {
         y = forward(input);
         sync();
       });
-      if (!cuda) {
-        output = last ? 4 : static_cast<Bytes>(y.numel()) * element;
-        activation = std::max<Bytes>(0, allocator.live_bytes() - before - output);
-      }
+      output = last ? 4 : static_cast<Bytes>(y.numel() * y.element_size());
+      activation = std::max<Bytes>(0, live_bytes() - before - output);
       const auto grad = last ? torch::Tensor() : torch::ones_like(y);
       const Milliseconds b = timer.time([&] {
         if (last) {
@@ -214,15 +254,13 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
         backward_ms.push_back(b);
       }
     }
-    if (cuda) output = last ? 4 : static_cast<Bytes>(B) * S * c.hidden * element;
     LayerProfile lp;
     lp.name = layer_name(c, i);
     lp.forward_ms = median(forward_ms);
     lp.backward_ms = median(backward_ms);
     lp.param_bytes = layer_parameters(c, i) * element;
-    // AdamW: a gradient and two moments per parameter, in the parameters'
-    // dtype (fp32 here); bf16 adds fp32 master weights.
-    lp.optimizer_bytes = layer_parameters(c, i) * (options.dtype == "bf16" ? 2 + 4 + 4 + 4 : 3 * element);
+    // AdamW: an fp32 gradient and two fp32 moments per parameter.
+    lp.optimizer_bytes = layer_parameters(c, i) * 3 * element;
     lp.activation_bytes = activation;
     lp.output_bytes = output;
     profile.layers.push_back(lp);
