@@ -40,8 +40,13 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  // Torch 2.3 made allocate non-const and added copy_data, which later
+  // releases gave a `sync` flag: both forms, whichever the base declares.
   c10::DataPtr allocate(size_t n) override { return wrap(n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count, bool /*sync*/) const {
+    default_copy_data(dest, src, count);
+  }
 #else
   c10::DataPtr allocate(size_t n) const override { return wrap(n); }
 #endif
