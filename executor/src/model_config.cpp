@@ -54,7 +54,8 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   ModelConfig c;
   c.name = doc.value("name", std::string("custom"));
   for (const auto& [key, value] : doc.items()) {
-    if (key == "name" || key == "description") continue;
+    // A profile's model section carries these too; `parameters` is checked below.
+    if (key == "name" || key == "description" || key == "dtype" || key == "parameters") continue;
     int* field = key == "layers" ? &c.layers
                  : key == "hidden" ? &c.hidden
                  : key == "heads" ? &c.heads
@@ -73,6 +74,11 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
     if (!doc.contains(key)) throw InputError(origin + ": " + key + ": missing");
   }
   validate(c, origin);
+  if (doc.contains("parameters") &&
+      (!doc["parameters"].is_number_integer() || doc["parameters"].get<std::int64_t>() != model_parameters(c))) {
+    throw InputError(origin + ": parameters: " + doc["parameters"].dump() + " does not match the " +
+                     std::to_string(model_parameters(c)) + " that layers, hidden, vocab and seq_len give");
+  }
   return c;
 }
 

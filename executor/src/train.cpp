@@ -1,0 +1,368 @@
+// Training: the single-process reference and the pipeline worker.
+//
+// Both take step k's global batch from the same order (data.h) and scale each
+// microbatch's mean token loss by 1/B, so the gradients they sum are the
+// full-batch gradient. The worker runs 1F1B over its pipeline's microbatches,
+// sends activations and gradients to its neighbours, and all-reduces each
+// layer's gradient among the workers holding that layer in every pipeline
+// (the tied embedding/head weight among all holders of either). Clipping
+// uses the global norm, each layer counted once; then AdamW.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "oobleck/executor/data.h"
+#include "oobleck/executor/gpt.h"
+#include "oobleck/executor/train.h"
+
+namespace oobleck::executor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+torch::Tensor long_tensor(const std::vector<std::int64_t>& values, std::int64_t rows, std::int64_t cols) {
+  return torch::from_blob(const_cast<std::int64_t*>(values.data()), {rows, cols}, torch::kLong).clone();
+}
+
+torch::optim::AdamW make_optimizer(const std::vector<torch::Tensor>& parameters, const TrainOptions& o) {
+  return torch::optim::AdamW(parameters, torch::optim::AdamWOptions(o.learning_rate).weight_decay(o.weight_decay));
+}
+
+// Scales gradients so that their global norm is at most `max_norm`, as
+// torch.nn.utils.clip_grad_norm_ does.
+void clip(const std::vector<torch::Tensor>& grads, double total_norm, double max_norm) {
+  const double coefficient = max_norm / (total_norm + 1e-6);
+  if (coefficient >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& g : grads) g.mul_(coefficient);
+}
+
+}  // namespace
+
+std::string metrics_line(const StepMetrics& m) {
+  return nlohmann::ordered_json{
+      {"step", m.step}, {"loss", m.loss}, {"samples", m.samples}, {"iteration_ms", m.iteration_ms}}
+      .dump();
+}
+
+ModelConfig model_of_profile(const Profile& profile) {
+  ModelConfig c = parse_model_config(profile.model_json, profile.origin + ": model");
+  if (static_cast<int>(profile.layers.size()) != pipeline_layers(c)) {
+    throw InputError(profile.origin + ": " + std::to_string(profile.layers.size()) + " layers, but its model has " +
+                     std::to_string(pipeline_layers(c)) + " (embedding, blocks, head)");
+  }
+  return c;
+}
+
+std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,
+                                              int global_microbatches) {
+  torch::manual_seed(o.seed);
+  Gpt model(o.model, o.seed);
+  const auto parameters = model.parameters();
+  auto optimizer = make_optimizer(parameters, o);
+  const int B = global_microbatches, mb = o.microbatch_size, S = o.model.seq_len;
+  std::vector<StepMetrics> out;
+  for (int step = 0; step < o.steps; ++step) {
+    const auto start = Clock::now();
+    optimizer.zero_grad();
+    double loss_sum = 0;
+    for (int m = 0; m < B; ++m) {
+      const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
+      const auto logits = model.forward(long_tensor(batch.inputs, mb, S));
+      const auto loss = language_model_loss(logits, long_tensor(batch.targets, mb, S)) / B;
+      loss.backward();
+      loss_sum += loss.item<double>();
+    }
+    double norm2 = 0;
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parameters) {
+      grads.push_back(p.grad());
+      norm2 += p.grad().pow(2).sum().item<double>();
+    }
+    clip(grads, std::sqrt(norm2), o.clip_norm);
+    optimizer.step();
+    out.push_back({step, loss_sum, static_cast<std::int64_t>(step + 1) * B * mb,
+                   std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
+  }
+  return out;
+}
+
+namespace {
+
+// Where every node of the plan sits.
+struct Worker {
+  int pipeline = 0;
+  int position = 0;
+  int layer_begin = 0, layer_end = 0;  // the node's stages, contiguous
+};
+
+std::vector<Worker> workers_of(const Plan& plan) {
+  std::vector<Worker> out;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const Pipeline& pipeline = plan.pipelines[p];
+    for (std::size_t r = 0; r < pipeline.nodes.size(); ++r) {
+      Worker w{static_cast<int>(p), static_cast<int>(r), INT32_MAX, -1};
+      for (const auto& st : pipeline.stages) {
+        if (st.node != static_cast<int>(r)) continue;
+        if (st.gpus != 1) throw InputError("plan: tensor-parallel stages (gpus > 1) are not run by oobleck-run yet");
+        w.layer_begin = std::min(w.layer_begin, st.layer_begin);
+        w.layer_end = std::max(w.layer_end, st.layer_end);
+      }
+      if (w.layer_end < 0) throw InputError("plan: node " + pipeline.nodes[r] + " holds no stage");
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+// A gradient tensor's sharing label: the layer, or -1 for the tied weight.
+constexpr int kTied = -1;
+
+class PipelineWorker {
+ public:
+  PipelineWorker(const std::vector<std::uint16_t>& tokens, const TrainOptions& o, const Plan& plan, int rank, int port)
+      : tokens_(tokens), o_(o), plan_(plan), rank_(rank), all_(workers_of(plan)), me_(all_.at(rank)) {
+    const int world = static_cast<int>(all_.size());
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(port);
+    store_options.isServer = false;
+    store_options.timeout = std::chrono::seconds(120);
+    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+    world_ = group("world", rank_, world);
+    for (int l = me_.layer_begin; l < me_.layer_end; ++l) layers_.push_back(make_layer(o.model, l, o.seed));
+    last_layer_ = o.model.layers + 1;
+    build_gradient_groups();
+    std::vector<torch::Tensor> parameters;
+    for (auto& layer : layers_) {
+      for (auto& p : layer->parameters()) parameters.push_back(p);
+    }
+    optimizer_ = std::make_unique<torch::optim::AdamW>(make_optimizer(parameters, o));
+    // Microbatches of this pipeline within the global batch.
+    for (int p = 0; p < me_.pipeline; ++p) first_microbatch_ += plan.pipelines[p].microbatches;
+    microbatches_ = plan.pipelines[me_.pipeline].microbatches;
+    stages_ = static_cast<int>(plan.pipelines[me_.pipeline].nodes.size());
+  }
+
+  std::vector<StepMetrics> run() {
+    std::vector<StepMetrics> out;
+    for (int step = 0; step < o_.steps; ++step) {
+      const auto start = Clock::now();
+      optimizer_->zero_grad();
+      const double local_loss = one_f_one_b(step);
+      synchronise_gradients();
+      optimizer_->step();
+      auto loss = torch::tensor({local_loss}, torch::kFloat64);
+      std::vector<torch::Tensor> buffer = {loss};
+      world_->allreduce(buffer)->wait();
+      out.push_back({step, loss.item<double>(),
+                     static_cast<std::int64_t>(step + 1) * plan_.global_microbatches * o_.microbatch_size,
+                     std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
+    }
+    world_->barrier()->wait();
+    return rank_ == 0 ? out : std::vector<StepMetrics>{};
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group(const std::string& name, int rank, int size) {
+    auto options = c10d::ProcessGroupGloo::Options::create();
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->timeout = std::chrono::seconds(120);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+  }
+
+  [[nodiscard]] bool holds(const Worker& w, int layer) const { return w.layer_begin <= layer && layer < w.layer_end; }
+
+  // Which ranks share each label, and one process group per distinct set of
+  // ranks this worker is in (created in one global order, so no two workers
+  // wait on each other's groups in opposite orders).
+  void build_gradient_groups() {
+    auto holders = [&](int label) {
+      std::vector<int> ranks;
+      for (int r = 0; r < static_cast<int>(all_.size()); ++r) {
+        const bool in = label == kTied ? holds(all_[r], 0) || holds(all_[r], last_layer_) : holds(all_[r], label);
+        if (in) ranks.push_back(r);
+      }
+      return ranks;
+    };
+    std::set<std::vector<int>> sets;
+    for (int l = 0; l <= last_layer_; ++l) sets.insert(holders(l));
+    sets.insert(holders(kTied));
+    for (const auto& set : sets) {
+      auto it = std::find(set.begin(), set.end(), rank_);
+      if (it == set.end() || set.size() < 2) continue;
+      std::string name = "grads";
+      for (int r : set) name.append(":").append(std::to_string(r));
+      groups_[set] = group(name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()));
+    }
+    for (int l = me_.layer_begin; l < me_.layer_end; ++l) label_holders_[l] = holders(l);
+    label_holders_[kTied] = holders(kTied);
+  }
+
+  torch::Tensor microbatch_tokens(int step, int m, bool targets) const {
+    const Sequences s = step_sequences(tokens_, o_.seed, step, (first_microbatch_ + m) * o_.microbatch_size,
+                                       o_.microbatch_size, o_.model.seq_len);
+    return long_tensor(targets ? s.targets : s.inputs, o_.microbatch_size, o_.model.seq_len);
+  }
+
+  torch::Tensor forward_layers(torch::Tensor x) {
+    for (auto& layer : layers_) x = layer->forward(x);
+    return x;
+  }
+
+  // 1F1B over this pipeline's microbatches; returns the sum of the scaled
+  // losses this worker computed (non-zero on last stages only).
+  double one_f_one_b(int step) {
+    const bool first = me_.position == 0, last = me_.position == stages_ - 1;
+    const int M = microbatches_, B = plan_.global_microbatches;
+    const int warmup = std::min(stages_ - me_.position - 1, M);
+    const auto activation_shape = std::vector<std::int64_t>{o_.microbatch_size, o_.model.seq_len, o_.model.hidden};
+    std::vector<torch::Tensor> inputs(M), outputs(M);
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    std::vector<torch::Tensor> send_buffers;
+    double loss_sum = 0;
+    auto forward = [&](int m) {
+      torch::Tensor x;
+      if (first) {
+        x = microbatch_tokens(step, m, false);
+      } else {
+        std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
+        world_->recv(buffer, rank_ - 1, 2 * m)->wait();
+        x = buffer[0].requires_grad_(true);
+      }
+      auto y = forward_layers(x);
+      if (last) {
+        y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
+        loss_sum += y.item<double>();
+      } else {
+        std::vector<torch::Tensor> buffer = {y.detach().contiguous()};
+        sends.push_back(world_->send(buffer, rank_ + 1, 2 * m));
+        send_buffers.push_back(buffer[0]);
+      }
+      inputs[m] = x;
+      outputs[m] = y;
+    };
+    auto backward = [&](int m) {
+      if (last) {
+        outputs[m].backward();
+      } else {
+        std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
+        world_->recv(buffer, rank_ + 1, 2 * m + 1)->wait();
+        outputs[m].backward(buffer[0]);
+      }
+      if (!first) {
+        std::vector<torch::Tensor> buffer = {inputs[m].grad().contiguous()};
+        sends.push_back(world_->send(buffer, rank_ - 1, 2 * m + 1));
+        send_buffers.push_back(buffer[0]);
+      }
+      inputs[m] = outputs[m] = torch::Tensor();
+    };
+    for (int m = 0; m < warmup; ++m) forward(m);
+    for (int m = 0; m < M; ++m) {
+      if (warmup + m < M) forward(warmup + m);
+      backward(m);
+    }
+    for (auto& w : sends) w->wait();
+    return loss_sum;
+  }
+
+  // Labels and tensors in a fixed order: every member of a group packs the
+  // same labels in the same order.
+  std::vector<std::pair<int, torch::Tensor>> labelled_gradients() {
+    std::vector<std::pair<int, torch::Tensor>> out;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const int l = me_.layer_begin + static_cast<int>(i);
+      for (const auto& item : layers_[i]->named_parameters()) {
+        const bool tied = (l == 0 && item.key() == "token") || (l == last_layer_ && item.key() == "tied_token");
+        out.emplace_back(tied ? kTied : l, item.value().grad());
+      }
+    }
+    return out;
+  }
+
+  void synchronise_gradients() {
+    const auto grads = labelled_gradients();
+    // The tied weight: this worker's contributions summed first.
+    torch::Tensor tied;
+    for (const auto& [label, g] : grads) {
+      if (label == kTied) tied = tied.defined() ? tied + g : g.clone();
+    }
+    std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
+    for (const auto& [label, g] : grads) {
+      if (label != kTied) by_set[label_holders_.at(label)].push_back(g);
+    }
+    if (tied.defined()) by_set[label_holders_.at(kTied)].push_back(tied);
+    for (auto& [set, tensors] : by_set) {
+      if (set.size() < 2) continue;
+      auto flat = torch::cat([&] {
+        std::vector<torch::Tensor> views;
+        for (auto& t : tensors) views.push_back(t.reshape({-1}));
+        return views;
+      }());
+      std::vector<torch::Tensor> buffer = {flat};
+      groups_.at(set)->allreduce(buffer)->wait();
+      std::int64_t offset = 0;
+      torch::NoGradGuard no_grad;
+      for (auto& t : tensors) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    }
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> all;
+    for (const auto& [label, g] : grads) {
+      if (label == kTied) g.copy_(tied);
+      all.push_back(g);
+    }
+    // Global norm, each label counted once: by its lowest-ranked holder.
+    double norm2 = 0;
+    bool tied_counted = false;
+    for (const auto& [label, g] : grads) {
+      if (label_holders_.at(label).front() != rank_) continue;
+      if (label == kTied) {
+        if (tied_counted) continue;
+        tied_counted = true;
+      }
+      norm2 += g.pow(2).sum().item<double>();
+    }
+    auto total = torch::tensor({norm2}, torch::kFloat64);
+    std::vector<torch::Tensor> buffer = {total};
+    world_->allreduce(buffer)->wait();
+    clip(all, std::sqrt(total.item<double>()), o_.clip_norm);
+  }
+
+  const std::vector<std::uint16_t>& tokens_;
+  const TrainOptions& o_;
+  const Plan& plan_;
+  int rank_;
+  std::vector<Worker> all_;
+  Worker me_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
+  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+  std::map<int, std::vector<int>> label_holders_;
+  std::vector<std::shared_ptr<GptLayer>> layers_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int last_layer_ = 0;
+  int first_microbatch_ = 0;
+  int microbatches_ = 0;
+  int stages_ = 0;
+};
+
+}  // namespace
+
+std::vector<StepMetrics> train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options,
+                                      const Plan& plan, int rank, int port) {
+  torch::manual_seed(options.seed);
+  PipelineWorker worker(tokens, options, plan, rank, port);
+  return worker.run();
+}
+
+}  // namespace oobleck::executor
