@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "oobleck-run 0.1.0");
-  std::string plan_path, profile_path, data_path, metrics_path;
+  std::string plan_path, profile_path, data_path, metrics_path, chrome_path;
   int steps = 1, threads = 1, rank = -1, port = 0;
   std::uint64_t seed = 1;
   bool single_process = false;
@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
     cmd->add_option("--seed", seed, "Weights and data order");
     cmd->add_option("--threads", threads, "Intra-op threads per worker")->check(CLI::Range(1, 1024));
     cmd->add_option("--metrics", metrics_path, "One JSON line per step: {step, loss, samples, iteration_ms}");
+    cmd->add_option("--chrome-trace", chrome_path,
+                    "The last step's schedule as a Chrome trace, as oobleck-sim iteration writes it");
   };
   add_training_options(&app);
   app.add_flag("--single-process", single_process,
@@ -105,8 +107,12 @@ int main(int argc, char** argv) {
 
     if (*worker_cmd) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the master
-      const auto metrics = train_worker(tokens, options, plan, rank, port);
-      if (rank == 0 && !metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(metrics));
+      const WorkerResult result = train_worker(tokens, options, plan, rank, port);
+      if (rank == 0) {
+        if (!metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(result.metrics));
+        if (!chrome_path.empty()) cli::write_file_atomically<InputError>(chrome_path, result.chrome_trace);
+        std::fputs(result.stage_summary.c_str(), stdout);
+      }
       return 0;
     }
 
@@ -138,6 +144,10 @@ int main(int argc, char** argv) {
                                        "--steps",   std::to_string(steps), "--seed", std::to_string(seed),
                                        "--threads", std::to_string(threads), "--rank", std::to_string(r),
                                        "--port",    std::to_string(store->getPort()), "--metrics", metrics_file};
+      if (!chrome_path.empty()) {
+        args.push_back("--chrome-trace");
+        args.push_back(chrome_path);
+      }
       std::vector<char*> child_argv;
       for (auto& a : args) child_argv.push_back(a.data());
       child_argv.push_back(nullptr);

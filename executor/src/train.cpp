@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/gpt.h"
@@ -150,26 +151,123 @@ class PipelineWorker {
     stages_ = static_cast<int>(plan.pipelines[me_.pipeline].nodes.size());
   }
 
-  std::vector<StepMetrics> run() {
-    std::vector<StepMetrics> out;
+  WorkerResult run() {
+    WorkerResult out;
     for (int step = 0; step < o_.steps; ++step) {
+      recording_ = step == o_.steps - 1;  // the last step: warmed up
+      if (recording_) world_->barrier()->wait();
       const auto start = Clock::now();
+      step_start_ms_ = now_ms();
       optimizer_->zero_grad();
       const double local_loss = one_f_one_b(step);
+      const double sync_start = now_ms();
       synchronise_gradients();
+      const double step_start = now_ms();
       optimizer_->step();
+      if (recording_) {
+        sync_ms_ = step_start - sync_start;
+        optimizer_ms_ = now_ms() - step_start;
+        record('O', 0, step_start, now_ms());
+      }
       auto loss = torch::tensor({local_loss}, torch::kFloat64);
       std::vector<torch::Tensor> buffer = {loss};
       world_->allreduce(buffer)->wait();
-      out.push_back({step, loss.item<double>(),
-                     static_cast<std::int64_t>(step + 1) * plan_.global_microbatches * o_.microbatch_size,
-                     std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
+      out.metrics.push_back({step, loss.item<double>(),
+                             static_cast<std::int64_t>(step + 1) * plan_.global_microbatches * o_.microbatch_size,
+                             std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
     }
+    publish_timeline();
     world_->barrier()->wait();
-    return rank_ == 0 ? out : std::vector<StepMetrics>{};
+    if (rank_ == 0) {
+      collect_timelines(out);
+    } else {
+      out.metrics.clear();
+    }
+    return out;
   }
 
  private:
+  // CLOCK_MONOTONIC: one time base for every process on this machine.
+  static double now_ms() {
+    return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+  }
+  void record(char kind, int index, double start, double end) {
+    if (recording_) ops_.push_back({kind, index, start, end});
+  }
+
+  // This worker's last step, for rank 0.
+  void publish_timeline() {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& op : ops_) ops.push_back({std::string(1, op.kind), op.index, op.start_ms, op.end_ms});
+    const std::string text = nlohmann::json{{"step_start_ms", step_start_ms_},
+                                            {"compute_ms", compute_ms_},
+                                            {"wait_ms", wait_ms_},
+                                            {"sync_ms", sync_ms_},
+                                            {"optimizer_ms", optimizer_ms_},
+                                            {"ops", ops}}
+                                 .dump();
+    store_->set("timeline/" + std::to_string(rank_), std::vector<std::uint8_t>(text.begin(), text.end()));
+  }
+
+  void collect_timelines(WorkerResult& out) {
+    std::vector<nlohmann::json> timelines;
+    double origin = 1e300;
+    for (int r = 0; r < static_cast<int>(all_.size()); ++r) {
+      const auto bytes = store_->get("timeline/" + std::to_string(r));
+      timelines.push_back(nlohmann::json::parse(std::string(bytes.begin(), bytes.end())));
+      origin = std::min(origin, timelines.back()["step_start_ms"].get<double>());
+    }
+    using nlohmann::ordered_json;
+    ordered_json events = ordered_json::array();
+    auto meta = [&](const char* what, int pid, int tid, const std::string& name) {
+      ordered_json e = {{"name", what}, {"ph", "M"}, {"pid", pid}};
+      if (tid >= 0) e["tid"] = tid;
+      e["args"] = {{"name", name}};
+      events.push_back(std::move(e));
+    };
+    std::ostringstream summary;
+    summary << "per-stage timing of the last step (ms):\n"
+            << "  pipeline  stage  node          layers     compute     waiting   grad sync   optimizer\n";
+    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+      const Pipeline& pipeline = plan_.pipelines[p];
+      meta("process_name", static_cast<int>(p) + 1, -1,
+           "pipeline " + std::to_string(p) + " (" + std::to_string(pipeline.nodes.size()) + " nodes, " +
+               std::to_string(pipeline.microbatches) + " microbatches)");
+    }
+    for (int r = 0; r < static_cast<int>(all_.size()); ++r) {
+      const Worker& w = all_[r];
+      const auto& t = timelines[r];
+      const int pid = w.pipeline + 1, tid = w.position;
+      const std::string node = plan_.pipelines[w.pipeline].nodes[w.position];
+      meta("thread_name", pid, tid,
+           "stage " + std::to_string(w.position) + ": layers " + std::to_string(w.layer_begin) + "-" +
+               std::to_string(w.layer_end - 1) + " on " + node + " (1 GPUs)");
+      for (const auto& op : t["ops"]) {
+        const std::string kind = op[0];
+        const std::string name = kind == "O" ? "optimizer" : kind + std::to_string(op[1].get<int>());
+        events.push_back({{"name", name},
+                          {"cat", kind == "O" ? "communication" : "compute"},
+                          {"ph", "X"},
+                          {"ts", (op[2].get<double>() - origin) * 1000.0},
+                          {"dur", (op[3].get<double>() - op[2].get<double>()) * 1000.0},
+                          {"pid", pid},
+                          {"tid", tid}});
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "  %8d  %5d  %-12s  [%3d,%3d)  %10.2f  %10.2f  %10.2f  %10.2f\n", w.pipeline,
+                    w.position, node.c_str(), w.layer_begin, w.layer_end, t["compute_ms"].get<double>(),
+                    t["wait_ms"].get<double>(), t["sync_ms"].get<double>(), t["optimizer_ms"].get<double>());
+      summary << line;
+    }
+    ordered_json trace;
+    trace["traceEvents"] = std::move(events);
+    trace["displayTimeUnit"] = "ms";
+    trace["otherData"] = {{"iteration_ms", out.metrics.empty() ? 0.0 : out.metrics.back().iteration_ms},
+                          {"source", "oobleck-run"}};
+    out.chrome_trace = trace.dump() + "\n";
+    out.stage_summary = summary.str();
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group(const std::string& name, int rank, int size) {
     auto options = c10d::ProcessGroupGloo::Options::create();
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
@@ -234,14 +332,21 @@ class PipelineWorker {
         x = microbatch_tokens(step, m, false);
       } else {
         std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
+        const double wait_start = now_ms();
         world_->recv(buffer, rank_ - 1, 2 * m)->wait();
+        if (recording_) wait_ms_ += now_ms() - wait_start;
         x = buffer[0].requires_grad_(true);
       }
+      const double start = now_ms();
       auto y = forward_layers(x);
       if (last) {
         y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
         loss_sum += y.item<double>();
-      } else {
+      }
+      const double end = now_ms();
+      record('F', m, start, end);
+      if (recording_) compute_ms_ += end - start;
+      if (!last) {
         std::vector<torch::Tensor> buffer = {y.detach().contiguous()};
         sends.push_back(world_->send(buffer, rank_ + 1, 2 * m));
         send_buffers.push_back(buffer[0]);
@@ -250,13 +355,20 @@ class PipelineWorker {
       outputs[m] = y;
     };
     auto backward = [&](int m) {
+      double start = now_ms();
       if (last) {
         outputs[m].backward();
       } else {
         std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
         world_->recv(buffer, rank_ + 1, 2 * m + 1)->wait();
+        const double arrived = now_ms();
+        if (recording_) wait_ms_ += arrived - start;
+        start = arrived;
         outputs[m].backward(buffer[0]);
       }
+      const double end = now_ms();
+      record('B', m, start, end);
+      if (recording_) compute_ms_ += end - start;
       if (!first) {
         std::vector<torch::Tensor> buffer = {inputs[m].grad().contiguous()};
         sends.push_back(world_->send(buffer, rank_ - 1, 2 * m + 1));
@@ -350,6 +462,14 @@ class PipelineWorker {
   std::map<int, std::vector<int>> label_holders_;
   std::vector<std::shared_ptr<GptLayer>> layers_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  struct OpTime {
+    char kind;
+    int index;
+    double start_ms, end_ms;
+  };
+  bool recording_ = false;
+  std::vector<OpTime> ops_;
+  double step_start_ms_ = 0, compute_ms_ = 0, wait_ms_ = 0, sync_ms_ = 0, optimizer_ms_ = 0;
   int last_layer_ = 0;
   int first_microbatch_ = 0;
   int microbatches_ = 0;
@@ -358,8 +478,8 @@ class PipelineWorker {
 
 }  // namespace
 
-std::vector<StepMetrics> train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options,
-                                      const Plan& plan, int rank, int port) {
+WorkerResult train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options, const Plan& plan,
+                          int rank, int port) {
   torch::manual_seed(options.seed);
   PipelineWorker worker(tokens, options, plan, rank, port);
   return worker.run();

@@ -35,12 +35,18 @@ struct StepMetrics {
 [[nodiscard]] std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens,
                                                             const TrainOptions& options, int global_microbatches);
 
+struct WorkerResult {
+  std::vector<StepMetrics> metrics;  // rank 0 only
+  // Rank 0 only: the last step's schedule in the Chrome trace format of
+  // `oobleck-sim iteration`, and a per-stage timing summary.
+  std::string chrome_trace;
+  std::string stage_summary;
+};
+
 // One worker of a plan: world rank `rank` among every node of the plan
 // (pipelines in order, nodes in order), rendezvous on 127.0.0.1:`port`.
-// Rank 0 returns the metrics; the others an empty list.
-[[nodiscard]] std::vector<StepMetrics> train_worker(const std::vector<std::uint16_t>& tokens,
-                                                    const TrainOptions& options, const Plan& plan, int rank,
-                                                    int port);
+[[nodiscard]] WorkerResult train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options,
+                                        const Plan& plan, int rank, int port);
 
 // The model of a profile's `model` section.
 [[nodiscard]] ModelConfig model_of_profile(const Profile& profile);
