@@ -7,3 +7,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 echo "== benchmarks (short mode; run build/bin/planner_benchmarks and build/bin/sim_benchmarks for full timings)"
 build/bin/planner_benchmarks --benchmark_min_time=0.05
 build/bin/sim_benchmarks --benchmark_min_time=0.05
+if [ -x build/bin/oobleck-run ]; then
+  echo "== oobleck-run against oobleck-sim iteration (short: 5 steps; run tools/bench-run-vs-sim.sh for more)"
+  STEPS=5 tools/bench-run-vs-sim.sh
+fi
