@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   add_training_options(worker_cmd);
   worker_cmd->add_option("--rank", rank)->required();
   worker_cmd->add_option("--port", port)->required();
+  int master_pid = 0;
+  worker_cmd->add_option("--master-pid", master_pid);
   worker_cmd->group("");
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
@@ -107,6 +109,7 @@ int main(int argc, char** argv) {
 
     if (*worker_cmd) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the master
+      if (master_pid > 0 && getppid() != master_pid) return 1;  // it died before the line above
       const WorkerResult result = train_worker(tokens, options, plan, rank, port);
       if (rank == 0) {
         if (!metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(result.metrics));
@@ -143,7 +146,8 @@ int main(int argc, char** argv) {
                                        "--profile", profile_path,     "--data",  data_path,
                                        "--steps",   std::to_string(steps), "--seed", std::to_string(seed),
                                        "--threads", std::to_string(threads), "--rank", std::to_string(r),
-                                       "--port",    std::to_string(store->getPort()), "--metrics", metrics_file};
+                                       "--port",    std::to_string(store->getPort()), "--metrics", metrics_file,
+                                       "--master-pid", std::to_string(getpid())};
       if (!chrome_path.empty()) {
         args.push_back("--chrome-trace");
         args.push_back(chrome_path);

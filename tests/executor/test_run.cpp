@@ -81,3 +81,28 @@ TEST_CASE("run: bad input is refused before any worker starts") {
   CHECK(missing.status == 2);
   CHECK(missing.err.find("--profile") != std::string::npos);
 }
+
+TEST_CASE("run: when the master dies, its workers go too") {
+  oobleck::test::Scratch s(OOBLECK_RUN_BINARY);
+  REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + kSource +
+                                                 "/profiles/gpt-mini-cpu.measured.json --nodes 2 --fault-tolerance 1 "
+                                                 "--global-microbatches 2 --json " + s.str("plan.json"))
+              .status == 0);
+  REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
+  // Start a long run, wait (bounded) until its workers are up, kill the
+  // master with SIGKILL (no clean-up of its own), then every worker must be
+  // gone within the bound.
+  const std::string script =
+      std::string(OOBLECK_RUN_BINARY) + " --plan " + s.str("plan.json") + " --profile " + kSource +
+      "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --steps 100000 >/dev/null 2>&1 & "
+      "master=$!; "
+      "for i in $(seq 600); do [ $(pgrep -f -c -P $master 'oobleck-run [w]orker') -ge 2 ] && break; sleep 0.1; done; "
+      "[ $(pgrep -f -c -P $master 'oobleck-run [w]orker') -ge 2 ] || exit 3; "
+      "workers=$(pgrep -f -P $master 'oobleck-run [w]orker' | tr '\\n' ' '); "
+      "kill -9 $master; "
+      "for i in $(seq 600); do alive=0; for w in $workers; do kill -0 $w 2>/dev/null && alive=1; done; "
+      "[ $alive = 0 ] && exit 0; sleep 0.1; done; exit 4";
+  s.write("kill.sh", script);
+  const auto r = s.run_program("bash", s.str("kill.sh"));
+  CHECK(r.status == 0);
+}
