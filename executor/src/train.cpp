@@ -7,8 +7,6 @@
 // layer's gradient among the workers holding that layer in every pipeline
 // (the tied embedding/head weight among all holders of either). Clipping
 // uses the global norm, each layer counted once; then AdamW.
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -19,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "communicator.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/train.h"
@@ -155,7 +154,7 @@ class PipelineWorker {
     WorkerResult out;
     for (int step = 0; step < o_.steps; ++step) {
       recording_ = step == o_.steps - 1;  // the last step: warmed up
-      if (recording_) world_->barrier()->wait();
+      if (recording_) world_->barrier();
       const auto start = Clock::now();
       step_start_ms_ = now_ms();
       optimizer_->zero_grad();
@@ -170,14 +169,13 @@ class PipelineWorker {
         record('O', 0, step_start, now_ms());
       }
       auto loss = torch::tensor({local_loss}, torch::kFloat64);
-      std::vector<torch::Tensor> buffer = {loss};
-      world_->allreduce(buffer)->wait();
+      world_->allreduce_sum(loss);
       out.metrics.push_back({step, loss.item<double>(),
                              static_cast<std::int64_t>(step + 1) * plan_.global_microbatches * o_.microbatch_size,
                              std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
     }
     publish_timeline();
-    world_->barrier()->wait();
+    world_->barrier();
     if (rank_ == 0) {
       collect_timelines(out);
     } else {
@@ -268,12 +266,8 @@ class PipelineWorker {
     out.stage_summary = summary.str();
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group(const std::string& name, int rank, int size) {
-    auto options = c10d::ProcessGroupGloo::Options::create();
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    options->timeout = std::chrono::seconds(120);
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store_);
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, options);
+  std::unique_ptr<Communicator> group(const std::string& name, int rank, int size) {
+    return make_gloo_communicator(store_, name, rank, size);
   }
 
   [[nodiscard]] bool holds(const Worker& w, int layer) const { return w.layer_begin <= layer && layer < w.layer_end; }
@@ -323,19 +317,18 @@ class PipelineWorker {
     const int warmup = std::min(stages_ - me_.position - 1, M);
     const auto activation_shape = std::vector<std::int64_t>{o_.microbatch_size, o_.model.seq_len, o_.model.hidden};
     std::vector<torch::Tensor> inputs(M), outputs(M);
-    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
-    std::vector<torch::Tensor> send_buffers;
+    std::vector<std::unique_ptr<PendingOp>> sends;
     double loss_sum = 0;
     auto forward = [&](int m) {
       torch::Tensor x;
       if (first) {
         x = microbatch_tokens(step, m, false);
       } else {
-        std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
+        auto buffer = torch::empty(activation_shape);
         const double wait_start = now_ms();
-        world_->recv(buffer, rank_ - 1, 2 * m)->wait();
+        world_->recv(buffer, rank_ - 1, 2 * m);
         if (recording_) wait_ms_ += now_ms() - wait_start;
-        x = buffer[0].requires_grad_(true);
+        x = buffer.requires_grad_(true);
       }
       const double start = now_ms();
       auto y = forward_layers(x);
@@ -346,11 +339,7 @@ class PipelineWorker {
       const double end = now_ms();
       record('F', m, start, end);
       if (recording_) compute_ms_ += end - start;
-      if (!last) {
-        std::vector<torch::Tensor> buffer = {y.detach().contiguous()};
-        sends.push_back(world_->send(buffer, rank_ + 1, 2 * m));
-        send_buffers.push_back(buffer[0]);
-      }
+      if (!last) sends.push_back(world_->send(y.detach(), rank_ + 1, 2 * m));
       inputs[m] = x;
       outputs[m] = y;
     };
@@ -359,21 +348,17 @@ class PipelineWorker {
       if (last) {
         outputs[m].backward();
       } else {
-        std::vector<torch::Tensor> buffer = {torch::empty(activation_shape)};
-        world_->recv(buffer, rank_ + 1, 2 * m + 1)->wait();
+        auto buffer = torch::empty(activation_shape);
+        world_->recv(buffer, rank_ + 1, 2 * m + 1);
         const double arrived = now_ms();
         if (recording_) wait_ms_ += arrived - start;
         start = arrived;
-        outputs[m].backward(buffer[0]);
+        outputs[m].backward(buffer);
       }
       const double end = now_ms();
       record('B', m, start, end);
       if (recording_) compute_ms_ += end - start;
-      if (!first) {
-        std::vector<torch::Tensor> buffer = {inputs[m].grad().contiguous()};
-        sends.push_back(world_->send(buffer, rank_ - 1, 2 * m + 1));
-        send_buffers.push_back(buffer[0]);
-      }
+      if (!first) sends.push_back(world_->send(inputs[m].grad(), rank_ - 1, 2 * m + 1));
       inputs[m] = outputs[m] = torch::Tensor();
     };
     for (int m = 0; m < warmup; ++m) forward(m);
@@ -418,8 +403,7 @@ class PipelineWorker {
         for (auto& t : tensors) views.push_back(t.reshape({-1}));
         return views;
       }());
-      std::vector<torch::Tensor> buffer = {flat};
-      groups_.at(set)->allreduce(buffer)->wait();
+      groups_.at(set)->allreduce_sum(flat);
       std::int64_t offset = 0;
       torch::NoGradGuard no_grad;
       for (auto& t : tensors) {
@@ -445,8 +429,7 @@ class PipelineWorker {
       norm2 += g.pow(2).sum().item<double>();
     }
     auto total = torch::tensor({norm2}, torch::kFloat64);
-    std::vector<torch::Tensor> buffer = {total};
-    world_->allreduce(buffer)->wait();
+    world_->allreduce_sum(total);
     clip(all, std::sqrt(total.item<double>()), o_.clip_norm);
   }
 
@@ -457,8 +440,8 @@ class PipelineWorker {
   std::vector<Worker> all_;
   Worker me_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
-  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+  std::unique_ptr<Communicator> world_;
+  std::map<std::vector<int>, std::unique_ptr<Communicator>> groups_;
   std::map<int, std::vector<int>> label_holders_;
   std::vector<std::shared_ptr<GptLayer>> layers_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

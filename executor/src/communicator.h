@@ -1,0 +1,46 @@
+// The communicator the workers train with: point-to-point send and receive,
+// all-reduce (sum) and barrier among a group of processes, and abort (for
+// failure handling). Two implementations: Gloo through libtorch's c10d (CPU
+// tensors) and NCCL through its own API (CUDA tensors), chosen by device.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+namespace oobleck::executor {
+
+// An operation in flight; wait() returns when its buffer may be reused.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual int size() const = 0;
+  // `tag` orders messages between one pair of processes (Gloo matches on
+  // it; NCCL matches in call order, which 1F1B keeps the same on both sides).
+  [[nodiscard]] virtual std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int tag) = 0;
+  virtual void recv(torch::Tensor& tensor, int peer, int tag) = 0;
+  virtual void allreduce_sum(torch::Tensor& tensor) = 0;
+  virtual void barrier() = 0;
+  // Stops every operation in flight (NCCL: ncclCommAbort); the communicator
+  // is unusable afterwards.
+  virtual void abort() = 0;
+};
+
+// `name` keeps the rendezvous keys of different groups apart.
+[[nodiscard]] std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                   const std::string& name, int rank, int size);
+// Throws when this build has no NCCL.
+[[nodiscard]] std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                   const std::string& name, int rank, int size,
+                                                                   int device);
+
+}  // namespace oobleck::executor
