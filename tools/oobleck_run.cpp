@@ -8,12 +8,15 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_io.h"
@@ -31,6 +34,46 @@ std::string metrics_text(const std::vector<StepMetrics>& metrics) {
   std::string out;
   for (const auto& m : metrics) out += metrics_line(m) + "\n";
   return out;
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const bool path_search = args.front().find('/') == std::string::npos;
+  const int error = path_search ? posix_spawnp(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ)
+                                : posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ);
+  if (error != 0) throw std::runtime_error("cannot start " + args.front() + ": " + std::strerror(error));
+  return pid;
+}
+
+// Waits for every child; on the first failure stops the rest. True when all succeeded.
+bool wait_all(const std::vector<pid_t>& children, const char* what) {
+  bool failed = false;
+  for (std::size_t left = children.size(); left > 0; --left) {
+    int status = 0;
+    if (wait(&status) < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (!failed) std::fprintf(stderr, "oobleck-run: %s failed; stopping the others\n", what);
+      failed = true;
+      for (pid_t c : children) kill(c, SIGTERM);
+    }
+  }
+  return !failed;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool is_local(const std::string& host) {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return host == "localhost" || host == "127.0.0.1" || host == name;
 }
 
 void print_metrics(const std::vector<StepMetrics>& metrics) {
@@ -70,12 +113,23 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_option("--text", text_path, "Text file")->required();
   tokenize_cmd->add_option("--out", tokens_out, "Token file to write")->required();
 
+  std::string hostfile, ranks_text;
+  app.add_option("--hostfile", hostfile,
+                 "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
+                 "start over SSH (default: every node is a local process)");
+  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
+  add_training_options(agent_cmd);
+  agent_cmd->add_option("--ranks", ranks_text)->required();
+  agent_cmd->group("");
+
   auto* worker_cmd = app.add_subcommand("worker", "(internal) one worker of a plan");
   add_training_options(worker_cmd);
   worker_cmd->add_option("--rank", rank)->required();
   worker_cmd->add_option("--port", port)->required();
   int master_pid = 0;
   worker_cmd->add_option("--master-pid", master_pid);
+  agent_cmd->add_option("--port", port)->required();
+  agent_cmd->add_option("--master-pid", master_pid);
   worker_cmd->group("");
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
@@ -126,9 +180,51 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    // The master: the rendezvous store, then one worker per node.
+    // Everything a worker needs besides its rank, as arguments.
+    auto training_args = [&](const std::string& metrics_file, int the_port, int parent) {
+      std::vector<std::string> args = {"--plan",    plan_path, "--profile", profile_path,
+                                       "--data",    data_path, "--steps",   std::to_string(steps),
+                                       "--seed",    std::to_string(seed), "--threads", std::to_string(threads),
+                                       "--port",    std::to_string(the_port), "--metrics", metrics_file,
+                                       "--master-pid", std::to_string(parent)};
+      if (!chrome_path.empty()) {
+        args.push_back("--chrome-trace");
+        args.push_back(chrome_path);
+      }
+      return args;
+    };
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+
+    if (*agent_cmd) {
+      // One worker per rank of this node (on CPU, one); they die with us.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (master_pid > 0 && getppid() != master_pid) return 1;
+      std::vector<pid_t> workers;
+      std::stringstream list(ranks_text);
+      std::string r;
+      while (std::getline(list, r, ',')) {
+        std::vector<std::string> args = {self, "worker", "--rank", r};
+        const auto rest = training_args(metrics_path, port, static_cast<int>(getpid()));
+        args.insert(args.end(), rest.begin(), rest.end());
+        workers.push_back(spawn(args));
+      }
+      return wait_all(workers, "a worker") ? 0 : 1;
+    }
+
+    // The master: the rendezvous store, then one agent per node.
     int world = 0;
     for (const auto& p : plan.pipelines) world += static_cast<int>(p.nodes.size());
+    std::vector<std::string> hosts;
+    if (!hostfile.empty()) {
+      const auto listed = parse_hostfile(read_text_file(hostfile), hostfile, profile.hardware.gpus_per_node);
+      for (const auto& p : plan.pipelines) {
+        for (const auto& n : p.nodes) {
+          if (std::find(listed.begin(), listed.end(), n) == listed.end()) {
+            throw InputError(hostfile + ": the plan's node " + n + " is not listed");
+          }
+        }
+      }
+    }
     c10d::TCPStoreOptions store_options;
     store_options.port = 0;
     store_options.isServer = true;
@@ -136,44 +232,34 @@ int main(int argc, char** argv) {
     store_options.waitWorkers = false;
     store_options.timeout = std::chrono::seconds(120);
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
     const std::string metrics_file =
-        metrics_path.empty() ? (std::filesystem::temp_directory_path() / ("oobleck-run-" + std::to_string(getpid()) + ".jsonl")).string()
-                             : metrics_path;
-    std::vector<pid_t> children;
-    for (int r = 0; r < world; ++r) {
-      std::vector<std::string> args = {self,       "worker",          "--plan",  plan_path,
-                                       "--profile", profile_path,     "--data",  data_path,
-                                       "--steps",   std::to_string(steps), "--seed", std::to_string(seed),
-                                       "--threads", std::to_string(threads), "--rank", std::to_string(r),
-                                       "--port",    std::to_string(store->getPort()), "--metrics", metrics_file,
-                                       "--master-pid", std::to_string(getpid())};
-      if (!chrome_path.empty()) {
-        args.push_back("--chrome-trace");
-        args.push_back(chrome_path);
+        metrics_path.empty()
+            ? (std::filesystem::temp_directory_path() / ("oobleck-run-" + std::to_string(getpid()) + ".jsonl")).string()
+            : metrics_path;
+    std::vector<pid_t> agents;
+    int rank_of_node = 0;
+    try {
+      for (const auto& p : plan.pipelines) {
+        for (const auto& node : p.nodes) {
+          std::vector<std::string> args = {self, "agent", "--ranks", std::to_string(rank_of_node++)};
+          const auto rest = training_args(metrics_file, store->getPort(), static_cast<int>(getpid()));
+          args.insert(args.end(), rest.begin(), rest.end());
+          if (!hostfile.empty() && !is_local(node)) {
+            // Another host: the same program, same paths, over SSH.
+            std::string remote;
+            for (std::size_t i = 0; i < args.size(); ++i) remote += (i ? " " : "") + shell_quote(args[i]);
+            args = {"ssh", "-o", "BatchMode=yes", node, remote};
+          }
+          agents.push_back(spawn(args));
+        }
       }
-      std::vector<char*> child_argv;
-      for (auto& a : args) child_argv.push_back(a.data());
-      child_argv.push_back(nullptr);
-      pid_t pid = 0;
-      if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, child_argv.data(), environ) != 0) {
-        for (pid_t c : children) kill(c, SIGKILL);
-        throw std::runtime_error("cannot start worker " + std::to_string(r));
-      }
-      children.push_back(pid);
+    } catch (...) {
+      for (pid_t a : agents) kill(a, SIGKILL);
+      throw;
     }
-    std::fprintf(stderr, "oobleck-run: %d workers (%zu pipelines), %d steps\n", world, plan.pipelines.size(), steps);
-    bool failed = false;
-    for (std::size_t left = children.size(); left > 0; --left) {
-      int status = 0;
-      const pid_t pid = wait(&status);
-      if (pid < 0) break;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (!failed) std::fprintf(stderr, "oobleck-run: a worker failed; stopping the others\n");
-        failed = true;
-        for (pid_t c : children) kill(c, SIGTERM);
-      }
-    }
+    std::fprintf(stderr, "oobleck-run: %d nodes (%zu pipelines), one agent and one worker each, %d steps\n", world,
+                 plan.pipelines.size(), steps);
+    const bool failed = !wait_all(agents, "an agent");
     if (failed) return 1;
     std::vector<StepMetrics> metrics;
     {

@@ -77,6 +77,14 @@ TEST_CASE("run: bad input is refused before any worker starts") {
   const auto other = s.run("--plan " + s.str("plan.json") + " --profile " + kSource +
                            "/profiles/gpt3-1.3b-a100.analytic.json --data " + s.str("odd.bin"));
   CHECK(other.status == 2);
+  // A hostfile that does not list the plan's nodes.
+  s.write("hosts", "gpu-a slots=1\ngpu-b slots=1\n");
+  REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
+  const auto hosts = s.run("--plan " + s.str("plan.json") + " --profile " + kSource +
+                           "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --hostfile " +
+                           s.str("hosts"));
+  CHECK(hosts.status == 2);
+  CHECK(hosts.err.find("node0 is not listed") != std::string::npos);
   const auto missing = s.run("--plan " + s.str("plan.json"));
   CHECK(missing.status == 2);
   CHECK(missing.err.find("--profile") != std::string::npos);
@@ -92,13 +100,14 @@ TEST_CASE("run: when the master dies, its workers go too") {
   // Start a long run, wait (bounded) until its workers are up, kill the
   // master with SIGKILL (no clean-up of its own), then every worker must be
   // gone within the bound.
+  const std::string pattern = "'[w]orker --rank [0-9]* --plan " + s.str("plan.json") + "'";
   const std::string script =
       std::string(OOBLECK_RUN_BINARY) + " --plan " + s.str("plan.json") + " --profile " + kSource +
       "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --steps 100000 >/dev/null 2>&1 & "
       "master=$!; "
-      "for i in $(seq 600); do [ $(pgrep -f -c -P $master 'oobleck-run [w]orker') -ge 2 ] && break; sleep 0.1; done; "
-      "[ $(pgrep -f -c -P $master 'oobleck-run [w]orker') -ge 2 ] || exit 3; "
-      "workers=$(pgrep -f -P $master 'oobleck-run [w]orker' | tr '\\n' ' '); "
+      "for i in $(seq 600); do [ $(pgrep -f -c " + pattern + ") -ge 2 ] && break; sleep 0.1; done; "
+      "[ $(pgrep -f -c " + pattern + ") -ge 2 ] || exit 3; "
+      "workers=$(pgrep -f " + pattern + " | tr '\\n' ' '); "
       "kill -9 $master; "
       "for i in $(seq 600); do alive=0; for w in $workers; do kill -0 $w 2>/dev/null && alive=1; done; "
       "[ $alive = 0 ] && exit 0; sleep 0.1; done; exit 4";
