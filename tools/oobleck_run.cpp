@@ -117,20 +117,21 @@ int main(int argc, char** argv) {
   app.add_option("--hostfile", hostfile,
                  "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
                  "start over SSH (default: every node is a local process)");
-  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
-  add_training_options(agent_cmd);
-  agent_cmd->add_option("--ranks", ranks_text)->required();
-  agent_cmd->group("");
-
-  auto* worker_cmd = app.add_subcommand("worker", "(internal) one worker of a plan");
-  add_training_options(worker_cmd);
-  worker_cmd->add_option("--rank", rank)->required();
-  worker_cmd->add_option("--port", port)->required();
+  std::string master_addr = "127.0.0.1";
+  app.add_option("--master-addr", master_addr,
+                 "Address agents and workers reach the master at (default 127.0.0.1; give this host's address "
+                 "with --hostfile)");
   int master_pid = 0;
-  worker_cmd->add_option("--master-pid", master_pid);
-  agent_cmd->add_option("--port", port)->required();
-  agent_cmd->add_option("--master-pid", master_pid);
-  worker_cmd->group("");
+  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
+  agent_cmd->add_option("--ranks", ranks_text)->required();
+  auto* worker_cmd = app.add_subcommand("worker", "(internal) one worker of a plan");
+  worker_cmd->add_option("--rank", rank)->required();
+  for (auto* cmd : {agent_cmd, worker_cmd}) {
+    cmd->add_option("--master-addr", master_addr);
+    cmd->add_option("--port", port)->required();
+    cmd->add_option("--parent-pid", master_pid);
+    cmd->group("");  // not listed in --help
+  }
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
@@ -141,33 +142,78 @@ int main(int argc, char** argv) {
       std::printf("Wrote %zu tokens (vocabulary 256, byte-level) to %s\n", tokens.size(), tokens_out.c_str());
       return 0;
     }
-    for (const auto& [flag, value] : {std::pair{"--plan", plan_path}, std::pair{"--profile", profile_path},
-                                      std::pair{"--data", data_path}}) {
-      if (value.empty()) throw InputError(std::string(flag) + ": required");
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const bool internal = *agent_cmd || *worker_cmd;
+    if (internal) {
+      // Die with the parent, and make sure it had not died already.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (master_pid > 0 && getppid() != master_pid) return 1;
     }
-    torch::set_num_threads(threads);
-    const Profile profile = load_profile(profile_path);
-    const Plan plan = parse_plan(read_text_file(plan_path), plan_path, profile);
+    if (*agent_cmd) {
+      // One worker per rank of this node (on CPU, one).
+      std::vector<pid_t> workers;
+      std::stringstream list(ranks_text);
+      std::string r;
+      while (std::getline(list, r, ',')) {
+        workers.push_back(spawn({self, "worker", "--rank", r, "--master-addr", master_addr, "--port",
+                                 std::to_string(port), "--parent-pid", std::to_string(getpid())}));
+      }
+      return wait_all(workers, "a worker") ? 0 : 1;
+    }
+
+    // The job's configuration: the master reads the files and publishes
+    // them on the control channel (the rendezvous store); workers read it
+    // there, so other hosts need only the program and the token file.
+    nlohmann::json config;
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    if (*worker_cmd) {
+      c10d::TCPStoreOptions client;
+      client.port = static_cast<std::uint16_t>(port);
+      client.isServer = false;
+      client.timeout = std::chrono::seconds(120);
+      store = c10::make_intrusive<c10d::TCPStore>(master_addr, client);
+      const auto bytes = store->get("config");
+      config = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+    } else {
+      for (const auto& [flag, value] : {std::pair{"--plan", plan_path}, std::pair{"--profile", profile_path},
+                                        std::pair{"--data", data_path}}) {
+        if (value.empty()) throw InputError(std::string(flag) + ": required");
+      }
+      config = {{"plan", read_text_file(plan_path)},
+                {"plan_origin", plan_path},
+                {"profile", profile_to_json(load_profile(profile_path))},
+                {"profile_origin", profile_path},
+                {"data", std::filesystem::absolute(data_path).string()},
+                {"steps", steps},
+                {"seed", seed},
+                {"threads", threads},
+                {"metrics", metrics_path},
+                {"chrome_trace", chrome_path}};
+    }
+    torch::set_num_threads(config["threads"].get<int>());
+    const Profile profile = parse_profile(config["profile"].get<std::string>(), config["profile_origin"]);
+    const Plan plan = parse_plan(config["plan"].get<std::string>(), config["plan_origin"], profile);
     TrainOptions options;
     options.model = model_of_profile(profile);
     options.microbatch_size = profile.microbatch_size;
-    options.steps = steps;
-    options.seed = seed;
-    const auto tokens = read_tokens(data_path);
+    options.steps = config["steps"];
+    options.seed = config["seed"];
+    const std::string data = config["data"];
+    const auto tokens = read_tokens(data);
     for (std::uint16_t t : tokens) {
       if (t >= options.model.vocab) {
-        throw InputError(data_path + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
+        throw InputError(data + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
                          std::to_string(options.model.vocab));
       }
     }
 
     if (*worker_cmd) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the master
-      if (master_pid > 0 && getppid() != master_pid) return 1;  // it died before the line above
-      const WorkerResult result = train_worker(tokens, options, plan, rank, port);
+      store.reset();
+      const WorkerResult result = train_worker(tokens, options, plan, rank, master_addr, port);
       if (rank == 0) {
-        if (!metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(result.metrics));
-        if (!chrome_path.empty()) cli::write_file_atomically<InputError>(chrome_path, result.chrome_trace);
+        const std::string metrics = config["metrics"], chrome = config["chrome_trace"];
+        if (!metrics.empty()) cli::write_file_atomically<InputError>(metrics, metrics_text(result.metrics));
+        if (!chrome.empty()) cli::write_file_atomically<InputError>(chrome, result.chrome_trace);
         std::fputs(result.stage_summary.c_str(), stdout);
       }
       return 0;
@@ -178,37 +224,6 @@ int main(int argc, char** argv) {
       if (!metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(metrics));
       print_metrics(metrics);
       return 0;
-    }
-
-    // Everything a worker needs besides its rank, as arguments.
-    auto training_args = [&](const std::string& metrics_file, int the_port, int parent) {
-      std::vector<std::string> args = {"--plan",    plan_path, "--profile", profile_path,
-                                       "--data",    data_path, "--steps",   std::to_string(steps),
-                                       "--seed",    std::to_string(seed), "--threads", std::to_string(threads),
-                                       "--port",    std::to_string(the_port), "--metrics", metrics_file,
-                                       "--master-pid", std::to_string(parent)};
-      if (!chrome_path.empty()) {
-        args.push_back("--chrome-trace");
-        args.push_back(chrome_path);
-      }
-      return args;
-    };
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-
-    if (*agent_cmd) {
-      // One worker per rank of this node (on CPU, one); they die with us.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (master_pid > 0 && getppid() != master_pid) return 1;
-      std::vector<pid_t> workers;
-      std::stringstream list(ranks_text);
-      std::string r;
-      while (std::getline(list, r, ',')) {
-        std::vector<std::string> args = {self, "worker", "--rank", r};
-        const auto rest = training_args(metrics_path, port, static_cast<int>(getpid()));
-        args.insert(args.end(), rest.begin(), rest.end());
-        workers.push_back(spawn(args));
-      }
-      return wait_all(workers, "a worker") ? 0 : 1;
     }
 
     // The master: the rendezvous store, then one agent per node.
@@ -231,19 +246,26 @@ int main(int argc, char** argv) {
     store_options.numWorkers = world + 1;
     store_options.waitWorkers = false;
     store_options.timeout = std::chrono::seconds(120);
-    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+    store = c10::make_intrusive<c10d::TCPStore>(master_addr, store_options);
     const std::string metrics_file =
         metrics_path.empty()
             ? (std::filesystem::temp_directory_path() / ("oobleck-run-" + std::to_string(getpid()) + ".jsonl")).string()
-            : metrics_path;
+            : std::filesystem::absolute(metrics_path).string();
+    config["metrics"] = metrics_file;
+    if (!chrome_path.empty()) config["chrome_trace"] = std::filesystem::absolute(chrome_path).string();
+    const std::string config_text = config.dump();
+    store->set("config", std::vector<std::uint8_t>(config_text.begin(), config_text.end()));
     std::vector<pid_t> agents;
     int rank_of_node = 0;
     try {
       for (const auto& p : plan.pipelines) {
         for (const auto& node : p.nodes) {
-          std::vector<std::string> args = {self, "agent", "--ranks", std::to_string(rank_of_node++)};
-          const auto rest = training_args(metrics_file, store->getPort(), static_cast<int>(getpid()));
-          args.insert(args.end(), rest.begin(), rest.end());
+          std::vector<std::string> args = {self,     "agent",        "--ranks",     std::to_string(rank_of_node++),
+                                           "--port", std::to_string(store->getPort()), "--master-addr", master_addr};
+          if (hostfile.empty() || is_local(node)) {
+            args.push_back("--parent-pid");
+            args.push_back(std::to_string(getpid()));
+          }
           if (!hostfile.empty() && !is_local(node)) {
             // Another host: the same program, same paths, over SSH.
             std::string remote;

@@ -35,9 +35,12 @@ class Communicator {
   virtual void abort() = 0;
 };
 
-// `name` keeps the rendezvous keys of different groups apart.
+// `name` keeps the rendezvous keys of different groups apart. Gloo binds to
+// `host` (an address of this machine), or to what the hostname resolves to
+// when empty.
 [[nodiscard]] std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                                   const std::string& name, int rank, int size);
+                                                                   const std::string& name, int rank, int size,
+                                                                   const std::string& host);
 // Throws when this build has no NCCL.
 [[nodiscard]] std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                                    const std::string& name, int rank, int size,

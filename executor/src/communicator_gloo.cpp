@@ -20,10 +20,12 @@ class GlooPending final : public PendingOp {
 // the calls used here are the same in both.
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size)
+  GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
+                   const std::string& host)
       : rank_(rank), size_(size) {
     auto options = c10d::ProcessGroupGloo::Options::create();
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                            : c10d::ProcessGroupGloo::createDeviceForHostname(host));
     options->timeout = std::chrono::seconds(120);
     group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank,
                                                          size, options);
@@ -54,8 +56,9 @@ class GlooCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     const std::string& name, int rank, int size) {
-  return std::make_unique<GlooCommunicator>(store, name, rank, size);
+                                                     const std::string& name, int rank, int size,
+                                                     const std::string& host) {
+  return std::make_unique<GlooCommunicator>(store, name, rank, size, host);
 }
 
 }  // namespace oobleck::executor

@@ -127,14 +127,18 @@ constexpr int kTied = -1;
 
 class PipelineWorker {
  public:
-  PipelineWorker(const std::vector<std::uint16_t>& tokens, const TrainOptions& o, const Plan& plan, int rank, int port)
+  PipelineWorker(const std::vector<std::uint16_t>& tokens, const TrainOptions& o, const Plan& plan, int rank,
+                 const std::string& master_addr, int port)
       : tokens_(tokens), o_(o), plan_(plan), rank_(rank), all_(workers_of(plan)), me_(all_.at(rank)) {
+    // On one machine everything stays on loopback; across machines Gloo
+    // binds to this host's own address.
+    bind_host_ = master_addr == "127.0.0.1" || master_addr == "localhost" ? "127.0.0.1" : "";
     const int world = static_cast<int>(all_.size());
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(port);
     store_options.isServer = false;
     store_options.timeout = std::chrono::seconds(120);
-    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+    store_ = c10::make_intrusive<c10d::TCPStore>(master_addr, store_options);
     world_ = group("world", rank_, world);
     for (int l = me_.layer_begin; l < me_.layer_end; ++l) layers_.push_back(make_layer(o.model, l, o.seed));
     last_layer_ = o.model.layers + 1;
@@ -267,7 +271,7 @@ class PipelineWorker {
   }
 
   std::unique_ptr<Communicator> group(const std::string& name, int rank, int size) {
-    return make_gloo_communicator(store_, name, rank, size);
+    return make_gloo_communicator(store_, name, rank, size, bind_host_);
   }
 
   [[nodiscard]] bool holds(const Worker& w, int layer) const { return w.layer_begin <= layer && layer < w.layer_end; }
@@ -439,6 +443,7 @@ class PipelineWorker {
   int rank_;
   std::vector<Worker> all_;
   Worker me_;
+  std::string bind_host_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   std::unique_ptr<Communicator> world_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> groups_;
@@ -462,9 +467,9 @@ class PipelineWorker {
 }  // namespace
 
 WorkerResult train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options, const Plan& plan,
-                          int rank, int port) {
+                          int rank, const std::string& master_addr, int port) {
   torch::manual_seed(options.seed);
-  PipelineWorker worker(tokens, options, plan, rank, port);
+  PipelineWorker worker(tokens, options, plan, rank, master_addr, port);
   return worker.run();
 }
 

@@ -100,16 +100,17 @@ TEST_CASE("run: when the master dies, its workers go too") {
   // Start a long run, wait (bounded) until its workers are up, kill the
   // master with SIGKILL (no clean-up of its own), then every worker must be
   // gone within the bound.
-  const std::string pattern = "'[w]orker --rank [0-9]* --plan " + s.str("plan.json") + "'";
+  // The master's children are the agents; theirs, the workers.
   const std::string script =
       std::string(OOBLECK_RUN_BINARY) + " --plan " + s.str("plan.json") + " --profile " + kSource +
       "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --steps 100000 >/dev/null 2>&1 & "
       "master=$!; "
-      "for i in $(seq 600); do [ $(pgrep -f -c " + pattern + ") -ge 2 ] && break; sleep 0.1; done; "
-      "[ $(pgrep -f -c " + pattern + ") -ge 2 ] || exit 3; "
-      "workers=$(pgrep -f " + pattern + " | tr '\\n' ' '); "
+      "workers() { for a in $(pgrep -P $master); do pgrep -P $a; done; }; "
+      "for i in $(seq 600); do [ $(workers | wc -l) -ge 2 ] && break; sleep 0.1; done; "
+      "found=$(workers | tr '\\n' ' '); "
+      "[ $(echo $found | wc -w) -ge 2 ] || { kill -9 $master; exit 3; }; "
       "kill -9 $master; "
-      "for i in $(seq 600); do alive=0; for w in $workers; do kill -0 $w 2>/dev/null && alive=1; done; "
+      "for i in $(seq 600); do alive=0; for w in $found; do kill -0 $w 2>/dev/null && alive=1; done; "
       "[ $alive = 0 ] && exit 0; sleep 0.1; done; exit 4";
   s.write("kill.sh", script);
   const auto r = s.run_program("bash", s.str("kill.sh"));

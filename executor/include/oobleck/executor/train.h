@@ -44,9 +44,9 @@ struct WorkerResult {
 };
 
 // One worker of a plan: world rank `rank` among every node of the plan
-// (pipelines in order, nodes in order), rendezvous on 127.0.0.1:`port`.
+// (pipelines in order, nodes in order), rendezvous at master_addr:`port`.
 [[nodiscard]] WorkerResult train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options,
-                                        const Plan& plan, int rank, int port);
+                                        const Plan& plan, int rank, const std::string& master_addr, int port);
 
 // The model of a profile's `model` section.
 [[nodiscard]] ModelConfig model_of_profile(const Profile& profile);
