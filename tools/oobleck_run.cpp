@@ -1,29 +1,22 @@
-// oobleck-run: trains a plan live. The master starts one worker process per
-// node of the plan on this machine (CPU: one worker per node), holds the
-// rendezvous store, and waits for them; the workers train with Gloo.
+// oobleck-run: trains a plan live and survives node failures. The master
+// (this process) starts one agent per node, each agent one worker; see
+// executor/include/oobleck/executor/live.h for how they recover.
 //
-// Exit status: 0 success, 2 bad input, 1 a worker failed or anything else.
+// Exit status: 0 success, 1 training failed, 2 bad input, 3 no plan exists
+// after a loss (the replicas no longer cover some layer).
 #include <CLI/CLI.hpp>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <iostream>
-#include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "cli_io.h"
 #include "oobleck/executor/data.h"
+#include "oobleck/executor/live.h"
 #include "oobleck/executor/train.h"
-
-extern char** environ;
 
 namespace {
 
@@ -36,105 +29,79 @@ std::string metrics_text(const std::vector<StepMetrics>& metrics) {
   return out;
 }
 
-pid_t spawn(const std::vector<std::string>& args) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const bool path_search = args.front().find('/') == std::string::npos;
-  const int error = path_search ? posix_spawnp(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ)
-                                : posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ);
-  if (error != 0) throw std::runtime_error("cannot start " + args.front() + ": " + std::strerror(error));
-  return pid;
-}
-
-// Waits for every child; on the first failure stops the rest. True when all succeeded.
-bool wait_all(const std::vector<pid_t>& children, const char* what) {
-  bool failed = false;
-  for (std::size_t left = children.size(); left > 0; --left) {
-    int status = 0;
-    if (wait(&status) < 0) break;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (!failed) std::fprintf(stderr, "oobleck-run: %s failed; stopping the others\n", what);
-      failed = true;
-      for (pid_t c : children) kill(c, SIGTERM);
-    }
-  }
-  return !failed;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-bool is_local(const std::string& host) {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return host == "localhost" || host == "127.0.0.1" || host == name;
-}
-
-void print_metrics(const std::vector<StepMetrics>& metrics) {
-  for (const auto& m : metrics) {
-    std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", m.step, m.loss, static_cast<long long>(m.samples),
-                m.iteration_ms);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo"};
+  CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo, surviving node failures"};
   app.require_subcommand(0, 1);
-  app.set_version_flag("--version", "oobleck-run 0.1.0");
-  std::string plan_path, profile_path, data_path, metrics_path, chrome_path;
-  int steps = 1, threads = 1, rank = -1, port = 0;
-  std::uint64_t seed = 1;
+  app.set_version_flag("--version", "oobleck-run 0.2.0");
+  MasterOptions o;
+  std::string inject_path;
+  std::uint64_t chaos_seed = 0;
   bool single_process = false;
-  auto add_training_options = [&](CLI::App* cmd) {
-    cmd->add_option("--plan", plan_path, "Plan JSON from oobleck-plan instantiate");
-    cmd->add_option("--profile", profile_path, "The profile the plan was made from (its model is trained)");
-    cmd->add_option("--data", data_path, "Token file: little-endian uint16 tokens");
-    cmd->add_option("--steps", steps, "Training steps")->check(CLI::Range(1, 100000000));
-    cmd->add_option("--seed", seed, "Weights and data order");
-    cmd->add_option("--threads", threads, "Intra-op threads per worker")->check(CLI::Range(1, 1024));
-    cmd->add_option("--metrics", metrics_path, "One JSON line per step: {step, loss, samples, iteration_ms}");
-    cmd->add_option("--chrome-trace", chrome_path,
-                    "The last step's schedule as a Chrome trace, as oobleck-sim iteration writes it");
-  };
-  add_training_options(&app);
+  app.add_option("--plan", o.plan_path, "Plan JSON from oobleck-plan instantiate");
+  app.add_option("--profile", o.profile_path, "The profile the plan was made from (its model is trained)");
+  app.add_option("--data", o.data_path, "Token file: little-endian uint16 tokens");
+  app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 100000000));
+  app.add_option("--seed", o.seed, "Weights and data order");
+  app.add_option("--threads", o.threads, "Intra-op threads per worker")->check(CLI::Range(1, 1024));
+  app.add_option("--metrics", o.metrics_path,
+                 "JSON lines, written as training goes: {step, loss, samples, iteration_ms, ...} per step and "
+                 "{event: \"reconfigured\", ...} per reconfiguration");
+  app.add_option("--chrome-trace", o.chrome_trace_path,
+                 "The last step's schedule as a Chrome trace, as oobleck-sim iteration writes it");
   app.add_flag("--single-process", single_process,
                "Train the same model on the same global batches in this one process (the reference)");
+  app.add_option("--hostfile", o.hostfile,
+                 "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
+                 "start over SSH (default: every node is a local process)");
+  app.add_option("--master-addr", o.master_addr,
+                 "Address agents and workers reach the master at (default 127.0.0.1; give this host's address "
+                 "with --hostfile)");
+  app.add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
+                 "A node whose agent sends no heartbeat for this long is lost (a closed connection is noticed "
+                 "at once)")
+      ->check(CLI::Range(50.0, 3600000.0));
+  app.add_option("--comm-timeout-s", o.comm_timeout_s,
+                 "Last resort: a communication still waiting after this long fails")
+      ->check(CLI::Range(1.0, 86400.0));
+  app.add_option("--inject", inject_path,
+                 "Failures and joins to inject: lines 'when,add|remove,node' where when is milliseconds since "
+                 "training started, step:N (during step N) or recovery:R (during the R-th reconfiguration)");
+  auto* chaos = app.add_option("--chaos", chaos_seed,
+                               "Kill random nodes at random moments (also during recoveries) and start new ones, "
+                               "from this seed");
+  app.add_option("--chaos-events", o.chaos.events, "With --chaos: removals and joins in all")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--chaos-mean-ms", o.chaos.mean_interval_ms, "With --chaos: mean time between events")
+      ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every K steps and after the last")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
 
   std::string text_path, tokens_out;
   auto* tokenize_cmd = app.add_subcommand("tokenize", "Make a token file from text (byte-level tokens)");
   tokenize_cmd->add_option("--text", text_path, "Text file")->required();
   tokenize_cmd->add_option("--out", tokens_out, "Token file to write")->required();
 
-  std::string hostfile, ranks_text;
-  app.add_option("--hostfile", hostfile,
-                 "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
-                 "start over SSH (default: every node is a local process)");
-  std::string master_addr = "127.0.0.1";
-  app.add_option("--master-addr", master_addr,
-                 "Address agents and workers reach the master at (default 127.0.0.1; give this host's address "
-                 "with --hostfile)");
-  int master_pid = 0;
-  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
-  agent_cmd->add_option("--ranks", ranks_text)->required();
-  auto* worker_cmd = app.add_subcommand("worker", "(internal) one worker of a plan");
-  worker_cmd->add_option("--rank", rank)->required();
+  NodeProcessOptions node;
+  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its worker");
+  auto* worker_cmd = app.add_subcommand("worker", "(internal) one node's worker");
   for (auto* cmd : {agent_cmd, worker_cmd}) {
-    cmd->add_option("--master-addr", master_addr);
-    cmd->add_option("--port", port)->required();
-    cmd->add_option("--parent-pid", master_pid);
+    cmd->add_option("--node", node.node)->required();
+    cmd->add_option("--master-addr", node.master_addr);
+    cmd->add_option("--control-port", node.control_port)->required();
+    cmd->add_option("--parent-pid", node.parent_pid);
     cmd->group("");  // not listed in --help
   }
+  agent_cmd->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
+  // A write to a socket whose peer is gone must fail, not kill the process
+  // (Gloo writes with writev, and recovery depends on surviving that).
+  ::signal(SIGPIPE, SIG_IGN);
   return cli::run_reporting_errors("oobleck-run", [&]() -> int {
     if (*tokenize_cmd) {
       const auto tokens = tokenize_bytes(read_text_file(text_path));
@@ -143,159 +110,45 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    const bool internal = *agent_cmd || *worker_cmd;
-    if (internal) {
+    if (*agent_cmd || *worker_cmd) {
       // Die with the parent, and make sure it had not died already.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (master_pid > 0 && getppid() != master_pid) return 1;
+      if (node.parent_pid > 0 && getppid() != node.parent_pid) return 1;
+      node.program = self;
+      if (*agent_cmd) return run_agent(node);
+      // A worker ends without running static destructors: a communicator
+      // abandoned in a recovery may still be winding down on its own thread.
+      const int status = run_worker(node);
+      std::fflush(nullptr);
+      std::_Exit(status);
     }
-    if (*agent_cmd) {
-      // One worker per rank of this node (on CPU, one).
-      std::vector<pid_t> workers;
-      std::stringstream list(ranks_text);
-      std::string r;
-      while (std::getline(list, r, ',')) {
-        workers.push_back(spawn({self, "worker", "--rank", r, "--master-addr", master_addr, "--port",
-                                 std::to_string(port), "--parent-pid", std::to_string(getpid())}));
-      }
-      return wait_all(workers, "a worker") ? 0 : 1;
-    }
-
-    // The job's configuration: the master reads the files and publishes
-    // them on the control channel (the rendezvous store); workers read it
-    // there, so other hosts need only the program and the token file.
-    nlohmann::json config;
-    c10::intrusive_ptr<c10d::TCPStore> store;
-    if (*worker_cmd) {
-      c10d::TCPStoreOptions client;
-      client.port = static_cast<std::uint16_t>(port);
-      client.isServer = false;
-      client.timeout = std::chrono::seconds(120);
-      store = c10::make_intrusive<c10d::TCPStore>(master_addr, client);
-      const auto bytes = store->get("config");
-      config = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
-    } else {
-      for (const auto& [flag, value] : {std::pair{"--plan", plan_path}, std::pair{"--profile", profile_path},
-                                        std::pair{"--data", data_path}}) {
+    if (single_process) {
+      for (const auto& [flag, value] : {std::pair{"--plan", o.plan_path}, std::pair{"--profile", o.profile_path},
+                                        std::pair{"--data", o.data_path}}) {
         if (value.empty()) throw InputError(std::string(flag) + ": required");
       }
-      config = {{"plan", read_text_file(plan_path)},
-                {"plan_origin", plan_path},
-                {"profile", profile_to_json(load_profile(profile_path))},
-                {"profile_origin", profile_path},
-                {"data", std::filesystem::absolute(data_path).string()},
-                {"steps", steps},
-                {"seed", seed},
-                {"threads", threads},
-                {"metrics", metrics_path},
-                {"chrome_trace", chrome_path}};
-    }
-    torch::set_num_threads(config["threads"].get<int>());
-    const Profile profile = parse_profile(config["profile"].get<std::string>(), config["profile_origin"]);
-    const Plan plan = parse_plan(config["plan"].get<std::string>(), config["plan_origin"], profile);
-    TrainOptions options;
-    options.model = model_of_profile(profile);
-    options.microbatch_size = profile.microbatch_size;
-    options.steps = config["steps"];
-    options.seed = config["seed"];
-    const std::string data = config["data"];
-    const auto tokens = read_tokens(data);
-    for (std::uint16_t t : tokens) {
-      if (t >= options.model.vocab) {
-        throw InputError(data + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
-                         std::to_string(options.model.vocab));
-      }
-    }
-
-    if (*worker_cmd) {
-      store.reset();
-      const WorkerResult result = train_worker(tokens, options, plan, rank, master_addr, port);
-      if (rank == 0) {
-        const std::string metrics = config["metrics"], chrome = config["chrome_trace"];
-        if (!metrics.empty()) cli::write_file_atomically<InputError>(metrics, metrics_text(result.metrics));
-        if (!chrome.empty()) cli::write_file_atomically<InputError>(chrome, result.chrome_trace);
-        std::fputs(result.stage_summary.c_str(), stdout);
+      torch::set_num_threads(o.threads);
+      const Profile profile = load_profile(o.profile_path);
+      const Plan plan = parse_plan(read_text_file(o.plan_path), o.plan_path, profile);
+      TrainOptions options;
+      options.model = model_of_profile(profile);
+      options.microbatch_size = profile.microbatch_size;
+      options.steps = o.steps;
+      options.seed = o.seed;
+      const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
+      if (!o.metrics_path.empty()) cli::write_file_atomically<InputError>(o.metrics_path, metrics_text(metrics));
+      for (const auto& m : metrics) {
+        std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", m.step, m.loss,
+                    static_cast<long long>(m.samples), m.iteration_ms);
       }
       return 0;
     }
-
-    if (single_process) {
-      const auto metrics = train_single_process(tokens, options, plan.global_microbatches);
-      if (!metrics_path.empty()) cli::write_file_atomically<InputError>(metrics_path, metrics_text(metrics));
-      print_metrics(metrics);
-      return 0;
+    if (!inject_path.empty()) o.injections = parse_injections(read_text_file(inject_path), inject_path);
+    if (*chaos) {
+      o.chaos.enabled = true;
+      o.chaos.seed = chaos_seed;
     }
-
-    // The master: the rendezvous store, then one agent per node.
-    int world = 0;
-    for (const auto& p : plan.pipelines) world += static_cast<int>(p.nodes.size());
-    std::vector<std::string> hosts;
-    if (!hostfile.empty()) {
-      const auto listed = parse_hostfile(read_text_file(hostfile), hostfile, profile.hardware.gpus_per_node);
-      for (const auto& p : plan.pipelines) {
-        for (const auto& n : p.nodes) {
-          if (std::find(listed.begin(), listed.end(), n) == listed.end()) {
-            throw InputError(hostfile + ": the plan's node " + n + " is not listed");
-          }
-        }
-      }
-    }
-    c10d::TCPStoreOptions store_options;
-    store_options.port = 0;
-    store_options.isServer = true;
-    store_options.numWorkers = world + 1;
-    store_options.waitWorkers = false;
-    store_options.timeout = std::chrono::seconds(120);
-    store = c10::make_intrusive<c10d::TCPStore>(master_addr, store_options);
-    const std::string metrics_file =
-        metrics_path.empty()
-            ? (std::filesystem::temp_directory_path() / ("oobleck-run-" + std::to_string(getpid()) + ".jsonl")).string()
-            : std::filesystem::absolute(metrics_path).string();
-    config["metrics"] = metrics_file;
-    if (!chrome_path.empty()) config["chrome_trace"] = std::filesystem::absolute(chrome_path).string();
-    const std::string config_text = config.dump();
-    store->set("config", std::vector<std::uint8_t>(config_text.begin(), config_text.end()));
-    std::vector<pid_t> agents;
-    int rank_of_node = 0;
-    try {
-      for (const auto& p : plan.pipelines) {
-        for (const auto& node : p.nodes) {
-          std::vector<std::string> args = {self,     "agent",        "--ranks",     std::to_string(rank_of_node++),
-                                           "--port", std::to_string(store->getPort()), "--master-addr", master_addr};
-          if (hostfile.empty() || is_local(node)) {
-            args.push_back("--parent-pid");
-            args.push_back(std::to_string(getpid()));
-          }
-          if (!hostfile.empty() && !is_local(node)) {
-            // Another host: the same program, same paths, over SSH.
-            std::string remote;
-            for (std::size_t i = 0; i < args.size(); ++i) remote += (i ? " " : "") + shell_quote(args[i]);
-            args = {"ssh", "-o", "BatchMode=yes", node, remote};
-          }
-          agents.push_back(spawn(args));
-        }
-      }
-    } catch (...) {
-      for (pid_t a : agents) kill(a, SIGKILL);
-      throw;
-    }
-    std::fprintf(stderr, "oobleck-run: %d nodes (%zu pipelines), one agent and one worker each, %d steps\n", world,
-                 plan.pipelines.size(), steps);
-    const bool failed = !wait_all(agents, "an agent");
-    if (failed) return 1;
-    std::vector<StepMetrics> metrics;
-    {
-      const std::string text = read_text_file(metrics_file);
-      std::size_t start = 0;
-      while (start < text.size()) {
-        const std::size_t end = text.find('\n', start);
-        const auto line = nlohmann::json::parse(text.substr(start, end - start));
-        metrics.push_back({line["step"], line["loss"], line["samples"], line["iteration_ms"]});
-        start = end == std::string::npos ? text.size() : end + 1;
-      }
-      if (metrics_path.empty()) std::filesystem::remove(metrics_file);
-    }
-    print_metrics(metrics);
-    return 0;
+    o.program = self;
+    return run_master(o);
   });
 }

@@ -7,7 +7,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace oobleck::executor {
@@ -30,17 +32,24 @@ class Communicator {
   virtual void recv(torch::Tensor& tensor, int peer, int tag) = 0;
   virtual void allreduce_sum(torch::Tensor& tensor) = 0;
   virtual void barrier() = 0;
-  // Stops every operation in flight (NCCL: ncclCommAbort); the communicator
+  // From any thread: every operation in flight, and every one started after,
+  // fails with CommunicationAborted (NCCL: ncclCommAbort). The communicator
   // is unusable afterwards.
   virtual void abort() = 0;
 };
 
+class CommunicationAborted : public std::runtime_error {
+ public:
+  CommunicationAborted() : std::runtime_error("communication aborted") {}
+};
+
 // `name` keeps the rendezvous keys of different groups apart. Gloo binds to
 // `host` (an address of this machine), or to what the hostname resolves to
-// when empty.
+// when empty. An operation still waiting after `timeout` fails.
 [[nodiscard]] std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                                    const std::string& name, int rank, int size,
-                                                                   const std::string& host);
+                                                                   const std::string& host,
+                                                                   std::chrono::milliseconds timeout);
 // Throws when this build has no NCCL.
 [[nodiscard]] std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                                    const std::string& name, int rank, int size,

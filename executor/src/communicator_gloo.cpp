@@ -1,64 +1,121 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <atomic>
+#include <mutex>
+#include <vector>
+
 #include "communicator.h"
 
 namespace oobleck::executor {
 namespace {
 
-class GlooPending final : public PendingOp {
- public:
-  GlooPending(c10::intrusive_ptr<c10d::Work> work, torch::Tensor keep) : work_(std::move(work)), keep_(std::move(keep)) {}
-  void wait() override { work_->wait(); }
-
- private:
-  c10::intrusive_ptr<c10d::Work> work_;
-  torch::Tensor keep_;  // the buffer must live until the send is done
-};
-
 // ProcessGroupGloo is a ProcessGroup in libtorch 1.x and a Backend in 2.x;
 // the calls used here are the same in both.
+//
+// abort() must free a thread blocked in any operation, from another thread.
+// Point-to-point operations are aborted through their Work (Gloo wakes the
+// waiter); collectives run on the group's own threads, so their waiter waits
+// in short slices and leaves when aborted, abandoning the operation to Gloo
+// (whose sockets the caller shuts down, see control::abandon_sockets).
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
-                   const std::string& host)
+                   const std::string& host, std::chrono::milliseconds timeout)
       : rank_(rank), size_(size) {
     auto options = c10d::ProcessGroupGloo::Options::create();
     options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                             : c10d::ProcessGroupGloo::createDeviceForHostname(host));
-    options->timeout = std::chrono::seconds(120);
+    options->timeout = timeout;
     group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank,
                                                          size, options);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int tag) override {
     std::vector<torch::Tensor> buffer = {tensor.contiguous()};
-    auto work = group_->send(buffer, peer, tag);
-    return std::make_unique<GlooPending>(std::move(work), buffer[0]);
+    return std::make_unique<Pending>(*this, track(group_->send(buffer, peer, tag)), buffer[0]);
   }
   void recv(torch::Tensor& tensor, int peer, int tag) override {
     std::vector<torch::Tensor> buffer = {tensor};
-    group_->recv(buffer, peer, tag)->wait();
+    wait_point_to_point(track(group_->recv(buffer, peer, tag)));
   }
   void allreduce_sum(torch::Tensor& tensor) override {
     std::vector<torch::Tensor> buffer = {tensor};
-    group_->allreduce(buffer)->wait();
+    wait_collective(group_->allreduce(buffer));
   }
-  void barrier() override { group_->barrier()->wait(); }
-  void abort() override { group_.reset(); }
+  void barrier() override { wait_collective(group_->barrier()); }
+  void abort() override {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+    for (auto& work : in_flight_) work->abort();
+  }
 
  private:
+  class Pending final : public PendingOp {
+   public:
+    Pending(GlooCommunicator& owner, c10::intrusive_ptr<c10d::Work> work, torch::Tensor keep)
+        : owner_(owner), work_(std::move(work)), keep_(std::move(keep)) {}
+    void wait() override { owner_.wait_point_to_point(work_); }
+
+   private:
+    GlooCommunicator& owner_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    torch::Tensor keep_;  // the buffer must live until the send is done
+  };
+
+  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work) {
+    std::lock_guard lock(mutex_);
+    if (aborted_) work->abort();
+    in_flight_.push_back(work);
+    return work;
+  }
+  void forget(const c10::intrusive_ptr<c10d::Work>& work) {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), work), in_flight_.end());
+  }
+  void throw_if_aborted() const {
+    if (aborted_) throw CommunicationAborted();
+  }
+  // An aborted wait returns false instead of throwing.
+  void wait_point_to_point(const c10::intrusive_ptr<c10d::Work>& work) {
+    bool done = false;
+    try {
+      done = work->wait();
+    } catch (...) {
+      forget(work);
+      throw;
+    }
+    forget(work);
+    if (!done) throw CommunicationAborted();
+    throw_if_aborted();
+  }
+  void wait_collective(const c10::intrusive_ptr<c10d::Work>& work) {
+    for (;;) {
+      throw_if_aborted();
+      try {
+        work->wait(std::chrono::milliseconds(50));
+        return;
+      } catch (...) {
+        if (work->isCompleted()) throw;  // failed, not merely still running
+      }
+    }
+  }
+
   int rank_, size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::mutex mutex_;
+  std::atomic<bool> aborted_{false};
+  std::vector<c10::intrusive_ptr<c10d::Work>> in_flight_;
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      const std::string& name, int rank, int size,
-                                                     const std::string& host) {
-  return std::make_unique<GlooCommunicator>(store, name, rank, size, host);
+                                                     const std::string& host, std::chrono::milliseconds timeout) {
+  return std::make_unique<GlooCommunicator>(store, name, rank, size, host, timeout);
 }
 
 }  // namespace oobleck::executor

@@ -7,59 +7,24 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "scratch.h"
+#include "live_setup.h"
 
-namespace {
-
-const std::string kSource = OOBLECK_SOURCE_DIR;
-
-std::vector<double> losses(const std::string& jsonl) {
-  std::vector<double> out;
-  std::stringstream in(jsonl);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
-}
-
-}  // namespace
+using oobleck::test::kSource;
 
 TEST_CASE("run: pipelines of 3 and 2 nodes train what one process trains") {
-  oobleck::test::Scratch s(OOBLECK_RUN_BINARY);
-  // CPU-like nodes, one worker each, with too little memory for the whole
-  // model on one node: the planner makes pipelines of 3 and 2 nodes.
-  s.write("hw.json", R"({"name": "test nodes", "gpus_per_node": 1, "gpu_memory_bytes": 4e6,
-    "peak_fp32_flops_per_s": 1e11, "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9,
-    "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05})");
-  REQUIRE(s.run_program(OOBLECK_PROFILE_BINARY, "analytic --model gpt-tiny --hardware " + s.str("hw.json") +
-                                                    " --microbatch-size 2 --seq-len 32 --dtype fp32 --out " +
-                                                    s.str("profile.json"))
-              .status == 0);
-  REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + s.str("profile.json") +
-                                                 " --nodes 5 --fault-tolerance 1 --global-microbatches 8 --json " +
-                                                 s.str("plan.json"))
-              .status == 0);
-  const auto plan = nlohmann::json::parse(s.read("plan.json"));
+  oobleck::test::LiveSetup setup(5, 1, 8);
+  const auto plan = setup.plan();
   REQUIRE(plan["pipelines"].size() == 2);
   std::multiset<std::size_t> sizes = {plan["pipelines"][0]["nodes"].size(), plan["pipelines"][1]["nodes"].size()};
   REQUIRE(sizes == std::multiset<std::size_t>{2, 3});
 
-  REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
-  const std::string common = " --plan " + s.str("plan.json") + " --profile " + s.str("profile.json") + " --data " +
-                             s.str("tokens.bin") + " --steps 12 --seed 3";
-  const auto live = s.run(common + " --metrics " + s.str("live.jsonl"));
+  const auto live = setup.live(12, 3, "live.jsonl");
   REQUIRE(live.status == 0);
-  const auto single = s.run(common + " --single-process --metrics " + s.str("single.jsonl"));
-  REQUIRE(single.status == 0);
-  const auto a = losses(s.read("live.jsonl")), b = losses(s.read("single.jsonl"));
-  REQUIRE(a.size() == 12);
-  REQUIRE(b.size() == 12);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(a[i] - b[i]) <= 1e-4 * std::abs(b[i]));
-  }
-  CHECK(a.back() < a.front() - 1.0);  // it learns
-  // Every worker is gone.
-  CHECK(s.run_program("pgrep", "-f 'oobleck-run [w]orker'").status == 1);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 3));
+  CHECK(steps.back()["loss"].get<double>() < steps.front()["loss"].get<double>() - 1.0);  // it learns
+  for (const auto& step : steps) CHECK(step["step_samples"] == 16);  // 8 microbatches of 2, each once
+  CHECK(setup.s.processes_left() == 0);
 }
 
 TEST_CASE("run: bad input is refused before any worker starts") {

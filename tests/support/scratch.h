@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,16 +43,40 @@ class Scratch {
     return s.str();
   }
 
-  // Runs the program this folder was made for, or another one.
+  // Runs the program this folder was made for, or another one. Every
+  // process it starts carries this folder in OOBLECK_TEST_TAG, so that
+  // leftovers can be found (processes_left).
   Run run(const std::string& arguments) const { return run_program(program_, arguments); }
   Run run_program(const std::string& program, const std::string& arguments) const {
-    const std::string command = program + " " + arguments + " > " + str("stdout") + " 2> " + str("stderr");
+    const std::string command = "OOBLECK_TEST_TAG=" + dir_.string() + " " + program + " " + arguments + " > " +
+                                str("stdout") + " 2> " + str("stderr");
     const int raw = std::system(command.c_str());
     Run result;
     result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
     result.out = read("stdout");
     result.err = read("stderr");
     return result;
+  }
+
+  // Processes still alive that this folder's runs started.
+  [[nodiscard]] int processes_left() const {
+    const std::string tag = "OOBLECK_TEST_TAG=" + dir_.string();
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string pid = entry.path().filename().string();
+      if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+      std::ifstream in(entry.path() / "environ", std::ios::binary);
+      std::string environment((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (std::size_t at = 0; (at = environment.find(tag, at)) != std::string::npos; at += tag.size()) {
+        const bool whole = (at == 0 || environment[at - 1] == '\0') &&
+                           (at + tag.size() == environment.size() || environment[at + tag.size()] == '\0');
+        if (whole) {
+          ++count;
+          break;
+        }
+      }
+    }
+    return count;
   }
 
  private:

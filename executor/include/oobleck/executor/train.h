@@ -1,6 +1,5 @@
-// Training a plan: the same GPT trained by one process (the reference) or by
-// the plan's pipelines as separate worker processes, which must give the
-// same losses. Plain C++ interface.
+// Training the GPT: options, per-step metrics and the single-process
+// reference that a live run (live.h) must reproduce. Plain C++ interface.
 #pragma once
 
 #include <cstdint>
@@ -34,19 +33,6 @@ struct StepMetrics {
 // One process, the whole model, `global_microbatches` microbatches per step.
 [[nodiscard]] std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens,
                                                             const TrainOptions& options, int global_microbatches);
-
-struct WorkerResult {
-  std::vector<StepMetrics> metrics;  // rank 0 only
-  // Rank 0 only: the last step's schedule in the Chrome trace format of
-  // `oobleck-sim iteration`, and a per-stage timing summary.
-  std::string chrome_trace;
-  std::string stage_summary;
-};
-
-// One worker of a plan: world rank `rank` among every node of the plan
-// (pipelines in order, nodes in order), rendezvous at master_addr:`port`.
-[[nodiscard]] WorkerResult train_worker(const std::vector<std::uint16_t>& tokens, const TrainOptions& options,
-                                        const Plan& plan, int rank, const std::string& master_addr, int port);
 
 // The model of a profile's `model` section.
 [[nodiscard]] ModelConfig model_of_profile(const Profile& profile);

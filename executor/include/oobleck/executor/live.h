@@ -1,0 +1,92 @@
+// Live runs (oobleck-run): the master, one agent per node and one worker per
+// node train a plan, survive node failures and take in nodes that join.
+//
+// The master holds the rendezvous store and the control channel, watches the
+// agents' heartbeats, commits each step once every worker has finished it,
+// and on a loss asks the planner for a new plan (`reconfigure`, exactly as
+// `oobleck-plan reconfigure` does), which it broadcasts as a new generation.
+// Workers abandon the communication in flight, discard the interrupted step,
+// rebuild their communicators, copy the layer states the planner assigns
+// them from surviving replicas, and redo the step on the same global batch.
+// Plain C++ interface.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::executor {
+
+// One scripted event of --inject, in the trace format `when,add|remove,node`
+// where `when` is milliseconds since training started, `step:N` (during step
+// N, once its first forward pass has run) or `recovery:R` (during the R-th
+// reconfiguration, once the workers have started rebuilding).
+struct Injection {
+  enum class When { AtTime, DuringStep, DuringRecovery };
+  enum class Action { Remove, Add };
+  When when = When::AtTime;
+  Milliseconds time_ms = 0;  // AtTime
+  int index = 0;             // the step N or the recovery R
+  Action action = Action::Remove;
+  std::string node;
+  int line = 0;  // in the file, for messages
+};
+
+// CRLF accepted, '#' starts a comment. Errors name origin:line.
+[[nodiscard]] std::vector<Injection> parse_injections(std::string_view text, const std::string& origin);
+
+// --chaos: random removals and joins. Removals only of nodes whose loss the
+// planner can still recover from (the replicas cover it), some of them timed
+// to land during a recovery; joins bring new nodes named chaos-1, chaos-2, ...
+struct ChaosOptions {
+  bool enabled = false;
+  std::uint64_t seed = 0;
+  int events = 20;                   // removals and joins in all
+  Milliseconds mean_interval_ms = 1500;  // exponential gaps between events
+};
+
+struct MasterOptions {
+  std::string plan_path, profile_path, data_path;
+  int steps = 1;
+  std::uint64_t seed = 1;
+  int threads = 1;                   // intra-op threads per worker
+  std::string metrics_path;          // JSON lines: one per step, one per reconfiguration
+  std::string chrome_trace_path;     // the last step's schedule
+  std::string hostfile;              // node names are hosts; others are reached over SSH
+  std::string master_addr = "127.0.0.1";
+  Milliseconds heartbeat_timeout_ms = 1000;
+  double comm_timeout_s = 120;       // last resort for a communication nothing else interrupts
+  std::vector<Injection> injections;
+  ChaosOptions chaos;
+  std::string checkpoint_dir;        // with checkpoint_every > 0: save there every K steps
+  int checkpoint_every = 0;
+  std::string resume_dir;            // start from the checkpoint saved there
+  std::string program;               // this executable: started again as agents and workers
+};
+
+// Exit statuses of a live run.
+inline constexpr int kExitTrainingFailed = 1;
+inline constexpr int kExitNoPlanLive = 3;  // as oobleck-plan: the replicas no longer cover a layer
+
+// Trains to the end. Throws InputError for bad input (before anything
+// starts) and NoPlanError when a loss leaves no plan; returns 0 or
+// kExitTrainingFailed.
+[[nodiscard]] int run_master(const MasterOptions& options);
+
+// The processes the master starts: `node` is the plan's node name, the
+// master is reached at master_addr:control_port.
+struct NodeProcessOptions {
+  std::string node;
+  std::string master_addr = "127.0.0.1";
+  int control_port = 0;
+  int parent_pid = 0;        // when set, exit if the parent is already gone
+  std::string program;       // agents start workers with it
+  Milliseconds heartbeat_interval_ms = 200;
+};
+[[nodiscard]] int run_agent(const NodeProcessOptions& options);
+[[nodiscard]] int run_worker(const NodeProcessOptions& options);
+
+}  // namespace oobleck::executor

@@ -1,0 +1,164 @@
+#include "control.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace oobleck::executor::control {
+namespace {
+
+std::runtime_error system_error(const std::string& what) {
+  return std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+sockaddr_in resolve(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    throw std::runtime_error("control channel: cannot resolve " + address);
+  }
+  sockaddr_in out = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
+  freeaddrinfo(found);
+  out.sin_port = htons(static_cast<std::uint16_t>(port));
+  return out;
+}
+
+}  // namespace
+
+Connection::Connection(int fd) : fd_(fd) {
+  const int on = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  fcntl(fd_, F_SETFD, FD_CLOEXEC);
+}
+
+Connection::~Connection() { close(); }
+
+void Connection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool Connection::send(const Json& message) {
+  if (fd_ < 0) return false;
+  const std::string text = message.dump() + "\n";
+  std::size_t sent = 0;
+  while (sent < text.size()) {
+    const ssize_t n = ::send(fd_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool Connection::receive(std::vector<Json>& out) {
+  if (fd_ < 0) return false;
+  bool open = true;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n > 0) {
+      pending_.append(buffer, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    open = false;  // orderly close or an error: the peer is gone
+    break;
+  }
+  std::size_t start = 0;
+  for (std::size_t end; (end = pending_.find('\n', start)) != std::string::npos; start = end + 1) {
+    // A malformed message is a bug on the other side, not a reason to die.
+    auto message = Json::parse(pending_.begin() + static_cast<std::ptrdiff_t>(start),
+                               pending_.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
+    if (!message.is_discarded()) out.push_back(std::move(message));
+  }
+  pending_.erase(0, start);
+  return open;
+}
+
+bool Connection::receive(std::vector<Json>& out, std::chrono::milliseconds timeout) {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  const int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  if (ready <= 0) return true;
+  return receive(out);
+}
+
+Listener::Listener(const std::string& address, int port) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw system_error("control channel: socket");
+  const int on = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in where = resolve(address, port);
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&where), sizeof where) != 0 || ::listen(fd_, 256) != 0) {
+    const auto error = system_error("control channel: cannot listen on " + address);
+    ::close(fd_);
+    throw error;
+  }
+  socklen_t length = sizeof where;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&where), &length);
+  port_ = ntohs(where.sin_port);
+  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+}
+
+Listener::~Listener() { ::close(fd_); }
+
+std::unique_ptr<Connection> Listener::accept() {
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return nullptr;
+  return std::make_unique<Connection>(fd);
+}
+
+std::unique_ptr<Connection> connect_to(const std::string& address, int port, std::chrono::milliseconds timeout) {
+  const sockaddr_in where = resolve(address, port);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw system_error("control channel: socket");
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&where), sizeof where) == 0) {
+      return std::make_unique<Connection>(fd);
+    }
+    const int error = errno;
+    ::close(fd);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw std::runtime_error("control channel: cannot reach the master at " + address + ":" +
+                               std::to_string(port) + ": " + std::strerror(error));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+int abandon_sockets(const std::vector<int>& keep) {
+  DIR* folder = ::opendir("/proc/self/fd");
+  if (folder == nullptr) return 0;
+  int count = 0;
+  const int own = ::dirfd(folder);
+  while (const dirent* entry = ::readdir(folder)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd == own || std::find(keep.begin(), keep.end(), fd) != keep.end()) continue;
+    struct stat info{};
+    if (::fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
+    if (::shutdown(fd, SHUT_RDWR) == 0) ++count;
+  }
+  ::closedir(folder);
+  return count;
+}
+
+}  // namespace oobleck::executor::control

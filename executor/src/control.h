@@ -1,0 +1,71 @@
+// The control channel of a live run: newline-delimited JSON messages over
+// TCP between the master and its agents and workers. It carries the job's
+// configuration, heartbeats, generations (plans), commits and failure
+// notices; never training data.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace oobleck::executor::control {
+
+using Json = nlohmann::json;
+
+// One end of a connection. Messages are written whole; reads collect bytes
+// until a newline completes a message.
+class Connection {
+ public:
+  explicit Connection(int fd);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  [[nodiscard]] int fd() const { return fd_; }
+  // False when the peer is gone (the message is dropped).
+  bool send(const Json& message);
+  // Reads what the socket has without blocking and appends every complete
+  // message to `out`. False once the peer has closed the connection.
+  bool receive(std::vector<Json>& out);
+  // Waits up to `timeout` for readable data, then receive().
+  bool receive(std::vector<Json>& out, std::chrono::milliseconds timeout);
+  // Closes the socket now; send() and receive() report a closed peer after.
+  void close();
+
+ private:
+  int fd_;
+  std::string pending_;
+};
+
+// A listening socket on `address` (port 0: any free port).
+class Listener {
+ public:
+  Listener(const std::string& address, int port);
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  [[nodiscard]] int fd() const { return fd_; }
+  [[nodiscard]] int port() const { return port_; }
+  // A connection waiting to be accepted, or null.
+  [[nodiscard]] std::unique_ptr<Connection> accept();
+
+ private:
+  int fd_;
+  int port_;
+};
+
+// Connects, retrying until `timeout` while the master is not yet listening.
+[[nodiscard]] std::unique_ptr<Connection> connect_to(const std::string& address, int port,
+                                                     std::chrono::milliseconds timeout);
+
+// Shuts down every socket of this process but those in `keep`: every
+// communication in flight (Gloo pairs, listening or connected, and store
+// clients) fails at once, here and at the peers, instead of waiting for a
+// peer that is gone. The descriptors stay open for their owners to close.
+int abandon_sockets(const std::vector<int>& keep);
+
+}  // namespace oobleck::executor::control

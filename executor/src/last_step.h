@@ -1,0 +1,26 @@
+// The last step of a live run as the workers timed it: a Chrome trace in the
+// format `oobleck-sim iteration` writes (one process per pipeline, one thread
+// per stage), so the two open side by side in Perfetto, and a per-stage
+// timing summary.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::executor {
+
+struct LastStepReport {
+  std::string chrome_trace;   // JSON
+  std::string stage_summary;  // a table for people
+};
+
+// `timelines`: by rank, what each worker sent when training ended
+// ({step_start_ms, compute_ms, wait_ms, sync_ms, optimizer_ms, ops}).
+[[nodiscard]] LastStepReport last_step_report(const Plan& plan, const std::map<int, nlohmann::json>& timelines,
+                                              Milliseconds iteration_ms);
+
+}  // namespace oobleck::executor

@@ -1,0 +1,30 @@
+// A layer as a worker holds it: the module and its own AdamW state. One
+// optimizer per layer is the same arithmetic as one over the whole model
+// (AdamW works parameter by parameter), and lets a layer move between
+// workers whole: weights, both moments and the step count.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "oobleck/executor/gpt.h"
+#include "oobleck/executor/train.h"
+
+namespace oobleck::executor {
+
+struct HeldLayer {
+  std::shared_ptr<GptLayer> module;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+
+// Layer `index` as training starts: weights from (seed, index), no optimizer state yet.
+[[nodiscard]] HeldLayer initial_layer(const TrainOptions& options, int index);
+
+// Weights and optimizer state as bytes (libtorch's archive format), and back
+// into a layer built by initial_layer. Exact: the bytes are the tensors'.
+[[nodiscard]] std::string serialize_layer(const HeldLayer& layer);
+void deserialize_layer(HeldLayer& layer, const std::string& bytes);
+
+}  // namespace oobleck::executor

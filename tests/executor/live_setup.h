@@ -1,0 +1,92 @@
+// A small live-run setup for the executor's end-to-end tests: GPT-tiny on
+// CPU-like nodes with too little memory for the whole model on one node, a
+// plan from oobleck-plan, the bundled corpus as tokens, and the
+// single-process reference to compare with.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "scratch.h"
+
+namespace oobleck::test {
+
+inline const std::string kSource = OOBLECK_SOURCE_DIR;
+
+class LiveSetup {
+ public:
+  LiveSetup(int nodes, int fault_tolerance, int global_microbatches) : s(OOBLECK_RUN_BINARY) {
+    s.write("hw.json", R"({"name": "test nodes", "gpus_per_node": 1, "gpu_memory_bytes": 4e6,
+      "peak_fp32_flops_per_s": 1e11, "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9,
+      "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05})");
+    REQUIRE(s.run_program(OOBLECK_PROFILE_BINARY, "analytic --model gpt-tiny --hardware " + s.str("hw.json") +
+                                                      " --microbatch-size 2 --seq-len 32 --dtype fp32 --out " +
+                                                      s.str("profile.json"))
+                .status == 0);
+    REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + s.str("profile.json") + " --nodes " +
+                                                   std::to_string(nodes) + " --fault-tolerance " +
+                                                   std::to_string(fault_tolerance) + " --global-microbatches " +
+                                                   std::to_string(global_microbatches) + " --json " +
+                                                   s.str("plan.json"))
+                .status == 0);
+    REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
+  }
+
+  [[nodiscard]] nlohmann::json plan() const { return nlohmann::json::parse(s.read("plan.json")); }
+
+  // oobleck-run on the plan; `extra` adds flags.
+  Run live(int steps, int seed, const std::string& metrics, const std::string& extra = "") const {
+    return s.run(common(steps, seed) + " --metrics " + s.str(metrics) + " " + extra);
+  }
+  // The same model trained by one process on the same global batches.
+  [[nodiscard]] std::vector<double> reference_losses(int steps, int seed) const {
+    REQUIRE(s.run(common(steps, seed) + " --single-process --metrics " + s.str("reference.jsonl")).status == 0);
+    std::vector<double> out;
+    for (const auto& line : lines("reference.jsonl")) out.push_back(line["loss"].get<double>());
+    return out;
+  }
+
+  // A JSON-lines file, line by line.
+  [[nodiscard]] std::vector<nlohmann::json> lines(const std::string& name) const {
+    std::vector<nlohmann::json> out;
+    std::stringstream in(s.read(name));
+    std::string line;
+    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  // The step lines of a live run's metrics, and its reconfigurations.
+  [[nodiscard]] std::vector<nlohmann::json> steps(const std::string& name) const { return select(name, false); }
+  [[nodiscard]] std::vector<nlohmann::json> events(const std::string& name) const { return select(name, true); }
+
+  Scratch s;
+
+ private:
+  [[nodiscard]] std::string common(int steps, int seed) const {
+    return "--plan " + s.str("plan.json") + " --profile " + s.str("profile.json") + " --data " + s.str("tokens.bin") +
+           " --steps " + std::to_string(steps) + " --seed " + std::to_string(seed);
+  }
+  [[nodiscard]] std::vector<nlohmann::json> select(const std::string& name, bool events) const {
+    std::vector<nlohmann::json> out;
+    for (auto& line : lines(name)) {
+      if (line.contains("event") == events) out.push_back(std::move(line));
+    }
+    return out;
+  }
+};
+
+// Every step's loss equals the reference's within `tolerance` (relative).
+inline void check_losses_equal(const std::vector<nlohmann::json>& steps, const std::vector<double>& reference,
+                               double tolerance = 1e-4) {
+  REQUIRE(steps.size() == reference.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    CAPTURE(i);
+    CHECK(steps[i]["step"].get<int>() == static_cast<int>(i));
+    CHECK(std::abs(steps[i]["loss"].get<double>() - reference[i]) <= tolerance * std::abs(reference[i]));
+  }
+}
+
+}  // namespace oobleck::test

@@ -1,0 +1,184 @@
+// oobleck-run survives node failures: killed nodes are detected, the planner
+// reconfigures, layer states come from surviving replicas, and every step's
+// loss equals the failure-free single-process run's. Failures are injected
+// at steps and recoveries, never at times, so the outcome does not depend on
+// timing.
+#include "torch_doctest.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <set>
+#include <thread>
+
+#include "communicator.h"
+#include "live_setup.h"
+#include "oobleck/executor/live.h"
+
+namespace {
+
+using nlohmann::json;
+using oobleck::test::LiveSetup;
+
+std::set<std::string> names(const json& list) { return list.get<std::set<std::string>>(); }
+
+std::vector<json> established(const std::vector<json>& events) {
+  std::vector<json> out;
+  for (const auto& e : events) {
+    if (e["event"] == "reconfigured" && !e["superseded"].get<bool>()) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("recovery: three 2-node pipelines lose two nodes, gain one, lose another, and train exactly") {
+  LiveSetup setup(6, 2, 12);
+  const auto plan = setup.plan();
+  REQUIRE(plan["pipelines"].size() == 3);
+  for (const auto& p : plan["pipelines"]) REQUIRE(p["nodes"].size() == 2);
+  // node1 and node2 are in different pipelines (0 and 1).
+  setup.s.write("inject.csv",
+                "step:3,remove,node1\r\nstep:3,remove,node2\r\n# a new node\nstep:6,add,node6\nstep:9,remove,node4\n");
+  const auto run = setup.live(12, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                       " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 4));
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+  CHECK(steps.back()["samples"] == 12 * 24);
+
+  const auto events = established(setup.events("live.jsonl"));
+  REQUIRE(events.size() == 3);
+  CHECK(names(events[0]["lost"]) == std::set<std::string>{"node1", "node2"});
+  CHECK(events[0]["resume_step"] == 3);  // the interrupted step is redone
+  CHECK(names(events[1]["added"]) == std::set<std::string>{"node6"});
+  CHECK(events[1]["resume_step"] == 7);  // joined at the boundary after step 6
+  CHECK(events[1]["copy_bytes"].get<std::int64_t>() > 0);  // the new node's layers came from replicas
+  CHECK(names(events[2]["lost"]) == std::set<std::string>{"node4"});
+  CHECK(events[2]["resume_step"] == 9);
+  for (const auto& e : events) {
+    for (const char* part : {"detect_ms", "plan_ms", "copy_ms", "resume_ms", "recovery_ms"}) {
+      CHECK(e[part].get<double>() >= 0);
+    }
+  }
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: a node killed while a recovery is in progress") {
+  LiveSetup setup(6, 2, 12);
+  setup.s.write("inject.csv", "step:2,remove,node1\nrecovery:1,remove,node3\n");
+  const auto run = setup.live(6, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                      " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  oobleck::test::check_losses_equal(setup.steps("live.jsonl"), setup.reference_losses(6, 4));
+  const auto all = setup.events("live.jsonl");
+  bool superseded = false;
+  for (const auto& e : all) superseded = superseded || e["superseded"].get<bool>();
+  CHECK(superseded);  // the first recovery was replaced by a newer generation
+  const auto events = established(all);
+  REQUIRE(events.size() == 1);
+  CHECK(names(events[0]["lost"]) == std::set<std::string>{"node1", "node3"});
+  CHECK(events[0]["resume_step"] == 2);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: more losses than the replicas cover stop the job and say what a checkpoint needs") {
+  LiveSetup setup(6, 2, 12);
+  // The first stage of every pipeline: layers [0, 3) have no replica left.
+  setup.s.write("inject.csv", "step:2,remove,node0\nstep:2,remove,node2\nstep:2,remove,node4\n");
+  const auto run = setup.live(6, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                      " --heartbeat-timeout-ms 5000");
+  CHECK(run.status == 3);
+  CHECK(run.err.find("no surviving replica") != std::string::npos);
+  CHECK(run.err.find("checkpoint must hold the state after step 1") != std::string::npos);
+  const auto events = setup.events("live.jsonl");
+  REQUIRE(!events.empty());
+  CHECK(events.back()["event"] == "no_plan");
+  CHECK(events.back()["resume_step"] == 2);
+  CHECK(setup.steps("live.jsonl").size() == 2);  // steps 0 and 1 were committed, nothing after
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: a checkpoint saved by one run resumes in another with the same losses") {
+  LiveSetup setup(5, 1, 8);
+  REQUIRE(setup.live(6, 4, "first.jsonl", "--checkpoint " + setup.s.str("ck") + " --checkpoint-every 3").status == 0);
+  const auto second = setup.live(12, 4, "second.jsonl", "--resume " + setup.s.str("ck"));
+  INFO(second.err);
+  REQUIRE(second.status == 0);
+  const auto reference = setup.reference_losses(12, 4);
+  auto steps = setup.steps("first.jsonl");
+  const auto resumed = setup.steps("second.jsonl");
+  REQUIRE(resumed.size() == 6);
+  CHECK(resumed.front()["step"] == 6);
+  steps.insert(steps.end(), resumed.begin(), resumed.end());
+  oobleck::test::check_losses_equal(steps, reference);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: malformed injections are refused before anything starts") {
+  LiveSetup setup(5, 1, 8);
+  setup.s.write("bad.csv", "step:1,remove,node1\nstep:x,remove,node2\n");
+  auto run = setup.live(3, 1, "m.jsonl", "--inject " + setup.s.str("bad.csv"));
+  CHECK(run.status == 2);
+  CHECK(run.err.find("bad.csv:2") != std::string::npos);
+  setup.s.write("unknown.csv", "step:1,remove,node9\n");
+  run = setup.live(3, 1, "m.jsonl", "--inject " + setup.s.str("unknown.csv"));
+  CHECK(run.status == 2);
+  CHECK(run.err.find("node9") != std::string::npos);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("injections: the trace format with steps and recoveries") {
+  using oobleck::executor::Injection;
+  const auto events = oobleck::executor::parse_injections(
+      "0,add,a\r\n# comment\n\n1500 , remove , b\nstep:3,remove,c\nrecovery:2,add,d\n", "f.csv");
+  REQUIRE(events.size() == 4);
+  CHECK(events[0].when == Injection::When::AtTime);
+  CHECK(events[0].action == Injection::Action::Add);
+  CHECK(events[1].time_ms == 1500);
+  CHECK(events[1].node == "b");
+  CHECK(events[1].line == 4);
+  CHECK(events[2].when == Injection::When::DuringStep);
+  CHECK(events[2].index == 3);
+  CHECK(events[3].when == Injection::When::DuringRecovery);
+  CHECK(events[3].index == 2);
+  for (const char* bad : {"1,remove\n", "-5,remove,a\n", "step:,add,a\n", "1,kill,a\n", "1,add,a b\n",
+                          "recovery:0,add,a\n"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS((void)oobleck::executor::parse_injections(bad, "f.csv"), oobleck::InputError);
+  }
+}
+
+TEST_CASE("communicator: abort frees a thread blocked on a peer that never answers") {
+  using namespace oobleck::executor;
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  // A store client is used by one thread at a time: rank 1 has its own.
+  options.isServer = false;
+  options.port = store->getPort();
+  auto other = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  std::unique_ptr<Communicator> a, b;
+  std::thread make_b([&] { b = make_gloo_communicator(other, "t", 1, 2, "127.0.0.1", std::chrono::seconds(20)); });
+  a = make_gloo_communicator(store, "t", 0, 2, "127.0.0.1", std::chrono::seconds(20));
+  make_b.join();
+
+  // rank 1 waits for a message rank 0 never sends, then for an all-reduce
+  // rank 0 never joins; each abort must end the wait with CommunicationAborted.
+  auto buffer = torch::zeros({4});
+  std::thread stopper([&] { b->abort(); });
+  CHECK_THROWS_AS(b->recv(buffer, 0, 7), CommunicationAborted);
+  stopper.join();
+  CHECK_THROWS_AS(b->allreduce_sum(buffer), CommunicationAborted);
+  CHECK_THROWS_AS(b->send(buffer, 0, 8)->wait(), CommunicationAborted);  // and it stays aborted
+
+  // The abandoned all-reduce still runs on rank 1's group thread: rank 0
+  // joining it lets the group close now rather than at Gloo's timeout.
+  auto ones = torch::ones({4});
+  a->allreduce_sum(ones);
+  CHECK(ones.sum().item<float>() == 4.0f);  // rank 1 contributed its zeros
+}
