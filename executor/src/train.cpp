@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "oobleck/executor/data.h"
@@ -37,30 +38,30 @@ ModelConfig model_of_profile(const Profile& profile) {
 std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,
                                               int global_microbatches) {
   torch::manual_seed(o.seed);
-  Gpt model(o.model, o.seed);
-  const auto parameters = model.parameters();
-  torch::optim::AdamW optimizer(parameters, adamw_options(o));
+  // The model as one pipeline stage holding every layer, the tied weight's
+  // two copies kept equal as the workers keep them.
+  const int layers = pipeline_layers(o.model), last_layer = layers - 1;
+  std::map<int, HeldLayer> model;
+  for (int l = 0; l < layers; ++l) model.emplace(l, initial_layer(o, l));
+  auto slots = gradient_slots(model, 0, layers, last_layer);
   const int B = global_microbatches, mb = o.microbatch_size, S = o.model.seq_len;
   std::vector<StepMetrics> out;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = Clock::now();
-    optimizer.zero_grad();
+    zero_sums(slots);
     double loss_sum = 0;
     for (int m = 0; m < B; ++m) {
       const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
-      const auto logits = model.forward(long_tensor(batch.inputs, mb, S));
-      const auto loss = language_model_loss(logits, long_tensor(batch.targets, mb, S)) / B;
+      torch::Tensor x = long_tensor(batch.inputs, mb, S);
+      for (auto& [l, layer] : model) x = layer.module->forward(x);
+      const auto loss = language_model_loss(x, long_tensor(batch.targets, mb, S)) / B;
       loss.backward();
+      add_microbatch(slots);
       loss_sum += loss.item<double>();
     }
-    double norm2 = 0;
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : parameters) {
-      grads.push_back(p.grad());
-      norm2 += p.grad().pow(2).sum().item<double>();
-    }
-    clip(grads, std::sqrt(norm2), o.clip_norm);
-    optimizer.step();
+    write_gradients(slots, tied_sum(slots));
+    clip_by_global_norm(slots, label_norms(slots, last_layer, [](int) { return true; }), o.clip_norm);
+    for (auto& [l, layer] : model) layer.optimizer->step();
     out.push_back({step, loss_sum, static_cast<std::int64_t>(step + 1) * B * mb,
                    std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
   }

@@ -1,12 +1,23 @@
-// Pieces of a training step shared by the single-process reference and the
-// pipeline workers, so that both compute exactly the same thing.
+// The arithmetic of a training step, shared by the single-process reference
+// and the pipeline workers so that both compute exactly the same thing.
+//
+// Gradients are summed over microbatches in float64 and rounded to float32
+// once, and the global norm is summed layer by layer in layer order: the
+// result then does not depend on how the microbatches were split between
+// pipelines, nor on the order partial sums were added in. (Summed in float32,
+// the order alone moves results by an ulp, which training amplifies: two
+// splits drift apart by 1e-2 in loss within a few hundred steps.)
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "layer_state.h"
 #include "oobleck/executor/train.h"
 
 namespace oobleck::executor {
@@ -20,13 +31,90 @@ namespace oobleck::executor {
   return torch::optim::AdamWOptions(o.learning_rate).weight_decay(o.weight_decay);
 }
 
-// Scales gradients so that their global norm is at most `max_norm`, as
-// torch.nn.utils.clip_grad_norm_ does.
-inline void clip(const std::vector<torch::Tensor>& grads, double total_norm, double max_norm) {
-  const double coefficient = max_norm / (total_norm + 1e-6);
+// A gradient's sharing label: its layer, or kTied for the token embedding
+// and the head's copy of it (one weight, held at both ends of the model).
+inline constexpr int kTied = -1;
+
+// One parameter's gradient, summed over the step's microbatches in float64.
+struct GradientSlot {
+  int label = 0;
+  torch::Tensor parameter;
+  torch::Tensor sum;  // float64
+};
+
+// The slots of layers [begin, end) of `layers`, in layer and parameter order.
+[[nodiscard]] inline std::vector<GradientSlot> gradient_slots(const std::map<int, HeldLayer>& layers, int begin,
+                                                              int end, int last_layer) {
+  std::vector<GradientSlot> out;
+  for (int l = begin; l < end; ++l) {
+    for (const auto& item : layers.at(l).module->named_parameters()) {
+      const bool tied = (l == 0 && item.key() == "token") || (l == last_layer && item.key() == "tied_token");
+      out.push_back({tied ? kTied : l, item.value(),
+                     torch::zeros(item.value().sizes(), torch::TensorOptions().dtype(torch::kFloat64))});
+    }
+  }
+  return out;
+}
+
+// A step starts from nothing: no sums, and no gradient left from the last step.
+inline void zero_sums(std::vector<GradientSlot>& slots) {
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots) {
+    s.sum.zero_();
+    if (s.parameter.grad().defined()) s.parameter.mutable_grad().zero_();
+  }
+}
+
+// After a microbatch's backward pass: its gradients join the sums.
+inline void add_microbatch(std::vector<GradientSlot>& slots) {
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots) {
+    auto& grad = s.parameter.mutable_grad();
+    s.sum.add_(grad.to(torch::kFloat64));
+    grad.zero_();
+  }
+}
+
+// This worker's part of the tied weight's gradient (both copies it holds).
+[[nodiscard]] inline torch::Tensor tied_sum(const std::vector<GradientSlot>& slots) {
+  torch::Tensor out;
+  for (const auto& s : slots) {
+    if (s.label == kTied) out = out.defined() ? out + s.sum : s.sum.clone();
+  }
+  return out;
+}
+
+// The sums, rounded once, become the parameters' gradients; every copy of
+// the tied weight gets the whole tied gradient `tied_total`.
+inline void write_gradients(std::vector<GradientSlot>& slots, const torch::Tensor& tied_total) {
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots) s.parameter.mutable_grad().copy_(s.label == kTied ? tied_total : s.sum);
+}
+
+// Squared norms by label (index label + 1: the tied weight first), of the
+// labels `counted` picks, each label's tied copies counted once.
+[[nodiscard]] inline std::vector<double> label_norms(const std::vector<GradientSlot>& slots, int last_layer,
+                                                     const std::function<bool(int)>& counted) {
+  std::vector<double> out(static_cast<std::size_t>(last_layer) + 2, 0.0);
+  bool tied_done = false;
+  for (const auto& s : slots) {
+    if (!counted(s.label) || (s.label == kTied && tied_done)) continue;
+    tied_done = tied_done || s.label == kTied;
+    out[static_cast<std::size_t>(s.label + 1)] += s.parameter.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  return out;
+}
+
+// Scales the gradients so that the global norm (the label norms added in
+// label order) is at most `max_norm`, as torch.nn.utils.clip_grad_norm_ does.
+inline void clip_by_global_norm(std::vector<GradientSlot>& slots, const std::vector<double>& norms,
+                                double max_norm) {
+  double total = 0;
+  for (double n : norms) total += n;
+  const double coefficient = max_norm / (std::sqrt(total) + 1e-6);
   if (coefficient >= 1) return;
   torch::NoGradGuard no_grad;
-  for (const auto& g : grads) g.mul_(coefficient);
+  for (auto& s : slots) s.parameter.mutable_grad().mul_(coefficient);
 }
 
 }  // namespace oobleck::executor

@@ -195,9 +195,6 @@ class Inbox {
   std::thread reader_;
 };
 
-// A gradient tensor's sharing label: the layer, or -1 for the tied weight.
-constexpr int kTied = -1;
-
 class LiveWorker {
  public:
   explicit LiveWorker(const NodeProcessOptions& options)
@@ -300,6 +297,8 @@ class LiveWorker {
         held_.emplace(l, initial_layer(o_, l));  // nothing trained yet: (seed, layer) is the state
       }
     }
+    slots_.clear();
+    if (trainer_) slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model.layers + 1);
     applied_through_ = resume - 1;
     established_ = false;
     first_microbatch_ = 0;
@@ -493,7 +492,7 @@ class LiveWorker {
     compute_ms_ = wait_ms_ = sync_ms_ = optimizer_ms_ = 0;
     if (recording_) trainers().barrier();
     step_start_ms_ = now_ms();
-    for (int l = seat().layer_begin; l < seat().layer_end; ++l) held_.at(l).optimizer->zero_grad();
+    zero_sums(slots_);
     const double loss = one_f_one_b(step);
     const double sync_start = now_ms();
     synchronise_gradients();
@@ -578,6 +577,7 @@ class LiveWorker {
         start = arrived;
         outputs[m].backward(buffer);
       }
+      add_microbatch(slots_);
       const double end = now_ms();
       record('B', m, start, end);
       compute_ms_ += end - start;
@@ -593,33 +593,16 @@ class LiveWorker {
     return loss_sum;
   }
 
-  // Labels and tensors in a fixed order: every member of a group packs the
-  // same labels in the same order.
-  std::vector<std::pair<int, torch::Tensor>> labelled_gradients() {
-    const int last_layer = o_.model.layers + 1;
-    std::vector<std::pair<int, torch::Tensor>> out;
-    for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
-      for (const auto& item : held_.at(l).module->named_parameters()) {
-        const bool tied = (l == 0 && item.key() == "token") || (l == last_layer && item.key() == "tied_token");
-        out.emplace_back(tied ? kTied : l, item.value().grad());
-      }
-    }
-    return out;
-  }
-
   // Sums each layer's gradient over its holders (the tied weight over the
-  // holders of either end), then clips by the global norm, each layer
-  // counted once.
+  // holders of either end), in float64, then clips by the global norm: each
+  // label's norm comes from its lowest-ranked holder, and everyone adds the
+  // labels up in the same order (train_common.h).
   void synchronise_gradients() {
-    const auto grads = labelled_gradients();
-    torch::Tensor tied;  // this worker's contributions to the tied weight, summed first
-    for (const auto& [label, g] : grads) {
-      if (label == kTied) tied = tied.defined() ? tied + g : g.clone();
-    }
     std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
-    for (const auto& [label, g] : grads) {
-      if (label != kTied) by_set[label_holders_.at(label)].push_back(g);
+    for (const auto& s : slots_) {
+      if (s.label != kTied) by_set[label_holders_.at(s.label)].push_back(s.sum);
     }
+    torch::Tensor tied = tied_sum(slots_);
     if (tied.defined()) by_set[label_holders_.at(kTied)].push_back(tied);
     for (auto& [set, tensors] : by_set) {
       if (set.size() < 2) continue;
@@ -630,31 +613,17 @@ class LiveWorker {
       }());
       groups_.at(set)->allreduce_sum(flat);
       std::int64_t offset = 0;
-      torch::NoGradGuard no_grad;
       for (auto& t : tensors) {
         t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
         offset += t.numel();
       }
     }
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> all;
-    for (const auto& [label, g] : grads) {
-      if (label == kTied) g.copy_(tied);
-      all.push_back(g);
-    }
-    double norm2 = 0;
-    bool tied_counted = false;
-    for (const auto& [label, g] : grads) {
-      if (label_holders_.at(label).front() != rank_) continue;  // counted by its lowest-ranked holder
-      if (label == kTied) {
-        if (tied_counted) continue;
-        tied_counted = true;
-      }
-      norm2 += g.pow(2).sum().item<double>();
-    }
-    auto total = torch::tensor({norm2}, torch::kFloat64);
-    trainers().allreduce_sum(total);
-    clip(all, std::sqrt(total.item<double>()), o_.clip_norm);
+    write_gradients(slots_, tied);
+    auto norms = label_norms(slots_, o_.model.layers + 1,
+                             [&](int label) { return label_holders_.at(label).front() == rank_; });
+    auto reduced = torch::from_blob(norms.data(), {static_cast<std::int64_t>(norms.size())}, torch::kFloat64);
+    trainers().allreduce_sum(reduced);  // each entry has one contributor: exact
+    clip_by_global_norm(slots_, norms, o_.clip_norm);
   }
 
   // The master asked for a checkpoint of the state after this step: each
@@ -699,6 +668,7 @@ class LiveWorker {
 
   // Training state: every layer held, at the state after applied_through_.
   std::map<int, HeldLayer> held_;
+  std::vector<GradientSlot> slots_;  // this worker's layers' gradients
   int applied_through_ = -1;
   std::optional<int> pending_;  // the step reported ready and not yet settled
 
