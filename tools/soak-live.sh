@@ -32,14 +32,14 @@ JSON
 "$bin/oobleck-run" tokenize --text executor/data/corpus.txt --out "$out/tokens.bin" > /dev/null
 common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" --seed 5)
 
-export OOBLECK_SOAK_TAG="soak-$$"  # marks every process of the run, to find leftovers
+tag="soak-$$-$RANDOM"  # marks every process of the run (and only those), to find leftovers
 start=$(date +%s)
-"$bin/oobleck-run" "${common[@]}" --chaos "$seed" --chaos-events "$events" --chaos-mean-ms "$mean_ms" \
+OOBLECK_SOAK_TAG=$tag "$bin/oobleck-run" "${common[@]}" --chaos "$seed" --chaos-events "$events" --chaos-mean-ms "$mean_ms" \
   --heartbeat-timeout-ms 5000 --metrics "$out/live.jsonl" > "$out/live.txt" 2> "$out/live.err"
 echo "soak: live run done in $(( $(date +%s) - start )) s"
 "$bin/oobleck-run" "${common[@]}" --single-process --metrics "$out/reference.jsonl" > /dev/null
 sleep 1
-left=$(grep -l "OOBLECK_SOAK_TAG=$OOBLECK_SOAK_TAG" /proc/[0-9]*/environ 2>/dev/null | grep -v "/proc/$$/" | wc -l || true)
+left=$(grep -l "OOBLECK_SOAK_TAG=$tag" /proc/[0-9]*/environ 2>/dev/null | wc -l || true)
 
 python3 - "$out" "$steps" "$left" "${MIN_FAILURES:-50}" "${MIN_JOINS:-50}" <<'PY'
 import json, sys

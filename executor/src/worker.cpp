@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -342,27 +343,65 @@ class LiveWorker {
 
   [[nodiscard]] const Seat& seat() const { return seats_.at(rank_); }
 
-  std::unique_ptr<Communicator> group(const std::string& name, int rank, int size) {
-    auto out = make_gloo_communicator(store_, "g" + std::to_string(number_) + "/" + name, rank, size, bind_host_,
-                                      comm_timeout_);
-    inbox_.watch(out.get());
-    return out;
+  // The world (every worker of the generation: state copies) and the
+  // trainers (pipelines: activations, the norm) now; one group per set of
+  // trainers holding the same layers in the background, while the first
+  // step's passes run (they are needed only at its end). Every group is made
+  // on its own thread with its own store client (a client serves one
+  // thread); every member of a group makes it, so no order among them can
+  // deadlock, and a recovery waits for the slowest group, not their sum.
+  void build_communicators() {
+    std::vector<GroupToMake> now = {{"world", rank_, world_size_, &world_}};
+    const int trainers = static_cast<int>(seats_.size());
+    if (trainer_ && trainers < world_size_) now.push_back({"trainers", rank_, trainers, &trainers_group_});
+    make_groups(now);
+    if (!trainer_) return;
+    std::vector<GroupToMake> later;
+    for (const auto& set : gradient_sets()) {
+      auto it = std::find(set.begin(), set.end(), rank_);
+      if (it == set.end() || set.size() < 2) continue;
+      if (static_cast<int>(set.size()) == trainers) continue;  // the trainers' own group serves
+      std::string name = "grads";
+      for (int r : set) name.append(":").append(std::to_string(r));
+      later.push_back({name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()), &groups_[set]});
+    }
+    gradient_groups_ = std::async(std::launch::async, [this, later] { make_groups(later); });
   }
 
-  // The world (every worker of the generation: state copies), the trainers
-  // (pipelines: activations, the norm), and one group per set of trainers
-  // holding the same layers, created in one global order so that no two
-  // workers wait on each other's groups in opposite orders.
-  void build_communicators() {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(store_port_);
-    options.isServer = false;
-    options.timeout = comm_timeout_;
-    store_ = c10::make_intrusive<c10d::TCPStore>(master_addr_, options);
-    world_ = group("world", rank_, world_size_);
-    const int trainers = static_cast<int>(seats_.size());
-    if (trainer_ && trainers < world_size_) trainers_group_ = group("trainers", rank_, trainers);
-    if (trainer_) build_gradient_groups();
+  struct GroupToMake {
+    std::string name;
+    int rank, size;
+    std::unique_ptr<Communicator>* slot;
+  };
+  void make_groups(const std::vector<GroupToMake>& groups) {
+    std::vector<std::exception_ptr> errors(groups.size());
+    std::vector<std::thread> makers;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      makers.emplace_back([&, i] {
+        try {
+          c10d::TCPStoreOptions options;
+          options.port = static_cast<std::uint16_t>(store_port_);
+          options.isServer = false;
+          options.timeout = comm_timeout_;
+          auto store = c10::make_intrusive<c10d::TCPStore>(master_addr_, options);
+          const GroupToMake& g = groups[i];
+          *g.slot = make_gloo_communicator(store, "g" + std::to_string(number_) + "/" + g.name, g.rank, g.size,
+                                           bind_host_, comm_timeout_);
+          inbox_.watch(g.slot->get());
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (auto& m : makers) m.join();
+    for (const auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+  // The gradient groups, once made (rethrows what failed making them).
+  Communicator& gradient_group(const std::vector<int>& set) {
+    if (gradient_groups_.valid()) gradient_groups_.get();
+    return static_cast<int>(set.size()) == static_cast<int>(seats_.size()) ? trainers() : *groups_.at(set);
   }
   Communicator& trainers() { return trainers_group_ ? *trainers_group_ : *world_; }
 
@@ -370,23 +409,27 @@ class LiveWorker {
   // own threads until Gloo gives up on it: those groups are destroyed on a
   // thread of their own, so that the next generation starts at once.
   void release_communicators(bool interrupted) {
+    if (gradient_groups_.valid()) {
+      try {
+        gradient_groups_.get();  // its sockets are abandoned by now: it ends at once
+      } catch (const std::exception&) {
+      }
+    }
     inbox_.unwatch_all();
     std::vector<std::unique_ptr<Communicator>> old;
     for (auto& [set, c] : groups_) old.push_back(std::move(c));
     groups_.clear();
     old.push_back(std::move(trainers_group_));
     old.push_back(std::move(world_));
-    if (!interrupted) {
-      old.clear();
-      store_.reset();
-      return;
-    }
-    std::thread([old = std::move(old), store = std::move(store_)]() mutable { old.clear(); }).detach();
+    if (!interrupted) return;
+    std::thread([old = std::move(old)]() mutable { old.clear(); }).detach();
   }
 
   [[nodiscard]] static bool holds(const Seat& s, int layer) { return s.layer_begin <= layer && layer < s.layer_end; }
 
-  void build_gradient_groups() {
+  // Which trainers hold each label (the tied weight: holders of either
+  // end), and the distinct sets among them.
+  std::set<std::vector<int>> gradient_sets() {
     const int last_layer = o_.model.layers + 1;
     auto holders = [&](int label) {
       std::vector<int> ranks;
@@ -398,17 +441,11 @@ class LiveWorker {
     };
     label_holders_.clear();
     std::set<std::vector<int>> sets;
-    for (int l = 0; l <= last_layer; ++l) sets.insert(holders(l));
-    sets.insert(holders(kTied));
-    for (const auto& set : sets) {
-      auto it = std::find(set.begin(), set.end(), rank_);
-      if (it == set.end() || set.size() < 2) continue;
-      std::string name = "grads";
-      for (int r : set) name.append(":").append(std::to_string(r));
-      groups_[set] = group(name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()));
+    for (int l = kTied; l <= last_layer; ++l) {
+      label_holders_[l] = holders(l);
+      sets.insert(label_holders_[l]);
     }
-    for (int l = seat().layer_begin; l < seat().layer_end; ++l) label_holders_[l] = holders(l);
-    label_holders_[kTied] = holders(kTied);
+    return sets;
   }
 
   // The planner's transfer list: every sender posts its sends, then every
@@ -611,7 +648,7 @@ class LiveWorker {
         for (auto& t : tensors) views.push_back(t.reshape({-1}));
         return views;
       }());
-      groups_.at(set)->allreduce_sum(flat);
+      gradient_group(set).allreduce_sum(flat);
       std::int64_t offset = 0;
       for (auto& t : tensors) {
         t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
@@ -661,8 +698,8 @@ class LiveWorker {
   std::vector<Seat> seats_;
   int rank_ = -1, world_size_ = 0, resume_step_ = 0, first_microbatch_ = 0;
   bool trainer_ = false, established_ = false;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
   std::unique_ptr<Communicator> world_, trainers_group_;
+  std::future<void> gradient_groups_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> groups_;
   std::map<int, std::vector<int>> label_holders_;
 
