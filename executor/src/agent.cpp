@@ -35,9 +35,11 @@ int run_agent(const NodeProcessOptions& options) {
     const bool open = channel->receive(
         messages, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now) + std::chrono::milliseconds(1));
     for (const auto& m : messages) {
-      if (m.value("type", "") == "kill") {  // failure injection on another host
-        ::kill(worker, SIGKILL);
-        ::raise(SIGKILL);
+      const std::string type = m.value("type", "");
+      if (type == "kill" || type == "hang") {  // failure injection on another host
+        const int signal = type == "kill" ? SIGKILL : SIGSTOP;
+        ::kill(worker, signal);
+        ::raise(signal);
       }
     }
     int status = 0;

@@ -39,7 +39,8 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       start = comma + 1;
     }
     if (fields.size() != 3) {
-      throw InputError(where + "expected 'when,add|remove,node' (3 fields), found " + std::to_string(fields.size()));
+      throw InputError(where + "expected 'when,add|remove|hang,node' (3 fields), found " +
+                       std::to_string(fields.size()));
     }
     Injection event;
     event.line = line_number;
@@ -70,8 +71,10 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       event.action = Injection::Action::Remove;
     } else if (fields[1] == "add") {
       event.action = Injection::Action::Add;
+    } else if (fields[1] == "hang") {
+      event.action = Injection::Action::Hang;
     } else {
-      throw InputError(where + "'" + std::string(fields[1]) + "': expected add or remove");
+      throw InputError(where + "'" + std::string(fields[1]) + "': expected add, remove or hang");
     }
     if (fields[2].empty() || fields[2].size() > 255 ||
         fields[2].find_first_of(" \t\"'\\/") != std::string_view::npos) {

@@ -94,6 +94,7 @@ struct Generation {
   int trainers = 0;
   int resume_step = 0;
   std::vector<std::string> lost, added;  // since the base plan
+  std::map<std::string, std::string> reasons;  // how each loss was noticed
   double failure_ms = -1, detected_ms = 0, planned_ms = 0, plan_ms = 0;
   int recovered = 0;
   double rebuild_ms = 0, copy_ms = 0, all_recovered_ms = 0;
@@ -117,7 +118,7 @@ class Master {
 
   // Processes.
   void start_node(const std::string& name);
-  void kill_node(const std::string& name, const char* why);
+  void kill_node(const std::string& name, const char* why, bool hang = false);
   void lose(const std::string& name, const std::string& reason);
   void reap();
   // Channel.
@@ -166,6 +167,7 @@ class Master {
   Plan base_;
   bool base_trained_ = false;  // whether base_ committed a step (holdings count)
   std::vector<std::string> lost_since_base_, added_since_base_, pending_joins_;
+  std::map<std::string, std::string> loss_reasons_;  // how each loss was noticed
   std::set<std::string> awaited_joins_;  // injected at a step: that step's commit waits for them
   int deferred_commit_ = -1;
   bool recovery_needed_ = false;
@@ -326,20 +328,22 @@ void Master::start_node(const std::string& name) {
   nodes_[name] = node;
 }
 
-void Master::kill_node(const std::string& name, const char* why) {
+void Master::kill_node(const std::string& name, const char* why, bool hang) {
   auto it = nodes_.find(name);
   if (it == nodes_.end() || !it->second.alive) {
-    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to remove\n", why, name.c_str());
+    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to %s\n", why, name.c_str(),
+                 hang ? "stop" : "remove");
     return;
   }
   Node& node = it->second;
-  std::fprintf(stderr, "oobleck-run: %s: killing node %s\n", why, name.c_str());
+  std::fprintf(stderr, "oobleck-run: %s: %s node %s\n", why, hang ? "stopping" : "killing", name.c_str());
   node.killed_ms = now_ms();
   if (node.local) {
-    if (node.worker_pid > 0) ::kill(node.worker_pid, SIGKILL);
-    if (node.agent_pid > 0) ::kill(node.agent_pid, SIGKILL);
+    const int signal = hang ? SIGSTOP : SIGKILL;
+    if (node.worker_pid > 0) ::kill(node.worker_pid, signal);
+    if (node.agent_pid > 0) ::kill(node.agent_pid, signal);
   } else if (node.agent_fd >= 0) {
-    connections_.at(node.agent_fd)->send({{"type", "kill"}});
+    connections_.at(node.agent_fd)->send({{"type", hang ? "hang" : "kill"}});
   }
 }
 
@@ -373,6 +377,7 @@ void Master::lose(const std::string& name, const std::string& reason) {
     added_since_base_.erase(a);  // it held nothing the base counts
   } else {
     lost_since_base_.push_back(name);
+    loss_reasons_[name] = reason;
   }
   const double failed = node.killed_ms >= 0 ? node.killed_ms : node.last_heartbeat_ms;
   if (chain_failure_ms_ < 0 || failed < chain_failure_ms_) chain_failure_ms_ = failed;
@@ -627,6 +632,7 @@ void Master::form_generation() {
   g.resume_step = committed_ + 1;
   g.lost = lost_since_base_;
   g.added = added_since_base_;
+  for (const auto& n : g.lost) g.reasons[n] = loss_reasons_[n];
   g.failure_ms = chain_failure_ms_;
   g.detected_ms = chain_detected_ms_;
   const double plan_start = now_ms();
@@ -725,6 +731,7 @@ void Master::report_generation(const Generation& g, bool superseded) {
                {"generation", g.number},
                {"lost", g.lost},
                {"added", g.added},
+               {"reasons", g.reasons},
                {"resume_step", g.resume_step},
                {"pipelines", shape},
                {"detect_ms", g.failure_ms >= 0 ? g.detected_ms - g.failure_ms : 0.0},
@@ -856,8 +863,9 @@ void Master::finish() {
 // ---------------------------------------------------------------- injections
 
 void Master::fire(Injection& event) {
-  if (event.action == Injection::Action::Remove) {
-    kill_node(event.node, ("--inject line " + std::to_string(event.line)).c_str());
+  if (event.action != Injection::Action::Add) {
+    kill_node(event.node, ("--inject line " + std::to_string(event.line)).c_str(),
+              event.action == Injection::Action::Hang);
     return;
   }
   if (auto it = nodes_.find(event.node); it != nodes_.end() && it->second.alive) {

@@ -84,6 +84,25 @@ TEST_CASE("recovery: a node killed while a recovery is in progress") {
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("recovery: a node that stops answering is found by its missing heartbeat") {
+  LiveSetup setup(6, 2, 12);
+  // SIGSTOP: its connections stay open; only the heartbeat can tell.
+  setup.s.write("inject.csv", "step:2,hang,node1\n");
+  const auto run = setup.live(5, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                      " --heartbeat-timeout-ms 1000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  oobleck::test::check_losses_equal(setup.steps("live.jsonl"), setup.reference_losses(5, 4));
+  bool found = false;
+  for (const auto& e : established(setup.events("live.jsonl"))) {
+    if (!e["reasons"].contains("node1")) continue;
+    found = true;
+    CHECK(e["reasons"]["node1"].get<std::string>().rfind("no heartbeat", 0) == 0);
+  }
+  CHECK(found);
+  CHECK(setup.s.processes_left() == 0);  // the stopped node was fenced, not left behind
+}
+
 TEST_CASE("recovery: more losses than the replicas cover stop the job and say what a checkpoint needs") {
   LiveSetup setup(6, 2, 12);
   // The first stage of every pipeline: layers [0, 3) have no replica left.

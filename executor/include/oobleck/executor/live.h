@@ -20,13 +20,16 @@
 
 namespace oobleck::executor {
 
-// One scripted event of --inject, in the trace format `when,add|remove,node`
-// where `when` is milliseconds since training started, `step:N` (during step
-// N, once its first forward pass has run) or `recovery:R` (during the R-th
-// reconfiguration, once the workers have started rebuilding).
+// One scripted event of --inject, in the trace format `when,action,node`.
+// `when` is milliseconds since training started, `step:N` (during step N,
+// once its first forward pass has run) or `recovery:R` (during the R-th
+// reconfiguration, once the workers have started rebuilding). `remove`
+// kills the node's agent and worker (SIGKILL: connections close at once),
+// `hang` stops them (SIGSTOP: connections stay open, only the heartbeat
+// tells), `add` starts a new node of that name.
 struct Injection {
   enum class When { AtTime, DuringStep, DuringRecovery };
-  enum class Action { Remove, Add };
+  enum class Action { Remove, Add, Hang };
   When when = When::AtTime;
   Milliseconds time_ms = 0;  // AtTime
   int index = 0;             // the step N or the recovery R
