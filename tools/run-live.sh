@@ -2,19 +2,37 @@
 # The live run, end to end on this machine: profile GPT-mini on this CPU
 # (with 130 MB of memory per node, so that the model needs two nodes), plan
 # it for 5 nodes with f = 1 (heterogeneous pipelines), and train 10 steps on
-# the bundled corpus with one worker process per node. Losses and a
-# per-stage timing summary on stdout; profile, plan, metrics and the last
-# step's Chrome trace in build/live/.
+# the bundled corpus with one worker process per node, while a node is
+# killed during step 3 and a new one joins during step 6. Then the same model
+# trained by one process on the same batches, and the largest difference
+# between the two runs' losses. Losses, reconfigurations and a per-stage
+# timing summary on stdout; profile, plan, metrics and the last step's
+# Chrome trace in build/live/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build/live
 mkdir -p "$out"
 bin=build/bin
+steps=${STEPS:-10}
 "$bin/oobleck-profile" measure --model gpt-mini --microbatch-size 4 --seq-len 128 --threads 1 --repeats 3 \
   --memory-bytes 130000000 --out "$out/profile.json" > /dev/null
 "$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes 5 --fault-tolerance 1 \
   --global-microbatches 8 --json "$out/plan.json"
 "$bin/oobleck-run" tokenize --text executor/data/corpus.txt --out "$out/tokens.bin"
-"$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" \
-  --steps "${STEPS:-10}" --metrics "$out/metrics.jsonl" --chrome-trace "$out/trace.json"
+printf 'step:3,remove,node1\nstep:6,add,node5\n' > "$out/inject.csv"
+common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps")
+"$bin/oobleck-run" "${common[@]}" --inject "$out/inject.csv" --metrics "$out/metrics.jsonl" \
+  --chrome-trace "$out/trace.json"
+echo "== the same model in one process"
+"$bin/oobleck-run" "${common[@]}" --single-process --metrics "$out/reference.jsonl" > /dev/null
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+live = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+steps = [l for l in live if "event" not in l]
+reference = [json.loads(l)["loss"] for l in open(f"{out}/reference.jsonl")]
+worst = max(abs(s["loss"] - reference[s["step"]]) / abs(reference[s["step"]]) for s in steps)
+reconfigurations = sum(1 for l in live if l.get("event") == "reconfigured" and not l["superseded"])
+print(f"{len(steps)} steps, {reconfigurations} reconfigurations; largest relative difference to one process: {worst:.1e}")
+PY
 echo "Wrote $out/metrics.jsonl and $out/trace.json"

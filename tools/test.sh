@@ -10,4 +10,6 @@ build/bin/sim_benchmarks --benchmark_min_time=0.05
 if [ -x build/bin/oobleck-run ]; then
   echo "== oobleck-run against oobleck-sim iteration (short: 5 steps; run tools/bench-run-vs-sim.sh for more)"
   STEPS=5 tools/bench-run-vs-sim.sh
+  echo "== live recovery against a checkpoint restart (short: 1 restart; run tools/bench-recovery.sh for more)"
+  REPEATS=1 tools/bench-recovery.sh
 fi

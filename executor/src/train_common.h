@@ -70,7 +70,7 @@ inline void add_microbatch(std::vector<GradientSlot>& slots) {
   torch::NoGradGuard no_grad;
   for (auto& s : slots) {
     auto& grad = s.parameter.mutable_grad();
-    s.sum.add_(grad.to(torch::kFloat64));
+    s.sum.add_(grad);  // widened element by element, no float64 copy
     grad.zero_();
   }
 }

@@ -559,8 +559,13 @@ class LiveWorker {
     return long_tensor(targets ? s.targets : s.inputs, o_.microbatch_size, o_.model.seq_len);
   }
 
+  // A newer generation is looked for between layers too: a long pass must
+  // not hold up everyone's recovery until its next communication.
   torch::Tensor forward_layers(torch::Tensor x) {
-    for (int l = seat().layer_begin; l < seat().layer_end; ++l) x = held_.at(l).module->forward(x);
+    for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+      inbox_.throw_if_superseded();
+      x = held_.at(l).module->forward(x);
+    }
     return x;
   }
 
@@ -603,6 +608,7 @@ class LiveWorker {
       outputs[m] = y;
     };
     auto backward = [&](int m) {
+      inbox_.throw_if_superseded();
       double start = now_ms();
       if (last) {
         outputs[m].backward();
