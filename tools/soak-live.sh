@@ -21,15 +21,7 @@ out=build/soak
 bin=build/bin
 rm -rf "$out" && mkdir -p "$out"
 
-cat > "$out/hw.json" <<'JSON'
-{"name": "soak nodes", "gpus_per_node": 1, "gpu_memory_bytes": 4e6, "peak_fp32_flops_per_s": 1e11,
- "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9, "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05}
-JSON
-"$bin/oobleck-profile" analytic --model gpt-tiny --hardware "$out/hw.json" --microbatch-size 2 --seq-len 32 \
-  --dtype fp32 --out "$out/profile.json" > /dev/null
-"$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes 6 --fault-tolerance 2 \
-  --global-microbatches 12 --json "$out/plan.json" > /dev/null
-"$bin/oobleck-run" tokenize --text executor/data/corpus.txt --out "$out/tokens.bin" > /dev/null
+tools/tiny-cluster.sh "$out"
 common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" --seed 5)
 
 tag="soak-$$-$RANDOM"  # marks every process of the run (and only those), to find leftovers
