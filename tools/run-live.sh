@@ -6,8 +6,8 @@
 # killed during step 3 and a new one joins during step 6. Then the same model
 # trained by one process on the same batches, and the largest difference
 # between the two runs' losses. Losses, reconfigurations and a per-stage
-# timing summary on stdout; profile, plan, metrics and the last step's
-# Chrome trace in build/live/.
+# timing summary on stdout; profile, plan, metrics, a plot and the last
+# step's Chrome trace in build/live/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build/live
@@ -35,4 +35,6 @@ worst = max(abs(s["loss"] - reference[s["step"]]) / abs(reference[s["step"]]) fo
 reconfigurations = sum(1 for l in live if l.get("event") == "reconfigured" and not l["superseded"])
 print(f"{len(steps)} steps, {reconfigurations} reconfigurations; largest relative difference to one process: {worst:.1e}")
 PY
-echo "Wrote $out/metrics.jsonl and $out/trace.json"
+# Debian's python3 has matplotlib (tools/setup.sh installs it).
+/usr/bin/python3 tools/plot-live.py "$out/metrics.jsonl" "$out/live.svg" "$out/reference.jsonl"
+echo "Wrote $out/metrics.jsonl, $out/trace.json and $out/live.svg (loss and time per step, reconfigurations marked)"

@@ -66,3 +66,5 @@ if problems:
     print("soak: FAILED: " + "; ".join(problems)); sys.exit(1)
 print("soak: passed")
 PY
+/usr/bin/python3 tools/plot-live.py "$out/live.jsonl" "$out/live.svg" "$out/reference.jsonl"
+echo "soak: plot in $out/live.svg"

@@ -823,6 +823,7 @@ void Master::commit(int step) {
         {"samples", samples_},
         {"step_samples", covered},
         {"iteration_ms", iteration_ms},
+        {"elapsed_ms", now - training_start_ms_},
         {"generation", current_.number}});
   std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", step, loss, static_cast<long long>(samples_),
               iteration_ms);
