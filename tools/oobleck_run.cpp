@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--master-addr", node.master_addr);
     cmd->add_option("--control-port", node.control_port)->required();
     cmd->add_option("--parent-pid", node.parent_pid);
+    cmd->add_option("--token", node.token);
     cmd->group("");  // not listed in --help
   }
   agent_cmd->add_option("--heartbeat-ms", node.heartbeat_interval_ms);

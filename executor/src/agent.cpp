@@ -19,10 +19,10 @@ int run_agent(const NodeProcessOptions& options) {
   const auto channel = control::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60));
   const pid_t worker =
       spawn_process({options.program, "worker", "--node", options.node, "--master-addr", options.master_addr,
-                     "--control-port", std::to_string(options.control_port), "--parent-pid",
-                     std::to_string(::getpid())});
-  channel->send({{"type", "hello"}, {"role", "agent"}, {"node", options.node}, {"pid", ::getpid()},
-                 {"worker_pid", worker}});
+                     "--control-port", std::to_string(options.control_port), "--token", options.token,
+                     "--parent-pid", std::to_string(::getpid())});
+  channel->send({{"type", "hello"}, {"role", "agent"}, {"node", options.node}, {"token", options.token},
+                 {"pid", ::getpid()}, {"worker_pid", worker}});
   const auto interval = std::chrono::milliseconds(static_cast<int>(options.heartbeat_interval_ms));
   auto next_beat = std::chrono::steady_clock::now();
   for (;;) {

@@ -38,9 +38,16 @@ class Communicator {
   virtual void abort() = 0;
 };
 
-class CommunicationAborted : public std::runtime_error {
+// Every failure of a communicator: a peer gone, a timeout, an abort. Other
+// exceptions out of a training step are the node's own.
+class CommunicationError : public std::runtime_error {
  public:
-  CommunicationAborted() : std::runtime_error("communication aborted") {}
+  using std::runtime_error::runtime_error;
+};
+
+class CommunicationAborted : public CommunicationError {
+ public:
+  CommunicationAborted() : CommunicationError("communication aborted") {}
 };
 
 // `name` keeps the rendezvous keys of different groups apart. Gloo binds to

@@ -23,29 +23,35 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
                    const std::string& host, std::chrono::milliseconds timeout)
       : rank_(rank), size_(size) {
-    auto options = c10d::ProcessGroupGloo::Options::create();
-    options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                            : c10d::ProcessGroupGloo::createDeviceForHostname(host));
-    options->timeout = timeout;
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank,
-                                                         size, options);
+    communicating([&] {
+      auto options = c10d::ProcessGroupGloo::Options::create();
+      options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                              : c10d::ProcessGroupGloo::createDeviceForHostname(host));
+      options->timeout = timeout;
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store),
+                                                           rank, size, options);
+    });
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int tag) override {
     std::vector<torch::Tensor> buffer = {tensor.contiguous()};
-    return std::make_unique<Pending>(*this, track(group_->send(buffer, peer, tag)), buffer[0]);
+    c10::intrusive_ptr<c10d::Work> work;
+    communicating([&] { work = track(group_->send(buffer, peer, tag)); });
+    return std::make_unique<Pending>(*this, std::move(work), buffer[0]);
   }
   void recv(torch::Tensor& tensor, int peer, int tag) override {
     std::vector<torch::Tensor> buffer = {tensor};
-    wait_point_to_point(track(group_->recv(buffer, peer, tag)));
+    communicating([&] { wait_point_to_point(track(group_->recv(buffer, peer, tag))); });
   }
   void allreduce_sum(torch::Tensor& tensor) override {
     std::vector<torch::Tensor> buffer = {tensor};
-    wait_collective(group_->allreduce(buffer));
+    communicating([&] { wait_collective(group_->allreduce(buffer)); });
   }
-  void barrier() override { wait_collective(group_->barrier()); }
+  void barrier() override {
+    communicating([&] { wait_collective(group_->barrier()); });
+  }
   void abort() override {
     std::lock_guard lock(mutex_);
     aborted_ = true;
@@ -57,13 +63,27 @@ class GlooCommunicator final : public Communicator {
    public:
     Pending(GlooCommunicator& owner, c10::intrusive_ptr<c10d::Work> work, torch::Tensor keep)
         : owner_(owner), work_(std::move(work)), keep_(std::move(keep)) {}
-    void wait() override { owner_.wait_point_to_point(work_); }
+    void wait() override {
+      owner_.communicating([&] { owner_.wait_point_to_point(work_); });
+    }
 
    private:
     GlooCommunicator& owner_;
     c10::intrusive_ptr<c10d::Work> work_;
     torch::Tensor keep_;  // the buffer must live until the send is done
   };
+
+  // Whatever Gloo or the store throw is a communication failure.
+  template <typename Body>
+  static void communicating(Body&& body) {
+    try {
+      body();
+    } catch (const CommunicationError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw CommunicationError(e.what());
+    }
+  }
 
   c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work) {
     std::lock_guard lock(mutex_);
@@ -98,7 +118,12 @@ class GlooCommunicator final : public Communicator {
         work->wait(std::chrono::milliseconds(50));
         return;
       } catch (...) {
-        if (work->isCompleted()) throw;  // failed, not merely still running
+        // Still running: wait on. Done (perhaps just now, as the slice ran
+        // out): its own outcome, without a timeout.
+        if (work->isCompleted()) {
+          work->wait();
+          return;
+        }
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,16 @@ Connection::Connection(int fd) : fd_(fd) {
   const int on = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   fcntl(fd_, F_SETFD, FD_CLOEXEC);
+  // A peer that stops reading must not block the sender for long: the send
+  // fails, and the heartbeat decides.
+  const timeval send_timeout{2, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+  // A peer whose host vanished (no FIN, no RST) is noticed in seconds.
+  const int idle_s = 5, interval_s = 1, probes = 3;
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 Connection::~Connection() { close(); }
@@ -60,7 +71,12 @@ bool Connection::send(const Json& message) {
   while (sent < text.size()) {
     const ssize_t n = ::send(fd_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) {
+      // Half a message may be out: nothing may follow it. The peer sees the
+      // connection close, and so does our next receive.
+      ::shutdown(fd_, SHUT_RDWR);
+      return false;
+    }
     sent += static_cast<std::size_t>(n);
   }
   return true;

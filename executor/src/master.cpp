@@ -21,6 +21,7 @@
 #include <set>
 
 #include "control.h"
+#include "durable_file.h"
 #include "last_step.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -36,15 +37,14 @@ using Clock = std::chrono::steady_clock;
 
 double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
 
-// Writes beside `path`, then renames: a reader never sees half a file.
+// Writes beside `path`, flushes it to the disk, then renames: a reader
+// never sees half a file, and after a crash the name holds the old or the
+// new file whole.
 void write_atomically(const std::filesystem::path& path, const std::string& text) {
   const auto temporary = path.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw std::runtime_error(path.string() + ": cannot write");
-  }
+  write_durably(temporary, text);
   std::filesystem::rename(temporary, path);
+  sync_folder(path.parent_path());
 }
 
 // An output file's folder must exist before anything starts.
@@ -130,6 +130,7 @@ class Master {
   void advance();
   void form_generation();
   void maybe_commit(int step);
+  void finish_checkpoint(int step);
   void commit(int step);
   [[noreturn]] void no_plan(const std::string& why);
   void report_generation(const Generation& g, bool superseded);
@@ -182,8 +183,10 @@ class Master {
   int reforms_without_progress_ = 0;
   std::int64_t samples_ = 0;
   int resume_from_step_ = -1;  // a checkpoint's step
+  int last_checkpoint_ = -1;
   std::string resume_folder_;
-  std::map<int, std::set<int>> saved_;  // step -> ranks that wrote their layers
+  std::map<int, std::set<std::string>> saves_pending_;  // step -> nodes yet to write their layers
+  std::string token_;  // every process of this job says it in its hello
   std::vector<Injection> injections_;
   std::vector<bool> fired_;
   // Chaos.
@@ -265,6 +268,10 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
     chaos_left_ = o_.chaos.events;
   }
 
+  std::random_device entropy;
+  char token[33];
+  std::snprintf(token, sizeof token, "%08x%08x%08x%08x", entropy(), entropy(), entropy(), entropy());
+  token_ = token;
   listener_ = std::make_unique<control::Listener>(o_.master_addr, 0);
   c10d::TCPStoreOptions store_options;
   store_options.port = 0;
@@ -287,13 +294,9 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
   }
 }
 
+// Agents not yet reaped are killed (their workers die with them); a pid
+// that was reaped may belong to someone else by now, so it is left alone.
 Master::~Master() {
-  for (auto& [name, node] : nodes_) {
-    if (node.local && node.alive) {
-      if (node.worker_pid > 0) ::kill(node.worker_pid, SIGKILL);
-      if (node.agent_pid > 0) ::kill(node.agent_pid, SIGKILL);
-    }
-  }
   connections_.clear();
   for (pid_t child : children_) {
     ::kill(child, SIGKILL);
@@ -315,8 +318,8 @@ void Master::start_node(const std::string& name) {
   node.local = hosts_.empty() || is_local_host(name);
   node.spawned_ms = now_ms();
   std::vector<std::string> args = {o_.program, "agent", "--node", name, "--master-addr", o_.master_addr,
-                                   "--control-port", std::to_string(listener_->port()), "--heartbeat-ms",
-                                   std::to_string(std::max(10.0, o_.heartbeat_timeout_ms / 5))};
+                                   "--control-port", std::to_string(listener_->port()), "--token", token_,
+                                   "--heartbeat-ms", std::to_string(std::max(10.0, o_.heartbeat_timeout_ms / 5))};
   if (node.local) {
     args.push_back("--parent-pid");
     args.push_back(std::to_string(::getpid()));
@@ -340,8 +343,8 @@ void Master::kill_node(const std::string& name, const char* why, bool hang) {
   node.killed_ms = now_ms();
   if (node.local) {
     const int signal = hang ? SIGSTOP : SIGKILL;
-    if (node.worker_pid > 0) ::kill(node.worker_pid, signal);
-    if (node.agent_pid > 0) ::kill(node.agent_pid, signal);
+    if (node.worker_pid > 0 && node.worker_fd >= 0) ::kill(node.worker_pid, signal);  // connected: alive
+    if (children_.count(node.agent_pid)) ::kill(node.agent_pid, signal);
   } else if (node.agent_fd >= 0) {
     connections_.at(node.agent_fd)->send({{"type", hang ? "hang" : "kill"}});
   }
@@ -354,9 +357,12 @@ void Master::lose(const std::string& name, const std::string& reason) {
   if (!node.alive) return;
   node.alive = false;
   const double detected = now_ms();
-  if (node.local) {
-    if (node.worker_pid > 0) ::kill(node.worker_pid, SIGKILL);
-    if (node.agent_pid > 0) ::kill(node.agent_pid, SIGKILL);
+  // Fence it: whatever is left of it must not act again. The agent's death
+  // takes its worker (stopped ones too: SIGKILL ends them).
+  if (node.local && children_.count(node.agent_pid)) {
+    ::kill(node.agent_pid, SIGKILL);
+  } else if (!node.local && node.agent_fd >= 0) {
+    connections_.at(node.agent_fd)->send({{"type", "kill"}});
   }
   for (int fd : {node.agent_fd, node.worker_fd}) {
     if (fd >= 0) close_connection(fd);
@@ -426,7 +432,21 @@ void Master::poll_once(double timeout_ms) {
     const bool open = it->second->receive(messages);
     for (const auto& m : messages) {
       if (!connections_.count(fd)) break;
-      on_message(fd, m);
+      try {
+        on_message(fd, m);
+      } catch (const nlohmann::json::exception& e) {
+        // A malformed message: its sender is broken; if it is a node's, so
+        // is the node.
+        std::fprintf(stderr, "oobleck-run: a malformed control message (%s)\n", e.what());
+        auto owner = owners_.find(fd);
+        if (owner == owners_.end()) {
+          connections_.erase(fd);
+        } else {
+          const std::string name = owner->second.first;
+          lose(name, "it sent a malformed control message");
+        }
+        break;
+      }
     }
     if (!open && connections_.count(fd)) {
       auto owner = owners_.find(fd);
@@ -447,12 +467,16 @@ void Master::send_worker(const std::string& name, const Json& message) {
 }
 
 void Master::on_message(int fd, const Json& m) {
+  if (!m.is_object()) throw nlohmann::json::type_error::create(302, "a control message that is not an object", &m);
   const std::string type = m.value("type", "");
   if (type == "hello") {
     const std::string name = m.at("node"), role = m.at("role");
     auto it = nodes_.find(name);
-    if (it == nodes_.end() || !it->second.alive) {
-      connections_.erase(fd);  // a node this job does not know, or one already declared lost
+    // Not of this job, a node already declared lost, or a second connection
+    // for a role already connected: refused.
+    if (m.value("token", "") != token_ || (role != "agent" && role != "worker") || it == nodes_.end() ||
+        !it->second.alive || (role == "agent" ? it->second.agent_fd : it->second.worker_fd) >= 0) {
+      connections_.erase(fd);
       return;
     }
     Node& node = it->second;
@@ -483,6 +507,17 @@ void Master::on_message(int fd, const Json& m) {
     return;
   }
   const int generation = m.value("generation", -1);
+  if (type == "saved") {  // whatever generation it is in now
+    const int step = m.at("step");
+    auto pending = saves_pending_.find(step);
+    if (pending == saves_pending_.end()) return;
+    pending->second.erase(name);
+    if (pending->second.empty()) {
+      saves_pending_.erase(pending);
+      finish_checkpoint(step);
+    }
+    return;
+  }
   if (type == "done") {
     const auto rank = std::find(current_.ranks.begin(), current_.ranks.end(), name) - current_.ranks.begin();
     done_ranks_.insert(static_cast<int>(rank));
@@ -541,25 +576,26 @@ void Master::on_message(int fd, const Json& m) {
   } else if (type == "comm_error") {
     last_comm_error_ = name + ": " + m.value("what", std::string("?"));
     if (comm_error_deadline_ms_ < 0) comm_error_deadline_ms_ = now_ms() + o_.heartbeat_timeout_ms;
-  } else if (type == "saved") {
-    const int step = m.at("step");
-    saved_[step].insert(rank);
-    if (static_cast<int>(saved_[step].size()) == current_.trainers) {
-      const std::string folder = "step-" + std::to_string(step);
-      const Json manifest = {{"format", "oobleck.checkpoint.v1"},
-                             {"step", step},
-                             {"folder", folder},
-                             {"layers", profile_.layers.size()},
-                             {"seed", o_.seed},
-                             {"profile_fingerprint", profile_fingerprint(profile_)}};
-      write_atomically(std::filesystem::path(o_.checkpoint_dir) / folder / "manifest.json", manifest.dump(2) + "\n");
-      write_atomically(std::filesystem::path(o_.checkpoint_dir) / "latest.json", manifest.dump(2) + "\n");
-      for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
-        const std::string n = entry.path().filename().string();
-        if (entry.is_directory() && n.rfind("step-", 0) == 0 && n != folder) std::filesystem::remove_all(entry.path());
-      }
-      saved_.erase(step);
-    }
+  }
+}
+
+// Every layer of the state after `step` is on disk: the manifest makes it a
+// checkpoint, latest.json points at it, and older ones go.
+void Master::finish_checkpoint(int step) {
+  const std::string folder = "step-" + std::to_string(step);
+  const Json manifest = {{"format", "oobleck.checkpoint.v1"},
+                         {"step", step},
+                         {"folder", folder},
+                         {"layers", profile_.layers.size()},
+                         {"seed", o_.seed},
+                         {"profile_fingerprint", profile_fingerprint(profile_)}};
+  sync_folder(std::filesystem::path(o_.checkpoint_dir) / folder);
+  write_atomically(std::filesystem::path(o_.checkpoint_dir) / folder / "manifest.json", manifest.dump(2) + "\n");
+  write_atomically(std::filesystem::path(o_.checkpoint_dir) / "latest.json", manifest.dump(2) + "\n");
+  last_checkpoint_ = step;
+  for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n != folder) std::filesystem::remove_all(entry.path());
   }
 }
 
@@ -691,7 +727,6 @@ void Master::form_generation() {
   current_ = std::move(g);
   deferred_commit_ = -1;
   ready_.clear();
-  saved_.clear();
   step_start_ms_ = current_.planned_ms;
   if (current_.number > 1) {
     const std::string shape = pipeline_shape(current_.plan);
@@ -797,6 +832,7 @@ void Master::commit(int step) {
   committed_ = step;
   samples_ += covered;
   reforms_without_progress_ = 0;
+  comm_error_deadline_ms_ = -1;  // progress: an earlier communication error is moot
   const bool establishes = !current_.established;
   if (establishes) {
     current_.established = true;
@@ -812,6 +848,7 @@ void Master::commit(int step) {
     const auto folder = std::filesystem::path(o_.checkpoint_dir) / ("step-" + std::to_string(step));
     std::filesystem::create_directories(folder);
     message["save"] = {{"folder", std::filesystem::absolute(folder).string()}, {"step", step}};
+    saves_pending_[step] = std::set<std::string>(current_.ranks.begin(), current_.ranks.begin() + current_.trainers);
   }
   for (int r = 0; r < current_.trainers; ++r) send_worker(current_.ranks[r], message);
   ready_.erase(step);
@@ -835,7 +872,9 @@ void Master::commit(int step) {
   if (finish) {
     phase_ = Phase::Finishing;
     finish_deadline_ms_ = now + 30000;
-    for (const auto& name : current_.ranks) send_worker(name, {{"type", "finish"}});
+    for (const auto& [name, node] : nodes_) {
+      if (node.alive) send_worker(name, {{"type", "finish"}});
+    }
     return;
   }
   if (pause) {
@@ -848,6 +887,10 @@ void Master::commit(int step) {
 }
 
 void Master::finish() {
+  if (o_.checkpoint_every > 0 && last_checkpoint_ != committed_) {
+    std::fprintf(stderr, "oobleck-run: warning: the checkpoint after step %d is incomplete (a node was lost while "
+                 "saving); the latest complete one is after step %d\n", committed_, last_checkpoint_);
+  }
   if (!o_.chrome_trace_path.empty() || !timelines_.empty()) {
     const LastStepReport report = last_step_report(current_.plan, timelines_, last_iteration_ms_);
     if (!o_.chrome_trace_path.empty()) write_atomically(o_.chrome_trace_path, report.chrome_trace);
@@ -984,8 +1027,8 @@ int Master::run() {
       if (!node.alive) continue;
       if (node.agent_fd >= 0 && after - node.last_heartbeat_ms > o_.heartbeat_timeout_ms) {
         lose(name, "no heartbeat for " + std::to_string(static_cast<int>(after - node.last_heartbeat_ms)) + " ms");
-      } else if (node.agent_fd < 0 && !node.ready && after - node.spawned_ms > 120000) {
-        lose(name, "its agent did not connect within 120 s");
+      } else if (!node.ready && after - node.spawned_ms > 120000) {
+        lose(name, "its worker did not connect within 120 s");
       }
     }
     advance();

@@ -21,7 +21,6 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -30,6 +29,7 @@
 
 #include "communicator.h"
 #include "control.h"
+#include "durable_file.h"
 #include "layer_state.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -92,6 +92,7 @@ class Inbox {
   void begin(int generation) {
     std::lock_guard lock(mutex_);
     in_hand_ = generation;
+    std::erase_if(commits_, [&](const auto& c) { return c.first.first < generation; });
   }
   // Communicators of the generation in hand, aborted when a newer one comes.
   void watch(Communicator* communicator) {
@@ -124,13 +125,16 @@ class Inbox {
     return newest_;
   }
 
-  // The master's commit of `step`, or Superseded.
+  // The master's commit of `step`, or Superseded. A commit that came is
+  // taken even when a newer generation came after it: the step is applied
+  // (and saved, when asked) before that generation is entered.
   Json wait_commit(int generation, int step) {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return newest_number_ > in_hand_ || commits_.count({generation, step}); });
-    if (newest_number_ > in_hand_) throw Superseded();
-    Json out = std::move(commits_.at({generation, step}));
-    commits_.erase({generation, step});
+    const auto it = commits_.find({generation, step});
+    if (it == commits_.end()) throw Superseded();
+    Json out = std::move(it->second);
+    commits_.erase(it);
     return out;
   }
 
@@ -141,16 +145,19 @@ class Inbox {
     return finished_ && newest_number_ <= generation;
   }
 
-  // After the last step the master closes the channel: that is no failure.
-  void finishing() { finishing_ = true; }
-
  private:
   void read_loop() {
     while (!stop_) {
       std::vector<Json> messages;
       const bool open = connection_->receive(messages, std::chrono::milliseconds(100));
       std::lock_guard lock(mutex_);
-      for (auto& m : messages) handle(std::move(m));
+      for (auto& m : messages) {
+        try {
+          handle(std::move(m));
+        } catch (const std::exception& e) {  // a malformed message: a bug at the master, not a reason to die
+          std::fprintf(stderr, "oobleck-run worker: ignoring a malformed control message (%s)\n", e.what());
+        }
+      }
       if (newest_number_ > in_hand_) {
         for (auto* c : watched_) c->abort();
         control::abandon_sockets({connection_->fd()});
@@ -201,10 +208,11 @@ class LiveWorker {
   explicit LiveWorker(const NodeProcessOptions& options)
       : node_(options.node),
         master_addr_(options.master_addr),
+        token_(options.token),
         inbox_(control::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))) {}
 
   int run() {
-    inbox_.send({{"type", "hello"}, {"role", "worker"}, {"node", node_}, {"pid", ::getpid()}});
+    inbox_.send({{"type", "hello"}, {"role", "worker"}, {"node", node_}, {"token", token_}, {"pid", ::getpid()}});
     configure(inbox_.welcome());
     inbox_.start();
     Json generation = inbox_.next_generation(0);
@@ -216,16 +224,21 @@ class LiveWorker {
           return 0;
         }
       } catch (const Superseded&) {
-      } catch (const std::logic_error& e) {
-        // Not a failure of the cluster but of this program: stop loudly.
-        std::fprintf(stderr, "oobleck-run worker %s: internal error: %s\n", node_.c_str(), e.what());
-        return kExitTrainingFailed;
       } catch (const std::exception& e) {
-        // A peer failed under us (or we did): make everyone connected to us
-        // fail too, and tell the master, which decides what comes next.
-        if (!inbox_.superseded()) {
+        if (inbox_.superseded()) {
+          // Whatever failed, it failed because the work was abandoned.
+        } else if (dynamic_cast<const CommunicationError*>(&e)) {
+          // A peer failed under us: make everyone connected to us fail too,
+          // and tell the master, which decides what comes next.
           inbox_.abandon();
           inbox_.send({{"type", "comm_error"}, {"generation", number_}, {"what", std::string(e.what()).substr(0, 300)}});
+        } else {
+          // This node's own failure (memory, disk, a corrupt state, a bug):
+          // it leaves the job, which goes on without it.
+          std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
+          inbox_.abandon();
+          release_communicators(true);
+          return kExitTrainingFailed;
         }
       }
       release_communicators(true);
@@ -379,15 +392,21 @@ class LiveWorker {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       makers.emplace_back([&, i] {
         try {
-          c10d::TCPStoreOptions options;
-          options.port = static_cast<std::uint16_t>(store_port_);
-          options.isServer = false;
-          options.timeout = comm_timeout_;
-          auto store = c10::make_intrusive<c10d::TCPStore>(master_addr_, options);
-          const GroupToMake& g = groups[i];
-          *g.slot = make_gloo_communicator(store, "g" + std::to_string(number_) + "/" + g.name, g.rank, g.size,
-                                           bind_host_, comm_timeout_);
-          inbox_.watch(g.slot->get());
+          try {
+            c10d::TCPStoreOptions options;
+            options.port = static_cast<std::uint16_t>(store_port_);
+            options.isServer = false;
+            options.timeout = comm_timeout_;
+            auto store = c10::make_intrusive<c10d::TCPStore>(master_addr_, options);
+            const GroupToMake& g = groups[i];
+            *g.slot = make_gloo_communicator(store, "g" + std::to_string(number_) + "/" + g.name, g.rank, g.size,
+                                             bind_host_, comm_timeout_);
+            inbox_.watch(g.slot->get());
+          } catch (const CommunicationError&) {
+            throw;
+          } catch (const std::exception& e) {  // the store: also communication
+            throw CommunicationError(e.what());
+          }
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -515,8 +534,7 @@ class LiveWorker {
       }
       if (commit.value("pause", false)) return false;
     }
-    // Every step was committed before this generation began: the master finishes.
-    return inbox_.wait_generation_or_finish(number_);
+    throw std::logic_error("generation " + std::to_string(number_) + " resumes after the last step");
   }
 
   // One step up to the master's commit: forward and backward passes,
@@ -664,8 +682,12 @@ class LiveWorker {
     write_gradients(slots_, tied);
     auto norms = label_norms(slots_, o_.model.layers + 1,
                              [&](int label) { return label_holders_.at(label).front() == rank_; });
-    auto reduced = torch::from_blob(norms.data(), {static_cast<std::int64_t>(norms.size())}, torch::kFloat64);
-    trainers().allreduce_sum(reduced);  // each entry has one contributor: exact
+    // Each entry has one contributor: the sum is exact. (An owning tensor:
+    // an abandoned all-reduce may still write into it.)
+    auto reduced = torch::tensor(norms, torch::kFloat64);
+    trainers().allreduce_sum(reduced);
+    const auto total = reduced.accessor<double, 1>();
+    for (std::size_t i = 0; i < norms.size(); ++i) norms[i] = total[static_cast<std::int64_t>(i)];
     clip_by_global_norm(slots_, norms, o_.clip_norm);
   }
 
@@ -678,19 +700,14 @@ class LiveWorker {
       for (int r = 0; r < rank_; ++r) first_holder = first_holder && !holds(seats_[r], l);
       if (!first_holder) continue;
       const std::string path = folder + "/layer-" + std::to_string(l) + ".pt";
-      {
-        std::ofstream out(path + ".tmp", std::ios::binary);
-        const std::string bytes = serialize_layer(held_.at(l));
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        if (!out) throw std::runtime_error(path + ": cannot write the checkpoint");
-      }
+      write_durably(path + ".tmp", serialize_layer(held_.at(l)));
       std::filesystem::rename(path + ".tmp", path);
     }
     inbox_.send({{"type", "saved"}, {"generation", number_}, {"step", save.at("step")}});
   }
 
   // Identity and job.
-  std::string node_, master_addr_, bind_host_, checkpoint_dir_;
+  std::string node_, master_addr_, token_, bind_host_, checkpoint_dir_;
   Inbox inbox_;
   Profile profile_;
   TrainOptions o_;
@@ -705,8 +722,8 @@ class LiveWorker {
   int rank_ = -1, world_size_ = 0, resume_step_ = 0, first_microbatch_ = 0;
   bool trainer_ = false, established_ = false;
   std::unique_ptr<Communicator> world_, trainers_group_;
-  std::future<void> gradient_groups_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> groups_;
+  std::future<void> gradient_groups_;  // makes groups_: declared after it, so waited for before it goes
   std::map<int, std::vector<int>> label_holders_;
 
   // Training state: every layer held, at the state after applied_through_.

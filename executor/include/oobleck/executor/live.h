@@ -86,6 +86,7 @@ struct NodeProcessOptions {
   std::string master_addr = "127.0.0.1";
   int control_port = 0;
   int parent_pid = 0;        // when set, exit if the parent is already gone
+  std::string token;         // the job's: said in every hello
   std::string program;       // agents start workers with it
   Milliseconds heartbeat_interval_ms = 200;
 };
