@@ -34,12 +34,15 @@ def main():
     time.plot(x, [b - a for a, b in zip([0.0] + elapsed, elapsed)], color="tab:gray", linewidth=1)
     time.set_ylabel("wall time per step (ms)")
     time.set_xlabel("step")
+    labelled = len(events) <= 12  # beyond that, labels would only cover each other
     for e in events:
-        what = ", ".join([f"-{n}" for n in e["lost"]] + [f"+{n}" for n in e["added"]])
         for axis in (loss, time):
-            axis.axvline(e["resume_step"] - 0.5, color="tab:red" if e["lost"] else "tab:green", alpha=0.5)
-        loss.annotate(f"{what}\n{e['recovery_ms']:.0f} ms", (e["resume_step"] - 0.5, 1.0),
-                      xycoords=("data", "axes fraction"), fontsize=7, va="top", ha="left", rotation=0)
+            axis.axvline(e["resume_step"] - 0.5, color="tab:red" if e["lost"] else "tab:green", alpha=0.5,
+                         linewidth=1.5 if labelled else 0.7)
+        if labelled:
+            what = ", ".join([f"-{n}" for n in e["lost"]] + [f"+{n}" for n in e["added"]])
+            loss.annotate(f"{what}\n{e['recovery_ms']:.0f} ms", (e["resume_step"] - 0.5, 1.0),
+                          xycoords=("data", "axes fraction"), fontsize=7, va="top", ha="left")
     loss.set_title(f"{len(steps)} steps, {len(events)} reconfigurations (red: loss, green: join)")
     figure.tight_layout()
     figure.savefig(sys.argv[2])

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seed=${1:-1}
 steps=${STEPS:-400}
-events=${EVENTS:-110}
+events=${EVENTS:-120}
 mean_ms=${MEAN_MS:-150}
 out=build/soak
 bin=build/bin

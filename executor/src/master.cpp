@@ -191,10 +191,9 @@ class Master {
   std::vector<bool> fired_;
   // Chaos.
   std::mt19937_64 chaos_rng_;
-  int chaos_left_ = 0, chaos_joins_ = 0;
+  int chaos_left_ = 0, chaos_kills_ = 0, chaos_joins_ = 0;
   double chaos_next_ms_ = -1;
   bool chaos_kill_in_recovery_ = false;
-  int recoveries_ = 0;
   bool done_ = false;
 };
 
@@ -560,6 +559,7 @@ void Master::on_message(int fd, const Json& m) {
       for (const auto& victim : candidates) {
         if (survivable_without(victim)) {
           kill_node(victim, "chaos, during a recovery");
+          ++chaos_kills_;
           break;
         }
       }
@@ -967,13 +967,19 @@ void Master::chaos_event() {
   std::vector<std::string> candidates = members_alive();
   int alive = 0;  // members, and nodes still starting or waiting to join
   for (const auto& [name, node] : nodes_) alive += node.alive && node.killed_ms < 0;
-  bool kill = alive >= initial ? true : alive <= initial - initial_plan_.fault_tolerance ? false : unit(chaos_rng_) < 0.5;
+  // Keep the node count between initial - f and initial, and otherwise
+  // kills and joins even, so that a long run has as many of each.
+  bool kill = alive >= initial                                       ? true
+              : alive <= initial - initial_plan_.fault_tolerance ? false
+              : chaos_kills_ != chaos_joins_                       ? chaos_kills_ < chaos_joins_
+                                                                   : unit(chaos_rng_) < 0.5;
   if (kill) {
     std::shuffle(candidates.begin(), candidates.end(), chaos_rng_);
     kill = false;
     for (const auto& victim : candidates) {
       if (survivable_without(victim)) {
         kill_node(victim, "chaos");
+        ++chaos_kills_;
         chaos_kill_in_recovery_ = unit(chaos_rng_) < 0.25;
         kill = true;
         break;
