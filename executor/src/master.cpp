@@ -239,6 +239,9 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
     }
   }
   fired_.assign(injections_.size(), false);
+  if (!o_.checkpoint_dir.empty() && o_.checkpoint_every == 0) {
+    throw InputError("--checkpoint " + o_.checkpoint_dir + ": needs --checkpoint-every K");
+  }
   if (o_.checkpoint_every > 0) {
     if (o_.checkpoint_dir.empty()) throw InputError("--checkpoint-every needs --checkpoint DIR");
     std::filesystem::create_directories(o_.checkpoint_dir);
@@ -593,10 +596,14 @@ void Master::finish_checkpoint(int step) {
   write_atomically(std::filesystem::path(o_.checkpoint_dir) / folder / "manifest.json", manifest.dump(2) + "\n");
   write_atomically(std::filesystem::path(o_.checkpoint_dir) / "latest.json", manifest.dump(2) + "\n");
   last_checkpoint_ = step;
+  std::vector<std::filesystem::path> older;  // (a later one may be in the making: it stays)
   for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
     const std::string n = entry.path().filename().string();
-    if (entry.is_directory() && n.rfind("step-", 0) == 0 && n != folder) std::filesystem::remove_all(entry.path());
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && std::atoi(n.c_str() + 5) < step) {
+      older.push_back(entry.path());
+    }
   }
+  for (const auto& path : older) std::filesystem::remove_all(path);
 }
 
 // ---------------------------------------------------------------- decisions
