@@ -142,7 +142,7 @@ class Master {
   [[nodiscard]] bool survivable_without(const std::string& victim);
   // Planner.
   const TemplateSet& templates_for(int nodes);
-  [[nodiscard]] std::pair<int, int> base_holdings(const std::string& node) const;
+  [[nodiscard]] std::map<std::string, std::pair<int, int>> base_holdings() const;
   void emit(const Json& line);
 
   MasterOptions o_;
@@ -658,14 +658,16 @@ const TemplateSet& Master::templates_for(int nodes) {
   return templates_;
 }
 
-std::pair<int, int> Master::base_holdings(const std::string& node) const {
-  if (!base_trained_) return {0, 0};
+// The layers each node holds by the master's account: its layers in the base
+// plan once that plan has trained a step, nothing before (state is then
+// (seed, layer) and needs no copy).
+std::map<std::string, std::pair<int, int>> Master::base_holdings() const {
+  std::map<std::string, std::pair<int, int>> out;
+  if (!base_trained_) return out;
   const auto seats = seats_of(base_);
   const auto ranked = ranked_nodes(base_);
-  for (std::size_t r = 0; r < seats.size(); ++r) {
-    if (ranked[r] == node) return {seats[r].layer_begin, seats[r].layer_end};
-  }
-  return {0, 0};
+  for (std::size_t r = 0; r < seats.size(); ++r) out[ranked[r]] = {seats[r].layer_begin, seats[r].layer_end};
+  return out;
 }
 
 void Master::form_generation() {
@@ -721,8 +723,10 @@ void Master::form_generation() {
     for (const auto& t : transfers) copies.push_back({{"layer", t.layer}, {"from", rank_of(t.from_node)}, {"to", rank_of(t.to_node)}});
   }
   const std::string plan_text = plan_to_json(g.plan, templates_for(static_cast<int>(g.ranks.size())), profile_);
+  const auto holdings = base_holdings();
   for (const auto& name : g.ranks) {
-    const auto [begin, end] = base_holdings(name);
+    const auto held = holdings.find(name);
+    const auto [begin, end] = held == holdings.end() ? std::pair{0, 0} : held->second;
     Json message = {{"type", "generation"},  {"generation", g.number}, {"plan", plan_text},
                     {"ranks", g.ranks},      {"resume_step", g.resume_step}, {"holds", {begin, end}},
                     {"copies", copies}};

@@ -259,7 +259,6 @@ class LiveWorker {
     tokens_ = read_tokens(welcome.at("data"));
     store_port_ = welcome.at("store_port");
     comm_timeout_ = std::chrono::milliseconds(welcome.at("comm_timeout_ms").get<std::int64_t>());
-    checkpoint_dir_ = welcome.value("checkpoint_dir", "");
     // On one machine everything stays on loopback; across machines Gloo
     // binds to this host's own address.
     bind_host_ = master_addr_ == "127.0.0.1" || master_addr_ == "localhost" ? "127.0.0.1" : "";
@@ -707,7 +706,7 @@ class LiveWorker {
   }
 
   // Identity and job.
-  std::string node_, master_addr_, token_, bind_host_, checkpoint_dir_;
+  std::string node_, master_addr_, token_, bind_host_;
   Inbox inbox_;
   Profile profile_;
   TrainOptions o_;
