@@ -147,6 +147,14 @@ class CudaAutocast {
   bool on_;
 };
 
+#ifdef OOBLECK_WITH_CUDA
+std::string cuda_device_name(int device) {
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess) return "CUDA device " + std::to_string(device);
+  return properties.name;
+}
+#endif
+
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -190,7 +198,11 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
 
   Measurement out;
   out.threads = torch::get_num_threads();
-  out.device_name = cuda ? "CUDA device 0" : cpu_name();
+#ifdef OOBLECK_WITH_CUDA
+  out.device_name = cuda ? cuda_device_name(0) : cpu_name();
+#else
+  out.device_name = cpu_name();
+#endif
   out.library_versions = std::string("libtorch ") + TORCH_VERSION;
   out.date = utc_date();
   Timer timer(cuda);
