@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       if (inter > 0) measure.inter_node_bytes_per_s = inter;
       if (latency >= 0) measure.latency_ms = latency;
       if (memory > 0) measure.memory_bytes = memory;
-      if (!no_links && device == "cpu") measure.link_program = std::filesystem::read_symlink("/proc/self/exe").string();
+      if (!no_links) measure.link_program = std::filesystem::read_symlink("/proc/self/exe").string();
       const auto start = std::chrono::steady_clock::now();
       const Measurement m = measure_profile(measure, [](std::string_view line) {
         std::cerr << "oobleck-profile: measuring " << line << "\n";

@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 100000000));
   app.add_option("--seed", o.seed, "Weights and data order");
   app.add_option("--threads", o.threads, "Intra-op threads per worker")->check(CLI::Range(1, 1024));
+  app.add_option("--device", o.device,
+                 "cpu, or cuda: every worker on the first visible GPU, mixed precision when the profile is "
+                 "bf16; stages exchange tensors through host memory with Gloo")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--metrics", o.metrics_path,
                  "JSON lines, written as training goes: {step, loss, samples, iteration_ms, ...} per step and "
                  "{event: \"reconfigured\", ...} per reconfiguration");
@@ -132,8 +136,7 @@ int main(int argc, char** argv) {
       const Profile profile = load_profile(o.profile_path);
       const Plan plan = parse_plan(read_text_file(o.plan_path), o.plan_path, profile);
       TrainOptions options;
-      options.model = model_of_profile(profile);
-      options.microbatch_size = profile.microbatch_size;
+      apply_profile(options, profile, o.device);
       options.steps = o.steps;
       options.seed = o.seed;
       const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);

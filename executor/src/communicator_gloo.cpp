@@ -35,19 +35,24 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // GPU tensors travel through host memory: Gloo reads and writes CPU
+  // buffers, and the copies wait for the GPU's work on them.
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int tag) override {
-    std::vector<torch::Tensor> buffer = {tensor.contiguous()};
+    std::vector<torch::Tensor> buffer = {host_copy(tensor)};
     c10::intrusive_ptr<c10d::Work> work;
     communicating([&] { work = track(group_->send(buffer, peer, tag)); });
     return std::make_unique<Pending>(*this, std::move(work), buffer[0]);
   }
   void recv(torch::Tensor& tensor, int peer, int tag) override {
-    std::vector<torch::Tensor> buffer = {tensor};
+    std::vector<torch::Tensor> buffer = {host_buffer(tensor)};
     communicating([&] { wait_point_to_point(track(group_->recv(buffer, peer, tag))); });
+    if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
   }
   void allreduce_sum(torch::Tensor& tensor) override {
-    std::vector<torch::Tensor> buffer = {tensor};
+    std::vector<torch::Tensor> buffer = {host_buffer(tensor)};
+    if (!buffer[0].is_same(tensor)) buffer[0].copy_(tensor);
     communicating([&] { wait_collective(group_->allreduce(buffer)); });
+    if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
   }
   void barrier() override {
     communicating([&] { wait_collective(group_->barrier()); });
@@ -72,6 +77,13 @@ class GlooCommunicator final : public Communicator {
     c10::intrusive_ptr<c10d::Work> work_;
     torch::Tensor keep_;  // the buffer must live until the send is done
   };
+
+  [[nodiscard]] static torch::Tensor host_copy(const torch::Tensor& t) {
+    return t.is_cpu() ? t.contiguous() : t.to(torch::kCPU).contiguous();
+  }
+  [[nodiscard]] static torch::Tensor host_buffer(const torch::Tensor& t) {
+    return t.is_cpu() ? t : torch::empty(t.sizes(), t.options().device(torch::kCPU));
+  }
 
   // Whatever Gloo or the store throw is a communication failure.
   template <typename Body>

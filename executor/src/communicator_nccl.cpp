@@ -8,16 +8,17 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <stdexcept>
 
 namespace oobleck::executor {
 namespace {
 
 void check(ncclResult_t result, const char* what) {
-  if (result != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(result));
+  if (result != ncclSuccess) throw CommunicationError(std::string(what) + ": " + ncclGetErrorString(result));
 }
 void check(cudaError_t result, const char* what) {
-  if (result != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
+  if (result != cudaSuccess) throw CommunicationError(std::string(what) + ": " + cudaGetErrorString(result));
 }
 
 ncclDataType_t nccl_type(const torch::Tensor& t) {
@@ -57,12 +58,14 @@ class NcclCommunicator final : public Communicator {
       const auto bytes = store->get(key);
       std::copy(bytes.begin(), bytes.end(), id.internal);
     }
-    check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    ncclComm_t comm = nullptr;
+    check(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
+    comm_ = comm;
     check(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
+    if (ncclComm_t comm = comm_.exchange(nullptr)) ncclCommDestroy(comm);
     cudaStreamDestroy(send_stream_);
     cudaStreamDestroy(recv_stream_);
   }
@@ -70,6 +73,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int /*tag*/) override {
+    usable();
     auto t = tensor.contiguous();
     after_compute(send_stream_);
     check(ncclSend(t.data_ptr(), t.numel(), nccl_type(t), peer, comm_, send_stream_), "ncclSend");
@@ -79,11 +83,13 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclPending>(done, t);
   }
   void recv(torch::Tensor& tensor, int peer, int /*tag*/) override {
+    usable();
     after_compute(recv_stream_);
     check(ncclRecv(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), peer, comm_, recv_stream_), "ncclRecv");
     before_compute(recv_stream_);
   }
   void allreduce_sum(torch::Tensor& tensor) override {
+    usable();
     after_compute(recv_stream_);
     check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor), ncclSum, comm_,
                         recv_stream_),
@@ -96,11 +102,13 @@ class NcclCommunicator final : public Communicator {
     check(cudaStreamSynchronize(recv_stream_), "cudaStreamSynchronize");
   }
   void abort() override {
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
+    if (ncclComm_t comm = comm_.exchange(nullptr)) ncclCommAbort(comm);
   }
 
  private:
+  void usable() const {
+    if (comm_ == nullptr) throw CommunicationAborted();
+  }
   // The compute stream is the legacy default stream, where libtorch runs
   // unless told otherwise.
   static void after_compute(cudaStream_t stream) {
@@ -119,7 +127,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_, size_;
-  ncclComm_t comm_ = nullptr;
+  std::atomic<ncclComm_t> comm_{nullptr};  // null once aborted
   cudaStream_t send_stream_ = nullptr, recv_stream_ = nullptr;
 };
 

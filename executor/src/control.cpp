@@ -160,7 +160,7 @@ std::unique_ptr<Connection> connect_to(const std::string& address, int port, std
   }
 }
 
-int abandon_sockets(const std::vector<int>& keep) {
+int abandon_sockets(const std::vector<int>& keep, bool keep_listening) {
   DIR* folder = ::opendir("/proc/self/fd");
   if (folder == nullptr) return 0;
   int count = 0;
@@ -171,6 +171,11 @@ int abandon_sockets(const std::vector<int>& keep) {
     if (fd == own || std::find(keep.begin(), keep.end(), fd) != keep.end()) continue;
     struct stat info{};
     if (::fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (keep_listening && ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) == 0 && listening) {
+      continue;
+    }
     if (::shutdown(fd, SHUT_RDWR) == 0) ++count;
   }
   ::closedir(folder);

@@ -65,7 +65,8 @@ class Listener {
 // Shuts down every socket of this process but those in `keep`: every
 // communication in flight (Gloo pairs, listening or connected, and store
 // clients) fails at once, here and at the peers, instead of waiting for a
-// peer that is gone. The descriptors stay open for their owners to close.
-int abandon_sockets(const std::vector<int>& keep);
+// peer that is gone. With `keep_listening`, listening sockets stay as they
+// are. The descriptors stay open for their owners to close.
+int abandon_sockets(const std::vector<int>& keep, bool keep_listening);
 
 }  // namespace oobleck::executor::control

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,15 @@ inline void sync_folder(const std::filesystem::path& folder) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+// A folder and everything in it, best effort. Not std::filesystem::remove_all:
+// a pip libtorch exports its own build of it, which crashes when called
+// from code compiled against another libstdc++.
+inline void remove_tree(const std::filesystem::path& folder) {
+  ::nftw(
+      folder.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path), 0; },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace oobleck::executor

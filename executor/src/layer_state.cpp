@@ -8,8 +8,8 @@ namespace oobleck::executor {
 
 HeldLayer initial_layer(const TrainOptions& options, int index) {
   HeldLayer out;
-  out.module = make_layer(options.model, index, options.seed);
-  out.optimizer = std::make_unique<torch::optim::AdamW>(out.module->parameters(), adamw_options(options));
+  out.module = make_layer(options.model, index, options.seed);  // on the CPU: the same weights everywhere
+  out.module->to(train_device(options));  out.optimizer = std::make_unique<torch::optim::AdamW>(out.module->parameters(), adamw_options(options));
   return out;
 }
 
@@ -27,7 +27,8 @@ std::string serialize_layer(const HeldLayer& layer) {
 void deserialize_layer(HeldLayer& layer, const std::string& bytes) {
   std::istringstream in(bytes);
   torch::serialize::InputArchive whole, weights, optimizer;
-  whole.load_from(in);
+  // Onto the device the layer lives on (the bytes name the sender's).
+  whole.load_from(in, layer.module->parameters().front().device());
   whole.read("weights", weights);
   whole.read("optimizer", optimizer);
   layer.module->load(weights);

@@ -204,6 +204,10 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
   }
   profile_ = load_profile(o_.profile_path);
   const ModelConfig model = model_of_profile(profile_);
+  {
+    TrainOptions device_check;
+    apply_profile(device_check, profile_, o_.device);  // refuses a device the workers cannot train on
+  }
   initial_plan_ = parse_plan(read_text_file(o_.plan_path), o_.plan_path, profile_);
   (void)seats_of(initial_plan_);  // refuses what the workers cannot run, before anything starts
   const auto tokens = read_tokens(o_.data_path);
@@ -288,6 +292,7 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
               {"steps", o_.steps},
               {"seed", o_.seed},
               {"threads", o_.threads},
+              {"device", o_.device},
               {"store_port", store_->getPort()},
               {"comm_timeout_ms", static_cast<std::int64_t>(o_.comm_timeout_s * 1000)}};
   if (!o_.metrics_path.empty()) {
@@ -603,7 +608,7 @@ void Master::finish_checkpoint(int step) {
       older.push_back(entry.path());
     }
   }
-  for (const auto& path : older) std::filesystem::remove_all(path);
+  for (const auto& path : older) remove_tree(path);
 }
 
 // ---------------------------------------------------------------- decisions

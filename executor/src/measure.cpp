@@ -3,7 +3,6 @@
 // Activation bytes on CPU are what stays allocated after a forward pass with
 // autograd on, less the output: the tensors autograd saves. A counting
 // allocator in front of libtorch's CPU allocator sees them.
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <c10/core/CPUAllocator.h>
@@ -16,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "autocast.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/profiler.h"
@@ -118,33 +118,6 @@ class Timer {
 
  private:
   [[maybe_unused]] bool cuda_;
-};
-
-// bf16 on CUDA: fp32 weights, matrix products in bf16 (autocast), as mixed
-// precision training runs. Torch 2.4 renamed the calls.
-class CudaAutocast {
- public:
-  explicit CudaAutocast(bool on) : on_(on) {
-    if (on_) set(true);
-  }
-  ~CudaAutocast() {
-    if (on_) set(false);
-  }
-  CudaAutocast(const CudaAutocast&) = delete;
-  CudaAutocast& operator=(const CudaAutocast&) = delete;
-
- private:
-  static void set(bool enabled) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-#else
-    at::autocast::set_enabled(enabled);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-#endif
-    if (!enabled) at::autocast::clear_cache();
-  }
-  bool on_;
 };
 
 #ifdef OOBLECK_WITH_CUDA
@@ -348,7 +321,15 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   hw.name = out.device_name + (cuda ? "" : " (" + std::to_string(out.threads) + " threads)");
   hw.gpus_per_node = 1;  // one worker per node on CPU; per GPU on CUDA
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  hw.gpu_memory_bytes = options.memory_bytes.value_or(cuda ? Bytes{80} << 30 : static_cast<Bytes>(pages) * page);
+  Bytes device_memory = static_cast<Bytes>(pages) * page;
+#ifdef OOBLECK_WITH_CUDA
+  if (cuda) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    device_memory = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? static_cast<Bytes>(total_bytes)
+                                                                             : Bytes{80} << 30;
+  }
+#endif
+  hw.gpu_memory_bytes = options.memory_bytes.value_or(device_memory);
   // Local processes stand for the nodes of a one-machine cluster: their
   // measured link is the link between nodes (and, with one worker per
   // node, inside one too). Given values win.
@@ -357,8 +338,9 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   hw.inter_node_bytes_per_s = options.inter_node_bytes_per_s.value_or(link);
   hw.latency_ms = options.latency_ms.value_or(out.links_measured ? out.p2p_latency_ms : 0.05);
   if (out.links_measured) {
-    profile.notes.push_back("links: measured between two local processes with Gloo; a multi-machine cluster "
-                            "needs --inter-node-bytes-per-s and --latency-ms");
+    profile.notes.push_back(std::string("links: measured between two local processes with Gloo") +
+                            (cuda ? " (host memory: what workers sharing this GPU use)" : "") +
+                            "; a multi-machine cluster needs --inter-node-bytes-per-s and --latency-ms");
   } else {
     profile.notes.push_back("links: not measured; 10 Gb/s and 0.05 ms assumed (override with the flags)");
   }

@@ -3,6 +3,7 @@
 // token loss by 1/B, so the gradient it sums is the full-batch gradient the
 // pipelines' all-reduces add up to (worker.cpp). Global-norm clipping, then
 // AdamW.
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/train.h"
+#include "autocast.h"
 #include "train_common.h"
 
 namespace oobleck::executor {
@@ -35,6 +37,19 @@ ModelConfig model_of_profile(const Profile& profile) {
   return c;
 }
 
+void apply_profile(TrainOptions& options, const Profile& profile, const std::string& device) {
+  options.model = model_of_profile(profile);
+  options.microbatch_size = profile.microbatch_size;
+  if (device != "cpu" && device != "cuda") throw InputError("--device: expected cpu or cuda, got " + device);
+  if (device == "cuda" && !torch::cuda::is_available()) {
+    throw InputError("--device cuda: this libtorch sees no CUDA GPU (Debian's libtorch is CPU-only: build with "
+                     "tools/build-cuda.sh against a CUDA libtorch)");
+  }
+  options.device = device;
+  const auto model = nlohmann::json::parse(profile.model_json, nullptr, false);
+  options.bf16 = device == "cuda" && model.is_object() && model.value("dtype", std::string("fp32")) == "bf16";
+}
+
 std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,
                                               int global_microbatches) {
   torch::manual_seed(o.seed);
@@ -45,23 +60,28 @@ std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& 
   for (int l = 0; l < layers; ++l) model.emplace(l, initial_layer(o, l));
   auto slots = gradient_slots(model, 0, layers, last_layer);
   const int B = global_microbatches, mb = o.microbatch_size, S = o.model.seq_len;
+  const torch::Device device = train_device(o);
   std::vector<StepMetrics> out;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = Clock::now();
     zero_sums(slots);
     double loss_sum = 0;
-    for (int m = 0; m < B; ++m) {
-      const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
-      torch::Tensor x = long_tensor(batch.inputs, mb, S);
-      for (auto& [l, layer] : model) x = layer.module->forward(x);
-      const auto loss = language_model_loss(x, long_tensor(batch.targets, mb, S)) / B;
-      loss.backward();
-      add_microbatch(slots);
-      loss_sum += loss.item<double>();
+    {
+      const CudaAutocast autocast(o.bf16);
+      for (int m = 0; m < B; ++m) {
+        const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
+        torch::Tensor x = long_tensor(batch.inputs, mb, S, device);
+        for (auto& [l, layer] : model) x = layer.module->forward(x);
+        const auto loss = language_model_loss(x, long_tensor(batch.targets, mb, S, device)) / B;
+        loss.backward();
+        add_microbatch(slots);
+        loss_sum += loss.item<double>();
+      }
     }
     write_gradients(slots, tied_sum(slots));
     clip_by_global_norm(slots, label_norms(slots, last_layer, [](int) { return true; }), o.clip_norm);
     for (auto& [l, layer] : model) layer.optimizer->step();
+    wait_for_device(o);
     out.push_back({step, loss_sum, static_cast<std::int64_t>(step + 1) * B * mb,
                    std::chrono::duration<double, std::milli>(Clock::now() - start).count()});
   }

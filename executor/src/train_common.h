@@ -9,6 +9,7 @@
 // splits drift apart by 1e-2 in loss within a few hundred steps.)
 #pragma once
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -22,9 +23,21 @@
 
 namespace oobleck::executor {
 
+[[nodiscard]] inline torch::Device train_device(const TrainOptions& o) {
+  return o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+// Times taken on the host mean something on a GPU only once its queued
+// work is done.
+inline void wait_for_device(const TrainOptions& o) {
+  if (o.device == "cuda") torch::cuda::synchronize();
+}
+
 [[nodiscard]] inline torch::Tensor long_tensor(const std::vector<std::int64_t>& values, std::int64_t rows,
-                                               std::int64_t cols) {
-  return torch::from_blob(const_cast<std::int64_t*>(values.data()), {rows, cols}, torch::kLong).clone();
+                                               std::int64_t cols, const torch::Device& device) {
+  // A copy either way: the tensor must not alias `values`.
+  return torch::from_blob(const_cast<std::int64_t*>(values.data()), {rows, cols}, torch::kLong)
+      .to(device, torch::kLong, /*non_blocking=*/false, /*copy=*/true);
 }
 
 [[nodiscard]] inline torch::optim::AdamWOptions adamw_options(const TrainOptions& o) {
@@ -50,7 +63,8 @@ struct GradientSlot {
     for (const auto& item : layers.at(l).module->named_parameters()) {
       const bool tied = (l == 0 && item.key() == "token") || (l == last_layer && item.key() == "tied_token");
       out.push_back({tied ? kTied : l, item.value(),
-                     torch::zeros(item.value().sizes(), torch::TensorOptions().dtype(torch::kFloat64))});
+                     torch::zeros(item.value().sizes(),
+                                  torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device()))});
     }
   }
   return out;

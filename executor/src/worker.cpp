@@ -9,6 +9,7 @@
 // discarded otherwise), rebuilds its communicators, copies the layer states
 // the planner assigns it and redoes the step on the same global batch.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -34,10 +35,16 @@
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
 #include "plan_seats.h"
+#include "autocast.h"
 #include "train_common.h"
 
 namespace oobleck::executor {
 namespace {
+
+// A pair of libtorch 1.x's Gloo waiting for its peer listens on a socket of
+// its own, which an abandon must shut down to wake it; 2.x's Gloo has one
+// listener per device and ends the process when that listener fails.
+constexpr bool kKeepGlooListeners = TORCH_VERSION_MAJOR >= 2;
 
 using control::Json;
 using Clock = std::chrono::steady_clock;
@@ -115,7 +122,7 @@ class Inbox {
   // peers fail at once too, instead of waiting for it.
   void abandon() {
     std::lock_guard lock(mutex_);
-    control::abandon_sockets({connection_->fd()});
+    control::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
   }
 
   // The newest generation after `generation`, waiting for one.
@@ -160,7 +167,7 @@ class Inbox {
       }
       if (newest_number_ > in_hand_) {
         for (auto* c : watched_) c->abort();
-        control::abandon_sockets({connection_->fd()});
+        control::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
       }
       if (!open) {
         if (finishing_) return;
@@ -250,8 +257,7 @@ class LiveWorker {
   // ------------------------------------------------------------ configuration
   void configure(const Json& welcome) {
     profile_ = parse_profile(welcome.at("profile").get<std::string>(), welcome.at("profile_origin"));
-    o_.model = model_of_profile(profile_);
-    o_.microbatch_size = profile_.microbatch_size;
+    apply_profile(o_, profile_, welcome.value("device", std::string("cpu")));
     o_.steps = welcome.at("steps");
     o_.seed = welcome.at("seed");
     torch::set_num_threads(welcome.at("threads").get<int>());
@@ -547,7 +553,11 @@ class LiveWorker {
     if (recording_) trainers().barrier();
     step_start_ms_ = now_ms();
     zero_sums(slots_);
-    const double loss = one_f_one_b(step);
+    double loss = 0;
+    {
+      const CudaAutocast autocast(o_.bf16);
+      loss = one_f_one_b(step);
+    }
     const double sync_start = now_ms();
     synchronise_gradients();
     sync_ms_ = now_ms() - sync_start;
@@ -573,7 +583,7 @@ class LiveWorker {
   torch::Tensor microbatch_tokens(int step, int m, bool targets) const {
     const Sequences s = step_sequences(tokens_, o_.seed, step, (first_microbatch_ + m) * o_.microbatch_size,
                                        o_.microbatch_size, o_.model.seq_len);
-    return long_tensor(targets ? s.targets : s.inputs, o_.microbatch_size, o_.model.seq_len);
+    return long_tensor(targets ? s.targets : s.inputs, o_.microbatch_size, o_.model.seq_len, train_device(o_));
   }
 
   // A newer generation is looked for between layers too: a long pass must
@@ -595,6 +605,8 @@ class LiveWorker {
     const int M = pipeline.microbatches, B = plan_.global_microbatches;
     const int warmup = std::min(stages - position - 1, M);
     const auto activation_shape = std::vector<std::int64_t>{o_.microbatch_size, o_.model.seq_len, o_.model.hidden};
+    // Stage boundaries carry fp32 (under autocast too: the residual stream is fp32).
+    const auto activation = torch::TensorOptions().dtype(torch::kFloat32).device(train_device(o_));
     Communicator& links = trainers();
     std::vector<torch::Tensor> inputs(M), outputs(M);
     std::vector<std::unique_ptr<PendingOp>> sends;
@@ -604,7 +616,7 @@ class LiveWorker {
       if (first) {
         x = microbatch_tokens(step, m, false);
       } else {
-        auto buffer = torch::empty(activation_shape);
+        auto buffer = torch::empty(activation_shape, activation);
         const double wait_start = now_ms();
         links.recv(buffer, rank_ - 1, 2 * m);
         wait_ms_ += now_ms() - wait_start;
@@ -616,10 +628,11 @@ class LiveWorker {
         y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
         loss_sum += y.item<double>();
       }
+      wait_for_device(o_);
       const double end = now_ms();
       record('F', m, start, end);
       compute_ms_ += end - start;
-      if (!last) sends.push_back(links.send(y.detach(), rank_ + 1, 2 * m));
+      if (!last) sends.push_back(links.send(y.detach().to(torch::kFloat32), rank_ + 1, 2 * m));
       if (m == 0 && rank_ == 0) inbox_.send({{"type", "started"}, {"generation", number_}, {"step", step}});
       inputs[m] = x;
       outputs[m] = y;
@@ -630,7 +643,7 @@ class LiveWorker {
       if (last) {
         outputs[m].backward();
       } else {
-        auto buffer = torch::empty(activation_shape);
+        auto buffer = torch::empty(activation_shape, activation);
         links.recv(buffer, rank_ + 1, 2 * m + 1);
         const double arrived = now_ms();
         wait_ms_ += arrived - start;
@@ -638,6 +651,7 @@ class LiveWorker {
         outputs[m].backward(buffer);
       }
       add_microbatch(slots_);
+      wait_for_device(o_);
       const double end = now_ms();
       record('B', m, start, end);
       compute_ms_ += end - start;

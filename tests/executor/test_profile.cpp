@@ -1,5 +1,7 @@
 #include "torch_doctest.h"
 
+#include <torch/cuda.h>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -145,9 +147,12 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
                                 " --microbatch-size 1 --seq-len 8 --out " + s.str("x.json"));
   CHECK(bad_config.status == 2);
   CHECK(bad_config.err.find("bad.json: heads") != std::string::npos);
-  const auto no_cuda = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --device cuda --out " +
-                             s.str("x.json"));
-  CHECK(no_cuda.status == 2);
+  if (!torch::cuda::is_available()) {
+    const auto no_cuda = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --device cuda --out " +
+                               s.str("x.json"));
+    CHECK(no_cuda.status == 2);
+    CHECK(no_cuda.err.find("no CUDA device") != std::string::npos);
+  }
   const auto no_folder = s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
                                s.str("missing/x.json"));
   CHECK(no_folder.status == 2);

@@ -6,6 +6,7 @@
 #include "torch_doctest.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
 
 #include <set>
 #include <thread>
@@ -206,4 +207,40 @@ TEST_CASE("communicator: abort frees a thread blocked on a peer that never answe
   auto ones = torch::ones({4});
   a->allreduce_sum(ones);
   CHECK(ones.sum().item<float>() == 4.0f);  // rank 1 contributed its zeros
+}
+
+// The NCCL communicator, with one rank (a second rank would need a second
+// GPU): an all-reduce, a barrier, and abort, after which every operation
+// fails with CommunicationAborted. Where this build has no NCCL or there is
+// no GPU, it is skipped with a message.
+TEST_CASE("communicator: NCCL on one GPU all-reduces, and fails once aborted") {
+  using namespace oobleck::executor;
+  if (!torch::cuda::is_available()) {
+    MESSAGE("skipped: no CUDA GPU here");
+    return;
+  }
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  std::unique_ptr<Communicator> nccl;
+  try {
+    nccl = make_nccl_communicator(store, "nccl", 0, 1, 0);
+  } catch (const std::runtime_error& e) {
+    if (std::string(e.what()).find("has no NCCL") == std::string::npos) throw;
+    MESSAGE("skipped: " << e.what());
+    return;
+  }
+  CHECK(nccl->size() == 1);
+  auto values = torch::arange(1, 6, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA));
+  nccl->allreduce_sum(values);
+  nccl->barrier();
+  CHECK(torch::equal(values.cpu(), torch::arange(1, 6, torch::kFloat32)));
+  auto wide = torch::full({1000}, 0.5, torch::TensorOptions().dtype(torch::kFloat64).device(torch::kCUDA));
+  nccl->allreduce_sum(wide);
+  CHECK(wide.sum().item<double>() == 500.0);
+  nccl->abort();
+  CHECK_THROWS_AS(nccl->allreduce_sum(values), CommunicationAborted);
+  CHECK_THROWS_AS(nccl->barrier(), CommunicationAborted);
 }

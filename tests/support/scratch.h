@@ -3,6 +3,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,9 +28,11 @@ class Scratch {
     REQUIRE(::mkdtemp(pattern.data()) != nullptr);
     dir_ = pattern;
   }
+  // Not std::filesystem::remove_all: a pip libtorch exports its own build
+  // of it, which crashes when called from code built against another libstdc++.
   ~Scratch() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
+    ::nftw(dir_.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path), 0; }, 16,
+           FTW_DEPTH | FTW_PHYS);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

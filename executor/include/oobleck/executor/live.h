@@ -56,6 +56,7 @@ struct MasterOptions {
   int steps = 1;
   std::uint64_t seed = 1;
   int threads = 1;                   // intra-op threads per worker
+  std::string device = "cpu";        // cpu, or cuda (TrainOptions::device)
   std::string metrics_path;          // JSON lines: one per step, one per reconfiguration
   std::string chrome_trace_path;     // the last step's schedule
   std::string hostfile;              // node names are hosts; others are reached over SSH

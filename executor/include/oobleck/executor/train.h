@@ -19,6 +19,11 @@ struct TrainOptions {
   double learning_rate = 3e-3;
   double weight_decay = 0.1;
   double clip_norm = 1.0;
+  // Where every process trains: cpu, or cuda (the first visible GPU). On
+  // CUDA a bf16 profile trains in mixed precision (fp32 weights, bf16
+  // matrix products); on CPU always fp32.
+  std::string device = "cpu";
+  bool bf16 = false;
 };
 
 struct StepMetrics {
@@ -36,5 +41,10 @@ struct StepMetrics {
 
 // The model of a profile's `model` section.
 [[nodiscard]] ModelConfig model_of_profile(const Profile& profile);
+
+// The model, the microbatch size and the precision from `profile`, trained
+// on `device` (cpu or cuda). Throws InputError for another device, or for
+// cuda where this libtorch sees no GPU.
+void apply_profile(TrainOptions& options, const Profile& profile, const std::string& device);
 
 }  // namespace oobleck::executor

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# oobleck-run on a CUDA GPU, against the simulator's prediction. Profiles a
+# GPT on the GPU (bf16), gives each node a memory budget that makes the
+# model need two nodes, plans 5 nodes with f = 1 (pipelines of 2 and 3
+# nodes), trains STEPS steps with every worker on the one GPU (stages
+# exchange tensors through host memory with Gloo), trains the same steps in
+# one process on the GPU, and compares: losses, and iteration and per-stage
+# times against `oobleck-sim iteration` on the same profile and plan. The
+# same for a 1-node and a 2-node plan. Everything lands in OUT_DIR.
+#
+#   tools/run-gpu.sh [BUILD_DIR] [OUT_DIR]     MODEL=gpt2-small SEQ=1024 MB=4 STEPS=12 DEVICE=cuda DTYPE=bf16
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-cuda}
+out=${2:-$build/gpu-run}
+model=${MODEL:-gpt2-small} seq=${SEQ:-1024} mb=${MB:-4} steps=${STEPS:-12}
+device=${DEVICE:-cuda} dtype=${DTYPE:-bf16}
+bin=$build/bin
+mkdir -p "$out"
+
+echo "== profile: $model, microbatch $mb x $seq, $dtype on $device" >&2
+"$bin/oobleck-profile" measure --model "$model" --seq-len "$seq" --microbatch-size "$mb" --device "$device" \
+  --dtype "$dtype" --out "$out/profile-1node.json" > "$out/profile.txt"
+# The same profile with each node's memory cut until a pipeline needs two
+# nodes: oobleck-plan then instantiates 5 nodes as pipelines of 2 and 3.
+python3 - "$out" "$bin" <<'PY'
+import json, subprocess, sys
+out, bin = sys.argv[1], sys.argv[2]
+doc = json.load(open(f"{out}/profile-1node.json"))
+layers = doc["layers"]
+need = sum(l["param_bytes"] + l["optimizer_bytes"] + 4 * l["activation_bytes"] for l in layers)
+for share in [x / 100 for x in range(100, 5, -5)]:
+    doc["hardware"]["gpu_memory_bytes"] = int(need * share)
+    json.dump(doc, open(f"{out}/profile.json", "w"), indent=2)
+    r = subprocess.run([f"{bin}/oobleck-plan", "instantiate", "--profile", f"{out}/profile.json", "--nodes", "5",
+                        "--fault-tolerance", "1", "--global-microbatches", "8", "--json", f"{out}/plan.json"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        sizes = sorted(len(p["nodes"]) for p in json.load(open(f"{out}/plan.json"))["pipelines"])
+        if sizes == [2, 3]:
+            print(f"memory per node: {share:.0%} of the model's: pipelines of 2 and 3 nodes",
+                  file=sys.stderr)
+            break
+else:
+    sys.exit("run-gpu: no memory budget gives pipelines of 2 and 3 nodes")
+PY
+"$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes 2 --fault-tolerance 0 \
+  --global-microbatches 8 --json "$out/plan-2node.json" > /dev/null
+"$bin/oobleck-plan" instantiate --profile "$out/profile-1node.json" --nodes 1 --fault-tolerance 0 \
+  --global-microbatches 8 --json "$out/plan-1node.json" > /dev/null
+"$bin/oobleck-run" tokenize --text executor/data/corpus.txt --out "$out/tokens.bin" > /dev/null
+
+for run in 5node 2node 1node; do
+  plan=$out/plan.json profile=$out/profile.json
+  if [ "$run" != 5node ]; then plan=$out/plan-$run.json; fi
+  if [ "$run" = 1node ]; then profile=$out/profile-1node.json; fi
+  echo "== $run: oobleck-run on $device" >&2
+  "$bin/oobleck-run" --plan "$plan" --profile "$profile" --data "$out/tokens.bin" --steps "$steps" \
+    --device "$device" --metrics "$out/run-$run.jsonl" --chrome-trace "$out/run-$run-trace.json" \
+    > "$out/run-$run.txt"
+  "$bin/oobleck-sim" iteration --plan "$plan" --profile "$profile" --json "$out/sim-$run.json" \
+    --chrome-trace "$out/sim-$run-trace.json" > /dev/null
+  echo "== $run: predicted against measured" >&2
+  python3 tools/compare-run-sim.py "$out/sim-$run.json" "$out/sim-$run-trace.json" "$out/run-$run-trace.json" \
+    "$out/run-$run.jsonl" --json "$out/compare-$run.json" | tee "$out/compare-$run.txt"
+done
+
+echo "== the same steps in one process on $device" >&2
+"$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" \
+  --device "$device" --single-process --metrics "$out/single.jsonl" > /dev/null
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+live = [json.loads(l) for l in open(f"{out}/run-5node.jsonl")]
+steps = [l for l in live if "event" not in l]
+single = [json.loads(l)["loss"] for l in open(f"{out}/single.jsonl")]
+worst = max(abs(s["loss"] - single[s["step"]]) / abs(single[s["step"]]) for s in steps)
+print("step  pipelines loss   one-process loss")
+for s in steps:
+    print(f"{s['step']:4d}  {s['loss']:.6f}        {single[s['step']]:.6f}")
+print(f"largest relative difference: {worst:.2e}; loss {steps[0]['loss']:.3f} -> {steps[-1]['loss']:.3f}")
+json.dump({"steps": len(steps), "largest_relative_difference": worst,
+           "losses": [s["loss"] for s in steps], "single_process_losses": single},
+          open(f"{out}/losses.json", "w"), indent=2)
+PY
