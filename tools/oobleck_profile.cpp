@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli_io.h"
@@ -43,10 +46,11 @@ HardwareDescription hardware_of_measurement(const nlohmann::json& doc, const Pro
 }
 
 std::string analytic_json(const Profile& profile, const HardwareDescription& hw, const EfficiencyFit* fit,
-                          const std::string& fitted_to) {
+                          const std::vector<std::string>& fitted_to) {
   auto doc = nlohmann::ordered_json::parse(profile_to_json(profile));
   doc["description"] = "Analytic, by oobleck-profile: per-layer forward time = FLOPs / (peak x compute "
-                       "efficiency) + bytes moved / (memory bandwidth x memory efficiency), backward twice that; "
+                       "efficiency) + bytes moved / (memory bandwidth x memory efficiency) + a fixed per-layer "
+                       "overhead, backward twice that; "
                        "standard transformer counts (24bsh^2 + 4bs^2h FLOPs per block).";
   doc["hardware_description"] = {{"key", hw.key},
                                  {"source", hw.source},
@@ -54,9 +58,11 @@ std::string analytic_json(const Profile& profile, const HardwareDescription& hw,
                                  {"peak_bf16_flops_per_s", hw.peak_bf16_flops_per_s},
                                  {"memory_bytes_per_s", hw.memory_bytes_per_s},
                                  {"compute_efficiency", hw.compute_efficiency},
-                                 {"memory_efficiency", hw.memory_efficiency}};
+                                 {"memory_efficiency", hw.memory_efficiency},
+                                 {"layer_overhead_ms", hw.layer_overhead_ms}};
   if (fit) {
-    doc["fit"] = {{"measured_profile", fitted_to},
+    doc["fit"] = {{"measured_profiles", fitted_to},
+                  {"layer_overhead_ms", fit->layer_overhead_ms},
                   {"points", fit->points},
                   {"compute_efficiency", fit->compute_efficiency},
                   {"memory_efficiency", fit->memory_efficiency},
@@ -66,6 +72,48 @@ std::string analytic_json(const Profile& profile, const HardwareDescription& hw,
   return doc.dump(2) + "\n";
 }
 
+// `compare`: a table on stdout, JSON on request.
+int compare(const std::string& measured_path, const std::string& predicted_path, const std::string& json_path) {
+  const Profile measured = load_profile(measured_path);
+  const Profile predicted = load_profile(predicted_path);
+  const ProfileComparison c = compare_profiles(measured, predicted);
+  std::printf("%s (microbatch %d) on %s: %s against %s\n", measured.model_name.c_str(), measured.microbatch_size,
+              measured.hardware.name.c_str(), predicted_path.c_str(), measured_path.c_str());
+  std::printf("  %-24s %11s %11s %8s %11s %11s %8s\n", "layer", "fwd meas.", "fwd pred.", "error", "bwd meas.",
+              "bwd pred.", "error");
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const auto& l : c.layers) {
+    const double ef = l.predicted_forward_ms / l.measured_forward_ms - 1;
+    const double eb = l.predicted_backward_ms / l.measured_backward_ms - 1;
+    std::printf("  %-24s %11.3f %11.3f %+7.1f%% %11.3f %11.3f %+7.1f%%\n", l.name.c_str(), l.measured_forward_ms,
+                l.predicted_forward_ms, 100 * ef, l.measured_backward_ms, l.predicted_backward_ms, 100 * eb);
+    layers.push_back({{"name", l.name},
+                      {"measured_forward_ms", l.measured_forward_ms},
+                      {"predicted_forward_ms", l.predicted_forward_ms},
+                      {"measured_backward_ms", l.measured_backward_ms},
+                      {"predicted_backward_ms", l.predicted_backward_ms}});
+  }
+  const double total = c.predicted_ms / c.measured_ms - 1;
+  std::printf("  every layer, forward and backward: measured %.2f ms, predicted %.2f ms (%+.1f %%); per-layer "
+              "error rms %.1f %%, max %.1f %%\n",
+              c.measured_ms, c.predicted_ms, 100 * total, 100 * c.rms_relative_error, 100 * c.max_relative_error);
+  if (!json_path.empty()) {
+    const nlohmann::ordered_json doc = {{"measured", measured_path},
+                                        {"predicted", predicted_path},
+                                        {"model", measured.model_name},
+                                        {"microbatch_size", measured.microbatch_size},
+                                        {"device", measured.hardware.name},
+                                        {"measured_ms", c.measured_ms},
+                                        {"predicted_ms", c.predicted_ms},
+                                        {"total_relative_error", total},
+                                        {"rms_relative_error", c.rms_relative_error},
+                                        {"max_relative_error", c.max_relative_error},
+                                        {"layers", layers}};
+    cli::write_file_atomically<InputError>(json_path, doc.dump(2) + "\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,7 +121,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "oobleck-profile 0.1.0");
 
-  std::string model_name, out, device = "cpu", dtype, hardware, fit_path;
+  std::string model_name, out, device = "cpu", dtype, hardware;
+  std::vector<std::string> fit_paths;
   int microbatch_size = 1, seq_len = 0;
   MeasureOptions measure;
   double intra = 0, inter = 0, latency = -1;
@@ -115,10 +164,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16));
   analytic_cmd->add_option("--seq-len", seq_len, "Sequence length")->required()->check(CLI::Range(1, 1 << 20));
   analytic_cmd->add_option("--dtype", dtype, "bf16 (default) or fp32")->check(CLI::IsMember({"fp32", "bf16"}));
-  analytic_cmd->add_option("--fit", fit_path,
-                           "A measured profile of the same device: fit the efficiencies to it (least squares) "
-                           "and report the error");
+  analytic_cmd->add_option("--fit", fit_paths,
+                           "Measured profiles of the same device (one or more): fit the efficiencies and the "
+                           "per-layer overhead to them (least squares) and report the error");
+  std::vector<std::string> fit_terms = {"compute", "memory", "overhead"};
+  analytic_cmd->add_option("--fit-terms", fit_terms, "With --fit: the terms it may use (compute, memory, overhead)")
+      ->check(CLI::IsMember({"compute", "memory", "overhead"}));
   analytic_cmd->add_option("--out", out, "Profile JSON to write")->required();
+
+  std::string measured_path, predicted_path, compare_json;
+  auto* compare_cmd = app.add_subcommand("compare", "Per-layer error of a predicted profile against a measured one");
+  compare_cmd->add_option("--measured", measured_path, "Measured profile (oobleck-profile measure)")->required();
+  compare_cmd->add_option("--predicted", predicted_path, "Predicted profile of the same model (oobleck-profile analytic)")
+      ->required();
+  compare_cmd->add_option("--json", compare_json, "Write the comparison as JSON here");
 
   bool no_links = false;
   measure_cmd->add_flag("--no-links", no_links, "Skip measuring point-to-point and all-reduce between two processes");
@@ -131,6 +190,7 @@ int main(int argc, char** argv) {
   if (*peer_cmd) return cli::run_reporting_errors("oobleck-profile comm-peer", [&] { return run_comm_peer(peer_port); });
 
   return cli::run_reporting_errors("oobleck-profile", [&]() -> int {
+    if (*compare_cmd) return compare(measured_path, predicted_path, compare_json);
     ModelConfig model = load_model_config(model_name);
     model.seq_len = seq_len;
     validate(model, "--model");
@@ -166,9 +226,14 @@ int main(int argc, char** argv) {
         std::printf("  %-24s %12.3f %12.3f %14.2f %14.2f\n", l.name.c_str(), l.forward_ms, l.backward_ms,
                     static_cast<double>(l.param_bytes) / (1 << 20), static_cast<double>(l.activation_bytes) / (1 << 20));
       }
-      std::printf("  layers summed: %.2f + %.2f ms; whole model: %.2f + %.2f ms; gap %+.1f %%\n",
-                  m.layers_forward_ms, m.layers_backward_ms, m.whole_forward_ms, m.whole_backward_ms,
-                  100 * (sum / whole - 1));
+      if (whole > 0) {
+        std::printf("  layers summed: %.2f + %.2f ms; whole model: %.2f + %.2f ms; gap %+.1f %%\n",
+                    m.layers_forward_ms, m.layers_backward_ms, m.whole_forward_ms, m.whole_backward_ms,
+                    100 * (sum / whole - 1));
+      } else {
+        std::printf("  layers summed: %.2f + %.2f ms; whole model: does not fit, not timed\n", m.layers_forward_ms,
+                    m.layers_backward_ms);
+      }
       if (m.links_measured) {
         std::printf("  links between two processes (Gloo): %.2f GB/s, %.3f ms one way; all-reduce %.2f GB/s, %.3f ms\n",
                     m.p2p_bytes_per_s / 1e9, m.p2p_latency_ms, m.allreduce_bytes_per_s / 1e9, m.allreduce_latency_ms);
@@ -183,37 +248,52 @@ int main(int argc, char** argv) {
     HardwareDescription hw;
     std::optional<EfficiencyFit> fit;
     if (hardware == "cpu") {
-      if (fit_path.empty()) throw InputError("--hardware cpu: needs --fit MEASURED.json, a profile of this machine");
+      if (fit_paths.empty()) throw InputError("--hardware cpu: needs --fit MEASURED.json, a profile of this machine");
     } else {
       hw = load_hardware(hardware);
     }
-    if (!fit_path.empty()) {
-      const std::string text = read_text_file(fit_path);
-      const Profile measured = parse_profile(text, fit_path);
-      const auto doc = nlohmann::json::parse(text);
-      if (hardware == "cpu") hw = hardware_of_measurement(doc, measured);
-      ModelConfig measured_model = load_model_config(model_name);
-      if (doc.contains("model") && doc["model"].is_object()) {
-        measured_model = parse_model_config(
-            nlohmann::json{{"layers", doc["model"].value("layers", 0)},
-                           {"hidden", doc["model"].value("hidden", 0)},
-                           {"heads", doc["model"].value("heads", 0)},
-                           {"vocab", doc["model"].value("vocab", 0)},
-                           {"seq_len", doc["model"].value("seq_len", 0)}}
-                .dump(),
-            fit_path + ": model");
+    if (!fit_paths.empty()) {
+      // Each measured profile brings its own model and dtype.
+      std::vector<Profile> measured;
+      std::vector<FitInput> inputs;
+      measured.reserve(fit_paths.size());
+      for (const auto& path : fit_paths) {
+        const std::string text = read_text_file(path);
+        measured.push_back(parse_profile(text, path));
+        const auto doc = nlohmann::json::parse(text);
+        if (hardware == "cpu" && inputs.empty()) hw = hardware_of_measurement(doc, measured.back());
+        ModelConfig measured_model = load_model_config(model_name);
+        if (doc.contains("model") && doc["model"].is_object()) {
+          measured_model = parse_model_config(
+              nlohmann::json{{"layers", doc["model"].value("layers", 0)},
+                             {"hidden", doc["model"].value("hidden", 0)},
+                             {"heads", doc["model"].value("heads", 0)},
+                             {"vocab", doc["model"].value("vocab", 0)},
+                             {"seq_len", doc["model"].value("seq_len", 0)}}
+                  .dump(),
+              path + ": model");
+        }
+        std::string measured_dtype = "fp32";
+        if (doc.contains("model") && doc["model"].is_object()) measured_dtype = doc["model"].value("dtype", "fp32");
+        inputs.push_back({nullptr, measured_model, measured_dtype});
       }
-      fit = fit_efficiency(measured, measured_model, hw, doc["model"].value("dtype", std::string("fp32")));
+      for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i].measured = &measured[i];
+      unsigned terms = 0;
+      for (const auto& term : fit_terms) {
+        terms |= term == "compute" ? kFitCompute : term == "memory" ? kFitMemory : kFitOverhead;
+      }
+      fit = fit_efficiency(inputs, hw, terms);
       hw.compute_efficiency = fit->compute_efficiency;
       hw.memory_efficiency = fit->memory_efficiency;
+      hw.layer_overhead_ms = fit->layer_overhead_ms;
       std::fprintf(stderr,
-                   "oobleck-profile: fitted to %s (%d times): compute efficiency %.3f, memory efficiency %.3f; "
-                   "relative error rms %.1f %%, max %.1f %%\n",
-                   fit_path.c_str(), fit->points, fit->compute_efficiency, fit->memory_efficiency,
-                   100 * fit->rms_relative_error, 100 * fit->max_relative_error);
+                   "oobleck-profile: fitted to %zu measured profile(s) (%d times): compute efficiency %.3f, memory "
+                   "efficiency %.3f, overhead %.3f ms per layer; relative error rms %.1f %%, max %.1f %%\n",
+                   fit_paths.size(), fit->points, fit->compute_efficiency, fit->memory_efficiency,
+                   fit->layer_overhead_ms, 100 * fit->rms_relative_error, 100 * fit->max_relative_error);
     }
     const Profile profile = analytic_profile(model, hw, microbatch_size, type);
-    cli::write_file_atomically<InputError>(out, analytic_json(profile, hw, fit ? &*fit : nullptr, fit_path));
+    cli::write_file_atomically<InputError>(out, analytic_json(profile, hw, fit ? &*fit : nullptr, fit_paths));
     double forward = 0, backward = 0;
     for (const auto& l : profile.layers) {
       forward += l.forward_ms;

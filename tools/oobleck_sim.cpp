@@ -248,6 +248,17 @@ int main(int argc, char** argv) {
   iteration_cmd->add_option("--scenario", scenario_path, "Scenario JSON (device memory bandwidth for the optimizer step)");
   iteration_cmd->add_option("--json", json_out, "Write the result as JSON here ('-' for stdout)");
   iteration_cmd->add_option("--chrome-trace", chrome_out, "Write the schedule as a Chrome trace (open in Perfetto)");
+  double gradient_scale = 1;
+  bool shared_device = false, tied_embedding = false;
+  iteration_cmd->add_option("--gradient-scale", gradient_scale,
+                            "All-reduced bytes per parameter byte of the profile (oobleck-run: 2, float64 sums of "
+                            "fp32 gradients)")
+      ->check(CLI::Range(0.0, 64.0));
+  iteration_cmd->add_flag("--shared-device", shared_device,
+                          "Every stage computes on one device (workers sharing a GPU), one op at a time");
+  iteration_cmd->add_flag("--tied-embedding", tied_embedding,
+                          "The LM head's weight is the token embedding's: first and last layers' gradients are "
+                          "all-reduced together, among the holders of either");
 
   auto add_replay_options = [&](CLI::App* cmd) {
     cmd->add_option("--trace", trace_path, "Trace CSV (time_ms,add|remove,node) or count series");
@@ -309,6 +320,9 @@ int main(int argc, char** argv) {
       IterationOptions options;
       options.optimizer_bytes_per_s = scenario.cluster.device_memory_bytes_per_s;
       options.record_ops = !chrome_out.empty();
+      options.gradient_scale = gradient_scale;
+      options.shared_device = shared_device;
+      options.tied_embedding = tied_embedding;
       const IterationResult result = simulate_iteration(cost, plan, options);
       if (!chrome_out.empty()) emit(chrome_out, chrome_trace_json(result, plan, profile));
       if (emit(json_out, iteration_to_json(result, plan))) return 0;

@@ -5,8 +5,9 @@
 # nodes), trains STEPS steps with every worker on the one GPU (stages
 # exchange tensors through host memory with Gloo), trains the same steps in
 # one process on the GPU, and compares: losses, and iteration and per-stage
-# times against `oobleck-sim iteration` on the same profile and plan. The
-# same for a 1-node and a 2-node plan. Everything lands in OUT_DIR.
+# times against `oobleck-sim iteration` on the same profile and plan, both as
+# planned (a GPU per node) and as run (one shared GPU). The same for a
+# 1-node and a 2-node plan. Everything lands in OUT_DIR.
 #
 #   tools/run-gpu.sh [BUILD_DIR] [OUT_DIR]     MODEL=gpt2-small SEQ=1024 MB=4 STEPS=12 DEVICE=cuda DTYPE=bf16
 set -euo pipefail
@@ -58,11 +59,19 @@ for run in 5node 2node 1node; do
   "$bin/oobleck-run" --plan "$plan" --profile "$profile" --data "$out/tokens.bin" --steps "$steps" \
     --device "$device" --metrics "$out/run-$run.jsonl" --chrome-trace "$out/run-$run-trace.json" \
     > "$out/run-$run.txt"
-  "$bin/oobleck-sim" iteration --plan "$plan" --profile "$profile" --json "$out/sim-$run.json" \
-    --chrome-trace "$out/sim-$run-trace.json" > /dev/null
-  echo "== $run: predicted against measured" >&2
-  python3 tools/compare-run-sim.py "$out/sim-$run.json" "$out/sim-$run-trace.json" "$out/run-$run-trace.json" \
-    "$out/run-$run.jsonl" --json "$out/compare-$run.json" | tee "$out/compare-$run.txt"
+  # As planned (every node its own GPU), and as this run is: one GPU shared
+  # by every worker, float64 gradient sums (twice the fp32 bytes), and the
+  # tied embedding's gradient all-reduced between first and last stages.
+  for model_kind in planned as-run; do
+    flags=()
+    if [ "$model_kind" = as-run ]; then flags=(--shared-device --gradient-scale 2 --tied-embedding); fi
+    "$bin/oobleck-sim" iteration --plan "$plan" --profile "$profile" "${flags[@]}" \
+      --json "$out/sim-$run-$model_kind.json" --chrome-trace "$out/sim-$run-$model_kind-trace.json" > /dev/null
+    echo "== $run: predicted ($model_kind) against measured" >&2
+    python3 tools/compare-run-sim.py "$out/sim-$run-$model_kind.json" "$out/sim-$run-$model_kind-trace.json" \
+      "$out/run-$run-trace.json" "$out/run-$run.jsonl" --json "$out/compare-$run-$model_kind.json" |
+      tee "$out/compare-$run-$model_kind.txt"
+  done
 done
 
 echo "== the same steps in one process on $device" >&2

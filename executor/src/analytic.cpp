@@ -1,5 +1,8 @@
 #include "oobleck/executor/analytic.h"
 
+#include <array>
+#include <limits>
+
 #include <Eigen/Dense>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -20,6 +23,13 @@ const std::vector<HardwareDescription>& hardware_presets() {
        "NVIDIA H200 datasheet (67 TFLOP/s fp32, 989 TFLOP/s dense bf16, 4.8 TB/s HBM3e, 141 GB, NVLink 900 GB/s "
        "both ways); NDR InfiniBand 400 Gb/s per GPU",
        8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.5, 0.8, 360e9, 50e9, 0.01},
+      // The H200 as oobleck's own executor drives it: refitted (compute and
+      // overhead terms) to the measured profiles in profiles/ by
+      // tools/gpu-profile-report.py.
+      {"h200-libtorch", "8x NVIDIA H200-SXM-141GB running libtorch 2.11 eager, bf16 autocast",
+       "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to 8 bf16 profiles measured on an "
+       "H200 with oobleck-profile (GPT-2 medium and XL, GPT-3 1.3B and 2.7B, microbatches 1 and 4)",
+       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.166, 0, 360e9, 50e9, 0.01, 0.160},
   };
   return presets;
 }
@@ -66,6 +76,7 @@ HardwareDescription load_hardware(const std::string& name_or_path) {
   number("intra_node_bytes_per_s", h.intra_node_bytes_per_s, true);
   number("inter_node_bytes_per_s", h.inter_node_bytes_per_s, true);
   number("latency_ms", h.latency_ms, false);
+  number("layer_overhead_ms", h.layer_overhead_ms, false);
   return h;
 }
 
@@ -108,7 +119,10 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
   for (int i = 0; i < pipeline_layers(c); ++i) {
     const LayerWork w = layer_work(c, i, microbatch_size, e);
-    const Milliseconds forward = (w.flops / peak + w.bytes / bandwidth) * 1000.0;
+    // An efficiency of 0 (a fit that found the term explains nothing) drops the term.
+    const Milliseconds forward =
+        ((peak > 0 ? w.flops / peak : 0) + (bandwidth > 0 ? w.bytes / bandwidth : 0)) * 1000.0 +
+        hw.layer_overhead_ms;
     LayerProfile l;
     l.name = layer_name(c, i);
     l.forward_ms = forward;
@@ -145,46 +159,94 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
 
 EfficiencyFit fit_efficiency(const Profile& measured, const ModelConfig& c, const HardwareDescription& hw,
                              const std::string& dtype) {
-  if (static_cast<int>(measured.layers.size()) != pipeline_layers(c)) {
-    throw InputError(measured.origin + ": " + std::to_string(measured.layers.size()) + " layers, but " + c.name +
-                     " has " + std::to_string(pipeline_layers(c)));
+  return fit_efficiency(std::vector<FitInput>{{&measured, c, dtype}}, hw);
+}
+
+EfficiencyFit fit_efficiency(const std::vector<FitInput>& inputs, const HardwareDescription& hw, unsigned terms) {
+  // t = x_c flops / peak + x_m bytes / bandwidth + x_o (seconds), each row
+  // divided by t so that the fit minimises relative error; efficiencies are
+  // 1 / x, the overhead x_o.
+  std::vector<std::array<double, 3>> rows;
+  for (const auto& in : inputs) {
+    const Profile& measured = *in.measured;
+    const ModelConfig& c = in.model;
+    if (static_cast<int>(measured.layers.size()) != pipeline_layers(c)) {
+      throw InputError(measured.origin + ": " + std::to_string(measured.layers.size()) + " layers, but " + c.name +
+                       " has " + std::to_string(pipeline_layers(c)));
+    }
+    const int e = in.dtype == "bf16" ? 2 : 4;
+    const double peak = peak_for(hw, in.dtype), bandwidth = hw.memory_bytes_per_s;
+    for (int i = 0; i < pipeline_layers(c); ++i) {
+      const LayerWork w = layer_work(c, i, measured.microbatch_size, e);
+      const double t_f = measured.layers[i].forward_ms / 1000.0, t_b = measured.layers[i].backward_ms / 1000.0;
+      if (!(t_f > 0) || !(t_b > 0)) throw InputError(measured.origin + ": layer " + std::to_string(i) + ": no time");
+      rows.push_back({w.flops / peak / t_f, w.bytes / bandwidth / t_f, 1 / t_f});
+      rows.push_back({2 * w.flops / peak / t_b, 2 * w.bytes / bandwidth / t_b, 2 / t_b});
+    }
   }
-  const int e = dtype == "bf16" ? 2 : 4;
-  const double peak = peak_for(hw, dtype), bandwidth = hw.memory_bytes_per_s;
-  // t = x_c flops / peak + x_m bytes / bandwidth, each row divided by t so the
-  // fit minimises relative error; efficiencies are 1 / x.
-  const int n = 2 * pipeline_layers(c);
-  Eigen::MatrixXd A(n, 2);
-  Eigen::VectorXd y = Eigen::VectorXd::Ones(n);
-  std::vector<double> times;
-  for (int i = 0; i < pipeline_layers(c); ++i) {
-    const LayerWork w = layer_work(c, i, measured.microbatch_size, e);
-    const double t_f = measured.layers[i].forward_ms / 1000.0, t_b = measured.layers[i].backward_ms / 1000.0;
-    if (!(t_f > 0) || !(t_b > 0)) throw InputError(measured.origin + ": layer " + std::to_string(i) + ": no time");
-    A(2 * i, 0) = w.flops / peak / t_f;
-    A(2 * i, 1) = w.bytes / bandwidth / t_f;
-    A(2 * i + 1, 0) = 2 * w.flops / peak / t_b;
-    A(2 * i + 1, 1) = 2 * w.bytes / bandwidth / t_b;
-    times.push_back(t_f);
-    times.push_back(t_b);
-  }
-  Eigen::Vector2d x = A.colPivHouseholderQr().solve(y);
-  // A negative coefficient means one term explains the times better alone.
-  for (int k = 0; k < 2; ++k) {
-    if (x(k) < 0) {
-      const int other = 1 - k;
-      x(k) = 0;
-      x(other) = A.col(other).dot(y) / A.col(other).squaredNorm();
+  const int n = static_cast<int>(rows.size());
+  Eigen::MatrixXd A(n, 3);
+  for (int r = 0; r < n; ++r) A.row(r) << rows[r][0], rows[r][1], rows[r][2];
+  const Eigen::VectorXd y = Eigen::VectorXd::Ones(n);
+  // Non-negative least squares by trying every subset of the three terms:
+  // the best fit whose coefficients are all non-negative wins.
+  Eigen::Vector3d best = Eigen::Vector3d::Zero();
+  double best_residual = std::numeric_limits<double>::infinity();
+  for (unsigned subset = 1; subset < 8; ++subset) {
+    if ((subset & terms) != subset) continue;
+    std::vector<int> chosen;
+    for (int k = 0; k < 3; ++k) {
+      if (subset & (1U << k)) chosen.push_back(k);
+    }
+    Eigen::MatrixXd sub(n, static_cast<Eigen::Index>(chosen.size()));
+    for (std::size_t j = 0; j < chosen.size(); ++j) sub.col(static_cast<Eigen::Index>(j)) = A.col(chosen[j]);
+    const Eigen::VectorXd solution = sub.colPivHouseholderQr().solve(y);
+    if ((solution.array() < 0).any()) continue;
+    const double residual = (sub * solution - y).squaredNorm();
+    if (residual < best_residual) {
+      best_residual = residual;
+      best.setZero();
+      for (std::size_t j = 0; j < chosen.size(); ++j) best(chosen[j]) = solution(static_cast<Eigen::Index>(j));
     }
   }
   EfficiencyFit fit;
   fit.points = n;
-  fit.compute_efficiency = x(0) > 0 ? 1 / x(0) : 0;
-  fit.memory_efficiency = x(1) > 0 ? 1 / x(1) : 0;
-  const Eigen::VectorXd relative = A * x - y;  // predicted / measured - 1
+  fit.compute_efficiency = best(0) > 0 ? 1 / best(0) : 0;
+  fit.memory_efficiency = best(1) > 0 ? 1 / best(1) : 0;
+  fit.layer_overhead_ms = best(2) * 1000.0;
+  const Eigen::VectorXd relative = A * best - y;  // predicted / measured - 1
   fit.rms_relative_error = std::sqrt(relative.squaredNorm() / n);
   fit.max_relative_error = relative.cwiseAbs().maxCoeff();
   return fit;
+}
+
+ProfileComparison compare_profiles(const Profile& measured, const Profile& predicted) {
+  if (measured.layers.size() != predicted.layers.size()) {
+    throw InputError(predicted.origin + ": " + std::to_string(predicted.layers.size()) + " layers, but " +
+                     measured.origin + " has " + std::to_string(measured.layers.size()));
+  }
+  if (measured.microbatch_size != predicted.microbatch_size) {
+    throw InputError(predicted.origin + ": microbatch_size " + std::to_string(predicted.microbatch_size) +
+                     ", but " + measured.origin + " has " + std::to_string(measured.microbatch_size));
+  }
+  ProfileComparison out;
+  double squares = 0;
+  for (std::size_t i = 0; i < measured.layers.size(); ++i) {
+    const auto& m = measured.layers[i];
+    const auto& p = predicted.layers[i];
+    if (!(m.forward_ms > 0) || !(m.backward_ms > 0)) {
+      throw InputError(measured.origin + ": layer " + std::to_string(i) + ": no time");
+    }
+    out.layers.push_back({m.name, m.forward_ms, m.backward_ms, p.forward_ms, p.backward_ms});
+    for (const double error : {p.forward_ms / m.forward_ms - 1, p.backward_ms / m.backward_ms - 1}) {
+      squares += error * error;
+      out.max_relative_error = std::max(out.max_relative_error, std::abs(error));
+    }
+    out.measured_ms += m.forward_ms + m.backward_ms;
+    out.predicted_ms += p.forward_ms + p.backward_ms;
+  }
+  if (!out.layers.empty()) out.rms_relative_error = std::sqrt(squares / (2.0 * static_cast<double>(out.layers.size())));
+  return out;
 }
 
 }  // namespace oobleck::executor

@@ -128,7 +128,7 @@ bool CostModel::stage_fits(int begin, int end, int degree, int in_flight) const 
 
 Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
   return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines,
-                      profile_->hardware.inter_node_bytes_per_s);
+                      profile_->hardware.gradient_allreduce_bytes_per_s());
 }
 
 Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {

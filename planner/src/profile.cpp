@@ -31,6 +31,9 @@ Hardware parse_hardware(const json& hw, const FieldPath& where) {
   out.intra_node_bytes_per_s = detail::require_number(hw, "intra_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
   out.inter_node_bytes_per_s = detail::require_number(hw, "inter_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
   out.latency_ms = detail::require_number(hw, "latency_ms", where, 0, kMaxMs);
+  if (hw.contains("allreduce_bytes_per_s")) {
+    out.allreduce_bytes_per_s = detail::require_number(hw, "allreduce_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  }
   return out;
 }
 
@@ -93,12 +96,14 @@ json layer_to_json(const LayerProfile& layer) {
 }
 
 json hardware_to_json(const Hardware& hw) {
-  return {{"name", hw.name},
-          {"gpus_per_node", hw.gpus_per_node},
-          {"gpu_memory_bytes", hw.gpu_memory_bytes},
-          {"intra_node_bytes_per_s", hw.intra_node_bytes_per_s},
-          {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
-          {"latency_ms", hw.latency_ms}};
+  json out = {{"name", hw.name},
+              {"gpus_per_node", hw.gpus_per_node},
+              {"gpu_memory_bytes", hw.gpu_memory_bytes},
+              {"intra_node_bytes_per_s", hw.intra_node_bytes_per_s},
+              {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
+              {"latency_ms", hw.latency_ms}};
+  if (hw.allreduce_bytes_per_s > 0) out["allreduce_bytes_per_s"] = hw.allreduce_bytes_per_s;
+  return out;
 }
 
 // ------------------------------------------------------------ Oobleck import

@@ -4,13 +4,15 @@
 // starts when the stage is free and its input has arrived. Each direction of
 // each stage-to-stage link carries one transfer at a time. A layer's
 // gradient all-reduce starts once every pipeline holding the layer has
-// finished its last backward over it; each holder's GPUs (one network
+// finished its last backward over it (with tied embeddings, the first and
+// last layers are all-reduced together among the holders of either); each holder's GPUs (one network
 // interface each) carry their shard of it after the all-reduces queued
 // before it. A stage's optimizer step follows the all-reduces of all its
 // layers.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -86,7 +88,8 @@ class IterationModel {
       const Pipeline& pipeline = plan_.pipelines[p];
       const int S = static_cast<int>(pipeline.stages.size());
       const int M = pipeline.microbatches;
-      if (!options_.record_ops) {
+      // (A shared device sees every copy's work: then each is played.)
+      if (!options_.record_ops && !options_.shared_device) {
         std::vector<double> signature;
         for (const auto& st : pipeline.stages) {
           signature.insert(signature.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
@@ -129,8 +132,26 @@ class IterationModel {
     }
     nic_free_ms_.assign(stages_.size(), 0);
     link_free_ms_.assign(2 * stages_.size(), 0);
-    unfinished_holders_.resize(layers);
-    for (int l = 0; l < layers; ++l) unfinished_holders_[l] = static_cast<int>(holders_[l].size());
+    queued_.assign(stages_.size(), 0);
+    // One all-reduce per layer; with tied embeddings, one for the first and
+    // last layers together.
+    reduction_of_.assign(layers, -1);
+    for (int l = 0; l < layers; ++l) {
+      const bool tied_head = options_.tied_embedding && l == layers - 1 && l > 0;
+      if (tied_head) {
+        reduction_of_[l] = reduction_of_[0];
+      } else {
+        reduction_of_[l] = static_cast<int>(reductions_.size());
+        reductions_.emplace_back();
+      }
+      Reduction& r = reductions_[reduction_of_[l]];
+      r.layers.push_back(l);
+      r.bytes += static_cast<double>(cost_.profile().layers[l].param_bytes) * options_.gradient_scale;
+      r.unfinished += static_cast<int>(holders_[l].size());
+      for (int h : holders_[l]) {
+        if (std::find(r.stages.begin(), r.stages.end(), h) == r.stages.end()) r.stages.push_back(h);
+      }
+    }
   }
 
   void record(OpKind kind, int pipeline, int stage, int index, Milliseconds start, Milliseconds end) {
@@ -142,6 +163,14 @@ class IterationModel {
     if (st.busy || st.next == st.order.size()) return;
     const Op op = st.order[st.next];
     if (op.forward ? !st.activation_arrived[op.microbatch] : !st.gradient_arrived[op.microbatch]) return;
+    if (options_.shared_device) {
+      if (device_busy_) {
+        if (!queued_[id]) waiting_.push_back(id);
+        queued_[id] = 1;
+        return;
+      }
+      device_busy_ = true;
+    }
     st.busy = true;
     const Milliseconds start = engine_.now();
     const Milliseconds duration = op.forward ? st.forward_ms : st.backward_ms;
@@ -179,6 +208,16 @@ class IterationModel {
       last_backward_ms_ = std::max(last_backward_ms_, engine_.now());
       maybe_step(id);
     }
+    if (options_.shared_device) {
+      // The device goes to the stages that waited for it, first come first.
+      device_busy_ = false;
+      while (!device_busy_ && !waiting_.empty()) {
+        const int next = waiting_.front();
+        waiting_.pop_front();
+        queued_[next] = 0;
+        try_start(next);
+      }
+    }
     try_start(id);
   }
 
@@ -200,12 +239,13 @@ class IterationModel {
   }
 
   void gradient_ready(int layer) {
-    if (--unfinished_holders_[layer] > 0) return;
-    const auto& holders = holders_[layer];
+    const int reduction = reduction_of_[layer];
+    Reduction& r = reductions_[reduction];
+    if (--r.unfinished > 0) return;
     int ranks = 0;
-    for (int h : holders) ranks += copies_[stages_[h].pipeline];
+    for (int h : r.stages) ranks += copies_[stages_[h].pipeline];
     if (ranks == 1) {
-      reduced(layer);
+      reduced(reduction);
       return;
     }
     // Each GPU has its own network interface and reduces its 1/t shard of
@@ -213,24 +253,25 @@ class IterationModel {
     // the layers became ready; the all-reduce is done when the last holder
     // is (bandwidth accounting: no convoys across holders).
     Milliseconds start = 0, end = 0;
-    const double bytes = static_cast<double>(cost_.profile().layers[layer].param_bytes);
-    for (int h : holders) {
+    for (int h : r.stages) {
       Milliseconds& nic = nic_free_ms_[h];
       const Milliseconds begin = std::max(engine_.now(), nic);
-      nic = begin + cost_.allreduce_ms(bytes / stages_[h].stage.gpus, ranks,
-                                       cost_.profile().hardware.inter_node_bytes_per_s);
+      nic = begin + cost_.allreduce_ms(r.bytes / stages_[h].stage.gpus, ranks,
+                                       cost_.profile().hardware.gradient_allreduce_bytes_per_s());
       start = std::max(start, begin);
       end = std::max(end, nic);
     }
     record(OpKind::allreduce, -1, -1, layer, start, end);
     last_allreduce_ms_ = std::max(last_allreduce_ms_, end);
-    engine_.schedule_at(end, [this, layer] { reduced(layer); });
+    engine_.schedule_at(end, [this, reduction] { reduced(reduction); });
   }
 
-  void reduced(int layer) {
-    for (int h : holders_[layer]) {
-      --stages_[h].layers_unreduced;
-      maybe_step(h);
+  void reduced(int reduction) {
+    for (int l : reductions_[reduction].layers) {
+      for (int h : holders_[l]) {
+        --stages_[h].layers_unreduced;
+        maybe_step(h);
+      }
     }
   }
 
@@ -287,7 +328,19 @@ class IterationModel {
   std::vector<int> representative_;  // per pipeline: the one simulated for it
   std::vector<int> copies_;          // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
-  std::vector<int> unfinished_holders_;
+  // The gradient all-reduces: the stages holding any of their layers, the
+  // bytes they carry, and the holders' last backwards still to come.
+  struct Reduction {
+    std::vector<int> layers;
+    std::vector<int> stages;
+    double bytes = 0;
+    int unfinished = 0;
+  };
+  std::vector<Reduction> reductions_;
+  std::vector<int> reduction_of_;  // per layer
+  bool device_busy_ = false;       // with a shared device
+  std::deque<int> waiting_;        // stages ready for it, in arrival order
+  std::vector<char> queued_;
   std::vector<Milliseconds> nic_free_ms_;   // per stage: its GPUs' network interfaces
   std::vector<Milliseconds> link_free_ms_;  // per stage: its forward and backward send links
   std::vector<OpRecord> ops_;

@@ -95,6 +95,18 @@ TEST_CASE("profile: the efficiency fit recovers the efficiencies that made the t
   CHECK(fit.memory_efficiency == doctest::Approx(0.61).epsilon(1e-9));
   CHECK(fit.rms_relative_error < 1e-9);
   CHECK(fit.points == 8);
+  CHECK(fit.layer_overhead_ms == doctest::Approx(0).scale(1));
+
+  // With a fixed overhead per layer too, fitted jointly over two
+  // microbatch sizes: all three come back.
+  hw.layer_overhead_ms = 0.05;
+  Profile small_batch = analytic_profile(c, hw, 1, "fp32"), large_batch = analytic_profile(c, hw, 8, "fp32");
+  small_batch.origin = large_batch.origin = "synthetic";
+  const EfficiencyFit joint = fit_efficiency({{&small_batch, c, "fp32"}, {&large_batch, c, "fp32"}}, hw);
+  CHECK(joint.compute_efficiency == doctest::Approx(0.37).epsilon(1e-6));
+  CHECK(joint.memory_efficiency == doctest::Approx(0.61).epsilon(1e-6));
+  CHECK(joint.layer_overhead_ms == doctest::Approx(0.05).epsilon(1e-6));
+  CHECK(joint.points == 16);
 }
 
 TEST_CASE("profile: bad hardware descriptions are clear errors") {
@@ -158,3 +170,25 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
   CHECK(no_folder.status == 2);
   CHECK_FALSE(std::filesystem::exists(s.path("x.json")));
 }
+
+TEST_CASE("profile: compare puts a prediction beside a measurement, layer by layer") {
+  const ModelConfig c = small();
+  HardwareDescription hw = load_hardware("h100-80gb");
+  const Profile measured = analytic_profile(c, hw, 2, "fp32");
+  const ProfileComparison same = compare_profiles(measured, measured);
+  CHECK(same.rms_relative_error == 0);
+  CHECK(same.max_relative_error == 0);
+  CHECK(same.layers.size() == measured.layers.size());
+  // Half the compute efficiency, no memory term: every time at least as long.
+  hw.compute_efficiency /= 2;
+  const Profile slower = analytic_profile(c, hw, 2, "fp32");
+  const ProfileComparison c2 = compare_profiles(measured, slower);
+  CHECK(c2.predicted_ms > c2.measured_ms);
+  CHECK(c2.max_relative_error > 0);
+  CHECK(c2.max_relative_error <= 1.0 + 1e-9);  // at most twice as long
+  Profile other_batch = analytic_profile(c, hw, 4, "fp32");
+  other_batch.origin = "other.json";
+  CHECK_THROWS_WITH_AS((void)compare_profiles(measured, other_batch), doctest::Contains("microbatch_size 4"),
+                       oobleck::InputError);
+}
+

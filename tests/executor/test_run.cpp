@@ -2,6 +2,8 @@
 // processes train exactly what one process trains.
 #include "torch_doctest.h"
 
+#include <torch/cuda.h>
+
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -53,6 +55,16 @@ TEST_CASE("run: bad input is refused before any worker starts") {
   const auto missing = s.run("--plan " + s.str("plan.json"));
   CHECK(missing.status == 2);
   CHECK(missing.err.find("--profile") != std::string::npos);
+  // A GPU where libtorch sees none: refused before any worker starts.
+  if (!torch::cuda::is_available()) {
+    const auto no_gpu = s.run("--plan " + s.str("plan.json") + " --profile " + kSource +
+                              "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") +
+                              " --device cuda --steps 2");
+    CHECK(no_gpu.status == 2);
+    CHECK(no_gpu.err.find("--device cuda") != std::string::npos);
+    CHECK(s.processes_left() == 0);
+  }
+  CHECK(s.run("--plan " + s.str("plan.json") + " --device tpu").status == 2);
 }
 
 TEST_CASE("run: when the master dies, its workers go too") {

@@ -297,3 +297,67 @@ TEST_CASE("iteration: simulating one pipeline per distinct layout gives what sim
     CHECK(b.events <= a.events);
   }
 }
+
+TEST_CASE("iteration: workers sharing one device take turns on it") {
+  // Two pipelines of one stage, 4 layers of 1 + 2 ms, 3 microbatches each:
+  // alone each takes 3 x 12 ms; on one device the two take turns, 72 ms.
+  const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 2}), 0, 0, 1);
+  const CostModel cost(profile, 3);
+  const Plan plan = plan_of(cost, {{0, 4}, {0, 4}}, {3, 3});
+  const IterationResult apart = simulate_iteration(cost, plan);
+  IterationOptions shared;
+  shared.shared_device = true;
+  shared.record_ops = true;
+  const IterationResult together = simulate_iteration(cost, plan, shared);
+  CHECK(apart.last_backward_ms == doctest::Approx(36));
+  CHECK(together.last_backward_ms == doctest::Approx(72));
+  // Never two passes at once, in any pipeline.
+  std::vector<std::pair<double, double>> passes;
+  for (const auto& op : together.ops) {
+    if (op.kind == OpKind::forward || op.kind == OpKind::backward) passes.emplace_back(op.start_ms, op.end_ms);
+  }
+  std::sort(passes.begin(), passes.end());
+  REQUIRE(passes.size() == 12);
+  for (std::size_t i = 1; i < passes.size(); ++i) CHECK(passes[i].first >= passes[i - 1].second - 1e-9);
+
+  SUBCASE("a two-stage pipeline on one device is as slow as its work added up") {
+    const Plan one = plan_of(cost, {{0, 2, 4}}, {4});
+    const IterationResult r = simulate_iteration(cost, one, shared);
+    CHECK(r.last_backward_ms == doctest::Approx(4 * 12));  // every pass of both stages, one after another
+  }
+}
+
+TEST_CASE("iteration: tied embeddings add the first and last stages' all-reduce; the gradient scale its bytes") {
+  // One pipeline of two stages: without tying nothing is all-reduced (each
+  // layer has one holder); tied, the embedding and the head's gradients are
+  // summed between the two stages once the first stage's backward is done.
+  const Bytes bytes = Bytes{100} << 20;
+  const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 1}), 0, 0, bytes);
+  const CostModel cost(profile, 2);
+  const Plan plan = plan_of(cost, {{0, 2, 4}}, {2});
+  const IterationResult untied = simulate_iteration(cost, plan);
+  CHECK(untied.sync_exposed_ms == 0);
+  IterationOptions tied;
+  tied.tied_embedding = true;
+  const IterationResult r = simulate_iteration(cost, plan, tied);
+  const double both_ends = cost.allreduce_ms(2.0 * static_cast<double>(bytes), 2, profile.hardware.inter_node_bytes_per_s);
+  CHECK(r.last_backward_ms == untied.last_backward_ms);
+  CHECK(r.iteration_ms == doctest::Approx(untied.last_backward_ms + both_ends));
+
+  tied.gradient_scale = 2;
+  const IterationResult doubled = simulate_iteration(cost, plan, tied);
+  const double twice = cost.allreduce_ms(4.0 * static_cast<double>(bytes), 2, profile.hardware.inter_node_bytes_per_s);
+  CHECK(doubled.iteration_ms == doctest::Approx(untied.last_backward_ms + twice));
+
+  SUBCASE("a measured all-reduce bandwidth in the profile replaces the links'") {
+    Profile measured = profile;
+    measured.hardware.allreduce_bytes_per_s = profile.hardware.inter_node_bytes_per_s / 4;
+    const CostModel measured_cost(measured, 2);
+    tied.gradient_scale = 1;
+    const IterationResult slow = simulate_iteration(measured_cost, plan, tied);
+    const double quarter = cost.allreduce_ms(2.0 * static_cast<double>(bytes), 2, measured.hardware.allreduce_bytes_per_s);
+    CHECK(slow.iteration_ms == doctest::Approx(untied.last_backward_ms + quarter));
+    const Profile again = parse_profile(profile_to_json(measured), "again.json");
+    CHECK(again.hardware.allreduce_bytes_per_s == measured.hardware.allreduce_bytes_per_s);
+  }
+}

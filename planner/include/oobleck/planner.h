@@ -57,6 +57,12 @@ struct Hardware {
   double intra_node_bytes_per_s = 0;
   double inter_node_bytes_per_s = 0;
   Milliseconds latency_ms = 0;
+  // The gradient all-reduce's bandwidth (ring, per GPU) where it was
+  // measured apart from the links; 0: inter_node_bytes_per_s.
+  double allreduce_bytes_per_s = 0;
+  [[nodiscard]] double gradient_allreduce_bytes_per_s() const {
+    return allreduce_bytes_per_s > 0 ? allreduce_bytes_per_s : inter_node_bytes_per_s;
+  }
 };
 
 struct Profile {

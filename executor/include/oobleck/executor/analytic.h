@@ -25,6 +25,9 @@ struct HardwareDescription {
   double intra_node_bytes_per_s = 0;
   double inter_node_bytes_per_s = 0;
   Milliseconds latency_ms = 0.01;
+  // Fixed time of a layer's forward pass whatever its size: the framework
+  // launching its kernels one by one (eager mode). Backward twice that.
+  Milliseconds layer_overhead_ms = 0;
 };
 
 [[nodiscard]] const std::vector<HardwareDescription>& hardware_presets();
@@ -38,21 +41,53 @@ struct LayerWork {
 };
 [[nodiscard]] LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int element_bytes);
 
-// Roofline time, compute and memory serialised: flops / (peak e_c) + bytes / (bw e_m).
+// Roofline time, compute and memory serialised, plus the fixed overhead:
+// flops / (peak e_c) + bytes / (bw e_m) + overhead; backward twice each.
 [[nodiscard]] Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, int microbatch_size,
                                        const std::string& dtype);
 
 struct EfficiencyFit {
-  double compute_efficiency = 0;
+  double compute_efficiency = 0;  // 0: the term explains nothing and is left out
   double memory_efficiency = 0;
+  Milliseconds layer_overhead_ms = 0;
   double rms_relative_error = 0;  // over every layer's forward and backward time
   double max_relative_error = 0;
   int points = 0;
 };
 
-// Least squares (relative error) of the efficiencies that make the analytic
-// times of `model` on `hw` match a measured profile of the same device.
+// Least squares (relative error, every coefficient non-negative) of the
+// efficiencies and the overhead that make the analytic times of `model` on
+// `hw` match a measured profile of the same device.
 [[nodiscard]] EfficiencyFit fit_efficiency(const Profile& measured, const ModelConfig& model,
                                            const HardwareDescription& hw, const std::string& dtype);
+
+// The same over several measured profiles at once (models, microbatch
+// sizes): one set of coefficients for the device.
+struct FitInput {
+  const Profile* measured = nullptr;
+  ModelConfig model;
+  std::string dtype;
+};
+// `terms` picks what the fit may use: bit 0 compute, bit 1 memory, bit 2
+// the overhead (a term left out gets efficiency or overhead 0).
+inline constexpr unsigned kFitCompute = 1, kFitMemory = 2, kFitOverhead = 4;
+[[nodiscard]] EfficiencyFit fit_efficiency(const std::vector<FitInput>& inputs, const HardwareDescription& hw,
+                                           unsigned terms = kFitCompute | kFitMemory | kFitOverhead);
+
+// Per-layer forward and backward times of a prediction (an analytic
+// profile) against a measured profile of the same model and microbatch.
+struct LayerComparison {
+  std::string name;
+  Milliseconds measured_forward_ms = 0, measured_backward_ms = 0;
+  Milliseconds predicted_forward_ms = 0, predicted_backward_ms = 0;
+};
+struct ProfileComparison {
+  std::vector<LayerComparison> layers;
+  Milliseconds measured_ms = 0, predicted_ms = 0;  // every layer's forward and backward
+  double rms_relative_error = 0;  // over every layer's forward and backward time
+  double max_relative_error = 0;
+};
+// Throws InputError when the two do not describe the same layers.
+[[nodiscard]] ProfileComparison compare_profiles(const Profile& measured, const Profile& predicted);
 
 }  // namespace oobleck::executor

@@ -20,6 +20,17 @@ struct IterationOptions {
   // successor's layers recomputed under redundant computation). Empty: none.
   std::vector<std::vector<Milliseconds>> extra_forward_ms;
   bool record_ops = false;  // keep every op, for a Chrome trace
+  // All-reduced gradient bytes per parameter byte of the profile (2 for a
+  // run that sums fp32 weights' gradients in float64, as oobleck-run does).
+  double gradient_scale = 1;
+  // Every stage computes on one device (workers sharing a GPU): a forward
+  // or backward waits for the device as well as for its inputs, and the
+  // device serves waiting stages in the order they became ready.
+  bool shared_device = false;
+  // The LM head's weight is the token embedding's (GPT): the gradients of
+  // the first and the last layer are all-reduced together, among the
+  // holders of either, a pipeline's first and last stages included.
+  bool tied_embedding = false;
 };
 
 enum class OpKind : std::uint8_t { forward, backward, send_activation, send_gradient, allreduce, optimizer };
