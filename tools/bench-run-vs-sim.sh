@@ -19,8 +19,11 @@ steps=${STEPS:-12}
   --global-microbatches 8 --json "$out/plan.json" > /dev/null
 copy=$(python3 -c "import json; print(json.load(open('$out/profile.json'))['measured']['copy_bytes_per_s'])")
 echo "{\"cluster\": {\"device_memory_bytes_per_s\": $copy}}" > "$out/scenario.json"
+# As oobleck-run trains: the tied embedding's gradient summed between the two
+# stages, gradients summed in float64 (twice the fp32 bytes).
 "$bin/oobleck-sim" iteration --plan "$out/plan.json" --profile "$out/profile.json" \
-  --scenario "$out/scenario.json" --json "$out/sim.json" --chrome-trace "$out/sim-trace.json" > /dev/null
+  --scenario "$out/scenario.json" --tied-embedding --gradient-scale 2 \
+  --json "$out/sim.json" --chrome-trace "$out/sim-trace.json" > /dev/null
 "$bin/oobleck-run" tokenize --text executor/data/corpus.txt --out "$out/tokens.bin" > /dev/null
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" \
   --steps "$steps" --threads 1 --metrics "$out/metrics.jsonl" --chrome-trace "$out/run-trace.json" > "$out/run.txt"
