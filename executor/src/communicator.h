@@ -31,6 +31,9 @@ class Communicator {
   [[nodiscard]] virtual std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int peer, int tag) = 0;
   virtual void recv(torch::Tensor& tensor, int peer, int tag) = 0;
   virtual void allreduce_sum(torch::Tensor& tensor) = 0;
+  // The same, started: `tensor` holds the sum once wait() returns. All-reduces
+  // of different communicators may be in flight together.
+  [[nodiscard]] virtual std::unique_ptr<PendingOp> start_allreduce_sum(torch::Tensor& tensor) = 0;
   virtual void barrier() = 0;
   // From any thread: every operation in flight, and every one started after,
   // fails with CommunicationAborted (NCCL: ncclCommAbort). The communicator

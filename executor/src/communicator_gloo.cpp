@@ -48,11 +48,12 @@ class GlooCommunicator final : public Communicator {
     communicating([&] { wait_point_to_point(track(group_->recv(buffer, peer, tag))); });
     if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
   }
-  void allreduce_sum(torch::Tensor& tensor) override {
-    std::vector<torch::Tensor> buffer = {host_buffer(tensor)};
-    if (!buffer[0].is_same(tensor)) buffer[0].copy_(tensor);
-    communicating([&] { wait_collective(group_->allreduce(buffer)); });
-    if (!buffer[0].is_same(tensor)) tensor.copy_(buffer[0]);
+  void allreduce_sum(torch::Tensor& tensor) override { start_allreduce_sum(tensor)->wait(); }
+  std::unique_ptr<PendingOp> start_allreduce_sum(torch::Tensor& tensor) override {
+    std::vector<torch::Tensor> buffer = {host_copy(tensor)};
+    c10::intrusive_ptr<c10d::Work> work;
+    communicating([&] { work = group_->allreduce(buffer); });
+    return std::make_unique<PendingAllreduce>(*this, std::move(work), buffer[0], tensor);
   }
   void barrier() override {
     communicating([&] { wait_collective(group_->barrier()); });
@@ -78,12 +79,35 @@ class GlooCommunicator final : public Communicator {
     torch::Tensor keep_;  // the buffer must live until the send is done
   };
 
+  // Host buffers for GPU tensors are page-locked: copies from and to the
+  // GPU then run at the bus's speed (libtorch caches such blocks).
   [[nodiscard]] static torch::Tensor host_copy(const torch::Tensor& t) {
-    return t.is_cpu() ? t.contiguous() : t.to(torch::kCPU).contiguous();
+    if (t.is_cpu()) return t.contiguous();
+    auto host = host_buffer(t);
+    host.copy_(t);
+    return host;
   }
   [[nodiscard]] static torch::Tensor host_buffer(const torch::Tensor& t) {
-    return t.is_cpu() ? t : torch::empty(t.sizes(), t.options().device(torch::kCPU));
+    return t.is_cpu() ? t : torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
   }
+
+  // An all-reduce in flight: its host buffer, and the tensor the sum goes
+  // back to when that is not the buffer itself (a GPU tensor).
+  class PendingAllreduce final : public PendingOp {
+   public:
+    PendingAllreduce(GlooCommunicator& owner, c10::intrusive_ptr<c10d::Work> work, torch::Tensor buffer,
+                     torch::Tensor target)
+        : owner_(owner), work_(std::move(work)), buffer_(std::move(buffer)), target_(std::move(target)) {}
+    void wait() override {
+      owner_.communicating([&] { owner_.wait_collective(work_); });
+      if (!buffer_.is_same(target_)) target_.copy_(buffer_);
+    }
+
+   private:
+    GlooCommunicator& owner_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    torch::Tensor buffer_, target_;
+  };
 
   // Whatever Gloo or the store throw is a communication failure.
   template <typename Body>

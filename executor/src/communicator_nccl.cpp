@@ -96,6 +96,18 @@ class NcclCommunicator final : public Communicator {
           "ncclAllReduce");
     before_compute(recv_stream_);
   }
+  std::unique_ptr<PendingOp> start_allreduce_sum(torch::Tensor& tensor) override {
+    usable();
+    after_compute(recv_stream_);
+    check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor), ncclSum, comm_,
+                        recv_stream_),
+          "ncclAllReduce");
+    cudaEvent_t done;
+    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(done, recv_stream_), "cudaEventRecord");
+    before_compute(recv_stream_);
+    return std::make_unique<NcclPending>(done, tensor);
+  }
   void barrier() override {
     auto one = torch::ones({1}, torch::TensorOptions().device(torch::kCUDA));
     allreduce_sum(one);

@@ -678,6 +678,14 @@ class LiveWorker {
     }
     torch::Tensor tied = tied_sum(slots_);
     if (tied.defined()) by_set[label_holders_.at(kTied)].push_back(tied);
+    // Every group's all-reduce in flight at once: each group is its own
+    // communicator, so none waits for another worker's other groups.
+    struct InFlight {
+      std::vector<torch::Tensor>* tensors;
+      torch::Tensor flat;
+      std::unique_ptr<PendingOp> op;
+    };
+    std::vector<InFlight> in_flight;
     for (auto& [set, tensors] : by_set) {
       if (set.size() < 2) continue;
       auto flat = torch::cat([&] {
@@ -685,10 +693,14 @@ class LiveWorker {
         for (auto& t : tensors) views.push_back(t.reshape({-1}));
         return views;
       }());
-      gradient_group(set).allreduce_sum(flat);
+      auto op = gradient_group(set).start_allreduce_sum(flat);
+      in_flight.push_back({&tensors, std::move(flat), std::move(op)});
+    }
+    for (auto& f : in_flight) {
+      f.op->wait();
       std::int64_t offset = 0;
-      for (auto& t : tensors) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      for (auto& t : *f.tensors) {
+        t.copy_(f.flat.narrow(0, offset, t.numel()).view_as(t));
         offset += t.numel();
       }
     }
