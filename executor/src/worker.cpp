@@ -28,6 +28,7 @@
 #include <set>
 #include <thread>
 
+#include "autocast.h"
 #include "communicator.h"
 #include "control.h"
 #include "durable_file.h"
@@ -35,7 +36,6 @@
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
 #include "plan_seats.h"
-#include "autocast.h"
 #include "train_common.h"
 
 namespace oobleck::executor {

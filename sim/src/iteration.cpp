@@ -5,10 +5,10 @@
 // each stage-to-stage link carries one transfer at a time. A layer's
 // gradient all-reduce starts once every pipeline holding the layer has
 // finished its last backward over it (with tied embeddings, the first and
-// last layers are all-reduced together among the holders of either); each holder's GPUs (one network
-// interface each) carry their shard of it after the all-reduces queued
-// before it. A stage's optimizer step follows the all-reduces of all its
-// layers.
+// last layers are all-reduced together among the holders of either); each
+// holder's GPUs (one network interface each) carry their shard of it after
+// the all-reduces queued before it. A stage's optimizer step follows the
+// all-reduces of all its layers.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
