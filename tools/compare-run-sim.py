@@ -7,9 +7,9 @@ iteration time of the run's steps after the first (warm-up) ones.
 
   compare-run-sim.py SIM.json SIM_TRACE.json LIVE_TRACE.json METRICS.jsonl [--json OUT] [--skip N]
 """
+import argparse
 import json
 import statistics
-import sys
 
 
 def stages(trace_path):
@@ -38,20 +38,15 @@ def stages(trace_path):
     return out
 
 
-def main(argv):
-    args = [a for a in argv[1:]]
-    out_path, skip = None, 2
-    if "--json" in args:
-        i = args.index("--json")
-        out_path = args[i + 1]
-        del args[i:i + 2]
-    if "--skip" in args:
-        i = args.index("--skip")
-        skip = int(args[i + 1])
-        del args[i:i + 2]
-    if len(args) != 4:
-        sys.exit(__doc__)
-    sim_path, sim_trace, live_trace, metrics_path = args
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("sim", "sim_trace", "live_trace", "metrics"):
+        ap.add_argument(name)
+    ap.add_argument("--json", help="write the comparison here")
+    ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the measured median")
+    a = ap.parse_args()
+    sim_path, sim_trace, live_trace, metrics_path, out_path, skip = (a.sim, a.sim_trace, a.live_trace, a.metrics,
+                                                                     a.json, a.skip)
     sim = json.load(open(sim_path))
     steps = [json.loads(l) for l in open(metrics_path) if l.strip()]
     steps = [s for s in steps if "event" not in s and "iteration_ms" in s]
@@ -81,4 +76,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main()

@@ -18,6 +18,7 @@
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/model_config.h"
 #include "oobleck/executor/profiler.h"
+#include "oobleck/executor/train.h"
 
 namespace {
 
@@ -262,20 +263,12 @@ int main(int argc, char** argv) {
         measured.push_back(parse_profile(text, path));
         const auto doc = nlohmann::json::parse(text);
         if (hardware == "cpu" && inputs.empty()) hw = hardware_of_measurement(doc, measured.back());
-        ModelConfig measured_model = load_model_config(model_name);
-        if (doc.contains("model") && doc["model"].is_object()) {
-          measured_model = parse_model_config(
-              nlohmann::json{{"layers", doc["model"].value("layers", 0)},
-                             {"hidden", doc["model"].value("hidden", 0)},
-                             {"heads", doc["model"].value("heads", 0)},
-                             {"vocab", doc["model"].value("vocab", 0)},
-                             {"seq_len", doc["model"].value("seq_len", 0)}}
-                  .dump(),
-              path + ": model");
-        }
-        std::string measured_dtype = "fp32";
-        if (doc.contains("model") && doc["model"].is_object()) measured_dtype = doc["model"].value("dtype", "fp32");
-        inputs.push_back({nullptr, measured_model, measured_dtype});
+        // The measured model is the profile's own (hand-written profiles
+        // may have none: then --model's).
+        const auto model_doc = nlohmann::json::parse(measured.back().model_json, nullptr, false);
+        const bool described = model_doc.is_object() && model_doc.contains("layers");
+        inputs.push_back({nullptr, described ? model_of_profile(measured.back()) : load_model_config(model_name),
+                          described ? model_doc.value("dtype", "fp32") : "fp32"});
       }
       for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i].measured = &measured[i];
       unsigned terms = 0;

@@ -77,18 +77,4 @@ done
 echo "== the same steps in one process on $device" >&2
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" \
   --device "$device" --single-process --metrics "$out/single.jsonl" > /dev/null
-python3 - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-live = [json.loads(l) for l in open(f"{out}/run-5node.jsonl")]
-steps = [l for l in live if "event" not in l]
-single = [json.loads(l)["loss"] for l in open(f"{out}/single.jsonl")]
-worst = max(abs(s["loss"] - single[s["step"]]) / abs(single[s["step"]]) for s in steps)
-print("step  pipelines loss   one-process loss")
-for s in steps:
-    print(f"{s['step']:4d}  {s['loss']:.6f}        {single[s['step']]:.6f}")
-print(f"largest relative difference: {worst:.2e}; loss {steps[0]['loss']:.3f} -> {steps[-1]['loss']:.3f}")
-json.dump({"steps": len(steps), "largest_relative_difference": worst,
-           "losses": [s["loss"] for s in steps], "single_process_losses": single},
-          open(f"{out}/losses.json", "w"), indent=2)
-PY
+python3 tools/compare-losses.py "$out/run-5node.jsonl" "$out/single.jsonl" --table --json "$out/losses.json"

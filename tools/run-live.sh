@@ -25,16 +25,7 @@ common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/token
   --chrome-trace "$out/trace.json"
 echo "== the same model in one process"
 "$bin/oobleck-run" "${common[@]}" --single-process --metrics "$out/reference.jsonl" > /dev/null
-python3 - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-live = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
-steps = [l for l in live if "event" not in l]
-reference = [json.loads(l)["loss"] for l in open(f"{out}/reference.jsonl")]
-worst = max(abs(s["loss"] - reference[s["step"]]) / abs(reference[s["step"]]) for s in steps)
-reconfigurations = sum(1 for l in live if l.get("event") == "reconfigured" and not l["superseded"])
-print(f"{len(steps)} steps, {reconfigurations} reconfigurations; largest relative difference to one process: {worst:.1e}")
-PY
+python3 tools/compare-losses.py "$out/metrics.jsonl" "$out/reference.jsonl"
 # Debian's python3 has matplotlib (tools/setup.sh installs it).
 /usr/bin/python3 tools/plot-live.py "$out/metrics.jsonl" "$out/live.svg" "$out/reference.jsonl"
 echo "Wrote $out/metrics.jsonl, $out/trace.json and $out/live.svg (loss and time per step, reconfigurations marked)"

@@ -88,14 +88,8 @@ class NcclCommunicator final : public Communicator {
     check(ncclRecv(tensor.data_ptr(), tensor.numel(), nccl_type(tensor), peer, comm_, recv_stream_), "ncclRecv");
     before_compute(recv_stream_);
   }
-  void allreduce_sum(torch::Tensor& tensor) override {
-    usable();
-    after_compute(recv_stream_);
-    check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor), ncclSum, comm_,
-                        recv_stream_),
-          "ncclAllReduce");
-    before_compute(recv_stream_);
-  }
+  // Ordered before the compute stream's next work: nothing to wait for here.
+  void allreduce_sum(torch::Tensor& tensor) override { (void)start_allreduce_sum(tensor); }
   std::unique_ptr<PendingOp> start_allreduce_sum(torch::Tensor& tensor) override {
     usable();
     after_compute(recv_stream_);
