@@ -2,24 +2,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <stdexcept>
-#include <string>
-#include <string_view>
 
-#include "oobleck/planner.h"
+#include "oobleck/common.h"
+#include "oobleck/common/files.h"
 
 namespace oobleck::cli {
-
-constexpr int kExitBadInput = 2;
-constexpr int kExitNoPlan = 3;
 
 // Parses the command line. Returns the status to exit with when parsing
 // ends the program (help, version, a bad flag), nothing otherwise.
@@ -53,36 +43,21 @@ int run_reporting_errors(const char* program, Command&& command) {
     return kExitNoPlan;
   } catch (const std::exception& e) {
     std::cerr << program << ": internal error: " << e.what() << "\n";
-    return 1;
+    return kExitFailure;
   }
 }
 
-// Writes to a temporary file beside `path`, then renames it into place, so a
-// reader never sees a half-written file. Throws with a message naming `path`.
-template <typename Error = std::runtime_error>
-void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::string name = ".";
-  name.append(path.filename().string()).append(".tmp").append(std::to_string(::getpid()));
-  const auto temporary = parent / name;
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path.string() + ": cannot write (" + std::strerror(errno) + ")");
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw Error(path.string() + ": write failed");
-    }
+// Writes an output to `path` (atomically), to stdout for "-", or nowhere
+// when `path` is empty. True when it went to stdout: the human summary then
+// stays out of the way.
+inline bool emit(const std::string& path, std::string_view text) {
+  if (path.empty()) return false;
+  if (path == "-") {
+    std::cout << text;
+    return true;
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw Error(path.string() + ": cannot write (" + ec.message() + ")");
-  }
+  write_file_atomically(path, text);
+  return false;
 }
 
 }  // namespace oobleck::cli

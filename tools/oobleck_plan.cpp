@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "oobleck/common/files.h"
 #include "cli_io.h"
 #include "oobleck/planner.h"
 
@@ -20,7 +21,6 @@ namespace {
 using namespace oobleck;
 using Clock = std::chrono::steady_clock;
 
-using cli::kExitBadInput;
 // Instantiation time grows with nodes x pipelines; past this it takes seconds.
 constexpr std::size_t kMaxNodes = 16384;
 
@@ -207,16 +207,11 @@ void print_reconfiguration(const Reconfiguration& result, const TemplateSet& tem
   if (shown < result.transfers.size()) std::printf("  ... %zu more (see --json)\n", result.transfers.size() - shown);
 }
 
-// Writes JSON to a file (atomically) or to stdout for "-". Returns true when
-// the human summary should be skipped (JSON went to stdout).
+// JSON to a file (atomically) or to stdout for "-"; true when the human
+// summary should be skipped (JSON went to stdout).
 bool emit_json(const std::string& target, const std::string& text) {
-  if (target.empty()) return false;
-  if (target == "-") {
-    std::cout << text;
-    return true;
-  }
-  cli::write_file_atomically<InputError>(target, text);
-  std::cerr << "oobleck-plan: wrote " << target << "\n";
+  if (cli::emit(target, text)) return true;
+  if (!target.empty()) std::cerr << "oobleck-plan: wrote " << target << "\n";
   return false;
 }
 
@@ -297,7 +292,7 @@ int main(int argc, char** argv) {
   return cli::run_reporting_errors("oobleck-plan", [&]() -> int {
     if (*import_cmd) {
       const Profile profile = import_oobleck_profile(profile_path, import_options);
-      cli::write_file_atomically<InputError>(import_out, profile_to_json(profile));
+      write_file_atomically(import_out, profile_to_json(profile));
       std::cout << "Imported " << profile.layers.size() << " layers from " << profile_path << " into " << import_out
                 << "\nAssumptions:\n";
       for (const auto& note : profile.notes) std::cout << "  - " << note << "\n";

@@ -13,6 +13,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "oobleck/common/files.h"
 #include "cli_io.h"
 #include "oobleck/executor/analytic.h"
 #include "oobleck/executor/links.h"
@@ -110,7 +111,7 @@ int compare(const std::string& measured_path, const std::string& predicted_path,
                                         {"rms_relative_error", c.rms_relative_error},
                                         {"max_relative_error", c.max_relative_error},
                                         {"layers", layers}};
-    cli::write_file_atomically<InputError>(json_path, doc.dump(2) + "\n");
+    write_file_atomically(json_path, doc.dump(2) + "\n");
   }
   return 0;
 }
@@ -195,13 +196,7 @@ int main(int argc, char** argv) {
     ModelConfig model = load_model_config(model_name);
     model.seq_len = seq_len;
     validate(model, "--model");
-    {
-      const std::filesystem::path p(out);
-      const auto parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-      if (!std::filesystem::is_directory(parent)) {
-        throw InputError("--out: " + out + ": the folder " + parent.string() + " does not exist");
-      }
-    }
+    require_output_path("--out", out);
 
     if (*measure_cmd) {
       measure.model = model;
@@ -217,7 +212,7 @@ int main(int argc, char** argv) {
       const Measurement m = measure_profile(measure, [](std::string_view line) {
         std::cerr << "oobleck-profile: measuring " << line << "\n";
       });
-      cli::write_file_atomically<InputError>(out, measurement_to_json(m));
+      write_file_atomically(out, measurement_to_json(m));
       const double whole = m.whole_forward_ms + m.whole_backward_ms;
       const double sum = m.layers_forward_ms + m.layers_backward_ms;
       std::printf("%s, microbatch %d x %d tokens on %s (%d threads, %s)\n", model.name.c_str(), microbatch_size,
@@ -286,7 +281,7 @@ int main(int argc, char** argv) {
                    fit->layer_overhead_ms, 100 * fit->rms_relative_error, 100 * fit->max_relative_error);
     }
     const Profile profile = analytic_profile(model, hw, microbatch_size, type);
-    cli::write_file_atomically<InputError>(out, analytic_json(profile, hw, fit ? &*fit : nullptr, fit_paths));
+    write_file_atomically(out, analytic_json(profile, hw, fit ? &*fit : nullptr, fit_paths));
     double forward = 0, backward = 0;
     for (const auto& l : profile.layers) {
       forward += l.forward_ms;

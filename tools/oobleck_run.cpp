@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "oobleck/common/files.h"
 #include "cli_io.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   return cli::run_reporting_errors("oobleck-run", [&]() -> int {
     if (*tokenize_cmd) {
       const auto tokens = tokenize_bytes(read_text_file(text_path));
-      cli::write_file_atomically<InputError>(tokens_out, tokens_to_bytes(tokens));
+      write_file_atomically(tokens_out, tokens_to_bytes(tokens));
       std::printf("Wrote %zu tokens (vocabulary 256, byte-level) to %s\n", tokens.size(), tokens_out.c_str());
       return 0;
     }
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
       options.steps = o.steps;
       options.seed = o.seed;
       const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
-      if (!o.metrics_path.empty()) cli::write_file_atomically<InputError>(o.metrics_path, metrics_text(metrics));
+      if (!o.metrics_path.empty()) write_file_atomically(o.metrics_path, metrics_text(metrics));
       for (const auto& m : metrics) {
         std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", m.step, m.loss,
                     static_cast<long long>(m.samples), m.iteration_ms);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "oobleck/common/files.h"
 #include "cli_io.h"
 #include "oobleck/planner.h"
 #include "oobleck/sim/iteration.h"
@@ -26,33 +27,6 @@ using namespace oobleck;
 using namespace oobleck::sim;
 using Clock = std::chrono::steady_clock;
 
-
-// Writes `text` to `path` ('-': stdout). True when it went to stdout, so the
-// human summary stays out of the way.
-bool emit(const std::string& path, const std::string& text) {
-  if (path.empty()) return false;
-  if (path == "-") {
-    std::cout << text;
-    return true;
-  }
-  cli::write_file_atomically<InputError>(path, text);
-  return false;
-}
-
-// Every output's folder must exist before any work starts, so a bad path
-// fails at once and never leaves some outputs written and others not.
-void check_output_paths(const std::vector<std::pair<const char*, std::string>>& outputs) {
-  for (const auto& [flag, path] : outputs) {
-    if (path.empty() || path == "-") continue;
-    const std::filesystem::path p(path);
-    const auto parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-    std::error_code ec;
-    if (!std::filesystem::is_directory(parent, ec)) {
-      throw InputError(std::string(flag) + ": " + path + ": the folder " + parent.string() + " does not exist");
-    }
-    if (std::filesystem::is_directory(p, ec)) throw InputError(std::string(flag) + ": " + path + " is a folder");
-  }
-}
 
 // How generated traces are made: shared by `trace`, `replay` and `sweep`.
 struct Generator {
@@ -295,14 +269,14 @@ int main(int argc, char** argv) {
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
   return cli::run_reporting_errors("oobleck-sim", [&]() -> int {
-    check_output_paths({{"--json", json_out},
-                        {"--chrome-trace", chrome_out},
-                        {"--timeline", timeline_out},
-                        {"--plot", plot_out},
-                        {"--out", trace_out}});
+    for (const auto& [flag, path] : {std::pair{"--json", json_out}, std::pair{"--chrome-trace", chrome_out},
+                                     std::pair{"--timeline", timeline_out}, std::pair{"--plot", plot_out},
+                                     std::pair{"--out", trace_out}}) {
+      require_output_path(flag, path);
+    }
     if (*trace_cmd) {
       const Trace trace = generator.make(generator.seed, 8);
-      if (emit(trace_out, trace_to_csv(trace))) return 0;
+      if (cli::emit(trace_out, trace_to_csv(trace))) return 0;
       int removes = 0;
       for (const auto& e : trace.events) removes += e.change == NodeChange::remove ? 1 : 0;
       std::cout << "Wrote " << trace.events.size() << " events (" << removes << " removals, peak "
@@ -324,8 +298,8 @@ int main(int argc, char** argv) {
       options.shared_device = shared_device;
       options.tied_embedding = tied_embedding;
       const IterationResult result = simulate_iteration(cost, plan, options);
-      if (!chrome_out.empty()) emit(chrome_out, chrome_trace_json(result, plan, profile));
-      if (emit(json_out, iteration_to_json(result, plan))) return 0;
+      if (!chrome_out.empty()) cli::emit(chrome_out, chrome_trace_json(result, plan, profile));
+      if (cli::emit(json_out, iteration_to_json(result, plan))) return 0;
       std::printf("iteration: %.2f ms simulated op by op (the planner's formula: %.2f ms)\n", result.iteration_ms,
                   plan.iteration_ms);
       std::printf("  last backward ends at %.2f ms; gradient all-reduce exposed after it: %.2f ms\n",
@@ -363,13 +337,13 @@ int main(int argc, char** argv) {
       if (runs == 1) {
         const Trace trace = trace_for(0);
         const ReplayResult result = replay(profile, trace, options, scenario, progress_printer("oobleck-sim"));
-        if (!timeline_out.empty()) emit(timeline_out, timeline_csv(result));
+        if (!timeline_out.empty()) cli::emit(timeline_out, timeline_csv(result));
         if (!plot_out.empty()) {
-          emit(plot_out, timeline_svg(result, profile.model_name + " on " + trace.origin + ", f = " +
+          cli::emit(plot_out, timeline_svg(result, profile.model_name + " on " + trace.origin + ", f = " +
                                                   std::to_string(fault_tolerance) + ", B = " +
                                                   std::to_string(global_microbatches)));
         }
-        if (emit(json_out, replay_to_json(result))) return 0;
+        if (cli::emit(json_out, replay_to_json(result))) return 0;
         std::printf("%s: %zu events over %.2f h, peak %d nodes; %s, f = %d, B = %d (%d samples per iteration)\n",
                     trace.origin.c_str(), trace.events.size(), trace.duration_ms() / 3.6e6, trace.peak_nodes(),
                     profile.model_name.c_str(), fault_tolerance, global_microbatches, result.samples_per_iteration);
@@ -380,7 +354,7 @@ int main(int argc, char** argv) {
         const auto results = run_on_all_cores<ReplayResult>(
             runs, [&](int i) { return replay(profile, trace_for(i), options, scenario); }, "trace");
         const std::string text = seeds_json(results, generator.seed);
-        if (emit(json_out, text)) return 0;
+        if (cli::emit(json_out, text)) return 0;
         print_seeds_summary(text);
       }
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -449,7 +423,7 @@ int main(int argc, char** argv) {
       }
       out["runs"] = rows;
       out["recommended"] = {{"fault_tolerance", best_f}, {"checkpoint_interval_iterations", best_k}};
-      if (emit(json_out, out.dump(2) + "\n")) return 0;
+      if (cli::emit(json_out, out.dump(2) + "\n")) return 0;
       std::printf("%-10s  %3s  %-10s  %12s  %8s\n", "policy", "f", "interval", "samples/s", "goodput");
       for (const auto& row : rows) {
         std::printf("%-10s  %3d  %-10s  %12.2f  %7.1f%%\n", row["policy"].get<std::string>().c_str(),

@@ -46,12 +46,12 @@ int run_agent(const NodeProcessOptions& options) {
     if (::waitpid(worker, &status, WNOHANG) == worker) {
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       channel->send({{"type", "worker_exit"}, {"status", code}});
-      return code == 0 ? 0 : kExitTrainingFailed;
+      return code == 0 ? 0 : kExitFailure;
     }
     if (!open) {
       ::kill(worker, SIGKILL);
       ::waitpid(worker, &status, 0);
-      return kExitTrainingFailed;
+      return kExitFailure;
     }
   }
 }

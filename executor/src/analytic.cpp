@@ -1,3 +1,4 @@
+#include "oobleck/common/files.h"
 #include "oobleck/executor/analytic.h"
 
 #include <array>

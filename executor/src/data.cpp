@@ -1,3 +1,4 @@
+#include "oobleck/common/files.h"
 #include "oobleck/executor/data.h"
 
 namespace oobleck::executor {

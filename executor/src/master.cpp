@@ -20,8 +20,8 @@
 #include <random>
 #include <set>
 
+#include "oobleck/common/files.h"
 #include "control.h"
-#include "durable_file.h"
 #include "last_step.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -36,25 +36,6 @@ using control::Json;
 using Clock = std::chrono::steady_clock;
 
 double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
-
-// Writes beside `path`, flushes it to the disk, then renames: a reader
-// never sees half a file, and after a crash the name holds the old or the
-// new file whole.
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const auto temporary = path.string() + ".tmp" + std::to_string(::getpid());
-  write_durably(temporary, text);
-  std::filesystem::rename(temporary, path);
-  sync_folder(path.parent_path());
-}
-
-// An output file's folder must exist before anything starts.
-void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const auto parent = std::filesystem::absolute(path).parent_path();
-  if (!std::filesystem::is_directory(parent)) {
-    throw InputError(std::string(flag) + " " + path + ": folder " + parent.string() + " does not exist");
-  }
-}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -218,8 +199,8 @@ Master::Master(const MasterOptions& options) : o_(options), injections_(options.
     }
   }
   (void)step_sequences(tokens, o_.seed, 0, 0, 1, model.seq_len);  // long enough for one sequence
-  check_output_path(o_.metrics_path, "--metrics");
-  check_output_path(o_.chrome_trace_path, "--chrome-trace");
+  require_output_path("--metrics", o_.metrics_path);
+  require_output_path("--chrome-trace", o_.chrome_trace_path);
   if (!o_.hostfile.empty()) {
     hosts_ = parse_hostfile(read_text_file(o_.hostfile), o_.hostfile, profile_.hardware.gpus_per_node);
     for (const auto& n : ranked_nodes(initial_plan_)) {
@@ -598,8 +579,8 @@ void Master::finish_checkpoint(int step) {
                          {"seed", o_.seed},
                          {"profile_fingerprint", profile_fingerprint(profile_)}};
   sync_folder(std::filesystem::path(o_.checkpoint_dir) / folder);
-  write_atomically(std::filesystem::path(o_.checkpoint_dir) / folder / "manifest.json", manifest.dump(2) + "\n");
-  write_atomically(std::filesystem::path(o_.checkpoint_dir) / "latest.json", manifest.dump(2) + "\n");
+  write_file_atomically(std::filesystem::path(o_.checkpoint_dir) / folder / "manifest.json", manifest.dump(2) + "\n");
+  write_file_atomically(std::filesystem::path(o_.checkpoint_dir) / "latest.json", manifest.dump(2) + "\n");
   last_checkpoint_ = step;
   std::vector<std::filesystem::path> older;  // (a later one may be in the making: it stays)
   for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
@@ -909,7 +890,7 @@ void Master::finish() {
   }
   if (!o_.chrome_trace_path.empty() || !timelines_.empty()) {
     const LastStepReport report = last_step_report(current_.plan, timelines_, last_iteration_ms_);
-    if (!o_.chrome_trace_path.empty()) write_atomically(o_.chrome_trace_path, report.chrome_trace);
+    if (!o_.chrome_trace_path.empty()) write_file_atomically(o_.chrome_trace_path, report.chrome_trace);
     std::fputs(report.stage_summary.c_str(), stdout);
   }
   // Agents end once their worker has; wait for them a while, then make sure.

@@ -1,3 +1,4 @@
+#include "oobleck/common/files.h"
 #include "oobleck/executor/model_config.h"
 
 #include <nlohmann/json.hpp>

@@ -28,10 +28,11 @@
 #include <set>
 #include <thread>
 
+#include "oobleck/common/files.h"
+#include "oobleck/common/one_f_one_b.h"
 #include "autocast.h"
 #include "communicator.h"
 #include "control.h"
-#include "durable_file.h"
 #include "layer_state.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -173,7 +174,7 @@ class Inbox {
         if (finishing_) return;
         // The master is gone: so is the job. Nothing here can be saved by waiting.
         std::fprintf(stderr, "oobleck-run worker: the master went away; exiting\n");
-        std::_Exit(kExitTrainingFailed);
+        std::_Exit(kExitFailure);
       }
     }
   }
@@ -245,7 +246,7 @@ class LiveWorker {
           std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
           inbox_.abandon();
           release_communicators(true);
-          return kExitTrainingFailed;
+          return kExitFailure;
         }
       }
       release_communicators(true);
@@ -603,7 +604,6 @@ class LiveWorker {
     const int stages = static_cast<int>(pipeline.nodes.size()), position = seat().position;
     const bool first = position == 0, last = position == stages - 1;
     const int M = pipeline.microbatches, B = plan_.global_microbatches;
-    const int warmup = std::min(stages - position - 1, M);
     const auto activation_shape = std::vector<std::int64_t>{o_.microbatch_size, o_.model.seq_len, o_.model.hidden};
     // Stage boundaries carry fp32 (under autocast too: the residual stream is fp32).
     const auto activation = torch::TensorOptions().dtype(torch::kFloat32).device(train_device(o_));
@@ -658,10 +658,8 @@ class LiveWorker {
       if (!first) sends.push_back(links.send(inputs[m].grad(), rank_ - 1, 2 * m + 1));
       inputs[m] = outputs[m] = torch::Tensor();
     };
-    for (int m = 0; m < warmup; ++m) forward(m);
-    for (int m = 0; m < M; ++m) {
-      if (warmup + m < M) forward(warmup + m);
-      backward(m);
+    for (const PipelinePass pass : oobleck::one_f_one_b(position, stages, M)) {
+      pass.forward ? forward(pass.microbatch) : backward(pass.microbatch);
     }
     for (auto& w : sends) w->wait();
     return loss_sum;
@@ -725,8 +723,7 @@ class LiveWorker {
       for (int r = 0; r < rank_; ++r) first_holder = first_holder && !holds(seats_[r], l);
       if (!first_holder) continue;
       const std::string path = folder + "/layer-" + std::to_string(l) + ".pt";
-      write_durably(path + ".tmp", serialize_layer(held_.at(l)));
-      std::filesystem::rename(path + ".tmp", path);
+      write_file_atomically(path, serialize_layer(held_.at(l)));
     }
     inbox_.send({{"type", "saved"}, {"generation", number_}, {"step", save.at("step")}});
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <regex>
 
+#include "oobleck/common/files.h"
 #include "json_fields.h"
 #include "oobleck/planner.h"
 

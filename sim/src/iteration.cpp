@@ -17,27 +17,12 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "oobleck/common/chrome_trace.h"
+#include "oobleck/common/one_f_one_b.h"
 #include "oobleck/sim/engine.h"
 
 namespace oobleck::sim {
 namespace {
-
-struct Op {
-  bool forward;
-  int microbatch;
-};
-
-// 1F1B order for stage s (0-based) of S with M microbatches.
-std::vector<Op> one_f_one_b(int s, int S, int M) {
-  std::vector<Op> order;
-  const int warmup = std::min(S - s - 1, M);
-  for (int m = 0; m < warmup; ++m) order.push_back({true, m});
-  for (int m = 0; m < M; ++m) {
-    if (warmup + m < M) order.push_back({true, warmup + m});
-    order.push_back({false, m});
-  }
-  return order;
-}
 
 struct StageState {
   int pipeline = 0;
@@ -47,7 +32,7 @@ struct StageState {
   Milliseconds forward_ms = 0;
   Milliseconds backward_ms = 0;
   Milliseconds optimizer_ms = 0;
-  std::vector<Op> order;
+  std::vector<PipelinePass> order;
   std::size_t next = 0;
   bool busy = false;
   std::vector<char> activation_arrived;  // per microbatch, from the previous stage
@@ -161,7 +146,7 @@ class IterationModel {
   void try_start(int id) {
     StageState& st = stages_[id];
     if (st.busy || st.next == st.order.size()) return;
-    const Op op = st.order[st.next];
+    const PipelinePass op = st.order[st.next];
     if (op.forward ? !st.activation_arrived[op.microbatch] : !st.gradient_arrived[op.microbatch]) return;
     if (options_.shared_device) {
       if (device_busy_) {
@@ -189,7 +174,7 @@ class IterationModel {
     }
   }
 
-  void finish(int id, Op op, Milliseconds start) {
+  void finish(int id, PipelinePass op, Milliseconds start) {
     StageState& st = stages_[id];
     st.busy = false;
     st.compute_ms += engine_.now() - start;
@@ -383,44 +368,35 @@ std::string iteration_to_json(const IterationResult& result, const Plan& plan) {
 }
 
 std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile) {
-  using nlohmann::ordered_json;
-  ordered_json events = ordered_json::array();
-  auto meta = [&](const char* what, int pid, int tid, const std::string& name) {
-    ordered_json e = {{"name", what}, {"ph", "M"}, {"pid", pid}};
-    if (tid >= 0) e["tid"] = tid;
-    e["args"] = {{"name", name}};
-    events.push_back(std::move(e));
-  };
+  ChromeTrace trace;
   // One thread per link direction: each carries one transfer at a time.
   const int forward_links_tid = 1000, backward_links_tid = 2000;
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const Pipeline& pipeline = plan.pipelines[p];
     const int pid = static_cast<int>(p) + 1;
-    meta("process_name", pid, -1,
-         "pipeline " + std::to_string(p) + " (" + std::to_string(pipeline.nodes.size()) + " nodes, " +
-             std::to_string(pipeline.microbatches) + " microbatches)");
-    meta("process_sort_index", pid, -1, std::to_string(pid));
+    trace.name_process(pid, "pipeline " + std::to_string(p) + " (" + std::to_string(pipeline.nodes.size()) +
+                                " nodes, " + std::to_string(pipeline.microbatches) + " microbatches)");
+    trace.sort_process(pid, pid);
     for (std::size_t s = 0; s < pipeline.stages.size(); ++s) {
       const Stage& st = pipeline.stages[s];
       const std::string node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
-      meta("thread_name", pid, static_cast<int>(s),
-           "stage " + std::to_string(s) + ": layers " + std::to_string(st.layer_begin) + "-" +
-               std::to_string(st.layer_end - 1) + " on " + node + " (" + std::to_string(st.gpus) + " GPUs)");
+      trace.name_thread(pid, static_cast<int>(s),
+                        "stage " + std::to_string(s) + ": layers " + std::to_string(st.layer_begin) + "-" +
+                            std::to_string(st.layer_end - 1) + " on " + node + " (" + std::to_string(st.gpus) +
+                            " GPUs)");
     }
     for (std::size_t s = 0; s + 1 < pipeline.stages.size(); ++s) {
-      meta("thread_name", pid, forward_links_tid + static_cast<int>(s),
-           "activations " + std::to_string(s) + "->" + std::to_string(s + 1));
-      meta("thread_name", pid, backward_links_tid + static_cast<int>(s) + 1,
-           "gradients " + std::to_string(s + 1) + "->" + std::to_string(s));
+      trace.name_thread(pid, forward_links_tid + static_cast<int>(s),
+                        "activations " + std::to_string(s) + "->" + std::to_string(s + 1));
+      trace.name_thread(pid, backward_links_tid + static_cast<int>(s) + 1,
+                        "gradients " + std::to_string(s + 1) + "->" + std::to_string(s));
     }
   }
   const int allreduce_pid = static_cast<int>(plan.pipelines.size()) + 1;
-  meta("process_name", allreduce_pid, -1, "gradient all-reduce");
+  trace.name_process(allreduce_pid, "gradient all-reduce");
   // All-reduces on different nodes overlap: give each one the first free lane.
   std::vector<Milliseconds> lanes;
-  auto us = [](Milliseconds ms) { return ms * 1000.0; };
   for (const auto& op : result.ops) {
-    ordered_json e;
     int pid = op.pipeline + 1, tid = op.stage;
     std::string name;
     switch (op.kind) {
@@ -446,24 +422,15 @@ std::string chrome_trace_json(const IterationResult& result, const Plan& plan, c
         break;
       }
     }
-    e["name"] = name;
-    e["cat"] = op.kind == OpKind::forward || op.kind == OpKind::backward ? "compute" : "communication";
-    e["ph"] = "X";
-    e["ts"] = us(op.start_ms);
-    e["dur"] = us(op.end_ms - op.start_ms);
-    e["pid"] = pid;
-    e["tid"] = tid;
-    if (op.kind == OpKind::forward || op.kind == OpKind::backward) e["args"] = {{"microbatch", op.index}};
-    events.push_back(std::move(e));
+    const bool compute = op.kind == OpKind::forward || op.kind == OpKind::backward;
+    std::vector<std::pair<std::string, double>> args;
+    if (compute) args.emplace_back("microbatch", op.index);
+    trace.add_span(name, compute ? "compute" : "communication", pid, tid, op.start_ms, op.end_ms, std::move(args));
   }
   for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
-    meta("thread_name", allreduce_pid, static_cast<int>(lane), "lane " + std::to_string(lane));
+    trace.name_thread(allreduce_pid, static_cast<int>(lane), "lane " + std::to_string(lane));
   }
-  ordered_json out;
-  out["traceEvents"] = std::move(events);
-  out["displayTimeUnit"] = "ms";
-  out["otherData"] = {{"iteration_ms", result.iteration_ms}, {"planner_iteration_ms", plan.iteration_ms}};
-  return out.dump() + "\n";
+  return trace.to_json({{"iteration_ms", result.iteration_ms}, {"planner_iteration_ms", plan.iteration_ms}});
 }
 
 }  // namespace oobleck::sim

@@ -1,7 +1,6 @@
 #include "oobleck/sim/trace.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -9,6 +8,9 @@
 #include <system_error>
 #include <unordered_map>
 #include <utility>
+
+#include "oobleck/common/event_lines.h"
+#include "oobleck/common/files.h"
 
 namespace oobleck::sim {
 
@@ -23,14 +25,7 @@ constexpr std::size_t kMaxGeneratedEvents = 10'000'000;
 constexpr double kMsPerHour = 3'600'000.0;
 constexpr const char* kEventFields = "time_ms,add|remove,node_name";
 
-bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 std::vector<std::string_view> split(std::string_view s, char separator) {
   std::vector<std::string_view> parts;
@@ -40,34 +35,6 @@ std::vector<std::string_view> split(std::string_view s, char separator) {
     if (at == std::string_view::npos) return parts;
     s.remove_prefix(at + 1);
   }
-}
-
-// Calls f(line_number, line) for each line; a trailing newline ends the last
-// line rather than starting an empty one. CR of CRLF is left to trim(), and a
-// UTF-8 byte order mark (spreadsheet exports) is skipped.
-template <typename F>
-void for_each_line(std::string_view text, F&& f) {
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  int number = 0;
-  while (!text.empty()) {
-    const std::size_t end = text.find('\n');
-    f(++number, text.substr(0, end));
-    if (end == std::string_view::npos) break;
-    text.remove_prefix(end + 1);
-  }
-}
-
-// Echoes bad input in messages, shortened so a binary file cannot flood them.
-std::string quoted(std::string_view s) {
-  constexpr std::size_t kShown = 40;
-  std::string out = "\"";
-  out += s.substr(0, kShown);
-  if (s.size() > kShown) out += "...";
-  return out + "\"";
-}
-
-[[noreturn]] void fail_at(const std::string& origin, int line, const std::string& what) {
-  throw InputError(origin + ":" + std::to_string(line) + ": " + what);
 }
 
 // A non-negative decimal without sign or exponent ("600000", "600000.0", ".5").
@@ -230,58 +197,47 @@ Trace parse_trace(std::string_view text, const std::string& origin) {
   std::unordered_map<std::string, int> present;  // node -> line that added it
   Milliseconds last_time = 0;
   int last_line = 0;
-  for_each_line(text, [&](int line, std::string_view raw) {
-    const std::string_view body = trim(raw);
-    if (body.empty()) return;
-    const std::vector<std::string_view> fields = split(body, ',');
-    if (fields.size() != 3) {
-      fail_at(
-          origin, line,
-          std::string("expected 3 comma-separated fields ") + kEventFields + ", got " + std::to_string(fields.size()));
-    }
-    const std::string_view time_text = trim(fields[0]), action = trim(fields[1]), node = trim(fields[2]);
-
-    const std::optional<double> time = parse_decimal(time_text);
+  for_each_event_line(text, origin, kEventFields, [&](const EventLine& e) {
+    const int line = e.line;
+    const std::optional<double> time = parse_decimal(e.when);
     if (!time) {
-      fail_at(origin, line,
-              "expected time_ms, a non-negative number of milliseconds such as 600000, got " + quoted(time_text));
+      fail_at_line(origin, line,
+                   "expected time_ms, a non-negative number of milliseconds such as 600000, got " +
+                       quoted_excerpt(e.when));
     }
     if (*time > kMaxTraceMs) {
-      fail_at(origin, line,
-              "time " + format_decimal(*time) + " ms is beyond " + format_decimal(kMaxTraceMs) +
-                  " ms (2^53, about 285,000 years); expected a smaller time");
+      fail_at_line(origin, line,
+                   "time " + format_decimal(*time) + " ms is beyond " + format_decimal(kMaxTraceMs) +
+                       " ms (2^53, about 285,000 years); expected a smaller time");
     }
     if (trace.events.size() >= kMaxGeneratedEvents) {
-      fail_at(origin, line, "more than " + std::to_string(kMaxGeneratedEvents) + " events; expected a shorter trace");
+      fail_at_line(origin, line,
+                   "more than " + std::to_string(kMaxGeneratedEvents) + " events; expected a shorter trace");
     }
     NodeChange change;
-    if (action == "add") {
+    if (e.action == "add") {
       change = NodeChange::add;
-    } else if (action == "remove") {
+    } else if (e.action == "remove") {
       change = NodeChange::remove;
     } else {
-      fail_at(origin, line, "expected add or remove, got " + quoted(action));
-    }
-    if (node.empty()) fail_at(origin, line, "empty node name, expected a name such as node1");
-    if (std::any_of(node.begin(), node.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); })) {
-      fail_at(origin, line, "node name " + quoted(node) + " contains whitespace, expected a name without spaces");
+      fail_at_line(origin, line, "expected add or remove, got " + quoted_excerpt(e.action));
     }
     if (*time < last_time) {
-      fail_at(origin, line,
-              "time " + format_decimal(*time) + " ms is before " + format_decimal(last_time) + " ms of line " +
-                  std::to_string(last_line) + ": events must be in time order");
+      fail_at_line(origin, line,
+                   "time " + format_decimal(*time) + " ms is before " + format_decimal(last_time) + " ms of line " +
+                       std::to_string(last_line) + ": events must be in time order");
     }
-
-    std::string name(node);
+    std::string name(e.node);
     if (change == NodeChange::add) {
       const auto [it, inserted] = present.emplace(name, line);
       if (!inserted) {
-        fail_at(origin, line,
-                "adds node " + quoted(node) + ", already present since line " + std::to_string(it->second) +
-                    "; expected a node that is not present");
+        fail_at_line(origin, line,
+                     "adds node " + quoted_excerpt(e.node) + ", already present since line " +
+                         std::to_string(it->second) + "; expected a node that is not present");
       }
     } else if (present.erase(name) == 0) {
-      fail_at(origin, line, "removes node " + quoted(node) + ", which is not present; expected a node added earlier");
+      fail_at_line(origin, line,
+                   "removes node " + quoted_excerpt(e.node) + ", which is not present; expected a node added earlier");
     }
     last_time = *time;
     last_line = line;
@@ -308,25 +264,25 @@ Trace parse_count_series(std::string_view text, const std::string& origin) {
   long long count = 0;
   Milliseconds last_change_ms = 0;
   for_each_line(text, [&](int line, std::string_view raw) {
-    const std::string_view body = trim(raw);
+    const std::string_view body = trim_blanks(raw);
     if (body.empty()) return;
     const std::vector<std::string_view> fields = split(body, ',');
     if (fields.size() != 3) {
-      fail_at(origin, line,
+      fail_at_line(origin, line,
               "expected 3 comma-separated fields date, time, instance_count such as 2021-12-11, 11:11:30, 55, got " +
                   std::to_string(fields.size()));
     }
-    const std::string_view date_text = trim(fields[0]), clock_text = trim(fields[1]), count_text = trim(fields[2]);
+    const std::string_view date_text = trim_blanks(fields[0]), clock_text = trim_blanks(fields[1]), count_text = trim_blanks(fields[2]);
     const auto day = parse_date(date_text);
-    if (!day) fail_at(origin, line, "expected a date YYYY-MM-DD, got " + quoted(date_text));
+    if (!day) fail_at_line(origin, line, "expected a date YYYY-MM-DD, got " + quoted_excerpt(date_text));
     const auto clock = parse_clock(clock_text);
-    if (!clock) fail_at(origin, line, "expected a time of day HH:MM:SS, got " + quoted(clock_text));
+    if (!clock) fail_at_line(origin, line, "expected a time of day HH:MM:SS, got " + quoted_excerpt(clock_text));
     constexpr long long kMaxCount = 1'000'000;
     const auto row_count = parse_whole(count_text, kMaxCount);
     if (!row_count) {
-      fail_at(origin, line,
+      fail_at_line(origin, line,
               "expected instance_count, a whole number from 0 to " + std::to_string(kMaxCount) + ", got " +
-                  quoted(count_text));
+                  quoted_excerpt(count_text));
     }
 
     const long long seconds = *day * 86400 + *clock;
@@ -352,10 +308,10 @@ Trace load_trace(const std::string& path) {
   const std::string text = read_text_file(path);
   std::string_view first;
   for_each_line(text, [&](int, std::string_view line) {
-    if (first.empty()) first = trim(line);
+    if (first.empty()) first = trim_blanks(line);
   });
   const std::vector<std::string_view> fields = split(first, ',');
-  if (fields.size() == 3 && looks_like_date(trim(fields[0]))) return parse_count_series(text, path);
+  if (fields.size() == 3 && looks_like_date(trim_blanks(fields[0]))) return parse_count_series(text, path);
   return parse_trace(text, path);
 }
 
@@ -504,9 +460,9 @@ Trace spot_trace(int nodes, double add_probability, double remove_probability, M
 // A number and a unit; a bare 0 is accepted too, since zero needs no unit
 // (the command line's "--mttr 0" means never repaired).
 Milliseconds parse_duration(std::string_view text, const std::string& what) {
-  const std::string_view body = trim(text);
+  const std::string_view body = trim_blanks(text);
   const auto fail = [&]() -> Milliseconds {
-    throw InputError(what + ": expected a duration such as 90m, 6h or 54d, got " + quoted(text));
+    throw InputError(what + ": expected a duration such as 90m, 6h or 54d, got " + quoted_excerpt(text));
   };
   std::size_t unit_at = 0;
   while (unit_at < body.size() && (is_digit(body[unit_at]) || body[unit_at] == '.')) ++unit_at;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "oobleck/common/files.h"
 #include "oobleck/planner.h"
 #include "oobleck/sim/trace.h"
 

@@ -1,35 +1,16 @@
 // oobleck planner: profiles in, pipeline templates, instantiation and
 // reconfiguration plans out. Plain C++, deterministic, no global state.
-//
-// Units travel in names: `_ms` milliseconds, `_bytes` bytes,
-// `_bytes_per_s` bytes per second.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "oobleck/common.h"  // Milliseconds, Bytes, InputError, NoPlanError, Progress
+
 namespace oobleck {
-
-using Milliseconds = double;
-using Bytes = std::int64_t;
-
-// Bad input: the message names the file, line or field and what was expected.
-class InputError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// No plan exists for the surviving nodes; training state must come from a
-// checkpoint. The message says why (too few nodes, or layers without replica).
-class NoPlanError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // ---------------------------------------------------------------- profiles
 
@@ -190,8 +171,6 @@ struct TemplateSet {
   [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
 };
 
-using Progress = std::function<void(std::string_view)>;
-
 // For every node count 1..max_nodes, the template minimising T(M) exactly;
 // counts with no feasible template are absent.
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
@@ -293,8 +272,5 @@ struct ReconfigureOptions {
 // Checks the plan against the profile's layer count and GPUs per node.
 [[nodiscard]] Plan parse_plan(std::string_view json_text, const std::string& origin,
                               const Profile& profile);
-
-// The whole file; a failure's message names the path.
-[[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
 
 }  // namespace oobleck

@@ -71,13 +71,10 @@ struct MasterOptions {
   std::string program;               // this executable: started again as agents and workers
 };
 
-// Exit statuses of a live run.
-inline constexpr int kExitTrainingFailed = 1;
-inline constexpr int kExitNoPlanLive = 3;  // as oobleck-plan: the replicas no longer cover a layer
-
 // Trains to the end. Throws InputError for bad input (before anything
-// starts) and NoPlanError when a loss leaves no plan; returns 0 or
-// kExitTrainingFailed.
+// starts) and NoPlanError when a loss leaves no plan (exit kExitNoPlan, as
+// oobleck-plan: the replicas no longer cover a layer); returns kExitSuccess
+// or kExitFailure.
 [[nodiscard]] int run_master(const MasterOptions& options);
 
 // The processes the master starts: `node` is the plan's node name, the

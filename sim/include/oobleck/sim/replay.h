@@ -105,8 +105,6 @@ struct ReplayResult {
   std::vector<PolicyResult> policies;
 };
 
-using Progress = std::function<void(std::string_view)>;
-
 [[nodiscard]] ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOptions& options,
                                   const Scenario& scenario = {}, const Progress& progress = {});
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "oobleck/planner.h"  // InputError, Milliseconds
+#include "oobleck/common.h"
 
 namespace oobleck::sim {
 

@@ -1,0 +1,84 @@
+#include "oobleck/common/event_lines.h"
+
+#include <vector>
+
+#include "oobleck/common.h"
+
+namespace oobleck {
+namespace {
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+// What is wrong with a node name, or nothing. Node names become host names,
+// process arguments and file names.
+std::string node_name_problem(std::string_view name) {
+  constexpr std::size_t kLongest = 255;
+  if (name.empty()) return "empty node name, expected a name such as node1";
+  const std::string shown = "node name " + quoted_excerpt(name);
+  if (name.size() > kLongest) return shown + " is longer than 255 bytes, expected a shorter name";
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == ' ' || c == '\t') return shown + " contains whitespace, expected a name without spaces";
+    if (u < ' ' || u == 0x7f) return shown + " contains a control character, expected a printable name";
+    if (c == '"' || c == '\'' || c == '\\' || c == '/') {
+      return shown + " contains quotes or slashes, expected a name such as node1";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+void for_each_line(std::string_view text, const std::function<void(int, std::string_view)>& f) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  int number = 0;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    f(++number, text.substr(0, end));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+}
+
+std::string_view trim_blanks(std::string_view text) {
+  while (!text.empty() && is_blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_blank(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+std::string quoted_excerpt(std::string_view text) {
+  constexpr std::size_t kShown = 40;
+  std::string out = "\"";
+  out += text.substr(0, kShown);
+  if (text.size() > kShown) out += "...";
+  return out + "\"";
+}
+
+void fail_at_line(const std::string& origin, int line, const std::string& what) {
+  throw InputError(origin + ":" + std::to_string(line) + ": " + what);
+}
+
+void for_each_event_line(std::string_view text, const std::string& origin, std::string_view format,
+                         const std::function<void(const EventLine&)>& f) {
+  for_each_line(text, [&](int line, std::string_view raw) {
+    std::string_view body = raw.substr(0, raw.find('#'));
+    body = trim_blanks(body);
+    if (body.empty()) return;
+    std::vector<std::string_view> fields;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = body.find(',', start);
+      fields.push_back(trim_blanks(body.substr(start, comma - start)));
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    if (fields.size() != 3) {
+      fail_at_line(
+          origin, line,
+          "expected 3 comma-separated fields " + std::string(format) + ", got " + std::to_string(fields.size()));
+    }
+    if (const std::string problem = node_name_problem(fields[2]); !problem.empty()) fail_at_line(origin, line, problem);
+    f(EventLine{line, fields[0], fields[1], fields[2]});
+  });
+}
+
+}  // namespace oobleck

@@ -1,0 +1,136 @@
+// The recovery rule, written once for the live run and the simulator. A
+// controller is told what happened (events.h) and answers what to do; it
+// does no I/O and reads no clock (every event carries its time), so the
+// master drives it from sockets, the simulator's oobleck policy in
+// simulated time, and tests from tables.
+//
+// The rule:
+// - A step is committed once every trainer of the generation reported it,
+//   no loss came first, and no awaited join is missing. The first commit
+//   of a generation makes its plan the *base*.
+// - Only a committed step says where the training state is: on the base
+//   plan's nodes, each holding its layers. So every recovery plans from the
+//   base, with every node lost and added since it (`reconfigure`), also
+//   when a loss arrives while an earlier recovery is still under way: the
+//   newer plan's copies may not have happened, and planning from it would
+//   count layers on nodes that never received them.
+// - Until a generation after a (re)start commits a step, the state is not
+//   in any node's memory but where the start took it from (the seed or a
+//   checkpoint), so a loss plans afresh for the nodes left (`instantiate`).
+// - Nodes that join wait for the next commit and enter a generation there;
+//   a recovery that happens first takes them in.
+// - A spare node (in no pipeline) that is lost while the generation trains
+//   is dropped without interrupting it; while it is still recovering, every
+//   member takes part in the state copies, and any loss starts over.
+// - When the replicas no longer cover a layer, or too few nodes are left
+//   for any plan, the job gives up, or (when configured) restarts from the
+//   last checkpoint on the nodes present and waits while there are too few.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "oobleck/planner.h"
+#include "oobleck/recovery/events.h"
+
+namespace oobleck::recovery {
+
+struct ControllerOptions {
+  int fault_tolerance = 0;
+  int global_microbatches = 1;
+  // The first generation's plan, started once all of its nodes joined.
+  // Without one, the first generation is planned for the nodes that join.
+  std::optional<Plan> initial_plan;
+  StateSource first_source = StateSource::initial;  // checkpoint: the job resumes from one
+  int first_step = 0;                               // the step the first generation trains
+  int last_step = -1;                               // its commit ends training; -1: never
+  enum class WhenNoPlan { give_up, restart_from_checkpoint };
+  WhenNoPlan when_no_plan = WhenNoPlan::give_up;
+  // After a communication error, how long a loss may take to be detected
+  // before the same members start over; and how often that may happen in a
+  // row without a commit before the job gives up.
+  Milliseconds communication_grace_ms = 1000;
+  int restarts_without_progress = 3;
+};
+
+class Controller {
+ public:
+  // `templates`: for node counts up to its max_nodes; larger sets are built
+  // from `cost` when more nodes take part. Both must outlive the controller.
+  Controller(const CostModel& cost, const TemplateSet& templates, ControllerOptions options);
+
+  Actions handle(const Event& event);
+
+  // ---------------------------------------------------------------- state
+  [[nodiscard]] const Generation* current() const { return current_ ? &*current_ : nullptr; }
+  [[nodiscard]] bool established() const { return current_ && established_; }
+  [[nodiscard]] bool ready() const { return current_ && ready_; }
+  [[nodiscard]] bool finished() const { return finished_; }
+  [[nodiscard]] int committed_step() const { return committed_; }
+  // Whether a node trains in the current generation.
+  [[nodiscard]] bool trains(const std::string& node) const { return trainers_.count(node) > 0; }
+  [[nodiscard]] int trainer_count() const { return static_cast<int>(trainers_.size()); }
+  [[nodiscard]] const std::vector<std::string>& pending_joins() const { return pending_joins_; }
+  // A commit would change something: the generation is not established
+  // yet, or joins wait for the next one. (The simulator plays step
+  // boundaries only while this holds.)
+  [[nodiscard]] bool commit_wanted() const;
+  // When the next Timer event is due, if any.
+  [[nodiscard]] std::optional<Milliseconds> next_deadline_ms() const;
+  // Whether a recovery would still find a plan if `nodes` were lost too.
+  [[nodiscard]] bool survives_losing(const std::vector<std::string>& nodes);
+
+ private:
+  Actions on(const NodesLost& e);
+  Actions on(const NodesJoined& e);
+  Actions on(const JoinAwaited& e);
+  Actions on(const GenerationReady& e);
+  Actions on(const StepReported& e);
+  Actions on(const StepCompleted& e);
+  Actions on(const CommunicationFailed& e);
+  Actions on(const Timer& e);
+
+  // The members of the job now: the current generation's nodes not lost,
+  // then the nodes that joined since, in that order.
+  [[nodiscard]] std::vector<std::string> members() const;
+  Actions try_start();  // no generation yet, or waiting for nodes
+  Actions try_commit(int step);
+  Actions commit(int step);
+  Actions recover(Cause cause);
+  Actions start_afresh(Cause cause, StateSource source, bool rolled_back);
+  Actions begin(Generation generation);
+  Actions no_plan(const std::string& why, bool replicas_gone);
+  Plan plan_for(const std::vector<std::string>& nodes);
+  const TemplateSet& templates_for(int nodes);
+
+  const CostModel& cost_;
+  const TemplateSet* templates_;
+  TemplateSet grown_;  // when more nodes take part than `templates_` covers
+  ControllerOptions options_;
+
+  int generations_ = 0;
+  std::optional<Generation> current_;
+  std::set<std::string> trainers_;   // of the current generation
+  std::vector<std::string> ranked_;  // the current generation's nodes not lost, in rank order
+  bool established_ = false, ready_ = false, finished_ = false, waiting_ = false;
+  int committed_ = -1;
+
+  // The base: the plan of the last generation that committed a step, and
+  // what happened since. Without one (nothing committed since the job
+  // started or restarted), the state is where the start took it from.
+  std::optional<Plan> base_;
+  StateSource start_source_;
+  std::vector<std::string> lost_since_base_, added_since_base_;
+
+  std::vector<std::string> pending_joins_;  // joined, in no generation yet
+  std::set<std::string> awaited_joins_;
+  std::optional<int> deferred_commit_;            // reported by all, waiting for awaited joins
+  std::map<int, std::set<std::string>> reports_;  // step -> trainers that reported it
+
+  std::optional<Milliseconds> communication_deadline_ms_;
+  int restarts_without_progress_ = 0;
+};
+
+}  // namespace oobleck::recovery

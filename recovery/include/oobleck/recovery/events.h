@@ -1,0 +1,142 @@
+// What the recovery controller is told (events) and what it answers
+// (actions). Plain values, so that a sequence of them is a test's table row
+// and a run's decision log.
+#pragma once
+
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oobleck/planner.h"
+#include "oobleck/recovery/seats.h"
+
+namespace oobleck::recovery {
+
+// ---------------------------------------------------------------- events
+
+// Nodes are gone (a process died, a heartbeat stopped, a trace removed them).
+struct NodesLost {
+  std::vector<std::string> nodes;
+  Milliseconds at_ms = 0;
+};
+// Nodes are ready to take part (a worker connected, a trace added them).
+struct NodesJoined {
+  std::vector<std::string> nodes;
+  Milliseconds at_ms = 0;
+};
+// A node is on its way: the commit of the step now in progress waits for it,
+// so that it joins at that step's boundary (scripted joins stay where the
+// script put them).
+struct JoinAwaited {
+  std::string node;
+};
+// Every member of the generation has its state and communicators: it trains.
+struct GenerationReady {
+  int generation = 0;
+  Milliseconds at_ms = 0;
+};
+// One trainer of the generation finished `step` (forward, backward and
+// gradient synchronisation) and waits for its commit.
+struct StepReported {
+  int generation = 0;
+  int step = 0;
+  std::string node;
+  Milliseconds at_ms = 0;
+};
+// Every trainer of the generation finished `step` at once: the simulator's
+// view, which plays iterations, not trainers.
+struct StepCompleted {
+  int generation = 0;
+  int step = 0;
+  Milliseconds at_ms = 0;
+};
+// A collective of the generation failed, and no loss has been seen (yet).
+struct CommunicationFailed {
+  int generation = 0;
+  Milliseconds at_ms = 0;
+};
+// The clock moved on; due deadlines fire.
+struct Timer {
+  Milliseconds at_ms = 0;
+};
+
+using Event = std::variant<NodesLost, NodesJoined, JoinAwaited, GenerationReady, StepReported, StepCompleted,
+                           CommunicationFailed, Timer>;
+
+// ---------------------------------------------------------------- actions
+
+// Where a generation's training state comes from.
+enum class StateSource {
+  replicas,    // the nodes hold it (the base plan's layers); missing layers are copied
+  initial,     // nothing trained yet: every layer's state is (seed, layer)
+  checkpoint,  // the last checkpoint, read by every trainer
+};
+
+// Why a generation starts.
+enum class Cause {
+  start,          // the job's first
+  loss,           // nodes were lost
+  join,           // nodes joined at a step boundary
+  communication,  // a collective failed with no node lost: the same members start over
+  nodes_back,     // enough nodes came back to train again after waiting
+};
+
+struct Generation {
+  int number = 0;
+  Cause cause = Cause::start;
+  Plan plan;
+  int resume_step = 0;  // the first step it trains
+  StateSource source = StateSource::initial;
+  // True when the replicas no longer covered every layer and the training
+  // since the checkpoint is lost (source is then checkpoint).
+  bool rolled_back = false;
+  // With source replicas: what each node holds of the state after step
+  // resume_step - 1 (its layers in the base plan), and the copies that
+  // complete it, with the planner's estimate of their bytes and time.
+  std::map<std::string, LayerRange> holdings;
+  std::vector<Transfer> transfers;
+  Bytes copy_bytes = 0;
+  Milliseconds copy_ms = 0;
+  // Nodes lost and added since the base plan, in the order they were seen.
+  std::vector<std::string> lost, added;
+};
+
+struct StartGeneration {
+  Generation generation;
+};
+// Commit `step`: every trainer applies it. The first commit of a generation
+// establishes it: its plan becomes the base that later recoveries plan from.
+struct CommitStep {
+  int generation = 0;
+  int step = 0;
+  bool establishes = false;
+  bool finish = false;  // the last step: training is over
+};
+// No plan exists for the nodes left; training resumes when enough join,
+// from the checkpoint. `rolled_back`: the replicas held state newer than
+// the checkpoint, and it is lost.
+struct WaitForNodes {
+  std::string why;
+  bool rolled_back = false;
+};
+struct GiveUp {
+  enum class Reason { no_plan, no_progress };
+  Reason reason = Reason::no_plan;
+  std::string why;
+  int committed_step = -1;  // the state a checkpoint would have to hold
+};
+
+using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp>;
+using Actions = std::vector<Action>;
+
+[[nodiscard]] std::string_view source_name(StateSource source);
+[[nodiscard]] std::string_view cause_name(Cause cause);
+
+// A generation as one JSON object, the record both a live run's metrics and
+// the simulator's decision log carry: {kind: "generation", generation, cause,
+// source, rolled_back, resume_step, lost, added, pipelines: [[node, ...]],
+// spare_nodes, copy_bytes}.
+[[nodiscard]] std::string generation_record(const Generation& generation);
+
+}  // namespace oobleck::recovery

@@ -1,0 +1,308 @@
+// The recovery rule (controller.h has it in prose). Every handler updates
+// the books and returns what the driver must do, in order: a commit may be
+// followed by the generation that takes in the nodes waiting to join.
+#include "oobleck/recovery/controller.h"
+
+#include <algorithm>
+
+namespace oobleck::recovery {
+namespace {
+
+bool contains(const std::vector<std::string>& list, const std::string& name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+bool erase_from(std::vector<std::string>& list, const std::string& name) {
+  const auto it = std::find(list.begin(), list.end(), name);
+  if (it == list.end()) return false;
+  list.erase(it);
+  return true;
+}
+
+void append(Actions& to, Actions more) {
+  to.insert(to.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+}
+
+}  // namespace
+
+Controller::Controller(const CostModel& cost, const TemplateSet& templates, ControllerOptions options)
+    : cost_(cost),
+      templates_(&templates),
+      options_(std::move(options)),
+      committed_(options_.first_step - 1),
+      start_source_(options_.first_source) {}
+
+Actions Controller::handle(const Event& event) {
+  if (finished_) return {};
+  return std::visit([this](const auto& e) { return on(e); }, event);
+}
+
+// ---------------------------------------------------------------- membership
+
+std::vector<std::string> Controller::members() const {
+  std::vector<std::string> out = ranked_;
+  out.insert(out.end(), pending_joins_.begin(), pending_joins_.end());
+  return out;
+}
+
+Actions Controller::on(const NodesJoined& e) {
+  for (const auto& node : e.nodes) {
+    awaited_joins_.erase(node);
+    if (!contains(pending_joins_, node) && !contains(ranked_, node)) pending_joins_.push_back(node);
+  }
+  if (!current_) return try_start();
+  if (deferred_commit_ && awaited_joins_.empty()) return try_commit(*deferred_commit_);
+  return {};
+}
+
+Actions Controller::on(const JoinAwaited& e) {
+  if (!contains(pending_joins_, e.node) && !contains(ranked_, e.node)) awaited_joins_.insert(e.node);
+  return {};
+}
+
+Actions Controller::on(const NodesLost& e) {
+  bool interrupted = false;
+  for (const auto& node : e.nodes) {
+    awaited_joins_.erase(node);
+    if (erase_from(pending_joins_, node) || !erase_from(ranked_, node)) continue;
+    // A node that joined since the base held nothing the base counts.
+    if (!erase_from(added_since_base_, node)) lost_since_base_.push_back(node);
+    interrupted = interrupted || trains(node) || !ready_;
+  }
+  if (interrupted) return recover(Cause::loss);
+  if (deferred_commit_ && awaited_joins_.empty()) return try_commit(*deferred_commit_);
+  return {};
+}
+
+// ---------------------------------------------------------------- steps
+
+Actions Controller::on(const GenerationReady& e) {
+  if (current_ && e.generation == current_->number) ready_ = true;
+  return {};
+}
+
+Actions Controller::on(const StepReported& e) {
+  if (!current_ || e.generation != current_->number || !trains(e.node)) return {};
+  auto& reported = reports_[e.step];
+  reported.insert(e.node);
+  if (reported.size() < trainers_.size()) return {};
+  return try_commit(e.step);
+}
+
+Actions Controller::on(const StepCompleted& e) {
+  if (!current_ || e.generation != current_->number) return {};
+  return try_commit(e.step);
+}
+
+Actions Controller::try_commit(int step) {
+  if (!awaited_joins_.empty()) {
+    deferred_commit_ = step;
+    return {};
+  }
+  return commit(step);
+}
+
+Actions Controller::commit(int step) {
+  deferred_commit_.reset();
+  reports_.erase(step);
+  committed_ = step;
+  restarts_without_progress_ = 0;
+  communication_deadline_ms_.reset();
+  const bool establishes = !established_;
+  if (establishes) {
+    established_ = ready_ = true;
+    // Spares dropped while it trained are not in its plan's pipelines, but
+    // still in the plan: they stay lost since the new base.
+    const auto in_plan = ranked_nodes(current_->plan);
+    std::vector<std::string> still_lost;
+    for (const auto& node : lost_since_base_) {
+      if (contains(in_plan, node)) still_lost.push_back(node);
+    }
+    base_ = current_->plan;
+    lost_since_base_ = std::move(still_lost);
+    added_since_base_.clear();
+  }
+  const bool finish = options_.last_step >= 0 && step >= options_.last_step;
+  Actions out{CommitStep{current_->number, step, establishes, finish}};
+  if (finish) {
+    finished_ = true;
+    return out;
+  }
+  if (!pending_joins_.empty()) append(out, recover(Cause::join));
+  return out;
+}
+
+// ---------------------------------------------------------------- communication
+
+Actions Controller::on(const CommunicationFailed& e) {
+  if (current_ && e.generation == current_->number && !communication_deadline_ms_) {
+    communication_deadline_ms_ = e.at_ms + options_.communication_grace_ms;
+  }
+  return {};
+}
+
+Actions Controller::on(const Timer& e) {
+  if (!communication_deadline_ms_ || e.at_ms < *communication_deadline_ms_) return {};
+  communication_deadline_ms_.reset();
+  if (++restarts_without_progress_ > options_.restarts_without_progress) {
+    finished_ = true;
+    return {GiveUp{GiveUp::Reason::no_progress,
+                   "training makes no progress: its collectives failed " + std::to_string(restarts_without_progress_) +
+                       " times in a row with no node lost",
+                   committed_}};
+  }
+  return recover(Cause::communication);
+}
+
+std::optional<Milliseconds> Controller::next_deadline_ms() const { return communication_deadline_ms_; }
+
+// ---------------------------------------------------------------- planning
+
+const TemplateSet& Controller::templates_for(int nodes) {
+  if (templates_->max_nodes < nodes) {
+    grown_ = build_templates(cost_, std::max(nodes, 2 * templates_->max_nodes));
+    templates_ = &grown_;
+  }
+  return *templates_;
+}
+
+// A fresh plan for `nodes`: f+1 pipelines, or as many as they can form
+// (as a recovery keeps), so that a job short of nodes trains with less
+// redundancy rather than not at all.
+Plan Controller::plan_for(const std::vector<std::string>& nodes) {
+  if (nodes.empty()) throw NoPlanError("no node left");
+  const TemplateSet& templates = templates_for(static_cast<int>(nodes.size()));
+  for (int f = options_.fault_tolerance;; --f) {
+    try {
+      Plan plan = instantiate(cost_, templates, nodes, f, options_.global_microbatches);
+      if (plan.pipelines.empty()) throw NoPlanError("too few nodes left for any pipeline template");
+      plan.fault_tolerance = options_.fault_tolerance;  // what later recoveries aim for again
+      return plan;
+    } catch (const NoPlanError&) {
+      if (f == 0) throw;
+    }
+  }
+}
+
+Actions Controller::try_start() {
+  if (options_.initial_plan && generations_ == 0) {
+    for (const auto& node : ranked_nodes(*options_.initial_plan)) {
+      if (!contains(pending_joins_, node)) return {};  // not all here yet
+    }
+    Generation g;
+    g.cause = Cause::start;
+    g.plan = *options_.initial_plan;
+    g.resume_step = committed_ + 1;
+    g.source = start_source_;
+    return begin(std::move(g));
+  }
+  return start_afresh(generations_ == 0 ? Cause::start : Cause::nodes_back, start_source_, false);
+}
+
+Actions Controller::recover(Cause cause) {
+  if (!base_) return start_afresh(cause, start_source_, false);
+  for (const auto& node : pending_joins_) added_since_base_.push_back(node);
+  const int survivors =
+      static_cast<int>(ranked_nodes(*base_).size() + added_since_base_.size() - lost_since_base_.size());
+  Reconfiguration r;
+  try {
+    r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_);
+  } catch (const NoPlanError& e) {
+    if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) return no_plan(e.what(), false);
+    return start_afresh(cause, StateSource::checkpoint, true);
+  }
+  Generation g;
+  g.cause = cause;
+  g.plan = std::move(r.plan);
+  g.resume_step = committed_ + 1;
+  g.source = StateSource::replicas;
+  g.holdings = node_layers(*base_);
+  g.transfers = std::move(r.transfers);
+  g.copy_bytes = r.copy_bytes;
+  g.copy_ms = r.copy_ms;
+  return begin(std::move(g));
+}
+
+Actions Controller::start_afresh(Cause cause, StateSource source, bool rolled_back) {
+  if (cause == Cause::start || cause == Cause::nodes_back) {
+    // The job (re)starts on the nodes present: nothing was lost or added.
+    lost_since_base_.clear();
+    added_since_base_.clear();
+  } else {
+    for (const auto& node : pending_joins_) {
+      if (!contains(added_since_base_, node)) added_since_base_.push_back(node);
+    }
+  }
+  const std::vector<std::string> nodes = members();
+  base_.reset();
+  start_source_ = source;
+  Plan plan;
+  try {
+    plan = plan_for(nodes);
+  } catch (const NoPlanError& e) {
+    return no_plan(e.what(), rolled_back);
+  }
+  Generation g;
+  g.cause = cause;
+  g.plan = std::move(plan);
+  g.resume_step = committed_ + 1;
+  g.source = source;
+  g.rolled_back = rolled_back;
+  return begin(std::move(g));
+}
+
+Actions Controller::begin(Generation g) {
+  g.number = ++generations_;
+  g.lost = lost_since_base_;
+  g.added = added_since_base_;
+  ranked_ = ranked_nodes(g.plan);
+  const auto trainers = trainer_nodes(g.plan);
+  trainers_ = std::set<std::string>(trainers.begin(), trainers.end());
+  std::erase_if(pending_joins_, [&](const std::string& node) { return contains(ranked_, node); });
+  established_ = ready_ = false;
+  reports_.clear();
+  deferred_commit_.reset();
+  communication_deadline_ms_.reset();
+  current_ = g;
+  return {StartGeneration{std::move(g)}};
+}
+
+Actions Controller::no_plan(const std::string& why, bool rolled_back) {
+  if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) {
+    finished_ = true;
+    return {GiveUp{GiveUp::Reason::no_plan, why, committed_}};
+  }
+  // Down until enough nodes join: they start from the checkpoint (or from
+  // the seed, when nothing was ever trained). The members wait with them.
+  pending_joins_.insert(pending_joins_.begin(), ranked_.begin(), ranked_.end());
+  ranked_.clear();
+  trainers_.clear();
+  current_.reset();
+  established_ = ready_ = false;
+  if (committed_ >= 0) start_source_ = StateSource::checkpoint;
+  return {WaitForNodes{why, rolled_back}};
+}
+
+// ---------------------------------------------------------------- queries
+
+bool Controller::commit_wanted() const { return current_ && !finished_ && (!established_ || !pending_joins_.empty()); }
+
+bool Controller::survives_losing(const std::vector<std::string>& nodes) {
+  std::vector<std::string> lost = lost_since_base_, added = added_since_base_;
+  added.insert(added.end(), pending_joins_.begin(), pending_joins_.end());
+  std::vector<std::string> left = members();
+  for (const auto& node : nodes) {
+    if (!erase_from(left, node)) continue;
+    if (!erase_from(added, node)) lost.push_back(node);
+  }
+  try {
+    if (!base_) return !plan_for(left).pipelines.empty();
+    const int survivors = static_cast<int>(ranked_nodes(*base_).size() + added.size() - lost.size());
+    (void)reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost, added);
+    return true;
+  } catch (const NoPlanError&) {
+    return false;
+  }
+}
+
+}  // namespace oobleck::recovery

@@ -1,0 +1,52 @@
+#include "oobleck/recovery/events.h"
+
+#include <nlohmann/json.hpp>
+
+namespace oobleck::recovery {
+
+std::string_view source_name(StateSource source) {
+  switch (source) {
+    case StateSource::replicas:
+      return "replicas";
+    case StateSource::initial:
+      return "initial";
+    case StateSource::checkpoint:
+      return "checkpoint";
+  }
+  return "?";
+}
+
+std::string_view cause_name(Cause cause) {
+  switch (cause) {
+    case Cause::start:
+      return "start";
+    case Cause::loss:
+      return "loss";
+    case Cause::join:
+      return "join";
+    case Cause::communication:
+      return "communication";
+    case Cause::nodes_back:
+      return "nodes_back";
+  }
+  return "?";
+}
+
+std::string generation_record(const Generation& g) {
+  nlohmann::ordered_json pipelines = nlohmann::ordered_json::array();
+  for (const auto& p : g.plan.pipelines) pipelines.push_back(p.nodes);
+  const nlohmann::ordered_json record = {{"kind", "generation"},
+                                         {"generation", g.number},
+                                         {"cause", cause_name(g.cause)},
+                                         {"source", source_name(g.source)},
+                                         {"rolled_back", g.rolled_back},
+                                         {"resume_step", g.resume_step},
+                                         {"lost", g.lost},
+                                         {"added", g.added},
+                                         {"pipelines", pipelines},
+                                         {"spare_nodes", g.plan.spare_nodes},
+                                         {"copy_bytes", g.copy_bytes}};
+  return record.dump();
+}
+
+}  // namespace oobleck::recovery

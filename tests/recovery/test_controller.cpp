@@ -1,0 +1,287 @@
+// The recovery controller without processes: each row is a sequence of
+// events and the actions expected for it, in order. The cluster: six
+// one-GPU nodes whose memory holds at most three of the model's six layers,
+// so every pipeline needs at least two nodes; f = 2 gives three 2-node
+// pipelines.
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "oobleck/recovery/controller.h"
+#include "reference.h"
+
+namespace {
+
+using namespace oobleck;
+using namespace oobleck::recovery;
+
+constexpr Bytes kLayerState = 1'000'000'000;
+
+struct Cluster {
+  Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, kLayerState, 1'000'000, 3 * kLayerState + 100'000'000);
+  CostModel cost{profile, 4};
+  TemplateSet templates = build_templates(cost, 8);
+  std::vector<std::string> nodes(int count) const {
+    std::vector<std::string> out;
+    for (int i = 0; i < count; ++i) out.push_back("node" + std::to_string(i));
+    return out;
+  }
+  Plan plan(int count, int f) const { return instantiate(cost, templates, nodes(count), f, 12); }
+};
+
+std::string list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return "[" + out + "]";
+}
+
+std::string describe(const Action& action) {
+  std::ostringstream out;
+  if (const auto* s = std::get_if<StartGeneration>(&action)) {
+    const Generation& g = s->generation;
+    out << "start g" << g.number << " " << cause_name(g.cause) << " from " << source_name(g.source)
+        << (g.rolled_back ? " rolled back" : "") << " at step " << g.resume_step;
+    if (!g.lost.empty()) out << " lost " << list(g.lost);
+    if (!g.added.empty()) out << " added " << list(g.added);
+    out << ":";
+    for (const auto& p : g.plan.pipelines) out << " " << list(p.nodes);
+    if (!g.plan.spare_nodes.empty()) out << " spare " << list(g.plan.spare_nodes);
+    if (!g.transfers.empty()) out << " copies " << g.transfers.size();
+  } else if (const auto* c = std::get_if<CommitStep>(&action)) {
+    out << "commit g" << c->generation << " step " << c->step << (c->establishes ? " establishes" : "")
+        << (c->finish ? " finish" : "");
+  } else if (const auto* w = std::get_if<WaitForNodes>(&action)) {
+    out << "wait" << (w->rolled_back ? " rolled back" : "");
+  } else if (const auto* g = std::get_if<GiveUp>(&action)) {
+    out << "give up " << (g->reason == GiveUp::Reason::no_plan ? "no plan" : "no progress") << " after step "
+        << g->committed_step;
+  }
+  return out.str();
+}
+
+// Shorthands for the tables.
+Event lost(std::vector<std::string> nodes, Milliseconds at = 0) { return NodesLost{std::move(nodes), at}; }
+Event joined(std::vector<std::string> nodes, Milliseconds at = 0) { return NodesJoined{std::move(nodes), at}; }
+Event ready(int generation) { return GenerationReady{generation, 0}; }
+Event completed(int generation, int step) { return StepCompleted{generation, step, 0}; }
+Event reported(int generation, int step, std::string node) {
+  return StepReported{generation, step, std::move(node), 0};
+}
+
+struct Row {
+  const char* name;
+  std::vector<Event> events;
+  std::vector<std::string> expected;  // "event index: action", in order
+};
+
+std::vector<std::string> play(Controller& controller, const std::vector<Event>& events) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    for (const auto& action : controller.handle(events[i])) out.push_back(std::to_string(i) + ": " + describe(action));
+  }
+  return out;
+}
+
+void check_rows(const Cluster& cluster, const ControllerOptions& options, const std::vector<Row>& rows) {
+  for (const Row& row : rows) {
+    CAPTURE(row.name);
+    Controller controller(cluster.cost, cluster.templates, options);
+    const auto got = play(controller, row.events);
+    std::string shown;
+    for (const auto& line : got) shown += "  \"" + line + "\",\n";
+    INFO("actions:\n" << shown);
+    CHECK(got == row.expected);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, no plan") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  options.last_step = 20;
+  const auto all = cluster.nodes(6);
+  // Generation 1 trains, commits step 0, establishes.
+  const std::vector<Event> started = {joined(all), ready(1), completed(1, 0)};
+  const std::vector<std::string> start_actions = {
+      "0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
+      "2: commit g1 step 0 establishes"};
+  auto with_start = [&](std::vector<Event> more, std::vector<std::string> expected) {
+    std::vector<Event> events = started;
+    events.insert(events.end(), more.begin(), more.end());
+    std::vector<std::string> out = start_actions;
+    out.insert(out.end(), expected.begin(), expected.end());
+    return std::pair{events, out};
+  };
+  std::vector<Row> rows;
+  auto add = [&](const char* name, std::vector<Event> more, std::vector<std::string> expected) {
+    auto [events, out] = with_start(std::move(more), std::move(expected));
+    rows.push_back({name, std::move(events), std::move(out)});
+  };
+  rows.push_back({"the first generation waits for every node of the plan",
+                  {joined({"node0", "node1", "node2"}), joined({"node3", "node4"}), joined({"node5"})},
+                  {"2: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]"}});
+  add("a loss: the survivors re-plan from the base, layers copied from replicas",
+      {lost({"node1"}), ready(2), completed(2, 1), completed(2, 2)},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       "5: commit g2 step 1 establishes", "6: commit g2 step 2"});
+  add("a loss during a recovery: planned from the base with both losses",
+      {lost({"node1"}), lost({"node2"}), ready(3), completed(3, 1)},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       // From the base, node0 and node3 hold the two halves: no copy. (The
+       // uncommitted plan of g2 would have counted node2 as holding them.)
+       "4: start g3 loss from replicas at step 1 lost [node1,node2]: [node4,node5] [node0,node3]",
+       "6: commit g3 step 1 establishes"});
+  add("a loss after the recovery committed: planned from the new base",
+      {lost({"node1"}), ready(2), completed(2, 1), lost({"node2"})},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       "5: commit g2 step 1 establishes",
+       "6: start g3 loss from replicas at step 2 lost [node2]: [node0,node5] [node4,node3] copies 4"});
+  add("a join waits for the next commit, then enters a generation", {joined({"node6"}), completed(1, 1)},
+      {"4: commit g1 step 1",
+       "4: start g2 join from replicas at step 2 added [node6]: [node4,node6,node5] [node0,node1] [node2,node3] "
+       "copies 2"});
+  add("a join during a recovery is taken in at the recovery's first commit",
+      {lost({"node1"}), joined({"node6"}), ready(2), completed(2, 1)},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       "6: commit g2 step 1 establishes",
+       "6: start g3 join from replicas at step 2 added [node6]: [node2,node3] [node0,node5] [node4,node6] copies 7"});
+  add("a join, then a loss before the commit: one recovery takes both", {joined({"node6"}), lost({"node1"})},
+      {"4: start g2 loss from replicas at step 1 lost [node1] added [node6]: [node2,node3] [node4,node5] [node0,node6] "
+       "copies 3"});
+  add("losses and joins in the same millisecond: the losses first, the joins wait for the commit",
+      {lost({"node1", "node3"}, 5), joined({"node6", "node7"}, 5), ready(2), completed(2, 1)},
+      {"3: start g2 loss from replicas at step 1 lost [node1,node3]: [node4,node5] [node0,node2] copies 3",
+       "6: commit g2 step 1 establishes",
+       "6: start g3 join from replicas at step 2 added [node6,node7]: [node4,node5] [node0,node2] [node6,node7] "
+       "copies 6"});
+  add("a loss that leaves a layer without any replica: give up, naming the last committed step",
+      {lost({"node0", "node2", "node4"})}, {"3: give up no plan after step 0"});
+  add("too few nodes for any pipeline: give up", {lost({"node0", "node1", "node2", "node3", "node4"})},
+      {"3: give up no plan after step 0"});
+  add("a node unknown to the job, or lost twice, changes nothing", {lost({"node9"}), lost({"node1"}), lost({"node1"})},
+      {"4: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1"});
+  add("reports of an older generation are ignored; a step commits once every trainer reported it",
+      {lost({"node1"}), completed(1, 1), reported(2, 1, "node0"), reported(2, 1, "node2"), reported(2, 1, "node3"),
+       reported(2, 1, "node4"), reported(2, 1, "node4"), reported(2, 1, "node5")},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       "10: commit g2 step 1 establishes"});
+  add("a scripted join holds the step's commit until the node is there",
+      {JoinAwaited{"node6"}, completed(1, 1), joined({"node6"})},
+      {"5: commit g1 step 1",
+       "5: start g2 join from replicas at step 2 added [node6]: [node4,node6,node5] [node0,node1] [node2,node3] "
+       "copies 2"});
+  add("an awaited join that dies before it arrives releases the commit",
+      {JoinAwaited{"node6"}, completed(1, 1), lost({"node6"})}, {"5: commit g1 step 1"});
+  add("the last step's commit finishes; nothing happens after", {completed(1, 20), lost({"node1"})},
+      {"3: commit g1 step 20 finish"});
+  check_rows(cluster, options, rows);
+}
+
+TEST_CASE("controller: before the first commit the state is the seed's, so a loss plans afresh") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  check_rows(cluster, options,
+             {{"a loss during the first step",
+               {joined(cluster.nodes(6)), lost({"node1"}), lost({"node2"}), completed(3, 0)},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
+                "1: start g2 loss from initial at step 0 lost [node1]: [node0,node2,node3] [node4,node5]",
+                "2: start g3 loss from initial at step 0 lost [node1,node2]: [node0,node3] [node4,node5]",
+                "3: commit g3 step 0 establishes"}}});
+  options.first_source = StateSource::checkpoint;
+  options.first_step = 7;
+  check_rows(cluster, options,
+             {{"resumed from a checkpoint, until the first commit",
+               {joined(cluster.nodes(6)), lost({"node5"}), completed(2, 7), lost({"node4"})},
+               {"0: start g1 start from checkpoint at step 7: [node0,node1] [node2,node3] [node4,node5]",
+                "1: start g2 loss from checkpoint at step 7 lost [node5]: [node0,node1,node2] [node3,node4]",
+                "2: commit g2 step 7 establishes",
+                "3: start g3 loss from replicas at step 8 lost [node4]: [node0,node1] [node3,node2] copies 4"}}});
+}
+
+TEST_CASE("controller: spares, communication failures and the timer") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  options.initial_plan->spare_nodes = {"node6"};  // a node the plan leaves idle
+  options.communication_grace_ms = 100;
+  options.restarts_without_progress = 1;
+  const std::vector<Event> started = {joined(cluster.nodes(7)), ready(1), completed(1, 0)};
+  const std::vector<std::string> start_actions = {
+      "0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5] spare [node6]",
+      "2: commit g1 step 0 establishes"};
+  auto row = [&](const char* name, std::vector<Event> more, std::vector<std::string> expected) {
+    Row r{name, started, start_actions};
+    r.events.insert(r.events.end(), more.begin(), more.end());
+    r.expected.insert(r.expected.end(), expected.begin(), expected.end());
+    return r;
+  };
+  check_rows(
+      cluster, options,
+      {row("a spare lost while training is dropped, and stays lost for the next recovery",
+           {lost({"node6"}), completed(1, 1), lost({"node1"})},
+           {"4: commit g1 step 1",
+            "5: start g2 loss from replicas at step 2 lost [node6,node1]: [node0,node4,node5] [node2,node3] copies 1"}),
+       row("a spare lost while a recovery is under way starts it over: it takes part in the state copies",
+           {lost({"node1"}), lost({"node6"})},
+           {"3: start g2 loss from replicas at step 1 lost [node1]: [node2,node3] [node4,node5] [node0,node6] copies 3",
+            "4: start g3 loss from replicas at step 1 lost [node1,node6]: [node0,node4,node5] [node2,node3] copies 1"}),
+       row("a communication failure with no loss: after the grace time the same members start over, then give up",
+           {CommunicationFailed{1, 1000}, Timer{1050}, Timer{1100}, CommunicationFailed{2, 2000}, Timer{2100}},
+           // (The planner puts the idle node to work when it plans again.)
+           {"5: start g2 communication from replicas at step 1: [node4,node6,node5] [node0,node1] [node2,node3] "
+            "copies 2",
+            "7: give up no progress after step 0"}),
+       row("a loss found within the grace time makes the recovery; the timer then does nothing",
+           {CommunicationFailed{1, 1000}, lost({"node3"}, 1040), Timer{1100}},
+           {"4: start g2 loss from replicas at step 1 lost [node3]: [node0,node1] [node4,node5] [node2,node6] "
+            "copies 3"})});
+}
+
+TEST_CASE("controller, simulator: restarts from the checkpoint and waits when no plan exists") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+  check_rows(
+      cluster, options,
+      {{"planned for the nodes present; too few: wait, then start when enough are back",
+        {joined({"node0"}), joined({"node1", "node2", "node3"}), ready(1), completed(1, 4),
+         lost({"node0", "node1", "node2"}), joined({"node4"}), ready(2)},
+        {"0: wait", "1: start g1 start from initial at step 0: [node0,node1] [node2,node3]",
+         "3: commit g1 step 4 establishes", "4: wait rolled back",
+         // Two nodes make one pipeline: less redundancy rather than none at all.
+         "5: start g2 nodes_back from checkpoint at step 5: [node3,node4]"}},
+       {"the replicas no longer cover a layer: restart from the checkpoint on the nodes present",
+        {joined(cluster.nodes(4)), ready(1), completed(1, 0), lost({"node0", "node2"})},
+        {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]", "2: commit g1 step 0 establishes",
+         "3: start g2 loss from checkpoint rolled back at step 1 lost [node0,node2]: [node1,node3]"}}});
+}
+
+TEST_CASE("controller: chaos asks whether a loss would still be survivable") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  Controller controller(cluster.cost, cluster.templates, options);
+  (void)controller.handle(joined(cluster.nodes(6)));
+  (void)controller.handle(completed(1, 0));
+  CHECK(controller.survives_losing({"node0"}));
+  CHECK(controller.survives_losing({"node0", "node2"}));
+  CHECK(!controller.survives_losing({"node0", "node2", "node4"}));  // layers [0, 3) gone
+  CHECK(!controller.survives_losing({"node0", "node1", "node2", "node3", "node4"}));
+  CHECK(controller.survives_losing({"node9"}));  // not a member: nothing changes
+  CHECK(controller.trains("node3"));
+  CHECK(controller.committed_step() == 0);
+  CHECK(!controller.commit_wanted());
+}
