@@ -45,14 +45,30 @@ std::vector<std::string> Controller::members() const {
   return out;
 }
 
-Actions Controller::on(const NodesJoined& e) {
-  for (const auto& node : e.nodes) {
-    awaited_joins_.erase(node);
-    if (!contains(pending_joins_, node) && !contains(ranked_, node)) pending_joins_.push_back(node);
-  }
+Actions Controller::on(const NodesLost& e) { return on(NodesChanged{e.nodes, {}, e.at_ms}); }
+Actions Controller::on(const NodesJoined& e) { return on(NodesChanged{{}, e.nodes, e.at_ms}); }
+
+Actions Controller::on(const NodesChanged& e) {
+  bool interrupted = false;
+  for (const auto& node : e.lost) interrupted = note_loss(node) || interrupted;
+  for (const auto& node : e.joined) note_join(node);
   if (!current_) return try_start();
+  if (interrupted) return recover(Cause::loss);
   if (deferred_commit_ && awaited_joins_.empty()) return try_commit(*deferred_commit_);
   return {};
+}
+
+bool Controller::note_loss(const std::string& node) {
+  awaited_joins_.erase(node);
+  if (erase_from(pending_joins_, node) || !erase_from(ranked_, node)) return false;
+  // A node that joined since the base held nothing the base counts.
+  if (!erase_from(added_since_base_, node)) lost_since_base_.push_back(node);
+  return trains(node) || !ready_;
+}
+
+void Controller::note_join(const std::string& node) {
+  awaited_joins_.erase(node);
+  if (!contains(pending_joins_, node) && !contains(ranked_, node)) pending_joins_.push_back(node);
 }
 
 Actions Controller::on(const JoinAwaited& e) {
@@ -60,25 +76,28 @@ Actions Controller::on(const JoinAwaited& e) {
   return {};
 }
 
-Actions Controller::on(const NodesLost& e) {
-  bool interrupted = false;
-  for (const auto& node : e.nodes) {
-    awaited_joins_.erase(node);
-    if (erase_from(pending_joins_, node) || !erase_from(ranked_, node)) continue;
-    // A node that joined since the base held nothing the base counts.
-    if (!erase_from(added_since_base_, node)) lost_since_base_.push_back(node);
-    interrupted = interrupted || trains(node) || !ready_;
-  }
-  if (interrupted) return recover(Cause::loss);
-  if (deferred_commit_ && awaited_joins_.empty()) return try_commit(*deferred_commit_);
-  return {};
-}
-
 // ---------------------------------------------------------------- steps
 
 Actions Controller::on(const GenerationReady& e) {
-  if (current_ && e.generation == current_->number) ready_ = true;
+  if (current_ && e.generation == current_->number && !ready_) rebase();
   return {};
+}
+
+// Every member has its layers at the state after the last committed step:
+// the generation's plan is where the state is, and later recoveries plan
+// from it.
+void Controller::rebase() {
+  ready_ = true;
+  // Spares dropped while it trained are not in its pipelines but still in
+  // its plan: they stay lost since the new base.
+  const auto in_plan = ranked_nodes(current_->plan);
+  std::vector<std::string> still_lost;
+  for (const auto& node : lost_since_base_) {
+    if (contains(in_plan, node)) still_lost.push_back(node);
+  }
+  base_ = std::shared_ptr<const Plan>(current_, &current_->plan);
+  lost_since_base_ = std::move(still_lost);
+  added_since_base_.clear();
 }
 
 Actions Controller::on(const StepReported& e) {
@@ -108,20 +127,10 @@ Actions Controller::commit(int step) {
   committed_ = step;
   restarts_without_progress_ = 0;
   communication_deadline_ms_.reset();
+  // Every trainer trained the step, so every one had its state.
+  if (!ready_) rebase();
   const bool establishes = !established_;
-  if (establishes) {
-    established_ = ready_ = true;
-    // Spares dropped while it trained are not in its plan's pipelines, but
-    // still in the plan: they stay lost since the new base.
-    const auto in_plan = ranked_nodes(current_->plan);
-    std::vector<std::string> still_lost;
-    for (const auto& node : lost_since_base_) {
-      if (contains(in_plan, node)) still_lost.push_back(node);
-    }
-    base_ = current_->plan;
-    lost_since_base_ = std::move(still_lost);
-    added_since_base_.clear();
-  }
+  established_ = true;
   const bool finish = options_.last_step >= 0 && step >= options_.last_step;
   Actions out{CommitStep{current_->number, step, establishes, finish}};
   if (finish) {
@@ -203,7 +212,7 @@ Actions Controller::recover(Cause cause) {
   if (!base_) return start_afresh(cause, start_source_, false);
   for (const auto& node : pending_joins_) added_since_base_.push_back(node);
   const int survivors =
-      static_cast<int>(ranked_nodes(*base_).size() + added_since_base_.size() - lost_since_base_.size());
+      node_count(*base_) + static_cast<int>(added_since_base_.size()) - static_cast<int>(lost_since_base_.size());
   Reconfiguration r;
   try {
     r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_);
@@ -216,7 +225,7 @@ Actions Controller::recover(Cause cause) {
   g.plan = std::move(r.plan);
   g.resume_step = committed_ + 1;
   g.source = StateSource::replicas;
-  g.holdings = node_layers(*base_);
+  g.base = base_;
   g.transfers = std::move(r.transfers);
   g.copy_bytes = r.copy_bytes;
   g.copy_ms = r.copy_ms;
@@ -256,15 +265,15 @@ Actions Controller::begin(Generation g) {
   g.lost = lost_since_base_;
   g.added = added_since_base_;
   ranked_ = ranked_nodes(g.plan);
-  const auto trainers = trainer_nodes(g.plan);
-  trainers_ = std::set<std::string>(trainers.begin(), trainers.end());
+  trainers_.clear();
+  for (const auto& p : g.plan.pipelines) trainers_.insert(p.nodes.begin(), p.nodes.end());
   std::erase_if(pending_joins_, [&](const std::string& node) { return contains(ranked_, node); });
   established_ = ready_ = false;
   reports_.clear();
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
-  current_ = g;
-  return {StartGeneration{std::move(g)}};
+  current_ = std::make_shared<const Generation>(std::move(g));
+  return {StartGeneration{current_}};
 }
 
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {
@@ -285,7 +294,7 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
 
 // ---------------------------------------------------------------- queries
 
-bool Controller::commit_wanted() const { return current_ && !finished_ && (!established_ || !pending_joins_.empty()); }
+bool Controller::commit_wanted() const { return current_ && !finished_ && !pending_joins_.empty(); }
 
 bool Controller::survives_losing(const std::vector<std::string>& nodes) {
   std::vector<std::string> lost = lost_since_base_, added = added_since_base_;
@@ -297,7 +306,7 @@ bool Controller::survives_losing(const std::vector<std::string>& nodes) {
   }
   try {
     if (!base_) return !plan_for(left).pipelines.empty();
-    const int survivors = static_cast<int>(ranked_nodes(*base_).size() + added.size() - lost.size());
+    const int survivors = node_count(*base_) + static_cast<int>(added.size()) - static_cast<int>(lost.size());
     (void)reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost, added);
     return true;
   } catch (const NoPlanError&) {

@@ -32,10 +32,11 @@ std::string_view cause_name(Cause cause) {
   return "?";
 }
 
-std::string generation_record(const Generation& g) {
+std::string generation_record(const Generation& g, Milliseconds at_ms) {
   nlohmann::ordered_json pipelines = nlohmann::ordered_json::array();
   for (const auto& p : g.plan.pipelines) pipelines.push_back(p.nodes);
   const nlohmann::ordered_json record = {{"kind", "generation"},
+                                         {"at_ms", at_ms},
                                          {"generation", g.number},
                                          {"cause", cause_name(g.cause)},
                                          {"source", source_name(g.source)},

@@ -23,6 +23,12 @@ std::vector<Seat> seats_of(const Plan& plan) {
   return out;
 }
 
+int node_count(const Plan& plan) {
+  std::size_t count = plan.spare_nodes.size();
+  for (const auto& p : plan.pipelines) count += p.nodes.size();
+  return static_cast<int>(count);
+}
+
 std::vector<std::string> trainer_nodes(const Plan& plan) {
   std::vector<std::string> out;
   for (const auto& p : plan.pipelines) out.insert(out.end(), p.nodes.begin(), p.nodes.end());

@@ -38,7 +38,7 @@ std::string list(const std::vector<std::string>& names) {
 std::string describe(const Action& action) {
   std::ostringstream out;
   if (const auto* s = std::get_if<StartGeneration>(&action)) {
-    const Generation& g = s->generation;
+    const Generation& g = *s->generation;
     out << "start g" << g.number << " " << cause_name(g.cause) << " from " << source_name(g.source)
         << (g.rolled_back ? " rolled back" : "") << " at step " << g.resume_step;
     if (!g.lost.empty()) out << " lost " << list(g.lost);
@@ -152,12 +152,20 @@ TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, 
   add("a join, then a loss before the commit: one recovery takes both", {joined({"node6"}), lost({"node1"})},
       {"4: start g2 loss from replicas at step 1 lost [node1] added [node6]: [node2,node3] [node4,node5] [node0,node6] "
        "copies 3"});
-  add("losses and joins in the same millisecond: the losses first, the joins wait for the commit",
+  add("losses and joins seen separately: the losses recover, the joins wait for the next commit",
       {lost({"node1", "node3"}, 5), joined({"node6", "node7"}, 5), ready(2), completed(2, 1)},
       {"3: start g2 loss from replicas at step 1 lost [node1,node3]: [node4,node5] [node0,node2] copies 3",
        "6: commit g2 step 1 establishes",
        "6: start g3 join from replicas at step 2 added [node6,node7]: [node4,node5] [node0,node2] [node6,node7] "
        "copies 6"});
+  add("losses and joins in the same millisecond: one recovery, the losses first, then the joins",
+      {NodesChanged{{"node1", "node3", "node6"}, {"node6", "node7"}, 5}},
+      {"3: start g2 loss from replicas at step 1 lost [node1,node3] added [node6,node7]: [node4,node5] [node0,node6] "
+       "[node2,node7] copies 6"});
+  add("a loss once the recovery is ready (its copies done), before its first commit: planned from its plan",
+      {lost({"node1"}), ready(2), lost({"node2"})},
+      {"3: start g2 loss from replicas at step 1 lost [node1]: [node0,node4,node5] [node2,node3] copies 1",
+       "5: start g3 loss from replicas at step 1 lost [node2]: [node0,node5] [node4,node3] copies 4"});
   add("a loss that leaves a layer without any replica: give up, naming the last committed step",
       {lost({"node0", "node2", "node4"})}, {"3: give up no plan after step 0"});
   add("too few nodes for any pipeline: give up", {lost({"node0", "node1", "node2", "node3", "node4"})},
@@ -181,7 +189,7 @@ TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, 
   check_rows(cluster, options, rows);
 }
 
-TEST_CASE("controller: before the first commit the state is the seed's, so a loss plans afresh") {
+TEST_CASE("controller: until the first generation is ready the state is the seed's, so a loss plans afresh") {
   const Cluster cluster;
   ControllerOptions options;
   options.fault_tolerance = 2;

@@ -5,30 +5,35 @@
 // simulated time, and tests from tables.
 //
 // The rule:
+// - The *base* is the plan of the last generation whose members all had
+//   their layers' state, after the last committed step: a generation
+//   becomes the base once every member has rebuilt its communicators and
+//   received its copies (it is ready), or once a step of it commits.
+// - Every recovery plans from the base, with every node lost and added
+//   since it (`reconfigure`): also when a loss arrives while an earlier
+//   recovery is still under way, whose copies may not all have happened;
+//   planning from that newer plan would count layers on nodes that never
+//   received them.
+// - Until the first generation after a (re)start is ready, no node holds
+//   state: it is where the start takes it from (the seed or a checkpoint),
+//   and a loss plans afresh for the nodes left (`instantiate`, with f+1
+//   pipelines or as many as the nodes can form, as a recovery keeps).
 // - A step is committed once every trainer of the generation reported it,
-//   no loss came first, and no awaited join is missing. The first commit
-//   of a generation makes its plan the *base*.
-// - Only a committed step says where the training state is: on the base
-//   plan's nodes, each holding its layers. So every recovery plans from the
-//   base, with every node lost and added since it (`reconfigure`), also
-//   when a loss arrives while an earlier recovery is still under way: the
-//   newer plan's copies may not have happened, and planning from it would
-//   count layers on nodes that never received them.
-// - Until a generation after a (re)start commits a step, the state is not
-//   in any node's memory but where the start took it from (the seed or a
-//   checkpoint), so a loss plans afresh for the nodes left (`instantiate`).
+//   no loss came first and no awaited join is missing.
 // - Nodes that join wait for the next commit and enter a generation there;
 //   a recovery that happens first takes them in.
-// - A spare node (in no pipeline) that is lost while the generation trains
-//   is dropped without interrupting it; while it is still recovering, every
-//   member takes part in the state copies, and any loss starts over.
+// - A spare node (in no pipeline) lost while the generation trains is
+//   dropped without interrupting it; while it is still recovering, every
+//   member takes part in the state copies, and any loss starts it over.
 // - When the replicas no longer cover a layer, or too few nodes are left
 //   for any plan, the job gives up, or (when configured) restarts from the
-//   last checkpoint on the nodes present and waits while there are too few.
+//   last checkpoint on the nodes present and waits while there are none
+//   that can form a pipeline.
 #pragma once
 
 #include <optional>
 #include <set>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -64,7 +69,7 @@ class Controller {
   Actions handle(const Event& event);
 
   // ---------------------------------------------------------------- state
-  [[nodiscard]] const Generation* current() const { return current_ ? &*current_ : nullptr; }
+  [[nodiscard]] const Generation* current() const { return current_.get(); }
   [[nodiscard]] bool established() const { return current_ && established_; }
   [[nodiscard]] bool ready() const { return current_ && ready_; }
   [[nodiscard]] bool finished() const { return finished_; }
@@ -73,9 +78,8 @@ class Controller {
   [[nodiscard]] bool trains(const std::string& node) const { return trainers_.count(node) > 0; }
   [[nodiscard]] int trainer_count() const { return static_cast<int>(trainers_.size()); }
   [[nodiscard]] const std::vector<std::string>& pending_joins() const { return pending_joins_; }
-  // A commit would change something: the generation is not established
-  // yet, or joins wait for the next one. (The simulator plays step
-  // boundaries only while this holds.)
+  // Joins wait for the next commit. (The simulator plays step boundaries
+  // only while this holds.)
   [[nodiscard]] bool commit_wanted() const;
   // When the next Timer event is due, if any.
   [[nodiscard]] std::optional<Milliseconds> next_deadline_ms() const;
@@ -85,6 +89,7 @@ class Controller {
  private:
   Actions on(const NodesLost& e);
   Actions on(const NodesJoined& e);
+  Actions on(const NodesChanged& e);
   Actions on(const JoinAwaited& e);
   Actions on(const GenerationReady& e);
   Actions on(const StepReported& e);
@@ -95,11 +100,14 @@ class Controller {
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
   [[nodiscard]] std::vector<std::string> members() const;
+  bool note_loss(const std::string& node);  // true when it interrupts the generation
+  void note_join(const std::string& node);
   Actions try_start();  // no generation yet, or waiting for nodes
   Actions try_commit(int step);
   Actions commit(int step);
   Actions recover(Cause cause);
   Actions start_afresh(Cause cause, StateSource source, bool rolled_back);
+  void rebase();
   Actions begin(Generation generation);
   Actions no_plan(const std::string& why, bool replicas_gone);
   Plan plan_for(const std::vector<std::string>& nodes);
@@ -111,8 +119,8 @@ class Controller {
   ControllerOptions options_;
 
   int generations_ = 0;
-  std::optional<Generation> current_;
-  std::set<std::string> trainers_;   // of the current generation
+  std::shared_ptr<const Generation> current_;
+  std::unordered_set<std::string> trainers_;  // of the current generation
   std::vector<std::string> ranked_;  // the current generation's nodes not lost, in rank order
   bool established_ = false, ready_ = false, finished_ = false, waiting_ = false;
   int committed_ = -1;
@@ -120,7 +128,7 @@ class Controller {
   // The base: the plan of the last generation that committed a step, and
   // what happened since. Without one (nothing committed since the job
   // started or restarted), the state is where the start took it from.
-  std::optional<Plan> base_;
+  std::shared_ptr<const Plan> base_;
   StateSource start_source_;
   std::vector<std::string> lost_since_base_, added_since_base_;
 

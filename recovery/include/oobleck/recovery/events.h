@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -23,6 +24,14 @@ struct NodesLost {
 // Nodes are ready to take part (a worker connected, a trace added them).
 struct NodesJoined {
   std::vector<std::string> nodes;
+  Milliseconds at_ms = 0;
+};
+// Both at one moment (a trace's changes within one millisecond, the losses
+// and connections a master saw in one look): the losses are taken first (a
+// node lost and back joins anew), then the joins, then one decision, so that
+// a recovery takes the joins in.
+struct NodesChanged {
+  std::vector<std::string> lost, joined;
   Milliseconds at_ms = 0;
 };
 // A node is on its way: the commit of the step now in progress waits for it,
@@ -61,8 +70,8 @@ struct Timer {
   Milliseconds at_ms = 0;
 };
 
-using Event = std::variant<NodesLost, NodesJoined, JoinAwaited, GenerationReady, StepReported, StepCompleted,
-                           CommunicationFailed, Timer>;
+using Event = std::variant<NodesLost, NodesJoined, NodesChanged, JoinAwaited, GenerationReady, StepReported,
+                           StepCompleted, CommunicationFailed, Timer>;
 
 // ---------------------------------------------------------------- actions
 
@@ -91,10 +100,11 @@ struct Generation {
   // True when the replicas no longer covered every layer and the training
   // since the checkpoint is lost (source is then checkpoint).
   bool rolled_back = false;
-  // With source replicas: what each node holds of the state after step
-  // resume_step - 1 (its layers in the base plan), and the copies that
-  // complete it, with the planner's estimate of their bytes and time.
-  std::map<std::string, LayerRange> holdings;
+  // With source replicas: the plan whose nodes hold the state after step
+  // resume_step - 1 (the base; node_layers() says who holds what), and the
+  // copies that complete it, with the planner's estimate of their bytes
+  // and time.
+  std::shared_ptr<const Plan> base;
   std::vector<Transfer> transfers;
   Bytes copy_bytes = 0;
   Milliseconds copy_ms = 0;
@@ -103,7 +113,7 @@ struct Generation {
 };
 
 struct StartGeneration {
-  Generation generation;
+  std::shared_ptr<const Generation> generation;  // shared: plans of thousands of nodes are not copied
 };
 // Commit `step`: every trainer applies it. The first commit of a generation
 // establishes it: its plan becomes the base that later recoveries plan from.
@@ -134,9 +144,10 @@ using Actions = std::vector<Action>;
 [[nodiscard]] std::string_view cause_name(Cause cause);
 
 // A generation as one JSON object, the record both a live run's metrics and
-// the simulator's decision log carry: {kind: "generation", generation, cause,
-// source, rolled_back, resume_step, lost, added, pipelines: [[node, ...]],
-// spare_nodes, copy_bytes}.
-[[nodiscard]] std::string generation_record(const Generation& generation);
+// the simulator's decision log carry: {kind: "generation", at_ms,
+// generation, cause, source, rolled_back, resume_step, lost, added,
+// pipelines: [[node, ...]], spare_nodes, copy_bytes}. `at_ms`: when it was
+// decided (since training started, or simulated time).
+[[nodiscard]] std::string generation_record(const Generation& generation, Milliseconds at_ms);
 
 }  // namespace oobleck::recovery

@@ -25,6 +25,9 @@ struct Seat {
 // Every node of the plan in rank order: pipelines' nodes, then spares.
 [[nodiscard]] std::vector<std::string> ranked_nodes(const Plan& plan);
 
+// How many nodes the plan has, spares included.
+[[nodiscard]] int node_count(const Plan& plan);
+
 // The nodes that train (the pipelines' nodes), in rank order.
 [[nodiscard]] std::vector<std::string> trainer_nodes(const Plan& plan);
 

@@ -60,6 +60,8 @@ struct ReplayOptions {
   std::vector<Policy> policies = {std::begin(kAllPolicies), std::end(kAllPolicies)};
   // When false, policies run one after another (results are identical).
   bool parallel = true;
+  // Keep the oobleck policy's decisions (PolicyResult::decisions).
+  bool record_decisions = false;
 };
 
 struct TimeBreakdown {
@@ -97,6 +99,9 @@ struct PolicyResult {
   int checkpoint_interval_iterations = 0;  // 0: none taken
   Milliseconds checkpoint_save_ms = 0;
   std::vector<TimelinePoint> timeline;
+  // oobleck, with ReplayOptions::record_decisions: every generation it
+  // started, as the JSON record a live run's metrics carry too.
+  std::vector<std::string> decisions;
 };
 
 struct ReplayResult {

@@ -1,5 +1,7 @@
 // Internals of trace replay: the job every policy shares and the base class
-// that keeps the books (what time went where) for a policy.
+// that keeps the books (what time went where) for a policy. Each policy is
+// a model driven by its own event engine: the trace's adds and removes are
+// events, and so are the ends of downtimes, checkpoints and step boundaries.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +96,10 @@ class PolicyModel {
   int reported_tenths_ = 0;
 };
 
-[[nodiscard]] PolicyResult run_policy(const Job& job, Policy policy);
+// One runner per policy, each in its own file.
+[[nodiscard]] PolicyResult run_oobleck(const Job& job);
+[[nodiscard]] PolicyResult run_checkpoint(const Job& job);
+[[nodiscard]] PolicyResult run_inmemory(const Job& job);
+[[nodiscard]] PolicyResult run_bamboo(const Job& job);
 
 }  // namespace oobleck::sim::detail

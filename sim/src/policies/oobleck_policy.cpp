@@ -1,0 +1,120 @@
+// Oobleck: templates and the planner. The recovery controller decides, in
+// simulated time, exactly what it decides for a live run
+// (recovery/controller.h): a loss re-plans the survivors from the last
+// committed plan and copies missing layers from replicas; joins enter at the
+// next step boundary; when the replicas no longer cover a layer, the job
+// restarts from the checkpoint. This model charges each decision its time:
+// detection, the planner's copies and the communicators for a
+// reconfiguration; detection, a restart, the communicators and the
+// checkpoint's load for a restart.
+#include <algorithm>
+#include <optional>
+
+#include "oobleck/recovery/controller.h"
+#include "policy_model.h"
+
+namespace oobleck::sim::detail {
+namespace {
+
+using recovery::Actions;
+
+class OobleckPolicy final : public PolicyModel {
+ public:
+  explicit OobleckPolicy(const Job& job) : PolicyModel(job, Policy::oobleck) {
+    if (!job.peak_plan_problem.empty()) {
+      result_.runnable = false;
+      result_.reason = job.peak_plan_problem;
+      return;
+    }
+    // A fall-back to the checkpoint takes f+1 losses at once.
+    choose_checkpoint_interval(iteration_ms(job.cluster.plan), job.options.fault_tolerance + 1);
+    recovery::ControllerOptions options;
+    options.fault_tolerance = job.options.fault_tolerance;
+    options.global_microbatches = job.options.global_microbatches;
+    options.when_no_plan = recovery::ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+    controller_.emplace(*job.cost, job.cluster.templates, options);
+  }
+
+ private:
+  void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override {
+    for (const auto& node : lost) result_.failures += controller_->trains(node) ? 1 : 0;
+    carry_out(controller_->handle(recovery::NodesChanged{lost, added, engine_.now()}));
+    // (During a save, the boundary is its end; while down, the next start
+    // takes the joins in.)
+    if (controller_->commit_wanted()) commit_at_next_iteration();
+  }
+
+  void carry_out(const Actions& actions) {
+    for (const auto& action : actions) {
+      if (const auto* start = std::get_if<recovery::StartGeneration>(&action)) {
+        begin(*start->generation);
+      } else if (const auto* wait = std::get_if<recovery::WaitForNodes>(&action)) {
+        interrupt();
+        if (wait->rolled_back) fall_back();
+        enter(Activity::waiting);
+      } else if (std::holds_alternative<recovery::GiveUp>(action)) {
+        throw std::logic_error("oobleck policy: the controller gave up, but it restarts from checkpoints");
+      }
+    }
+  }
+
+  void fall_back() {
+    ++result_.unrecoverable;
+    roll_back_to_checkpoint();
+  }
+
+  void begin(const recovery::Generation& g) {
+    interrupt();
+    if (job_.options.record_decisions) result_.decisions.push_back(recovery::generation_record(g, engine_.now()));
+    const Cluster& c = job_.scenario.cluster;
+    const Milliseconds detection = g.cause == recovery::Cause::loss ? c.detection_ms : 0;
+    const int number = g.number;
+    if (g.source == recovery::StateSource::replicas) {
+      ++result_.reconfigurations;
+      const Milliseconds copy = job_.scenario.overrides.oobleck_copy_ms.value_or(g.copy_ms);
+      down_for(Activity::reconfiguration, detection + copy + c.communicator_ms, [this, number] { resume(number); });
+      return;
+    }
+    if (g.rolled_back) fall_back();
+    ++result_.restarts;
+    const Milliseconds load = iterations_done_ > 0 ? checkpoint_load_ms_ : 0;
+    down_for(Activity::restart, detection + c.restart_ms + c.communicator_ms + load,
+             [this, number] { resume(number); });
+  }
+
+  // The generation has its state and communicators: it trains. Nodes that
+  // joined meanwhile enter at its first step boundary.
+  void resume(int generation) {
+    (void)controller_->handle(recovery::GenerationReady{generation, engine_.now()});
+    const Plan& plan = controller_->current()->plan;
+    start_training(iteration_ms(plan), static_cast<int>(plan.pipelines.size()));
+    if (controller_->commit_wanted()) commit_at_next_iteration();
+  }
+
+  void commit_at_next_iteration() {
+    at_next_iteration([this] {
+      const int step = static_cast<int>(iterations_done_) - 1;
+      const Actions actions =
+          controller_->handle(recovery::StepCompleted{controller_->current()->number, step, engine_.now()});
+      const bool regenerates = std::any_of(actions.begin(), actions.end(), [](const auto& a) {
+        return std::holds_alternative<recovery::StartGeneration>(a);
+      });
+      if (regenerates) {
+        engine_.cancel(checkpoint_event_);
+      } else {
+        activity_ = Activity::training;
+        schedule_checkpoint();
+      }
+      carry_out(actions);
+      if (controller_->commit_wanted()) commit_at_next_iteration();
+    });
+  }
+
+  std::optional<recovery::Controller> controller_;
+};
+
+}  // namespace
+
+PolicyResult run_oobleck(const Job& job) { return OobleckPolicy(job).run(); }
+
+}  // namespace oobleck::sim::detail

@@ -1,0 +1,343 @@
+// The books every policy keeps: which activity the time since the last
+// change belongs to, whole iterations trained (the unfinished one is lost),
+// checkpoints, rollbacks, and the timeline. Training between events is
+// accounted analytically, so days of training cost a handful of events.
+#include "policy_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace oobleck::sim::detail {
+
+// ---------------------------------------------------------------- shared job
+
+Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& options_in, const Scenario& scenario_in,
+         const Progress& progress_in)
+    : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in), progress(progress_in) {
+  // Templates for the most nodes the trace ever has, as the planner would
+  // make them for that cluster; every policy plans with them.
+  const int peak = std::max(1, trace.peak_nodes());
+  std::vector<std::string> names;
+  for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
+  try {
+    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in);
+  } catch (const NoPlanError& e) {
+    peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
+                        " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
+    if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
+    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in);
+  }
+  cost.emplace(profile, cluster.templates.microbatches);
+  samples_per_iteration = options.global_microbatches * profile.microbatch_size;
+  for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
+}
+
+Milliseconds Job::mean_time_between_bursts(int losses) const {
+  // Bursts of `losses` removals within one recovery window (detection and
+  // restart), counted without overlap.
+  const Cluster& c = scenario.cluster;
+  const Milliseconds window = c.detection_ms + c.restart_ms + c.communicator_ms;
+  std::vector<Milliseconds> removals;
+  for (const auto& e : trace.events) {
+    if (e.change == NodeChange::remove) removals.push_back(e.time_ms);
+  }
+  if (removals.empty()) return 0;
+  int bursts = 0;
+  const std::size_t k = static_cast<std::size_t>(std::max(1, losses));
+  for (std::size_t i = 0; i + k - 1 < removals.size();) {
+    if (removals[i + k - 1] - removals[i] <= window) {
+      ++bursts;
+      const Milliseconds until = removals[i] + window;
+      while (i < removals.size() && removals[i] <= until) ++i;
+    } else {
+      ++i;
+    }
+  }
+  // None seen: plan for one in a trace's length rather than none at all.
+  return trace.duration_ms() / std::max(1, bursts);
+}
+
+// ---------------------------------------------------------------- base model
+
+PolicyModel::PolicyModel(const Job& job, Policy policy) : job_(job) {
+  result_.policy = policy;
+  const Cluster& c = job.scenario.cluster;
+  const Overrides& o = job.scenario.overrides;
+  checkpoint_save_ms_ =
+      o.checkpoint_save_ms.value_or(static_cast<double>(job.model_state_bytes) / c.storage_bytes_per_s * 1000.0);
+  checkpoint_load_ms_ = o.checkpoint_load_ms.value_or(checkpoint_save_ms_);
+}
+
+Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
+  if (job_.scenario.overrides.iteration_ms) return *job_.scenario.overrides.iteration_ms;
+  // The key: the multiset of pipeline shapes (stages, microbatches, extra
+  // work); node names do not change the iteration.
+  std::vector<std::vector<double>> shapes;
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const Pipeline& pipeline = plan.pipelines[p];
+    std::vector<double> shape = {static_cast<double>(pipeline.microbatches)};
+    for (const auto& st : pipeline.stages) {
+      shape.insert(shape.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
+                                 static_cast<double>(st.gpus), static_cast<double>(st.node)});
+    }
+    shape.push_back(-1);
+    if (!extra.extra_forward_ms.empty()) {
+      shape.insert(shape.end(), extra.extra_forward_ms[p].begin(), extra.extra_forward_ms[p].end());
+    }
+    shapes.push_back(std::move(shape));
+  }
+  std::sort(shapes.begin(), shapes.end());
+  std::vector<double> key;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    // Runs of equal shapes collapse to (count, shape).
+    std::size_t j = i;
+    while (j + 1 < shapes.size() && shapes[j + 1] == shapes[i]) ++j;
+    key.push_back(static_cast<double>(j - i + 1));
+    key.insert(key.end(), shapes[i].begin(), shapes[i].end());
+    i = j;
+  }
+  if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
+  IterationOptions options = extra;
+  options.optimizer_bytes_per_s = job_.scenario.cluster.device_memory_bytes_per_s;
+  const Milliseconds t = simulate_iteration(*job_.cost, plan, options).iteration_ms;
+  iteration_cache_.emplace(std::move(key), t);
+  return t;
+}
+
+void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_losses) {
+  const auto& given = job_.scenario.overrides.checkpoint_interval_iterations;
+  const Milliseconds mtbf = job_.mean_time_between_bursts(fatal_losses);
+  if (given) {
+    result_.checkpoint_interval_iterations = *given;
+  } else if (mtbf > 0 && iteration > 0) {
+    // Young/Daly: the interval sqrt(2 C MTBF) balances checkpoint cost
+    // against expected lost work; MTBF counts only the losses that need the
+    // checkpoint.
+    const double interval_ms = std::sqrt(2.0 * checkpoint_save_ms_ * mtbf);
+    result_.checkpoint_interval_iterations =
+        static_cast<int>(std::clamp(std::round(interval_ms / iteration), 1.0, 1e9));
+  } else {
+    result_.checkpoint_interval_iterations = 0;
+  }
+  result_.checkpoint_save_ms = result_.checkpoint_interval_iterations > 0 ? checkpoint_save_ms_ : 0;
+}
+
+PolicyResult PolicyModel::run() {
+  if (!result_.runnable) {
+    result_.time.waiting_ms = job_.trace.duration_ms();
+    return result_;
+  }
+  for (const auto& e : job_.trace.events) {
+    engine_.schedule_at(e.time_ms, [this, &e] {
+      if (job_.progress && job_.trace.duration_ms() > 0) {
+        const int tenth = static_cast<int>(10 * e.time_ms / job_.trace.duration_ms());
+        if (tenth > reported_tenths_) {
+          reported_tenths_ = tenth;
+          job_.progress(std::string(policy_name(result_.policy)) + ": " + std::to_string(10 * tenth) +
+                        "% of the trace replayed");
+        }
+      }
+      if (e.change == NodeChange::add) {
+        present_.push_back(e.node);
+        batch_added_.push_back(e.node);
+      } else {
+        present_.erase(std::find(present_.begin(), present_.end(), e.node));
+        auto it = std::find(batch_added_.begin(), batch_added_.end(), e.node);
+        if (it != batch_added_.end()) {
+          batch_added_.erase(it);
+        } else {
+          batch_lost_.push_back(e.node);
+        }
+      }
+      if (!batch_pending_) {
+        // Runs after every trace event of this millisecond: they were all
+        // scheduled before it.
+        batch_pending_ = true;
+        engine_.schedule_after(0, [this] {
+          batch_pending_ = false;
+          const auto added = std::move(batch_added_);
+          const auto lost = std::move(batch_lost_);
+          batch_added_.clear();
+          batch_lost_.clear();
+          record_point();
+          on_change(added, lost);
+        });
+      }
+    });
+  }
+  engine_.run_until(job_.trace.duration_ms());
+  // Close the books at the end of the trace; work not yet checkpointed
+  // still counts: the job could save it now.
+  leave_activity();
+  PolicyResult out = result_;
+  const double duration_s = job_.trace.duration_ms() / 1000.0;
+  out.samples = static_cast<double>(iterations_done_) * job_.samples_per_iteration;
+  out.samples_per_s = duration_s > 0 ? out.samples / duration_s : 0;
+  out.goodput = job_.trace.duration_ms() > 0 ? out.time.training_ms / job_.trace.duration_ms() : 0;
+  return out;
+}
+
+// Accounting. Time since `since_` belongs to the current activity; training
+// counts whole iterations (plus their in-memory save share), the unfinished
+// one is lost.
+void PolicyModel::leave_activity() {
+  const Milliseconds now = engine_.now();
+  const Milliseconds elapsed = now - since_;
+  switch (activity_) {
+    case Activity::waiting:
+      result_.time.waiting_ms += elapsed;
+      break;
+    case Activity::reconfiguration:
+      result_.time.reconfiguration_ms += elapsed;
+      break;
+    case Activity::restart:
+      result_.time.restart_ms += elapsed;
+      break;
+    case Activity::checkpoint:
+      result_.time.checkpoint_ms += elapsed;
+      break;
+    case Activity::training: {
+      const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
+      const auto done = static_cast<std::int64_t>(std::min(std::floor(elapsed / cycle * (1 + 1e-12)), 4e18));
+      const Milliseconds useful = static_cast<double>(done) * current_iteration_ms_;
+      const Milliseconds saving = static_cast<double>(done) * per_iteration_save_ms_;
+      result_.time.training_ms += useful;
+      result_.time.checkpoint_ms += saving;
+      result_.time.lost_work_ms += std::max(0.0, elapsed - useful - saving);
+      iterations_done_ += done;
+      training_ms_since_checkpoint_ += useful;
+      iterations_since_checkpoint_ += done;
+      if (per_iteration_save_ms_ > 0 && done > 0) {
+        // Each finished iteration is in host memory.
+        memory_iterations_ = iterations_done_;
+      }
+      break;
+    }
+  }
+  since_ = now;
+}
+
+void PolicyModel::enter(Activity activity) {
+  leave_activity();
+  activity_ = activity;
+  record_point();
+}
+
+void PolicyModel::start_training(Milliseconds iteration, int pipelines, Milliseconds per_iteration_save) {
+  current_iteration_ms_ = iteration;
+  current_pipelines_ = pipelines;
+  per_iteration_save_ms_ = per_iteration_save;
+  enter(Activity::training);
+  schedule_checkpoint();
+}
+
+Milliseconds PolicyModel::next_iteration_boundary() const {
+  const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
+  const Milliseconds elapsed = engine_.now() - since_;
+  return since_ + (std::floor(elapsed / cycle * (1 + 1e-12)) + 1) * cycle;
+}
+
+void PolicyModel::schedule_checkpoint() {
+  engine_.cancel(checkpoint_event_);
+  const int k = result_.checkpoint_interval_iterations;
+  if (k <= 0 || !blocking_checkpoints_ || activity_ != Activity::training) return;
+  const std::int64_t left = std::max<std::int64_t>(1, k - iterations_since_checkpoint_);
+  const Milliseconds at = since_ + static_cast<double>(left) * (current_iteration_ms_ + per_iteration_save_ms_);
+  checkpoint_event_ = engine_.schedule_at(at, [this] {
+    enter(Activity::checkpoint);
+    checkpoint_event_ = engine_.schedule_after(checkpoint_save_ms_, [this] {
+      leave_activity();
+      checkpoint_iterations_ = iterations_done_;
+      training_ms_since_checkpoint_ = 0;
+      iterations_since_checkpoint_ = 0;
+      activity_ = Activity::training;
+      record_point();
+      on_checkpoint_saved();
+      // A change that waited for an iteration boundary during the save: the
+      // end of the save is one.
+      if (activity_ == Activity::training && deferred_) {
+        auto action = std::move(deferred_);
+        deferred_ = nullptr;
+        action();
+      }
+      if (activity_ == Activity::training) schedule_checkpoint();
+    });
+  });
+}
+
+// Interrupts whatever runs now (the unfinished iteration or checkpoint is lost).
+void PolicyModel::interrupt() {
+  engine_.cancel(checkpoint_event_);
+  engine_.cancel(activity_end_);
+  engine_.cancel(boundary_event_);
+  deferred_ = nullptr;
+  leave_activity();
+}
+
+void PolicyModel::roll_back_to(std::int64_t iterations) {
+  const std::int64_t lost = iterations_done_ - iterations;
+  if (lost <= 0) return;
+  // The iterations since the checkpoint were trained at possibly different
+  // speeds; their training time is tracked since the checkpoint.
+  const Milliseconds lost_ms = iterations == checkpoint_iterations_
+                                   ? training_ms_since_checkpoint_
+                                   : training_ms_since_checkpoint_ * static_cast<double>(lost) /
+                                         static_cast<double>(std::max<std::int64_t>(1, iterations_since_checkpoint_));
+  result_.time.training_ms -= lost_ms;
+  result_.time.lost_work_ms += lost_ms;
+  iterations_done_ = iterations;
+  training_ms_since_checkpoint_ -= lost_ms;
+  iterations_since_checkpoint_ = std::max<std::int64_t>(0, iterations_since_checkpoint_ - lost);
+}
+
+void PolicyModel::roll_back_to_checkpoint() {
+  roll_back_to(checkpoint_iterations_);
+  training_ms_since_checkpoint_ = 0;
+  iterations_since_checkpoint_ = 0;
+}
+
+void PolicyModel::down_for(Activity activity, Milliseconds duration, std::function<void()> then) {
+  // No checkpoint or boundary action of the run that stops here.
+  engine_.cancel(checkpoint_event_);
+  engine_.cancel(boundary_event_);
+  deferred_ = nullptr;
+  enter(activity);
+  activity_end_ = engine_.schedule_after(duration, [this, then = std::move(then)] { then(); });
+}
+
+void PolicyModel::at_next_iteration(std::function<void()> action) {
+  // One pending action at most: the newest, which sees all state.
+  engine_.cancel(boundary_event_);
+  if (activity_ == Activity::checkpoint) {
+    deferred_ = std::move(action);
+    return;
+  }
+  if (activity_ != Activity::training) return;  // the next start takes the change in
+  boundary_event_ = engine_.schedule_at(next_iteration_boundary(), [this, action = std::move(action)]() mutable {
+    if (activity_ == Activity::checkpoint) {  // a save began at this very boundary
+      deferred_ = std::move(action);
+      return;
+    }
+    leave_activity();
+    action();
+  });
+}
+
+void PolicyModel::record_point() {
+  TimelinePoint point;
+  point.time_ms = engine_.now();
+  point.nodes = static_cast<int>(present_.size());
+  if (activity_ == Activity::training) {
+    point.pipelines = current_pipelines_;
+    point.samples_per_s = job_.samples_per_iteration / (current_iteration_ms_ + per_iteration_save_ms_) * 1000.0;
+  }
+  auto& timeline = result_.timeline;
+  if (!timeline.empty() && timeline.back().time_ms == point.time_ms) {
+    timeline.back() = point;
+  } else if (timeline.empty() || timeline.back().nodes != point.nodes || timeline.back().pipelines != point.pipelines ||
+             timeline.back().samples_per_s != point.samples_per_s) {
+    timeline.push_back(point);
+  }
+}
+
+}  // namespace oobleck::sim::detail

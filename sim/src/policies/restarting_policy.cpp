@@ -1,0 +1,71 @@
+#include "restarting_policy.h"
+
+namespace oobleck::sim::detail {
+namespace {
+
+std::vector<std::string> placeholder_names(int count) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.push_back(std::to_string(i));
+  return names;
+}
+
+// State bytes of the most loaded node of a plan: what one node saves,
+// restores or receives.
+Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
+  Bytes most = 0;
+  for (const auto& p : plan.pipelines) {
+    std::map<int, Bytes> per_node;
+    for (const auto& s : p.stages) per_node[s.node] += cost.state_bytes(s.layer_begin, s.layer_end);
+    for (const auto& [node, bytes] : per_node) most = std::max(most, bytes);
+  }
+  return most;
+}
+
+}  // namespace
+
+const RestartingPolicy::CountPlan& RestartingPolicy::plan_for(int count) {
+  auto [it, fresh] = plans_.try_emplace(count);
+  if (fresh && count > 0) {
+    CountPlan& cp = it->second;
+    try {
+      cp.plan = instantiate(*job_.cost, job_.cluster.templates, placeholder_names(count), 0,
+                            job_.options.global_microbatches);
+      cp.exists = true;
+      cp.iteration_ms = iteration_ms(cp.plan);
+      cp.node_state_bytes = largest_node_state(*job_.cost, cp.plan);
+      for (const auto& p : cp.plan.pipelines) cp.used += static_cast<int>(p.nodes.size());
+    } catch (const NoPlanError&) {
+      cp.exists = false;
+    }
+  }
+  return it->second;
+}
+
+void RestartingPolicy::restart(Milliseconds extra_downtime) {
+  const CountPlan& cp = plan_for(static_cast<int>(present_.size()));
+  members_.clear();
+  if (!cp.exists) {
+    enter(Activity::waiting);
+    return;
+  }
+  members_.assign(present_.begin(), present_.begin() + cp.used);
+  ++result_.restarts;
+  const Cluster& c = job_.scenario.cluster;
+  const CountPlan* chosen = &cp;  // map entries never move
+  down_for(Activity::restart, extra_downtime + c.restart_ms + c.communicator_ms + load_ms(cp), [this, chosen] {
+    running_ = chosen;
+    start_training(chosen->iteration_ms, static_cast<int>(chosen->plan.pipelines.size()),
+                   save_per_iteration_ms(*chosen));
+    trained_since_restart();
+  });
+}
+
+bool RestartingPolicy::growth_helps() {
+  if (!running_) return true;
+  const CountPlan& cp = plan_for(static_cast<int>(present_.size()));
+  return cp.exists && cp.used > static_cast<int>(members_.size()) &&
+         cp.iteration_ms + save_per_iteration_ms(cp) <
+             (running_->iteration_ms + save_per_iteration_ms(*running_)) * (1 - 1e-9);
+}
+
+}  // namespace oobleck::sim::detail
