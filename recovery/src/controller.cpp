@@ -40,9 +40,25 @@ Actions Controller::handle(const Event& event) {
 // ---------------------------------------------------------------- membership
 
 std::vector<std::string> Controller::members() const {
-  std::vector<std::string> out = ranked_;
+  std::vector<std::string> out;
+  out.reserve(ranked_.size() + pending_joins_.size());
+  for (std::size_t r = 0; r < ranked_.size(); ++r) {
+    if (!gone_[r]) out.emplace_back(ranked_[r]);
+  }
   out.insert(out.end(), pending_joins_.begin(), pending_joins_.end());
   return out;
+}
+
+int Controller::rank_of(std::string_view node) const {
+  for (std::size_t r = 0; r < ranked_.size(); ++r) {
+    if (ranked_[r] == node) return gone_[r] ? -1 : static_cast<int>(r);
+  }
+  return -1;
+}
+
+bool Controller::trains(std::string_view node) const {
+  const int rank = rank_of(node);
+  return rank >= 0 && rank < trainers_;
 }
 
 Actions Controller::on(const NodesLost& e) { return on(NodesChanged{e.nodes, {}, e.at_ms}); }
@@ -60,19 +76,22 @@ Actions Controller::on(const NodesChanged& e) {
 
 bool Controller::note_loss(const std::string& node) {
   awaited_joins_.erase(node);
-  if (erase_from(pending_joins_, node) || !erase_from(ranked_, node)) return false;
+  if (erase_from(pending_joins_, node)) return false;
+  const int rank = rank_of(node);
+  if (rank < 0) return false;
+  gone_[rank] = 1;
   // A node that joined since the base held nothing the base counts.
   if (!erase_from(added_since_base_, node)) lost_since_base_.push_back(node);
-  return trains(node) || !ready_;
+  return rank < trainers_ || !ready_;
 }
 
 void Controller::note_join(const std::string& node) {
   awaited_joins_.erase(node);
-  if (!contains(pending_joins_, node) && !contains(ranked_, node)) pending_joins_.push_back(node);
+  if (!contains(pending_joins_, node) && rank_of(node) < 0) pending_joins_.push_back(node);
 }
 
 Actions Controller::on(const JoinAwaited& e) {
-  if (!contains(pending_joins_, e.node) && !contains(ranked_, e.node)) awaited_joins_.insert(e.node);
+  if (!contains(pending_joins_, e.node) && rank_of(e.node) < 0) awaited_joins_.insert(e.node);
   return {};
 }
 
@@ -90,10 +109,9 @@ void Controller::rebase() {
   ready_ = true;
   // Spares dropped while it trained are not in its pipelines but still in
   // its plan: they stay lost since the new base.
-  const auto in_plan = ranked_nodes(current_->plan);
   std::vector<std::string> still_lost;
   for (const auto& node : lost_since_base_) {
-    if (contains(in_plan, node)) still_lost.push_back(node);
+    if (contains(current_->plan.spare_nodes, node)) still_lost.push_back(node);
   }
   base_ = std::shared_ptr<const Plan>(current_, &current_->plan);
   lost_since_base_ = std::move(still_lost);
@@ -104,7 +122,7 @@ Actions Controller::on(const StepReported& e) {
   if (!current_ || e.generation != current_->number || !trains(e.node)) return {};
   auto& reported = reports_[e.step];
   reported.insert(e.node);
-  if (reported.size() < trainers_.size()) return {};
+  if (static_cast<int>(reported.size()) < trainers_) return {};
   return try_commit(e.step);
 }
 
@@ -264,15 +282,20 @@ Actions Controller::begin(Generation g) {
   g.number = ++generations_;
   g.lost = lost_since_base_;
   g.added = added_since_base_;
-  ranked_ = ranked_nodes(g.plan);
-  trainers_.clear();
-  for (const auto& p : g.plan.pipelines) trainers_.insert(p.nodes.begin(), p.nodes.end());
-  std::erase_if(pending_joins_, [&](const std::string& node) { return contains(ranked_, node); });
+  current_ = std::make_shared<const Generation>(std::move(g));
+  const Plan& plan = current_->plan;
+  ranked_.clear();
+  for (const auto& p : plan.pipelines) ranked_.insert(ranked_.end(), p.nodes.begin(), p.nodes.end());
+  trainers_ = static_cast<int>(ranked_.size());
+  ranked_.insert(ranked_.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
+  gone_.assign(ranked_.size(), 0);
+  // The nodes that waited to join are in the new plan now (a recovery takes
+  // them all in), but for those beside a given initial plan.
+  std::erase_if(pending_joins_, [&](const std::string& node) { return rank_of(node) >= 0; });
   established_ = ready_ = false;
   reports_.clear();
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
-  current_ = std::make_shared<const Generation>(std::move(g));
   return {StartGeneration{current_}};
 }
 
@@ -283,9 +306,10 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
   }
   // Down until enough nodes join: they start from the checkpoint (or from
   // the seed, when nothing was ever trained). The members wait with them.
-  pending_joins_.insert(pending_joins_.begin(), ranked_.begin(), ranked_.end());
+  pending_joins_ = members();
   ranked_.clear();
-  trainers_.clear();
+  gone_.clear();
+  trainers_ = 0;
   current_.reset();
   established_ = ready_ = false;
   if (committed_ >= 0) start_source_ = StateSource::checkpoint;

@@ -33,8 +33,8 @@
 
 #include <optional>
 #include <set>
-#include <unordered_set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oobleck/planner.h"
@@ -75,8 +75,8 @@ class Controller {
   [[nodiscard]] bool finished() const { return finished_; }
   [[nodiscard]] int committed_step() const { return committed_; }
   // Whether a node trains in the current generation.
-  [[nodiscard]] bool trains(const std::string& node) const { return trainers_.count(node) > 0; }
-  [[nodiscard]] int trainer_count() const { return static_cast<int>(trainers_.size()); }
+  [[nodiscard]] bool trains(std::string_view node) const;
+  [[nodiscard]] int trainer_count() const { return trainers_; }
   [[nodiscard]] const std::vector<std::string>& pending_joins() const { return pending_joins_; }
   // Joins wait for the next commit. (The simulator plays step boundaries
   // only while this holds.)
@@ -100,7 +100,8 @@ class Controller {
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
   [[nodiscard]] std::vector<std::string> members() const;
-  bool note_loss(const std::string& node);  // true when it interrupts the generation
+  [[nodiscard]] int rank_of(std::string_view node) const;  // -1: not a member (or lost)
+  bool note_loss(const std::string& node);                 // true when it interrupts the generation
   void note_join(const std::string& node);
   Actions try_start();  // no generation yet, or waiting for nodes
   Actions try_commit(int step);
@@ -120,8 +121,11 @@ class Controller {
 
   int generations_ = 0;
   std::shared_ptr<const Generation> current_;
-  std::unordered_set<std::string> trainers_;  // of the current generation
-  std::vector<std::string> ranked_;  // the current generation's nodes not lost, in rank order
+  // The current generation's nodes in rank order (views into its plan,
+  // which current_ keeps alive), its trainers first, and which are lost.
+  std::vector<std::string_view> ranked_;
+  std::vector<char> gone_;
+  int trainers_ = 0;
   bool established_ = false, ready_ = false, finished_ = false, waiting_ = false;
   int committed_ = -1;
 
