@@ -57,69 +57,85 @@ class IterationModel {
 
  private:
   void build() {
-    const int layers = cost_.layers();
     if (plan_.pipelines.empty()) throw InputError("plan: no pipelines to simulate");
     if (!options_.extra_forward_ms.empty() && options_.extra_forward_ms.size() != plan_.pipelines.size()) {
       throw std::invalid_argument("extra_forward_ms: one entry per pipeline expected");
     }
-    holders_.assign(layers, {});
-    // Pipelines with the same stages, microbatches and extra work run the
-    // same schedule, and their nodes' network queues see the same
-    // all-reduces: one of them stands for all (unless every op is recorded).
-    std::map<std::pair<std::vector<double>, int>, int> representative_of;
+    holders_.assign(cost_.layers(), {});
     representative_.assign(plan_.pipelines.size(), -1);
     copies_.assign(plan_.pipelines.size(), 0);
+    std::map<std::pair<std::vector<double>, int>, int> representative_of;
     for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
-      const Pipeline& pipeline = plan_.pipelines[p];
-      const int S = static_cast<int>(pipeline.stages.size());
-      const int M = pipeline.microbatches;
-      // (A shared device sees every copy's work: then each is played.)
-      if (!options_.record_ops && !options_.shared_device) {
-        std::vector<double> signature;
-        for (const auto& st : pipeline.stages) {
-          signature.insert(signature.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
-                                             static_cast<double>(st.gpus), static_cast<double>(st.node)});
-        }
-        if (!options_.extra_forward_ms.empty()) {
-          signature.insert(signature.end(), options_.extra_forward_ms[p].begin(), options_.extra_forward_ms[p].end());
-        }
-        auto [it, fresh] = representative_of.try_emplace({std::move(signature), M}, static_cast<int>(p));
-        representative_[p] = it->second;
-        ++copies_[it->second];
-        if (!fresh) continue;
-      } else {
-        representative_[p] = static_cast<int>(p);
-        copies_[p] = 1;
-      }
-      first_stage_[p] = static_cast<int>(stages_.size());
-      for (int s = 0; s < S; ++s) {
-        const Stage& st = pipeline.stages[s];
-        StageState state;
-        state.pipeline = static_cast<int>(p);
-        state.index = s;
-        state.stage = st;
-        state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
-        state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
-        if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
-        state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
-        if (options_.optimizer_bytes_per_s > 0) {
-          // Reads and writes the stage's weights and optimizer state once.
-          state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) /
-                               st.gpus / options_.optimizer_bytes_per_s * 1000.0;
-        }
-        state.order = one_f_one_b(s, S, M);
-        state.activation_arrived.assign(M, s == 0 ? 1 : 0);
-        state.gradient_arrived.assign(M, s == S - 1 ? 1 : 0);
-        state.layers_unreduced = st.layer_end - st.layer_begin;
-        for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
-        stages_.push_back(std::move(state));
-      }
+      if (is_played(p, representative_of)) add_stages(p);
     }
     nic_free_ms_.assign(stages_.size(), 0);
     link_free_ms_.assign(2 * stages_.size(), 0);
     queued_.assign(stages_.size(), 0);
-    // One all-reduce per layer; with tied embeddings, one for the first and
-    // last layers together.
+    build_reductions();
+  }
+
+  // Pipelines with the same stages, microbatches and extra work run the
+  // same schedule, and their nodes' network queues see the same
+  // all-reduces: one of them stands for all (unless every op is recorded).
+  // True when pipeline `p` is played: it stands for itself, or is the first
+  // of its kind.
+  bool is_played(std::size_t p, std::map<std::pair<std::vector<double>, int>, int>& representative_of) {
+    // (A shared device sees every copy's work: then each is played.)
+    if (options_.record_ops || options_.shared_device) {
+      representative_[p] = static_cast<int>(p);
+      copies_[p] = 1;
+      return true;
+    }
+    const Pipeline& pipeline = plan_.pipelines[p];
+    std::vector<double> signature;
+    for (const auto& st : pipeline.stages) {
+      signature.insert(signature.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
+                                         static_cast<double>(st.gpus), static_cast<double>(st.node)});
+    }
+    if (!options_.extra_forward_ms.empty()) {
+      signature.insert(signature.end(), options_.extra_forward_ms[p].begin(), options_.extra_forward_ms[p].end());
+    }
+    auto [it, fresh] =
+        representative_of.try_emplace({std::move(signature), pipeline.microbatches}, static_cast<int>(p));
+    representative_[p] = it->second;
+    ++copies_[it->second];
+    return fresh;
+  }
+
+  // Pipeline `p`'s stages, with their op order and costs.
+  void add_stages(std::size_t p) {
+    const Pipeline& pipeline = plan_.pipelines[p];
+    const int S = static_cast<int>(pipeline.stages.size());
+    const int M = pipeline.microbatches;
+    first_stage_[p] = static_cast<int>(stages_.size());
+    for (int s = 0; s < S; ++s) {
+      const Stage& st = pipeline.stages[s];
+      StageState state;
+      state.pipeline = static_cast<int>(p);
+      state.index = s;
+      state.stage = st;
+      state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
+      state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
+      if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
+      state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+      if (options_.optimizer_bytes_per_s > 0) {
+        // Reads and writes the stage's weights and optimizer state once.
+        state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) / st.gpus /
+                             options_.optimizer_bytes_per_s * 1000.0;
+      }
+      state.order = one_f_one_b(s, S, M);
+      state.activation_arrived.assign(M, s == 0 ? 1 : 0);
+      state.gradient_arrived.assign(M, s == S - 1 ? 1 : 0);
+      state.layers_unreduced = st.layer_end - st.layer_begin;
+      for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
+      stages_.push_back(std::move(state));
+    }
+  }
+
+  // One all-reduce per layer; with tied embeddings, one for the first and
+  // last layers together.
+  void build_reductions() {
+    const int layers = cost_.layers();
     reduction_of_.assign(layers, -1);
     for (int l = 0; l < layers; ++l) {
       const bool tied_head = options_.tied_embedding && l == layers - 1 && l > 0;

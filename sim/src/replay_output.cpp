@@ -132,104 +132,130 @@ double nice_ceiling(double x) {
   return 10 * p;
 }
 
-}  // namespace
+// The plot's geometry (two panels: samples/s above, nodes below) and the
+// scales that map time, rate and node count onto it.
+struct SvgFrame {
+  double width = 960, left = 70, right = 30, top = 40;
+  double rate_h = 330, gap = 50, nodes_h = 110, bottom = 45;
+  double height = top + rate_h + gap + nodes_h + bottom;
+  double plot_w = width - left - right;
+  double nodes_top_y = top + rate_h + gap;
+  int bins = 120;
+  double duration_ms = 1;
+  double hours = 0;
+  double rate_top = 1;   // samples/s at the top of the upper panel
+  double nodes_top = 1;  // nodes at the top of the lower panel
+  [[nodiscard]] double x_of(Milliseconds ms) const { return left + plot_w * ms / duration_ms; }
+  [[nodiscard]] double y_rate(double r) const { return top + rate_h * (1 - r / rate_top); }
+  [[nodiscard]] double y_nodes(double n) const { return nodes_top_y + nodes_h * (1 - n / nodes_top); }
+};
 
-std::string timeline_svg(const ReplayResult& result, const std::string& title) {
-  const double width = 960, left = 70, right = 30, top = 40;
-  const double rate_h = 330, gap = 50, nodes_h = 110, bottom = 45;
-  const double height = top + rate_h + gap + nodes_h + bottom;
-  const double plot_w = width - left - right;
-  const double nodes_top_y = top + rate_h + gap;
-  const int bins = 120;
-  const double duration_ms = std::max(result.duration_ms, 1e-9);
-  const double hours = duration_ms / 3.6e6;
-
-  std::vector<std::vector<double>> rates;
+// The frame for `result`, and each policy's binned samples/s in `rates`.
+SvgFrame frame_of(const ReplayResult& result, std::vector<std::vector<double>>& rates) {
+  SvgFrame f;
+  f.duration_ms = std::max(result.duration_ms, 1e-9);
+  f.hours = f.duration_ms / 3.6e6;
   double max_rate = 0;
   int max_nodes = 0;
   for (const auto& p : result.policies) {
-    rates.push_back(binned_rate(p.timeline, duration_ms, bins));
+    rates.push_back(binned_rate(p.timeline, f.duration_ms, f.bins));
     for (double r : rates.back()) max_rate = std::max(max_rate, r);
     for (const auto& point : p.timeline) max_nodes = std::max(max_nodes, point.nodes);
   }
-  const double rate_top = nice_ceiling(max_rate * 1.25);  // room for the legend
-  const double nodes_top = nice_ceiling(max_nodes * 1.05);
-  auto x_of = [&](Milliseconds ms) { return left + plot_w * ms / duration_ms; };
-  auto y_rate = [&](double r) { return top + rate_h * (1 - r / rate_top); };
-  auto y_nodes = [&](double n) { return nodes_top_y + nodes_h * (1 - n / nodes_top); };
-  const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
+  f.rate_top = nice_ceiling(max_rate * 1.25);  // room for the legend
+  f.nodes_top = nice_ceiling(max_nodes * 1.05);
+  return f;
+}
 
-  std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-      << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << escape_xml(title)
+// A panel's grid lines, value labels, border and axis label.
+void svg_panel(std::ostream& svg, const SvgFrame& f, double y0, double h, double top_value, const char* label,
+               int ticks) {
+  for (int i = 0; i <= ticks; ++i) {
+    const double y = y0 + h * i / ticks;
+    svg << "<line x1=\"" << f.left << "\" y1=\"" << y << "\" x2=\"" << f.left + f.plot_w << "\" y2=\"" << y
+        << "\" stroke=\"#e4e4e4\"/>\n";
+    const double v = top_value * (ticks - i) / ticks;
+    svg << "<text x=\"" << f.left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+        << fixed(v, v == std::floor(v) ? 0 : 1) << "</text>\n";
+  }
+  svg << "<rect x=\"" << f.left << "\" y=\"" << y0 << "\" width=\"" << f.plot_w << "\" height=\"" << h
+      << "\" fill=\"none\" stroke=\"#444\"/>\n";
+  svg << "<text transform=\"translate(18," << y0 + h / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << label
       << "</text>\n";
-  auto panel = [&](double y0, double h, double top_value, const char* label, int ticks) {
-    for (int i = 0; i <= ticks; ++i) {
-      const double y = y0 + h * i / ticks;
-      svg << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\"" << y
-          << "\" stroke=\"#e4e4e4\"/>\n";
-      const double v = top_value * (ticks - i) / ticks;
-      svg << "<text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-          << fixed(v, v == std::floor(v) ? 0 : 1) << "</text>\n";
-    }
-    svg << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\"" << h
-        << "\" fill=\"none\" stroke=\"#444\"/>\n";
-    svg << "<text transform=\"translate(18," << y0 + h / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << label
-        << "</text>\n";
-  };
-  panel(top, rate_h, rate_top, "samples/s", 5);
-  panel(nodes_top_y, nodes_h, nodes_top, "nodes", 2);
-  // Hour ticks at a round step.
-  const double step_h = nice_ceiling(hours / 8);
-  for (double h = 0; h <= hours * (1 + 1e-9); h += step_h) {
-    const double x = x_of(h * 3.6e6);
-    svg << "<text x=\"" << x << "\" y=\"" << nodes_top_y + nodes_h + 16 << "\" text-anchor=\"middle\">"
+}
+
+// Both panels and the time axis, with hour ticks at a round step.
+void svg_axes(std::ostream& svg, const SvgFrame& f) {
+  svg_panel(svg, f, f.top, f.rate_h, f.rate_top, "samples/s", 5);
+  svg_panel(svg, f, f.nodes_top_y, f.nodes_h, f.nodes_top, "nodes", 2);
+  const double step_h = nice_ceiling(f.hours / 8);
+  for (double h = 0; h <= f.hours * (1 + 1e-9); h += step_h) {
+    const double x = f.x_of(h * 3.6e6);
+    svg << "<text x=\"" << x << "\" y=\"" << f.nodes_top_y + f.nodes_h + 16 << "\" text-anchor=\"middle\">"
         << fixed(h, step_h >= 1 ? 0 : 1) << "</text>\n";
-    svg << "<line x1=\"" << x << "\" y1=\"" << top << "\" x2=\"" << x << "\" y2=\"" << top + rate_h
+    svg << "<line x1=\"" << x << "\" y1=\"" << f.top << "\" x2=\"" << x << "\" y2=\"" << f.top + f.rate_h
         << "\" stroke=\"#f0f0f0\"/>\n";
   }
-  svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 10
+  svg << "<text x=\"" << f.left + f.plot_w / 2 << "\" y=\"" << f.height - 10
       << "\" text-anchor=\"middle\">time (hours)</text>\n";
+}
 
-  // Nodes in the cluster: the same for every policy.
-  if (!result.policies.empty()) {
+// Nodes in the cluster: the same for every policy, so drawn once.
+void svg_nodes(std::ostream& svg, const SvgFrame& f, const std::vector<TimelinePoint>& points) {
+  std::ostringstream d;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    d << (i == 0 ? "M" : " H") << fixed(f.x_of(points[i].time_ms), 1) << (i == 0 ? "," : " V")
+      << fixed(f.y_nodes(points[i].nodes), 1);
+  }
+  if (!points.empty()) d << " H" << fixed(f.x_of(f.duration_ms), 1);
+  svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.3\"/>\n";
+}
+
+// One policy's throughput line (when it can run) and its legend entry, the
+// `index`-th from the top.
+void svg_policy(std::ostream& svg, const SvgFrame& f, const PolicyResult& p, const std::vector<double>& rates,
+                std::size_t index) {
+  const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
+  const char* colour = colours[index % 4];
+  if (p.runnable) {
     std::ostringstream d;
-    const auto& points = result.policies.front().timeline;
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      d << (i == 0 ? "M" : " H") << fixed(x_of(points[i].time_ms), 1) << (i == 0 ? "," : " V")
-        << fixed(y_nodes(points[i].nodes), 1);
+    for (int b = 0; b < f.bins; ++b) {
+      d << (b == 0 ? "M" : " L") << fixed(f.x_of((b + 0.5) * f.duration_ms / f.bins), 1) << ","
+        << fixed(f.y_rate(rates[b]), 1);
     }
-    if (!points.empty()) d << " H" << fixed(x_of(duration_ms), 1);
-    svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"#555\" stroke-width=\"1.3\"/>\n";
+    svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.8\"/>\n";
   }
-  for (std::size_t i = 0; i < result.policies.size(); ++i) {
-    const auto& p = result.policies[i];
-    const char* colour = colours[i % 4];
-    if (p.runnable) {
-      std::ostringstream d;
-      for (int b = 0; b < bins; ++b) {
-        d << (b == 0 ? "M" : " L") << fixed(x_of((b + 0.5) * duration_ms / bins), 1) << ","
-          << fixed(y_rate(rates[i][b]), 1);
-      }
-      svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.8\"/>\n";
-    }
-    const double ly = top + 18 + 16 * static_cast<double>(i);
-    svg << "<line x1=\"" << left + 10 << "\" y1=\"" << ly - 4 << "\" x2=\"" << left + 30 << "\" y2=\"" << ly - 4
-        << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n";
-    svg << "<text x=\"" << left + 36 << "\" y=\"" << ly << "\">" << policy_name(p.policy);
-    if (p.runnable) {
-      svg << ": " << fixed(p.samples_per_s, p.samples_per_s >= 100 ? 0 : 2) << " samples/s on average, goodput "
-          << fixed(100 * p.goodput, 1) << "%";
-    } else {
-      svg << ": cannot run (" << escape_xml(p.reason.substr(0, 80)) << ")";
-    }
-    svg << "</text>\n";
+  const double ly = f.top + 18 + 16 * static_cast<double>(index);
+  svg << "<line x1=\"" << f.left + 10 << "\" y1=\"" << ly - 4 << "\" x2=\"" << f.left + 30 << "\" y2=\"" << ly - 4
+      << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n";
+  svg << "<text x=\"" << f.left + 36 << "\" y=\"" << ly << "\">" << policy_name(p.policy);
+  if (p.runnable) {
+    svg << ": " << fixed(p.samples_per_s, p.samples_per_s >= 100 ? 0 : 2) << " samples/s on average, goodput "
+        << fixed(100 * p.goodput, 1) << "%";
+  } else {
+    svg << ": cannot run (" << escape_xml(p.reason.substr(0, 80)) << ")";
   }
-  svg << "<text x=\"" << left + plot_w - 6 << "\" y=\"" << top + 16
+  svg << "</text>\n";
+}
+
+}  // namespace
+
+std::string timeline_svg(const ReplayResult& result, const std::string& title) {
+  std::vector<std::vector<double>> rates;
+  const SvgFrame f = frame_of(result, rates);
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << f.width << "\" height=\"" << f.height
+      << "\" viewBox=\"0 0 " << f.width << " " << f.height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg << "<text x=\"" << f.width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << escape_xml(title)
+      << "</text>\n";
+  svg_axes(svg, f);
+  if (!result.policies.empty()) svg_nodes(svg, f, result.policies.front().timeline);
+  for (std::size_t i = 0; i < result.policies.size(); ++i) svg_policy(svg, f, result.policies[i], rates[i], i);
+  const double span_minutes = f.hours * 60 / f.bins;
+  svg << "<text x=\"" << f.left + f.plot_w - 6 << "\" y=\"" << f.top + 16
       << "\" text-anchor=\"end\" fill=\"#666\">throughput averaged over "
-      << fixed(hours * 60 / bins, hours * 60 / bins >= 10 ? 0 : 1) << "-minute spans</text>\n";
+      << fixed(span_minutes, span_minutes >= 10 ? 0 : 1) << "-minute spans</text>\n";
   svg << "</svg>\n";
   return svg.str();
 }

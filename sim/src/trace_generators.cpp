@@ -1,0 +1,193 @@
+// The trace generators: fixed-interval losses, Poisson failures with repair,
+// and spot-style hourly churn. Each is deterministic for a given seed.
+#include "oobleck/sim/trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "trace_shared.h"
+
+namespace oobleck::sim {
+
+namespace {
+
+using namespace trace_internal;
+
+// mt19937_64's sequence is fixed by the standard; the conversions below are
+// ours, so a seed gives the same trace everywhere (std::log may differ in the
+// last bit between libraries, which rounding to whole milliseconds absorbs).
+class Random {
+ public:
+  explicit Random(std::uint64_t seed) : engine_(seed) {}
+  // Uniform in [0, 1) from the top 53 bits.
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+  // Exponential with the given mean, by inverting the CDF.
+  double exponential(double mean) { return -mean * std::log1p(-uniform()); }
+  // Uniform index in [0, n).
+  std::size_t index(std::size_t n) {
+    return std::min(n - 1, static_cast<std::size_t>(uniform() * static_cast<double>(n)));
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+Milliseconds whole_ms(double t) { return static_cast<Milliseconds>(std::llround(t)); }
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InputError(message);
+}
+
+void require_duration(const char* generator, Milliseconds duration_ms) {
+  require(duration_ms >= 0 && duration_ms <= kMaxTraceMs,
+          std::string(generator) + ": duration_ms must be between 0 and " + format_decimal(kMaxTraceMs) + ", got " +
+              format_decimal(duration_ms));
+}
+
+void require_event_budget(const char* generator, std::size_t events) {
+  if (events <= kMaxGeneratedEvents) return;  // checked per event: build no message here
+  throw InputError(std::string(generator) + ": more than " + std::to_string(kMaxGeneratedEvents) +
+                   " events; expected fewer nodes, a lower rate or a shorter duration");
+}
+
+Trace initial_adds(int nodes) {
+  Trace trace;
+  trace.events.reserve(static_cast<std::size_t>(nodes));
+  for (int i = 0; i < nodes; ++i) trace.events.push_back({0, NodeChange::add, node_name(i)});
+  return trace;
+}
+
+}  // namespace
+
+Trace fixed_interval_trace(int nodes, Milliseconds interval_ms, int min_nodes, std::uint64_t seed) {
+  constexpr const char* kWhat = "fixed-interval trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(min_nodes >= 0 && min_nodes <= nodes, std::string(kWhat) + ": min_nodes must be between 0 and nodes (" +
+                                                    std::to_string(nodes) + "), got " + std::to_string(min_nodes));
+  const int removals = nodes - min_nodes;
+  require(interval_ms > 0 && interval_ms * removals <= kMaxTraceMs,
+          std::string(kWhat) + ": interval_ms must be positive (and the trace shorter than " +
+              format_decimal(kMaxTraceMs) + " ms), got " + format_decimal(interval_ms));
+
+  Trace trace = initial_adds(nodes);
+  std::vector<int> present(static_cast<std::size_t>(nodes));
+  for (int i = 0; i < nodes; ++i) present[static_cast<std::size_t>(i)] = i;
+  Random random(seed);
+  for (int k = 1; k <= removals; ++k) {
+    // erase (not swap-and-pop) keeps `present` in index order, so the choice
+    // depends only on the seed and the nodes left.
+    const auto victim = present.begin() + static_cast<std::ptrdiff_t>(random.index(present.size()));
+    trace.events.push_back({whole_ms(interval_ms * k), NodeChange::remove, node_name(*victim)});
+    present.erase(victim);
+  }
+  return trace;
+}
+
+Trace poisson_trace(int nodes, double failures_per_node_hour, Milliseconds mttr_ms, Milliseconds duration_ms,
+                    std::uint64_t seed) {
+  constexpr const char* kWhat = "poisson trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(failures_per_node_hour >= 0 && std::isfinite(failures_per_node_hour),
+          std::string(kWhat) + ": failures_per_node_hour must be a non-negative number, got " +
+              format_decimal(failures_per_node_hour));
+  require(mttr_ms >= 0 && std::isfinite(mttr_ms),
+          std::string(kWhat) + ": mttr_ms must be a non-negative number (0: never repaired), got " +
+              format_decimal(mttr_ms));
+  require_duration(kWhat, duration_ms);
+
+  // Each node's alternating up/down periods are drawn on their own, then all
+  // changes are merged by (time, node, order within the node): equal times
+  // stay deterministic and a node's remove always precedes its return.
+  struct Change {
+    Milliseconds time_ms;
+    int node;
+    int sequence;
+  };
+  std::vector<Change> changes;
+  Random random(seed);
+  if (failures_per_node_hour > 0) {
+    const double mean_up_ms = kMsPerHour / failures_per_node_hour;
+    // Refuse hopeless sizes before drawing; the check per event catches the
+    // rest. Without repair each node fails at most once.
+    if (mttr_ms > 0) {
+      require_event_budget(kWhat, static_cast<std::size_t>(std::min(
+                                      2.0 * kMaxGeneratedEvents, 2.0 * nodes * duration_ms / (mean_up_ms + mttr_ms))));
+    }
+    for (int node = 0; node < nodes; ++node) {
+      double t = 0;  // unrounded, so rounding errors do not accumulate
+      for (int sequence = 0;; ++sequence) {
+        const bool failing = sequence % 2 == 0;
+        if (!failing && mttr_ms == 0) break;
+        t += random.exponential(failing ? mean_up_ms : mttr_ms);
+        if (!(t <= kMaxTraceMs)) break;
+        const Milliseconds at = whole_ms(t);
+        if (at > duration_ms) break;
+        changes.push_back({at, node, sequence});
+        require_event_budget(kWhat, changes.size() + static_cast<std::size_t>(nodes));
+      }
+    }
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+    if (a.node != b.node) return a.node < b.node;
+    return a.sequence < b.sequence;
+  });
+
+  Trace trace = initial_adds(nodes);
+  trace.events.reserve(trace.events.size() + changes.size());
+  for (const Change& c : changes) {
+    trace.events.push_back({c.time_ms, c.sequence % 2 == 0 ? NodeChange::remove : NodeChange::add, node_name(c.node)});
+  }
+  return trace;
+}
+
+Trace spot_trace(int nodes, double add_probability, double remove_probability, Milliseconds duration_ms,
+                 std::uint64_t seed) {
+  constexpr const char* kWhat = "spot trace";
+  require(nodes >= 1, std::string(kWhat) + ": nodes must be at least 1, got " + std::to_string(nodes));
+  require(add_probability >= 0 && add_probability <= 1,
+          std::string(kWhat) + ": add_probability must be between 0 and 1, got " + format_decimal(add_probability));
+  require(
+      remove_probability >= 0 && remove_probability <= 1,
+      std::string(kWhat) + ": remove_probability must be between 0 and 1, got " + format_decimal(remove_probability));
+  require_duration(kWhat, duration_ms);
+  // One draw per slot and hour: bound the work, not only the events, since
+  // tiny probabilities make long traces with few events.
+  constexpr double kMaxDraws = 1e9;
+  require(std::floor(duration_ms / kMsPerHour) * nodes <= kMaxDraws,
+          std::string(kWhat) + ": nodes times hours must be at most 1e9, got " + std::to_string(nodes) +
+              " nodes over " + format_decimal(std::floor(duration_ms / kMsPerHour)) + " hours");
+
+  Trace trace = initial_adds(nodes);
+  std::vector<char> up(static_cast<std::size_t>(nodes), 1);
+  std::vector<int> leaving, returning;
+  Random random(seed);
+  for (long long hour = 1; static_cast<double>(hour) * kMsPerHour <= duration_ms; ++hour) {
+    // One draw per slot per hour, in slot order, against the state at the
+    // start of the hour: a node that leaves does not come back in the same hour.
+    leaving.clear();
+    returning.clear();
+    for (int i = 0; i < nodes; ++i) {
+      const double u = random.uniform();
+      if (up[static_cast<std::size_t>(i)] != 0) {
+        if (u < remove_probability) leaving.push_back(i);
+      } else if (u < add_probability) {
+        returning.push_back(i);
+      }
+    }
+    const Milliseconds at = static_cast<double>(hour) * kMsPerHour;
+    for (int i : leaving) {
+      up[static_cast<std::size_t>(i)] = 0;
+      trace.events.push_back({at, NodeChange::remove, node_name(i)});
+    }
+    for (int i : returning) {
+      up[static_cast<std::size_t>(i)] = 1;
+      trace.events.push_back({at, NodeChange::add, node_name(i)});
+    }
+    require_event_budget(kWhat, trace.events.size());
+  }
+  return trace;
+}
+
+}  // namespace oobleck::sim
