@@ -48,7 +48,7 @@ struct ExperimentFlags {
 struct ReplayFlags {
   ExperimentFlags experiment;
   int fault_tolerance = 1;
-  std::string policies = "all", timeline_out, plot_out;
+  std::string policies = "all", timeline_out, plot_out, decisions_out;
 };
 
 struct SweepFlags {
@@ -130,6 +130,9 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
   cmd->add_option("--policy", flags.policies, "oobleck,checkpoint,inmemory,bamboo or all");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
+  cmd->add_option("--decisions", flags.decisions_out,
+                  "Write the oobleck policy's decisions here: a JSON line per generation it started, the record a "
+                  "live run's --metrics has for each of its generations");
   return cmd;
 }
 
@@ -239,6 +242,7 @@ int run_iteration(const IterationFlags& flags) {
 bool replay_one(const ReplayFlags& flags, const Inputs& in, const Trace& trace, const ReplayOptions& options) {
   const ReplayResult result = replay(in.profile, trace, options, in.scenario, progress_printer("oobleck-sim"));
   if (!flags.timeline_out.empty()) cli::emit(flags.timeline_out, timeline_csv(result));
+  if (!flags.decisions_out.empty()) cli::emit(flags.decisions_out, decisions_jsonl(result));
   if (!flags.plot_out.empty()) {
     cli::emit(flags.plot_out, timeline_svg(result, in.profile.model_name + " on " + trace.origin +
                                                        ", f = " + std::to_string(options.fault_tolerance) +
@@ -257,6 +261,7 @@ int run_replay(const ReplayFlags& flags) {
   require_output_path("--json", flags.experiment.json_out);
   require_output_path("--timeline", flags.timeline_out);
   require_output_path("--plot", flags.plot_out);
+  require_output_path("--decisions", flags.decisions_out);
   const Inputs in = load_inputs(flags.experiment.profile_path, flags.experiment.scenario_path);
   const TraceSet traces = trace_set_of(flags.experiment, in.profile);
   const auto start = Clock::now();
@@ -264,11 +269,16 @@ int run_replay(const ReplayFlags& flags) {
   options.fault_tolerance = flags.fault_tolerance;
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
+  options.record_decisions = !flags.decisions_out.empty();
+  if (options.record_decisions &&
+      std::find(options.policies.begin(), options.policies.end(), Policy::oobleck) == options.policies.end()) {
+    throw InputError("--decisions: the oobleck policy's, but --policy leaves it out");
+  }
   if (traces.runs == 1) {
     if (replay_one(flags, in, traces.trace_for_run(0), options)) return 0;
   } else {
-    if (!flags.timeline_out.empty() || !flags.plot_out.empty()) {
-      throw InputError("--timeline and --plot: one trace only (no --seeds)");
+    if (!flags.timeline_out.empty() || !flags.plot_out.empty() || !flags.decisions_out.empty()) {
+      throw InputError("--timeline, --plot and --decisions: one trace only (no --seeds)");
     }
     const SeedsSummary summary = replay_seeds(in.profile, traces, options, in.scenario, on_all_cores());
     if (cli::emit(flags.experiment.json_out, seeds_to_json(summary))) return 0;

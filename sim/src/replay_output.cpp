@@ -260,4 +260,12 @@ std::string timeline_svg(const ReplayResult& result, const std::string& title) {
   return svg.str();
 }
 
+std::string decisions_jsonl(const ReplayResult& result) {
+  std::string out;
+  for (const auto& p : result.policies) {
+    for (const auto& line : p.decisions) out.append(line).append("\n");
+  }
+  return out;
+}
+
 }  // namespace oobleck::sim

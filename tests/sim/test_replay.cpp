@@ -404,3 +404,42 @@ TEST_CASE("replay: traces longer than two years are refused, not ground through"
   const Trace trace = trace_of(start_with(2) + "100000000000000,remove,node1\n");
   CHECK_THROWS_WITH_AS((void)replay(gpt3_1_3b(), trace, options), doctest::Contains("at most two years"), InputError);
 }
+
+TEST_CASE("replay: oobleck's decisions, a loss during a recovery planned from the last ready plan") {
+  // node3 fails at 2 h; node5 fails 2 s later, while the recovery (10 s of
+  // detection, copies, 5 s of communicators) is under way, or an hour
+  // later; node99 joins at 3.5 h.
+  auto decisions = [](Milliseconds second_loss_ms) {
+    const Trace trace = trace_of(start_with(8) + "7200000,remove,node3\n" + std::to_string(second_loss_ms) +
+                                 ",remove,node5\n12600000,add,node99\n14400000,remove,node1\n");
+    ReplayOptions options;
+    options.fault_tolerance = 1;
+    options.global_microbatches = 16;
+    options.policies = {Policy::oobleck};
+    options.record_decisions = true;
+    const ReplayResult result = replay(gpt3_1_3b(), trace, options);
+    check_books(result);
+    const auto& p = result.policies[0];
+    std::vector<nlohmann::json> records;
+    for (const auto& line : p.decisions) records.push_back(nlohmann::json::parse(line));
+    REQUIRE(records.size() == static_cast<std::size_t>(p.restarts + p.reconfigurations));
+    CHECK(decisions_jsonl(result).size() > 0);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      CHECK(records[i]["kind"] == "generation");
+      CHECK(records[i]["generation"] == static_cast<int>(i) + 1);
+      if (i > 0) CHECK(records[i]["at_ms"] >= records[i - 1]["at_ms"]);
+    }
+    return records;
+  };
+  const auto during = decisions(7202000);
+  REQUIRE(during.size() == 5);  // start, loss, loss during its recovery, join, loss
+  CHECK(during[0]["cause"] == "start");
+  CHECK(during[1]["lost"] == nlohmann::json{"node3"});
+  CHECK(during[2]["lost"] == (nlohmann::json{"node3", "node5"}));  // both, from the plan before the first loss
+  CHECK(during[2]["source"] == "replicas");
+  CHECK(during[3]["cause"] == "join");
+  CHECK(during[3]["added"] == nlohmann::json{"node99"});
+  const auto after = decisions(7200000 + 3600000);
+  REQUIRE(after.size() == 5);
+  CHECK(after[2]["lost"] == nlohmann::json{"node5"});  // the first recovery was ready: its plan is the base
+}

@@ -65,7 +65,8 @@ class OobleckPolicy final : public PolicyModel {
 
   void begin(const recovery::Generation& g) {
     interrupt();
-    if (job_.options.record_decisions) result_.decisions.push_back(recovery::generation_record(g, engine_.now()));
+    if (g.rolled_back) fall_back();
+    if (job_.options.record_decisions) record(g);
     const Cluster& c = job_.scenario.cluster;
     const Milliseconds detection = g.cause == recovery::Cause::loss ? c.detection_ms : 0;
     const int number = g.number;
@@ -75,11 +76,18 @@ class OobleckPolicy final : public PolicyModel {
       down_for(Activity::reconfiguration, detection + copy + c.communicator_ms, [this, number] { resume(number); });
       return;
     }
-    if (g.rolled_back) fall_back();
     ++result_.restarts;
     const Milliseconds load = iterations_done_ > 0 ? checkpoint_load_ms_ : 0;
     down_for(Activity::restart, detection + c.restart_ms + c.communicator_ms + load,
              [this, number] { resume(number); });
+  }
+
+  // The controller counts the steps it was told of; the simulator plays
+  // them in bulk and knows which one comes next.
+  void record(const recovery::Generation& g) {
+    recovery::Generation as_played = g;
+    as_played.resume_step = static_cast<int>(iterations_done_);
+    result_.decisions.push_back(recovery::generation_record(as_played, engine_.now()));
   }
 
   // The generation has its state and communicators: it trains. Nodes that

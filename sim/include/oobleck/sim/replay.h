@@ -118,6 +118,9 @@ struct ReplayResult {
 [[nodiscard]] std::string timeline_csv(const ReplayResult& result);
 // Throughput and node count over time for every policy, self-contained SVG.
 [[nodiscard]] std::string timeline_svg(const ReplayResult& result, const std::string& title);
+// The oobleck policy's decisions (with ReplayOptions::record_decisions): one
+// JSON line per generation it started.
+[[nodiscard]] std::string decisions_jsonl(const ReplayResult& result);
 // The human summary: one row per policy.
 [[nodiscard]] std::string summary_table(const ReplayResult& result);
 
