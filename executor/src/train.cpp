@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string metrics_line(const StepMetrics& m) {
   return nlohmann::ordered_json{
-      {"step", m.step}, {"loss", m.loss}, {"samples", m.samples}, {"iteration_ms", m.iteration_ms}}
+      {"kind", "step"}, {"step", m.step}, {"loss", m.loss}, {"samples", m.samples}, {"iteration_ms", m.iteration_ms}}
       .dump();
 }
 

@@ -176,7 +176,7 @@ Actions Controller::on(const Timer& e) {
     return {GiveUp{GiveUp::Reason::no_progress,
                    "training makes no progress: its collectives failed " + std::to_string(restarts_without_progress_) +
                        " times in a row with no node lost",
-                   committed_}};
+                   committed_, lost_since_base_, added_since_base_}};
   }
   return recover(Cause::communication);
 }
@@ -302,7 +302,7 @@ Actions Controller::begin(Generation g) {
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {
   if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) {
     finished_ = true;
-    return {GiveUp{GiveUp::Reason::no_plan, why, committed_}};
+    return {GiveUp{GiveUp::Reason::no_plan, why, committed_, lost_since_base_, added_since_base_}};
   }
   // Down until enough nodes join: they start from the checkpoint (or from
   // the seed, when nothing was ever trained). The members wait with them.

@@ -46,7 +46,7 @@ class LiveSetup {
   [[nodiscard]] std::vector<double> reference_losses(int steps, int seed) const {
     REQUIRE(s.run(common(steps, seed) + " --single-process --metrics " + s.str("reference.jsonl")).status == 0);
     std::vector<double> out;
-    for (const auto& line : lines("reference.jsonl")) out.push_back(line["loss"].get<double>());
+    for (const auto& line : of_kind("reference.jsonl", "step")) out.push_back(line["loss"].get<double>());
     return out;
   }
 
@@ -58,9 +58,19 @@ class LiveSetup {
     while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
     return out;
   }
-  // The step lines of a live run's metrics, and its reconfigurations.
-  [[nodiscard]] std::vector<nlohmann::json> steps(const std::string& name) const { return select(name, false); }
-  [[nodiscard]] std::vector<nlohmann::json> events(const std::string& name) const { return select(name, true); }
+  // The lines of one kind of a live run's metrics: steps, generations,
+  // reconfigurations, no_plan.
+  [[nodiscard]] std::vector<nlohmann::json> of_kind(const std::string& name, const std::string& kind) const {
+    std::vector<nlohmann::json> out;
+    for (auto& line : lines(name)) {
+      if (line.at("kind") == kind) out.push_back(std::move(line));
+    }
+    return out;
+  }
+  [[nodiscard]] std::vector<nlohmann::json> steps(const std::string& name) const { return of_kind(name, "step"); }
+  [[nodiscard]] std::vector<nlohmann::json> reconfigurations(const std::string& name) const {
+    return of_kind(name, "reconfiguration");
+  }
 
   Scratch s;
 
@@ -68,13 +78,6 @@ class LiveSetup {
   [[nodiscard]] std::string common(int steps, int seed) const {
     return "--plan " + s.str("plan.json") + " --profile " + s.str("profile.json") + " --data " + s.str("tokens.bin") +
            " --steps " + std::to_string(steps) + " --seed " + std::to_string(seed);
-  }
-  [[nodiscard]] std::vector<nlohmann::json> select(const std::string& name, bool events) const {
-    std::vector<nlohmann::json> out;
-    for (auto& line : lines(name)) {
-      if (line.contains("event") == events) out.push_back(std::move(line));
-    }
-    return out;
   }
 };
 

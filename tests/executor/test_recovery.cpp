@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "communicator.h"
+#include "comm/communicator.h"
 #include "live_setup.h"
 #include "oobleck/executor/live.h"
 
@@ -25,7 +25,7 @@ std::set<std::string> names(const json& list) { return list.get<std::set<std::st
 std::vector<json> established(const std::vector<json>& events) {
   std::vector<json> out;
   for (const auto& e : events) {
-    if (e["event"] == "reconfigured" && !e["superseded"].get<bool>()) out.push_back(e);
+    if (!e["superseded"].get<bool>()) out.push_back(e);
   }
   return out;
 }
@@ -49,7 +49,7 @@ TEST_CASE("recovery: three 2-node pipelines lose two nodes, gain one, lose anoth
   for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
   CHECK(steps.back()["samples"] == 12 * 24);
 
-  const auto events = established(setup.events("live.jsonl"));
+  const auto events = established(setup.reconfigurations("live.jsonl"));
   REQUIRE(events.size() == 3);
   CHECK(names(events[0]["lost"]) == std::set<std::string>{"node1", "node2"});
   CHECK(events[0]["resume_step"] == 3);  // the interrupted step is redone
@@ -78,7 +78,7 @@ TEST_CASE("recovery: a node killed while a recovery is in progress") {
   INFO(run.err);
   REQUIRE(run.status == 0);
   oobleck::test::check_losses_equal(setup.steps("live.jsonl"), setup.reference_losses(6, 4));
-  const auto all = setup.events("live.jsonl");
+  const auto all = setup.reconfigurations("live.jsonl");
   bool superseded = false;
   for (const auto& e : all) superseded = superseded || e["superseded"].get<bool>();
   CHECK(superseded);  // the first recovery was replaced by a newer generation
@@ -101,7 +101,7 @@ TEST_CASE("recovery: a node that stops answering is found by its missing heartbe
   REQUIRE(run.status == 0);
   oobleck::test::check_losses_equal(setup.steps("live.jsonl"), setup.reference_losses(5, 4));
   bool found = false;
-  for (const auto& e : established(setup.events("live.jsonl"))) {
+  for (const auto& e : established(setup.reconfigurations("live.jsonl"))) {
     if (!e["reasons"].contains("node1")) continue;
     found = true;
     CHECK(e["reasons"]["node1"].get<std::string>().rfind("no heartbeat", 0) == 0);
@@ -119,10 +119,10 @@ TEST_CASE("recovery: more losses than the replicas cover stop the job and say wh
   CHECK(run.status == 3);
   CHECK(run.err.find("no surviving replica") != std::string::npos);
   CHECK(run.err.find("checkpoint must hold the state after step 1") != std::string::npos);
-  const auto events = setup.events("live.jsonl");
-  REQUIRE(!events.empty());
-  CHECK(events.back()["event"] == "no_plan");
-  CHECK(events.back()["resume_step"] == 2);
+  const auto no_plan = setup.of_kind("live.jsonl", "no_plan");
+  REQUIRE(no_plan.size() == 1);
+  CHECK(no_plan.back()["resume_step"] == 2);
+  CHECK(setup.lines("live.jsonl").back()["kind"] == "no_plan");  // the last word
   CHECK(setup.steps("live.jsonl").size() == 2);  // steps 0 and 1 were committed, nothing after
   CHECK(setup.s.processes_left() == 0);
 }

@@ -74,6 +74,8 @@ class Controller {
   [[nodiscard]] bool ready() const { return current_ && ready_; }
   [[nodiscard]] bool finished() const { return finished_; }
   [[nodiscard]] int committed_step() const { return committed_; }
+  // The template set plans are made from now (grown as more nodes took part).
+  [[nodiscard]] const TemplateSet& templates() const { return *templates_; }
   // Whether a node trains in the current generation.
   [[nodiscard]] bool trains(std::string_view node) const;
   [[nodiscard]] int trainer_count() const { return trainers_; }

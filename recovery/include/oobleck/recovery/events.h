@@ -135,6 +135,7 @@ struct GiveUp {
   Reason reason = Reason::no_plan;
   std::string why;
   int committed_step = -1;  // the state a checkpoint would have to hold
+  std::vector<std::string> lost, added;  // since the base
 };
 
 using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp>;

@@ -4,11 +4,10 @@
 // timing summary.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
 #include <string>
 
+#include "live/protocol.h"
 #include "oobleck/planner.h"
 
 namespace oobleck::executor {
@@ -18,9 +17,8 @@ struct LastStepReport {
   std::string stage_summary;  // a table for people
 };
 
-// `timelines`: by rank, what each worker sent when training ended
-// ({step_start_ms, compute_ms, wait_ms, sync_ms, optimizer_ms, ops}).
-[[nodiscard]] LastStepReport last_step_report(const Plan& plan, const std::map<int, nlohmann::json>& timelines,
+// `timelines`: by rank, what each worker sent when training ended.
+[[nodiscard]] LastStepReport last_step_report(const Plan& plan, const std::map<int, protocol::StepTimeline>& timelines,
                                               Milliseconds iteration_ms);
 
 }  // namespace oobleck::executor

@@ -1,23 +1,20 @@
-// The control channel of a live run: newline-delimited JSON messages over
-// TCP between the master and its agents and workers. It carries the job's
-// configuration, heartbeats, generations (plans), commits and failure
-// notices; never training data.
+// The control channel of a live run: lines of text over TCP between the
+// master and its agents and workers, each line one message of the protocol
+// (protocol.h). It carries the job's configuration, heartbeats, generations
+// (plans), commits and failure notices; never training data.
 #pragma once
-
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
-namespace oobleck::executor::control {
+namespace oobleck::executor::channel {
 
-using Json = nlohmann::json;
-
-// One end of a connection. Messages are written whole; reads collect bytes
-// until a newline completes a message.
+// One end of a connection. Lines are written whole; reads collect bytes
+// until a newline completes a line.
 class Connection {
  public:
   explicit Connection(int fd);
@@ -26,13 +23,13 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   [[nodiscard]] int fd() const { return fd_; }
-  // False when the peer is gone (the message is dropped).
-  bool send(const Json& message);
+  // False when the peer is gone (the line is dropped). `line` has no newline.
+  bool send(std::string_view line);
   // Reads what the socket has without blocking and appends every complete
-  // message to `out`. False once the peer has closed the connection.
-  bool receive(std::vector<Json>& out);
+  // line to `out`. False once the peer has closed the connection.
+  bool receive(std::vector<std::string>& out);
   // Waits up to `timeout` for readable data, then receive().
-  bool receive(std::vector<Json>& out, std::chrono::milliseconds timeout);
+  bool receive(std::vector<std::string>& out, std::chrono::milliseconds timeout);
   // Closes the socket now; send() and receive() report a closed peer after.
   void close();
 
@@ -69,4 +66,4 @@ class Listener {
 // are. The descriptors stay open for their owners to close.
 int abandon_sockets(const std::vector<int>& keep, bool keep_listening);
 
-}  // namespace oobleck::executor::control
+}  // namespace oobleck::executor::channel

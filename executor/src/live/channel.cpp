@@ -1,4 +1,4 @@
-#include "control.h"
+#include "channel.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace oobleck::executor::control {
+namespace oobleck::executor::channel {
 namespace {
 
 std::runtime_error system_error(const std::string& what) {
@@ -64,9 +64,10 @@ void Connection::close() {
   fd_ = -1;
 }
 
-bool Connection::send(const Json& message) {
+bool Connection::send(std::string_view line) {
   if (fd_ < 0) return false;
-  const std::string text = message.dump() + "\n";
+  std::string text(line);
+  text += '\n';
   std::size_t sent = 0;
   while (sent < text.size()) {
     const ssize_t n = ::send(fd_, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
@@ -82,7 +83,7 @@ bool Connection::send(const Json& message) {
   return true;
 }
 
-bool Connection::receive(std::vector<Json>& out) {
+bool Connection::receive(std::vector<std::string>& out) {
   if (fd_ < 0) return false;
   bool open = true;
   char buffer[65536];
@@ -97,18 +98,19 @@ bool Connection::receive(std::vector<Json>& out) {
     open = false;  // orderly close or an error: the peer is gone
     break;
   }
+  // A peer that sends no newline is broken: its connection ends here
+  // rather than this process's memory.
+  constexpr std::size_t kLongestLine = std::size_t{1} << 28;
+  if (pending_.size() > kLongestLine && pending_.find('\n') == std::string::npos) return false;
   std::size_t start = 0;
   for (std::size_t end; (end = pending_.find('\n', start)) != std::string::npos; start = end + 1) {
-    // A malformed message is a bug on the other side, not a reason to die.
-    auto message = Json::parse(pending_.begin() + static_cast<std::ptrdiff_t>(start),
-                               pending_.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
-    if (!message.is_discarded()) out.push_back(std::move(message));
+    out.push_back(pending_.substr(start, end - start));
   }
   pending_.erase(0, start);
   return open;
 }
 
-bool Connection::receive(std::vector<Json>& out, std::chrono::milliseconds timeout) {
+bool Connection::receive(std::vector<std::string>& out, std::chrono::milliseconds timeout) {
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLIN, 0};
   const int ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
@@ -153,8 +155,8 @@ std::unique_ptr<Connection> connect_to(const std::string& address, int port, std
     const int error = errno;
     ::close(fd);
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw std::runtime_error("control channel: cannot reach the master at " + address + ":" +
-                               std::to_string(port) + ": " + std::strerror(error));
+      throw std::runtime_error("control channel: cannot reach the master at " + address + ":" + std::to_string(port) +
+                               ": " + std::strerror(error));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -169,7 +171,7 @@ int abandon_sockets(const std::vector<int>& keep, bool keep_listening) {
     if (entry->d_name[0] == '.') continue;
     const int fd = std::atoi(entry->d_name);
     if (fd == own || std::find(keep.begin(), keep.end(), fd) != keep.end()) continue;
-    struct stat info{};
+    struct stat info {};
     if (::fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
     int listening = 0;
     socklen_t length = sizeof listening;
@@ -182,4 +184,4 @@ int abandon_sockets(const std::vector<int>& keep, bool keep_listening) {
   return count;
 }
 
-}  // namespace oobleck::executor::control
+}  // namespace oobleck::executor::channel

@@ -1,0 +1,80 @@
+#include "checkpoints.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "oobleck/common/files.h"
+
+namespace oobleck::executor {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string folder_of(int step) { return "step-" + std::to_string(step); }
+
+}  // namespace
+
+ResumePoint read_latest_checkpoint(const std::string& dir, const Profile& profile, std::uint64_t seed) {
+  const std::string latest = dir + "/latest.json";
+  const Json manifest = Json::parse(read_text_file(latest), nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("step") || !manifest.contains("folder") ||
+      !manifest.at("step").is_number_integer() || !manifest.at("folder").is_string()) {
+    throw InputError(latest + ": expected a checkpoint manifest {format, step, folder, ...}");
+  }
+  if (manifest.value("layers", -1) != static_cast<int>(profile.layers.size()) ||
+      manifest.value("seed", std::uint64_t{0}) != seed) {
+    throw InputError(latest + ": saved for another model or seed (layers " +
+                     std::to_string(manifest.value("layers", -1)) + ", seed " +
+                     std::to_string(manifest.value("seed", std::uint64_t{0})) + ")");
+  }
+  return {manifest.at("step").get<int>(),
+          (std::filesystem::path(dir) / manifest.at("folder").get<std::string>()).string()};
+}
+
+CheckpointWriter::CheckpointWriter(std::string dir, int every, const Profile& profile, std::uint64_t seed)
+    : dir_(std::move(dir)), every_(every), profile_(profile), seed_(seed) {
+  if (every_ > 0) std::filesystem::create_directories(dir_);
+}
+
+std::optional<protocol::Save> CheckpointWriter::save_for(int step, bool finish,
+                                                         const std::vector<std::string>& savers) {
+  if (every_ <= 0 || ((step + 1) % every_ != 0 && !finish)) return std::nullopt;
+  const auto folder = std::filesystem::path(dir_) / folder_of(step);
+  std::filesystem::create_directories(folder);
+  pending_[step] = std::set<std::string>(savers.begin(), savers.end());
+  return protocol::Save{std::filesystem::absolute(folder).string(), step};
+}
+
+void CheckpointWriter::saved(int step, const std::string& node) {
+  auto pending = pending_.find(step);
+  if (pending == pending_.end()) return;
+  pending->second.erase(node);
+  if (!pending->second.empty()) return;
+  pending_.erase(pending);
+  finish(step);
+}
+
+// Every layer of the state after `step` is on disk: the manifest makes it a
+// checkpoint, latest.json points at it, and older ones go.
+void CheckpointWriter::finish(int step) {
+  const std::string folder = folder_of(step);
+  const Json manifest = {
+      {"format", "oobleck.checkpoint.v1"}, {"step", step},  {"folder", folder},
+      {"layers", profile_.layers.size()},  {"seed", seed_}, {"profile_fingerprint", profile_fingerprint(profile_)}};
+  sync_folder(std::filesystem::path(dir_) / folder);
+  write_file_atomically(std::filesystem::path(dir_) / folder / "manifest.json", manifest.dump(2) + "\n");
+  write_file_atomically(std::filesystem::path(dir_) / "latest.json", manifest.dump(2) + "\n");
+  last_complete_ = step;
+  std::vector<std::filesystem::path> older;  // (a later one may be in the making: it stays)
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("step-", 0) == 0 && std::atoi(n.c_str() + 5) < step) {
+      older.push_back(entry.path());
+    }
+  }
+  for (const auto& path : older) remove_tree(path);
+}
+
+}  // namespace oobleck::executor

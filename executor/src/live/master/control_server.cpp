@@ -1,0 +1,83 @@
+#include "control_server.h"
+
+#include <poll.h>
+
+#include <cmath>
+
+namespace oobleck::executor {
+
+ControlServer::ControlServer(const std::string& address, std::string token)
+    : listener_(address, 0), token_(std::move(token)) {}
+
+std::vector<ControlServer::Inbound> ControlServer::poll(double timeout_ms,
+                                                        const std::function<bool(const protocol::Hello&)>& admit) {
+  std::vector<pollfd> fds = {{listener_.fd(), POLLIN, 0}};
+  for (const auto& [fd, connection] : connections_) fds.push_back({fd, POLLIN, 0});
+  std::vector<Inbound> out;
+  if (::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::max(0.0, timeout_ms)))) <= 0) return out;
+  if (fds[0].revents) {
+    while (auto connection = listener_.accept()) {
+      const int fd = connection->fd();
+      connections_[fd] = std::move(connection);
+    }
+  }
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents && connections_.count(fds[i].fd)) read(fds[i].fd, out, admit);
+  }
+  return out;
+}
+
+void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<bool(const protocol::Hello&)>& admit) {
+  std::vector<protocol::Message> messages;
+  std::vector<std::string> malformed;
+  const bool open = protocol::receive(*connections_.at(fd), messages, std::chrono::milliseconds(0), &malformed);
+  for (auto& m : messages) {
+    if (const auto* hello = std::get_if<protocol::Hello>(&m); hello && !owners_.count(fd)) {
+      // Not of this job, or not admitted: refused.
+      if (hello->token != token_ || fd_of_.count({hello->node, hello->role}) || !admit(*hello)) {
+        drop(fd);
+        return;
+      }
+      owners_[fd] = {hello->node, hello->role};
+      fd_of_[{hello->node, hello->role}] = fd;
+    }
+    const auto owner = owners_.find(fd);
+    if (owner == owners_.end()) {  // said something before hello
+      drop(fd);
+      return;
+    }
+    out.push_back({owner->second.node, owner->second.role, Arrived{std::move(m)}});
+  }
+  const auto owner = owners_.find(fd);
+  if (owner == owners_.end()) {
+    if (!open || !malformed.empty()) drop(fd);
+    return;
+  }
+  // A malformed message: its sender is broken, and so is its node.
+  if (!malformed.empty()) out.push_back({owner->second.node, owner->second.role, Malformed{malformed.front()}});
+  if (!open) {
+    out.push_back({owner->second.node, owner->second.role, Closed{}});
+    drop(fd);
+  }
+}
+
+void ControlServer::drop(int fd) {
+  if (const auto owner = owners_.find(fd); owner != owners_.end()) {
+    fd_of_.erase({owner->second.node, owner->second.role});
+    owners_.erase(owner);
+  }
+  connections_.erase(fd);
+}
+
+bool ControlServer::send(const std::string& node, protocol::Role role, const protocol::Message& message) {
+  const auto it = fd_of_.find({node, role});
+  return it != fd_of_.end() && protocol::send(*connections_.at(it->second), message);
+}
+
+void ControlServer::disconnect(const std::string& node) {
+  for (const auto role : {protocol::Role::agent, protocol::Role::worker}) {
+    if (const auto it = fd_of_.find({node, role}); it != fd_of_.end()) drop(it->second);
+  }
+}
+
+}  // namespace oobleck::executor

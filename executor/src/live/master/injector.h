@@ -1,0 +1,66 @@
+// Failures and joins made on purpose: the scripted ones of --inject (at a
+// time, during a step, during a recovery) and the random ones of --chaos.
+// The injector says what is due; the master does it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "oobleck/executor/live.h"
+
+namespace oobleck::executor {
+
+// What chaos sees of the job when it picks its next event.
+struct ChaosView {
+  std::vector<std::string> members;  // of the current generation, healthy
+  int healthy_nodes = 0;             // members, and nodes starting or waiting to join
+  int initial_nodes = 0;
+  int fault_tolerance = 0;
+  std::function<bool(const std::string&)> survivable;  // a recovery would find a plan without it
+};
+
+struct ChaosEvent {
+  bool kill = false;
+  std::string node;  // the victim, or the new node's name
+};
+
+class Injector {
+ public:
+  Injector(std::vector<Injection> script, ChaosOptions chaos);
+
+  // Scripted events due once training has run `since_start_ms`; when the
+  // next one is due (in the same time base).
+  std::vector<Injection> due(Milliseconds since_start_ms);
+  [[nodiscard]] std::optional<Milliseconds> next_due_ms() const;
+  // Scripted events of a step (once its first forward ran) and of the R-th
+  // recovery (once its workers started rebuilding).
+  std::vector<Injection> at_step(int step);
+  std::vector<Injection> at_recovery(int recovery);
+
+  // When the next chaos event is due, on the caller's clock (none when
+  // chaos is off or done).
+  [[nodiscard]] std::optional<Milliseconds> chaos_due_ms(Milliseconds now_ms);
+  // The next chaos event: kills and joins even, the node count between
+  // initial - f and initial, victims only among nodes whose loss leaves a
+  // plan; some kills are followed by one during the next recovery.
+  ChaosEvent next_chaos_event(const ChaosView& view, Milliseconds now_ms);
+  // The kill planned for a recovery, if any.
+  std::optional<std::string> chaos_victim_in_recovery(const ChaosView& view);
+
+ private:
+  std::vector<Injection> take(const std::function<bool(const Injection&)>& pick);
+  std::optional<std::string> survivable_victim(const ChaosView& view);
+
+  std::vector<Injection> script_;
+  std::vector<bool> fired_;
+  ChaosOptions chaos_;
+  std::mt19937_64 rng_;
+  int chaos_left_ = 0, kills_ = 0, joins_ = 0;
+  std::optional<Milliseconds> chaos_next_ms_;
+  bool kill_in_recovery_ = false;
+};
+
+}  // namespace oobleck::executor

@@ -1,0 +1,90 @@
+#include "job_inputs.h"
+
+#include <algorithm>
+#include <set>
+
+#include "oobleck/common/files.h"
+#include "oobleck/executor/data.h"
+#include "oobleck/executor/train.h"
+#include "oobleck/recovery/seats.h"
+
+namespace oobleck::executor {
+namespace {
+
+// What the workers cannot run is refused before anything starts.
+void check_runnable(const Plan& plan) {
+  for (const auto& p : plan.pipelines) {
+    for (const auto& st : p.stages) {
+      if (st.gpus != 1) throw InputError("plan: tensor-parallel stages (gpus > 1) are not run by oobleck-run yet");
+    }
+  }
+  (void)recovery::seats_of(plan);  // every node holds a stage
+}
+
+void check_tokens(const MasterOptions& o, const ModelConfig& model) {
+  const auto tokens = read_tokens(o.data_path);
+  for (std::uint16_t t : tokens) {
+    if (t >= model.vocab) {
+      throw InputError(o.data_path + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
+                       std::to_string(model.vocab));
+    }
+  }
+  (void)step_sequences(tokens, o.seed, 0, 0, 1, model.seq_len);  // long enough for one sequence
+}
+
+// Injections name nodes of the plan or nodes an earlier line adds (on the
+// hostfile's hosts, when there is one).
+void check_injections(const MasterOptions& o, const JobInputs& in) {
+  const auto ranked = recovery::ranked_nodes(in.initial_plan);
+  std::set<std::string> known(ranked.begin(), ranked.end());
+  for (const auto& e : o.injections) {
+    const std::string where = "--inject line " + std::to_string(e.line) + ": node " + e.node;
+    if (e.action == Injection::Action::Add) {
+      known.insert(e.node);
+      if (!in.hosts.empty() && std::find(in.hosts.begin(), in.hosts.end(), e.node) == in.hosts.end()) {
+        throw InputError(where + " is not in " + o.hostfile);
+      }
+    } else if (!known.count(e.node)) {
+      throw InputError(where + " is neither in the plan nor added by an earlier line");
+    }
+  }
+}
+
+}  // namespace
+
+JobInputs load_job_inputs(const MasterOptions& o) {
+  for (const auto& [flag, value] :
+       {std::pair{"--plan", o.plan_path}, std::pair{"--profile", o.profile_path}, std::pair{"--data", o.data_path}}) {
+    if (value.empty()) throw InputError(std::string(flag) + ": required");
+  }
+  JobInputs in;
+  in.profile = load_profile(o.profile_path);
+  {
+    TrainOptions device_check;
+    apply_profile(device_check, in.profile, o.device);  // refuses a device the workers cannot train on
+  }
+  in.initial_plan = parse_plan(read_text_file(o.plan_path), o.plan_path, in.profile);
+  check_runnable(in.initial_plan);
+  check_tokens(o, model_of_profile(in.profile));
+  require_output_path("--metrics", o.metrics_path);
+  require_output_path("--chrome-trace", o.chrome_trace_path);
+  if (!o.hostfile.empty()) {
+    in.hosts = parse_hostfile(read_text_file(o.hostfile), o.hostfile, in.profile.hardware.gpus_per_node);
+    for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
+      if (std::find(in.hosts.begin(), in.hosts.end(), n) == in.hosts.end()) {
+        throw InputError(o.hostfile + ": the plan's node " + n + " is not listed");
+      }
+    }
+  }
+  check_injections(o, in);
+  if (!o.checkpoint_dir.empty() && o.checkpoint_every == 0) {
+    throw InputError("--checkpoint " + o.checkpoint_dir + ": needs --checkpoint-every K");
+  }
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw InputError("--checkpoint-every needs --checkpoint DIR");
+  if (!o.resume_dir.empty()) in.resume = read_latest_checkpoint(o.resume_dir, in.profile, o.seed);
+  const int first_step = in.resume ? in.resume->step + 1 : 0;
+  if (first_step >= o.steps) throw InputError("--steps " + std::to_string(o.steps) + ": nothing left to train");
+  return in;
+}
+
+}  // namespace oobleck::executor

@@ -1,0 +1,501 @@
+// The master of a live run: one thread, one event loop. What happens (a
+// message, a closed connection, a missed heartbeat, an injection) goes to
+// the recovery controller (recovery/controller.h), which alone decides
+// which steps are committed and which generation comes next; the master
+// carries its decisions out over the control channel. The parts: the
+// process table (processes), the control server (connections), the
+// protocol (messages), checkpoints, the injector (scripted and random
+// failures) and the reporter (metrics and summaries).
+#include <signal.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "checkpoints.h"
+#include "control_server.h"
+#include "injector.h"
+#include "job_inputs.h"
+#include "last_step.h"
+#include "oobleck/common/files.h"
+#include "oobleck/executor/live.h"
+#include "oobleck/recovery/controller.h"
+#include "process_table.h"
+#include "reporter.h"
+#include "step_ledger.h"
+
+namespace oobleck::executor {
+namespace {
+
+using protocol::Role;
+
+std::string new_token() {
+  std::random_device entropy;
+  char token[33];
+  std::snprintf(token, sizeof token, "%08x%08x%08x%08x", entropy(), entropy(), entropy(), entropy());
+  return token;
+}
+
+recovery::ControllerOptions controller_options(const MasterOptions& o, const JobInputs& in) {
+  recovery::ControllerOptions c;
+  c.fault_tolerance = in.initial_plan.fault_tolerance;
+  c.global_microbatches = in.initial_plan.global_microbatches;
+  c.initial_plan = in.initial_plan;
+  c.first_source = in.resume ? recovery::StateSource::checkpoint : recovery::StateSource::initial;
+  c.first_step = in.resume ? in.resume->step + 1 : 0;
+  c.last_step = o.steps - 1;
+  c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::give_up;
+  c.communication_grace_ms = o.heartbeat_timeout_ms;
+  return c;
+}
+
+class Master {
+ public:
+  explicit Master(const MasterOptions& options);
+  int run();
+
+ private:
+  enum class Phase { starting, training, finishing };
+
+  // What comes in.
+  void handle(const ControlServer::Inbound& in);
+  void from_agent(const std::string& node, const protocol::Message& m);
+  void from_worker(const std::string& node, const protocol::Message& m);
+  void on_ready(const std::string& node, const protocol::Ready& m);
+  void on_recovering();
+  void on_recovered(const protocol::Recovered& m);
+  void lose(const std::string& node, const std::string& reason);
+  [[nodiscard]] int rank_of(const std::string& node) const;
+  // The controller's decisions, carried out.
+  void decide(const recovery::Event& event);
+  void start_generation(const recovery::Generation& g, Milliseconds plan_ms);
+  void commit(const recovery::CommitStep& c, bool pause);
+  [[noreturn]] void give_up(const recovery::GiveUp& g);
+  void advance();
+  void finish();
+  // Injections and chaos.
+  Milliseconds inject(Milliseconds wait_ms);
+  void fire(const Injection& event);
+  void kill_node(const std::string& node, const std::string& why, bool hang);
+  [[nodiscard]] ChaosView chaos_view();
+
+  MasterOptions o_;
+  JobInputs in_;
+  CostModel cost_;
+  TemplateSet no_templates_;  // the controller builds them as nodes take part
+  std::string token_;
+  ControlServer server_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  protocol::Welcome welcome_;
+  ProcessTable processes_;
+  recovery::Controller controller_;
+  Reporter reporter_;
+  CheckpointWriter checkpoints_;
+  Injector injector_;
+
+  Phase phase_ = Phase::starting;
+  bool done_ = false;
+  Milliseconds started_ms_ = 0, training_start_ms_ = 0, finish_deadline_ms_ = 0;
+  // The generation in hand.
+  std::shared_ptr<const recovery::Generation> generation_;
+  std::vector<std::string> ranks_;
+  bool established_ = false;
+  RecoveryTiming timing_;
+  // Losses seen since the last recovery that trained, for its report.
+  Milliseconds chain_failure_ms_ = -1, chain_detected_ms_ = -1;
+  std::map<std::string, std::string> loss_reasons_;
+  // What this look at the channel found: decided together.
+  std::vector<std::string> lost_now_, joined_now_;
+  // Steps.
+  StepLedger ledger_;
+  Milliseconds step_start_ms_ = 0, last_iteration_ms_ = 0;
+  std::int64_t samples_ = 0;
+  std::string last_comm_error_;
+  std::set<int> done_ranks_;
+  std::map<int, protocol::StepTimeline> timelines_;
+};
+
+Master::Master(const MasterOptions& options)
+    : o_(options),
+      in_(load_job_inputs(o_)),
+      cost_(in_.profile, in_.initial_plan.template_microbatches),
+      token_(new_token()),
+      server_(o_.master_addr, token_),
+      processes_(LaunchSettings{o_.program, o_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
+                                in_.hosts}),
+      controller_(cost_, no_templates_, controller_options(o_, in_)),
+      reporter_(o_.metrics_path),
+      checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
+      injector_(o_.injections, o_.chaos),
+      ledger_(in_.initial_plan.global_microbatches * in_.profile.microbatch_size) {
+  const int committed = in_.resume ? in_.resume->step : -1;
+  samples_ =
+      static_cast<std::int64_t>(committed + 1) * in_.initial_plan.global_microbatches * in_.profile.microbatch_size;
+  c10d::TCPStoreOptions store_options;
+  store_options.port = 0;
+  store_options.isServer = true;
+  store_options.waitWorkers = false;
+  store_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000));
+  store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, store_options);
+  welcome_ = {profile_to_json(in_.profile),
+              o_.profile_path,
+              std::filesystem::absolute(o_.data_path).string(),
+              o_.device,
+              o_.steps,
+              o_.threads,
+              store_->getPort(),
+              o_.seed,
+              static_cast<std::int64_t>(o_.comm_timeout_s * 1000)};
+}
+
+// ---------------------------------------------------------------- the loop
+
+int Master::run() {
+  started_ms_ = now_ms();
+  const auto nodes = recovery::ranked_nodes(in_.initial_plan);
+  for (const auto& node : nodes) processes_.start(node, started_ms_);
+  std::fprintf(stderr, "oobleck-run: %zu nodes (%zu pipelines), one agent and one worker each, steps %d..%d\n",
+               nodes.size(), in_.initial_plan.pipelines.size(), controller_.committed_step() + 1, o_.steps - 1);
+  reporter_.run_started(o_.plan_path, o_.profile_path, o_.steps, o_.seed, static_cast<int>(nodes.size()));
+  const auto admit = [this](const protocol::Hello& hello) {
+    const NodeProcess* p = processes_.find(hello.node);
+    return p != nullptr && p->alive;
+  };
+  while (!done_) {
+    const Milliseconds wait = phase_ == Phase::training ? inject(50) : 50;
+    for (const auto& in : server_.poll(wait, admit)) handle(in);
+    processes_.reap();
+    for (const auto& [node, reason] : processes_.overdue(now_ms())) lose(node, reason);
+    if (!lost_now_.empty() || !joined_now_.empty()) {
+      recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
+      lost_now_.clear();
+      joined_now_.clear();
+      decide(changed);
+    }
+    if (phase_ == Phase::training) decide(recovery::Timer{now_ms()});
+    advance();
+  }
+  std::fprintf(stderr, "oobleck-run: %d steps done, %d generations\n", controller_.committed_step() + 1,
+               generation_ ? generation_->number : 0);
+  return kExitSuccess;
+}
+
+void Master::advance() {
+  const Milliseconds now = now_ms();
+  if (phase_ == Phase::starting && now - started_ms_ > 120000) {
+    throw std::runtime_error("the workers did not all connect within 120 s");
+  }
+  if (phase_ != Phase::finishing) return;
+  bool all = true;
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    const NodeProcess* p = processes_.find(ranks_[r]);
+    all = all && (done_ranks_.count(r) || p == nullptr || !p->alive);
+  }
+  if (all || now > finish_deadline_ms_) {
+    finish();
+    done_ = true;
+  }
+}
+
+// ---------------------------------------------------------------- what comes in
+
+void Master::handle(const ControlServer::Inbound& in) {
+  if (std::holds_alternative<ControlServer::Closed>(in.what)) {
+    lose(in.node, std::string("its ") + (in.role == Role::agent ? "agent" : "worker") + "'s connection closed");
+  } else if (const auto* bad = std::get_if<ControlServer::Malformed>(&in.what)) {
+    std::fprintf(stderr, "oobleck-run: a malformed control message (%s)\n", bad->what.c_str());
+    lose(in.node, "it sent a malformed control message");
+  } else {
+    const auto& message = std::get<ControlServer::Arrived>(in.what).message;
+    in.role == Role::agent ? from_agent(in.node, message) : from_worker(in.node, message);
+  }
+}
+
+void Master::from_agent(const std::string& node, const protocol::Message& m) {
+  NodeProcess* p = processes_.find(node);
+  if (p == nullptr || !p->alive) return;
+  p->last_heartbeat_ms = now_ms();
+  if (const auto* hello = std::get_if<protocol::Hello>(&m)) {
+    p->agent_connected = true;
+    p->worker_pid = static_cast<pid_t>(hello->worker_pid);
+  } else if (const auto* exit = std::get_if<protocol::WorkerExit>(&m); exit && exit->status != 0) {
+    lose(node, "its worker exited with status " + std::to_string(exit->status));
+  }
+}
+
+void Master::from_worker(const std::string& node, const protocol::Message& m) {
+  if (std::holds_alternative<protocol::Hello>(m)) {
+    processes_.find(node)->worker_connected = true;
+    server_.send(node, Role::worker, welcome_);
+    if (phase_ != Phase::finishing) joined_now_.push_back(node);
+  } else if (const auto* saved = std::get_if<protocol::Saved>(&m)) {  // whatever generation it is in now
+    checkpoints_.saved(saved->step, node);
+  } else if (const auto* done = std::get_if<protocol::Done>(&m)) {
+    const int rank = rank_of(node);
+    done_ranks_.insert(rank);
+    if (done->timeline) timelines_[rank] = *done->timeline;
+  }
+  const int current = generation_ ? generation_->number : 0;
+  // Messages about a generation that is over are moot.
+  if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
+    on_ready(node, *r);
+  } else if (const auto* s = std::get_if<protocol::Started>(&m); s && s->generation == current) {
+    for (const auto& e : injector_.at_step(s->step)) fire(e);
+  } else if (const auto* g = std::get_if<protocol::Recovering>(&m); g && g->generation == current) {
+    on_recovering();
+  } else if (const auto* d = std::get_if<protocol::Recovered>(&m); d && d->generation == current) {
+    on_recovered(*d);
+  } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == current) {
+    last_comm_error_ = node + ": " + f->what;
+    decide(recovery::CommunicationFailed{f->generation, now_ms()});
+  }
+}
+
+void Master::on_ready(const std::string& node, const protocol::Ready& m) {
+  ledger_.add(m.step, rank_of(node), m);
+  decide(recovery::StepReported{m.generation, m.step, node, now_ms()});
+}
+
+// The first worker of a recovery started rebuilding: injections aimed at it
+// are due.
+void Master::on_recovering() {
+  if (generation_->number < 2 || timing_.recovered > 0) return;
+  for (const auto& e : injector_.at_recovery(generation_->number - 1)) fire(e);
+  if (auto victim = injector_.chaos_victim_in_recovery(chaos_view()))
+    kill_node(*victim, "chaos, during a recovery", false);
+}
+
+void Master::on_recovered(const protocol::Recovered& m) {
+  ++timing_.recovered;
+  timing_.rebuild_ms = std::max(timing_.rebuild_ms, m.rebuild_ms);
+  timing_.copy_ms = std::max(timing_.copy_ms, m.copy_ms);
+  timing_.copy_bytes += m.copy_bytes;
+  if (timing_.recovered < static_cast<int>(ranks_.size())) return;
+  step_start_ms_ = now_ms();
+  decide(recovery::GenerationReady{m.generation, step_start_ms_});
+}
+
+int Master::rank_of(const std::string& node) const {
+  return static_cast<int>(std::find(ranks_.begin(), ranks_.end(), node) - ranks_.begin());
+}
+
+// A node is gone: fence it (kill what is left of it, close its channels),
+// and let the controller decide with the rest of this look's changes.
+void Master::lose(const std::string& node, const std::string& reason) {
+  NodeProcess* p = processes_.find(node);
+  if (p == nullptr || !p->alive) return;
+  const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
+  if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
+  server_.disconnect(node);
+  p->agent_connected = p->worker_connected = false;
+  if (phase_ == Phase::finishing) return;
+  if (phase_ == Phase::starting)
+    throw std::runtime_error("node " + node + " failed before training started (" + reason + ")");
+  std::fprintf(stderr, "oobleck-run: node %s lost: %s\n", node.c_str(), reason.c_str());
+  loss_reasons_[node] = reason;
+  lost_now_.push_back(node);
+  if (std::find(ranks_.begin(), ranks_.end(), node) != ranks_.end()) {
+    if (chain_failure_ms_ < 0 || failed < chain_failure_ms_) chain_failure_ms_ = failed;
+    if (chain_detected_ms_ < 0) chain_detected_ms_ = now_ms();
+  }
+}
+
+// ---------------------------------------------------------------- decisions
+
+void Master::decide(const recovery::Event& event) {
+  const Milliseconds start = now_ms();
+  const recovery::Actions actions = controller_.handle(event);
+  const Milliseconds plan_ms = now_ms() - start;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (const auto* c = std::get_if<recovery::CommitStep>(&actions[i])) {
+      const bool pause = i + 1 < actions.size() && std::holds_alternative<recovery::StartGeneration>(actions[i + 1]);
+      commit(*c, pause);
+    } else if (const auto* s = std::get_if<recovery::StartGeneration>(&actions[i])) {
+      start_generation(*s->generation, plan_ms);
+    } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
+      give_up(*g);
+    } else {
+      throw std::logic_error("the recovery controller waits for nodes, which a live run does not");
+    }
+  }
+}
+
+void Master::start_generation(const recovery::Generation& g, Milliseconds plan_ms) {
+  const Milliseconds now = now_ms();
+  if (generation_ && generation_->number > 1 && !established_) reporter_.reconfiguration(timing_, true, now);
+  if (phase_ == Phase::starting) {
+    phase_ = Phase::training;
+    training_start_ms_ = now;
+  }
+  if (g.cause == recovery::Cause::join) chain_failure_ms_ = -1, chain_detected_ms_ = now;
+  if (g.cause == recovery::Cause::communication) {
+    std::fprintf(stderr, "oobleck-run: communication failed without a lost node (%s); restarting the step\n",
+                 last_comm_error_.c_str());
+    chain_failure_ms_ = chain_detected_ms_ = now;
+  }
+  generation_ = std::make_shared<const recovery::Generation>(g);
+  ranks_ = recovery::ranked_nodes(g.plan);
+  established_ = false;
+  timing_ = RecoveryTiming{
+      g.number,           g.lost, g.added, {}, g.resume_step, recovery::pipeline_shape(g.plan), chain_failure_ms_,
+      chain_detected_ms_, now,    plan_ms};
+  for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
+  protocol::NewGeneration message{g.number, plan_to_json(g.plan, controller_.templates(), in_.profile), ranks_,
+                                  g.resume_step};
+  std::map<std::string, recovery::LayerRange> holdings;
+  if (g.source == recovery::StateSource::replicas) {
+    holdings = recovery::node_layers(*g.base);
+    for (const auto& t : g.transfers) message.copies.push_back({t.layer, rank_of(t.from_node), rank_of(t.to_node)});
+  }
+  if (g.source == recovery::StateSource::checkpoint) message.checkpoint_folder = in_.resume->folder;
+  for (const auto& node : ranks_) {
+    const auto held = holdings.find(node);
+    std::tie(message.holds_begin, message.holds_end) = held == holdings.end() ? std::pair{0, 0} : held->second;
+    server_.send(node, Role::worker, message);
+  }
+  ledger_.clear();
+  step_start_ms_ = now;
+  reporter_.generation_started(g, now - training_start_ms_);
+}
+
+void Master::commit(const recovery::CommitStep& c, bool pause) {
+  const StepLedger::Total total = ledger_.total(c.step);
+  const Milliseconds now = now_ms();
+  samples_ += total.samples;
+  // (The controller may be in the next generation already: the commit is
+  // this one's.)
+  const std::vector<std::string> trainer_nodes = recovery::trainer_nodes(generation_->plan);
+  const protocol::Commit message{c.generation, c.step, pause, c.finish,
+                                 checkpoints_.save_for(c.step, c.finish, trainer_nodes)};
+  for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
+  last_iteration_ms_ = now - step_start_ms_;
+  step_start_ms_ = now;
+  reporter_.step(
+      {c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_, now - training_start_ms_});
+  if (c.establishes) {
+    established_ = true;
+    if (c.generation > 1) {
+      reporter_.reconfiguration(timing_, false, now);
+      chain_failure_ms_ = chain_detected_ms_ = -1;
+    }
+  }
+  if (!c.finish) return;
+  phase_ = Phase::finishing;
+  finish_deadline_ms_ = now + 30000;
+  for (const auto& [name, p] : processes_.nodes()) {
+    if (p.alive) server_.send(name, Role::worker, protocol::Finish{});
+  }
+}
+
+// What the planner could not recover from, and what a checkpoint would need.
+void Master::give_up(const recovery::GiveUp& g) {
+  if (g.reason == recovery::GiveUp::Reason::no_progress) throw std::runtime_error(g.why + ": " + last_comm_error_);
+  const int committed = g.committed_step;
+  const Bytes state = cost_.state_bytes(0, cost_.layers());
+  const std::string message =
+      g.why + ". The layers' training state after step " + std::to_string(committed) +
+      " is gone. To go on, a checkpoint must hold the state after step " + std::to_string(committed) +
+      ": the weights and AdamW state (both moments, step count) of all " + std::to_string(cost_.layers()) +
+      " layers (" + std::to_string(state) + " bytes in the profile's accounting), and the step to resume at (" +
+      std::to_string(committed + 1) + ") with the seed (" + std::to_string(o_.seed) +
+      "): the data order depends on nothing else";
+  reporter_.no_plan((generation_ ? generation_->number : 0) + 1, g.lost, g.added, committed + 1, state, message);
+  throw NoPlanError(message);
+}
+
+void Master::finish() {
+  if (checkpoints_.enabled() && checkpoints_.last_complete() != controller_.committed_step()) {
+    std::fprintf(stderr,
+                 "oobleck-run: warning: the checkpoint after step %d is incomplete (a node was lost while saving); "
+                 "the latest complete one is after step %d\n",
+                 controller_.committed_step(), checkpoints_.last_complete());
+  }
+  if (!o_.chrome_trace_path.empty() || !timelines_.empty()) {
+    const LastStepReport report = last_step_report(generation_->plan, timelines_, last_iteration_ms_);
+    if (!o_.chrome_trace_path.empty()) write_file_atomically(o_.chrome_trace_path, report.chrome_trace);
+    std::fputs(report.stage_summary.c_str(), stdout);
+  }
+  processes_.wait_for_agents(now_ms() + 10000);
+}
+
+// ---------------------------------------------------------------- injections
+
+// Fires what is due; returns how long the loop may wait for the next.
+Milliseconds Master::inject(Milliseconds wait_ms) {
+  const Milliseconds now = now_ms();
+  for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
+  if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
+  if (const auto due = injector_.chaos_due_ms(now)) {
+    if (now >= *due && established_) {
+      const ChaosEvent event = injector_.next_chaos_event(chaos_view(), now);
+      if (event.kill) {
+        kill_node(event.node, "chaos", false);
+      } else {
+        std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", event.node.c_str());
+        processes_.start(event.node, now);
+      }
+    } else if (now < *due) {
+      wait_ms = std::min(wait_ms, *due - now);
+    }
+  }
+  return std::max(0.0, wait_ms);
+}
+
+void Master::fire(const Injection& event) {
+  const std::string why = "--inject line " + std::to_string(event.line);
+  if (event.action != Injection::Action::Add) {
+    kill_node(event.node, why, event.action == Injection::Action::Hang);
+    return;
+  }
+  if (const NodeProcess* p = processes_.find(event.node); p != nullptr && p->alive) {
+    std::fprintf(stderr, "oobleck-run: %s: node %s is already running\n", why.c_str(), event.node.c_str());
+    return;
+  }
+  if (phase_ == Phase::finishing) return;
+  std::fprintf(stderr, "oobleck-run: %s: starting node %s\n", why.c_str(), event.node.c_str());
+  processes_.start(event.node, now_ms());
+  if (event.when == Injection::When::DuringStep) decide(recovery::JoinAwaited{event.node});
+}
+
+void Master::kill_node(const std::string& node, const std::string& why, bool hang) {
+  const NodeProcess* p = processes_.find(node);
+  if (p == nullptr || !p->alive) {
+    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to %s\n", why.c_str(), node.c_str(),
+                 hang ? "stop" : "remove");
+    return;
+  }
+  std::fprintf(stderr, "oobleck-run: %s: %s node %s\n", why.c_str(), hang ? "stopping" : "killing", node.c_str());
+  if (!processes_.inject_failure(node, hang, now_ms())) {
+    server_.send(node, Role::agent, hang ? protocol::Message(protocol::Hang{}) : protocol::Message(protocol::Kill{}));
+  }
+}
+
+ChaosView Master::chaos_view() {
+  ChaosView view;
+  for (const auto& n : ranks_) {
+    if (processes_.healthy(n)) view.members.push_back(n);
+  }
+  std::vector<std::string> killed;  // not detected yet
+  for (const auto& [name, p] : processes_.nodes()) {
+    view.healthy_nodes += processes_.healthy(name) ? 1 : 0;
+    if (p.alive && p.killed_ms >= 0) killed.push_back(name);
+  }
+  view.initial_nodes = static_cast<int>(recovery::ranked_nodes(in_.initial_plan).size());
+  view.fault_tolerance = in_.initial_plan.fault_tolerance;
+  view.survivable = [this, killed](const std::string& victim) {
+    auto lost = killed;
+    lost.push_back(victim);
+    return controller_.survives_losing(lost);
+  };
+  return view;
+}
+
+}  // namespace
+
+int run_master(const MasterOptions& options) {
+  Master master(options);
+  return master.run();
+}
+
+}  // namespace oobleck::executor

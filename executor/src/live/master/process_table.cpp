@@ -1,0 +1,106 @@
+#include "process_table.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "live/launch.h"
+
+namespace oobleck::executor {
+
+Milliseconds now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ProcessTable::~ProcessTable() {
+  for (pid_t child : children_) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+}
+
+void ProcessTable::start(const std::string& node, Milliseconds now) {
+  NodeProcess p;
+  p.name = node;
+  p.local = settings_.hosts.empty() || is_local_host(node);
+  p.spawned_ms = now;
+  std::vector<std::string> args = {
+      settings_.program, "agent",
+      "--node",          node,
+      "--master-addr",   settings_.master_addr,
+      "--control-port",  std::to_string(settings_.control_port),
+      "--token",         settings_.token,
+      "--heartbeat-ms",  std::to_string(std::max(10.0, settings_.heartbeat_timeout_ms / 5))};
+  if (p.local) {
+    args.push_back("--parent-pid");
+    args.push_back(std::to_string(::getpid()));
+  } else {
+    args = over_ssh(node, args);
+  }
+  p.agent_pid = spawn_process(args);
+  children_.insert(p.agent_pid);
+  nodes_[node] = p;
+}
+
+NodeProcess* ProcessTable::find(const std::string& node) {
+  const auto it = nodes_.find(node);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+bool ProcessTable::healthy(const std::string& node) const {
+  const auto it = nodes_.find(node);
+  return it != nodes_.end() && it->second.alive && it->second.killed_ms < 0;
+}
+
+bool ProcessTable::inject_failure(const std::string& node, bool hang, Milliseconds now) {
+  NodeProcess& p = nodes_.at(node);
+  p.killed_ms = now;
+  if (!p.local) return false;
+  const int signal = hang ? SIGSTOP : SIGKILL;
+  if (p.worker_pid > 0 && p.worker_connected) ::kill(p.worker_pid, signal);  // connected: alive
+  if (children_.count(p.agent_pid)) ::kill(p.agent_pid, signal);
+  return true;
+}
+
+bool ProcessTable::fence(const std::string& node) {
+  NodeProcess& p = nodes_.at(node);
+  p.alive = false;
+  if (!p.local) return false;
+  if (children_.count(p.agent_pid)) ::kill(p.agent_pid, SIGKILL);
+  return true;
+}
+
+void ProcessTable::reap() {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    children_.erase(pid);
+  }
+}
+
+void ProcessTable::wait_for_agents(Milliseconds deadline) {
+  while (!children_.empty() && now_ms() < deadline) {
+    reap();
+    if (!children_.empty()) ::usleep(10000);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> ProcessTable::overdue(Milliseconds now) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, p] : nodes_) {
+    if (!p.alive) continue;
+    if (p.agent_connected && now - p.last_heartbeat_ms > settings_.heartbeat_timeout_ms) {
+      out.emplace_back(name, "no heartbeat for " + std::to_string(static_cast<int>(now - p.last_heartbeat_ms)) + " ms");
+    } else if (!p.worker_connected && now - p.spawned_ms > settings_.connect_timeout_ms) {
+      out.emplace_back(name, "its worker did not connect within " +
+                                 std::to_string(static_cast<int>(settings_.connect_timeout_ms / 1000)) + " s");
+    }
+  }
+  return out;
+}
+
+}  // namespace oobleck::executor

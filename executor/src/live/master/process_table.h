@@ -1,0 +1,78 @@
+// The processes of a live run, one agent per node (and its worker): started
+// locally or over SSH, watched by their heartbeats, fenced when lost, and
+// reaped. No sockets here: what must be said to a remote agent, the master
+// says over the control server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "oobleck/common.h"
+
+namespace oobleck::executor {
+
+struct NodeProcess {
+  std::string name;
+  bool local = true;
+  pid_t agent_pid = 0, worker_pid = 0;
+  Milliseconds spawned_ms = 0, last_heartbeat_ms = 0;
+  Milliseconds killed_ms = -1;  // when an injection killed or stopped it
+  bool alive = true;            // not yet declared lost
+  bool agent_connected = false, worker_connected = false;
+};
+
+struct LaunchSettings {
+  std::string program;  // this executable, run again as agent and worker
+  std::string master_addr, token;
+  int control_port = 0;
+  Milliseconds heartbeat_timeout_ms = 1000;
+  Milliseconds connect_timeout_ms = 120000;  // from start to the worker's hello
+  std::vector<std::string> hosts;            // from a hostfile; empty: every node is local
+};
+
+class ProcessTable {
+ public:
+  explicit ProcessTable(LaunchSettings settings) : settings_(std::move(settings)) {}
+  // Agents not yet reaped are killed (their workers die with them); a pid
+  // that was reaped may belong to someone else by now, so it is left alone.
+  ~ProcessTable();
+  ProcessTable(const ProcessTable&) = delete;
+  ProcessTable& operator=(const ProcessTable&) = delete;
+
+  void start(const std::string& node, Milliseconds now_ms);
+  [[nodiscard]] NodeProcess* find(const std::string& node);
+  [[nodiscard]] const std::map<std::string, NodeProcess>& nodes() const { return nodes_; }
+  // Alive and not killed by an injection (which is not yet detected).
+  [[nodiscard]] bool healthy(const std::string& node) const;
+
+  // An injected failure of a local node: SIGKILL (or SIGSTOP, `hang`) to
+  // its worker and agent. False for a remote node: its agent must be told.
+  bool inject_failure(const std::string& node, bool hang, Milliseconds now_ms);
+  // A node declared lost must not act again: its local agent is killed
+  // (SIGKILL also ends a stopped process; the worker dies with the agent).
+  // False for a remote node: its agent must be told.
+  bool fence(const std::string& node);
+
+  void reap();
+  // Agents end once their worker has; waits for them until `deadline_ms`.
+  void wait_for_agents(Milliseconds deadline_ms);
+
+  // Nodes whose heartbeat stopped, or whose worker never connected, with
+  // the reason, as of `now_ms`.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> overdue(Milliseconds now_ms) const;
+
+ private:
+  LaunchSettings settings_;
+  std::map<std::string, NodeProcess> nodes_;
+  std::set<pid_t> children_;  // not yet reaped
+};
+
+// Monotonic milliseconds, the time base of every process on this machine.
+[[nodiscard]] Milliseconds now_ms();
+
+}  // namespace oobleck::executor

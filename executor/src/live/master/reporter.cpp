@@ -1,0 +1,115 @@
+#include "reporter.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "oobleck/common.h"
+
+namespace oobleck::executor {
+
+using nlohmann::ordered_json;
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += ',';
+    out += n;
+  }
+  return out.empty() ? "-" : out;
+}
+
+Reporter::Reporter(const std::string& metrics_path) {
+  if (metrics_path.empty()) return;
+  metrics_.open(metrics_path, std::ios::trunc);
+  if (!metrics_) throw InputError("--metrics " + metrics_path + ": cannot write");
+}
+
+void Reporter::emit(const std::string& line) {
+  if (!metrics_.is_open()) return;
+  metrics_ << line << "\n";
+  metrics_.flush();
+}
+
+void Reporter::run_started(const std::string& plan_path, const std::string& profile_path, int steps, std::uint64_t seed,
+                           int nodes) {
+  emit(ordered_json{{"kind", "run"},
+                    {"format", "oobleck.metrics.v1"},
+                    {"plan", plan_path},
+                    {"profile", profile_path},
+                    {"steps", steps},
+                    {"seed", seed},
+                    {"nodes", nodes}}
+           .dump());
+}
+
+void Reporter::generation_started(const recovery::Generation& g, Milliseconds elapsed_ms) {
+  emit(recovery::generation_record(g, elapsed_ms));
+  if (g.number == 1) return;
+  std::fprintf(stderr, "oobleck-run: generation %d: lost %s, added %s; pipelines %s; resuming at step %d\n", g.number,
+               joined(g.lost).c_str(), joined(g.added).c_str(), recovery::pipeline_shape(g.plan).c_str(),
+               g.resume_step);
+}
+
+void Reporter::step(const StepReport& r) {
+  emit(ordered_json{{"kind", "step"},
+                    {"step", r.step},
+                    {"loss", r.loss},
+                    {"samples", r.samples},
+                    {"step_samples", r.step_samples},
+                    {"iteration_ms", r.iteration_ms},
+                    {"elapsed_ms", r.elapsed_ms},
+                    {"generation", r.generation}}
+           .dump());
+  std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", r.step, r.loss, static_cast<long long>(r.samples),
+              r.iteration_ms);
+  std::fflush(stdout);
+}
+
+void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Milliseconds now) {
+  const double resume_ms = superseded ? 0.0 : std::max(0.0, now - t.planned_ms - t.rebuild_ms - t.copy_ms);
+  const double detect_ms = t.failure_ms >= 0 ? t.detected_ms - t.failure_ms : 0.0;
+  const double recovery_ms = t.failure_ms >= 0 ? now - t.failure_ms : now - t.planned_ms;
+  emit(ordered_json{{"kind", "reconfiguration"},
+                    {"generation", t.generation},
+                    {"lost", t.lost},
+                    {"added", t.added},
+                    {"reasons", t.reasons},
+                    {"resume_step", t.resume_step},
+                    {"pipelines", t.pipelines},
+                    {"detect_ms", detect_ms},
+                    {"plan_ms", t.plan_ms},
+                    {"communicators_ms", t.rebuild_ms},
+                    {"copy_ms", t.copy_ms},
+                    {"copy_bytes", t.copy_bytes},
+                    {"resume_ms", resume_ms},
+                    {"recovery_ms", recovery_ms},
+                    {"superseded", superseded}}
+           .dump());
+  if (superseded) {
+    std::printf("generation %d superseded before it trained (lost %s, added %s)\n", t.generation,
+                joined(t.lost).c_str(), joined(t.added).c_str());
+  } else {
+    std::printf(
+        "reconfigured (generation %d): lost %s, added %s -> pipelines %s; detect %.1f ms, plan %.1f ms, "
+        "communicators %.1f ms, copy %.1f ms (%lld bytes), resume %.1f ms; recovery %.1f ms\n",
+        t.generation, joined(t.lost).c_str(), joined(t.added).c_str(), t.pipelines.c_str(), detect_ms, t.plan_ms,
+        t.rebuild_ms, t.copy_ms, static_cast<long long>(t.copy_bytes), resume_ms, recovery_ms);
+  }
+  std::fflush(stdout);
+}
+
+void Reporter::no_plan(int generation, const std::vector<std::string>& lost, const std::vector<std::string>& added,
+                       int resume_step, std::int64_t checkpoint_bytes, const std::string& message) {
+  emit(ordered_json{{"kind", "no_plan"},
+                    {"generation", generation},
+                    {"lost", lost},
+                    {"added", added},
+                    {"resume_step", resume_step},
+                    {"checkpoint_bytes", checkpoint_bytes},
+                    {"message", message}}
+           .dump());
+}
+
+}  // namespace oobleck::executor

@@ -1,0 +1,66 @@
+// What a live run tells people (stdout, stderr) and scripts (--metrics:
+// JSON lines, each with a `kind`):
+//   {kind: "run", format: "oobleck.metrics.v1", plan, profile, steps, seed, nodes}   first
+//   {kind: "generation", ...}      each generation the recovery controller started
+//                                  (recovery::generation_record, as oobleck-sim --decisions)
+//   {kind: "step", step, loss, samples, step_samples, iteration_ms, elapsed_ms, generation}
+//   {kind: "reconfiguration", generation, lost, added, reasons, resume_step, pipelines,
+//    detect_ms, plan_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms, superseded}
+//   {kind: "no_plan", generation, lost, added, resume_step, checkpoint_bytes, message}
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "oobleck/recovery/events.h"
+
+namespace oobleck::executor {
+
+// How one generation's recovery went.
+struct RecoveryTiming {
+  int generation = 0;
+  std::vector<std::string> lost, added;
+  std::map<std::string, std::string> reasons;  // how each loss was noticed
+  int resume_step = 0;
+  std::string pipelines;         // "3+2"
+  Milliseconds failure_ms = -1;  // the earliest failure it recovers from (-1: none, a join)
+  Milliseconds detected_ms = 0, planned_ms = 0, plan_ms = 0;
+  int recovered = 0;                         // workers that rebuilt and copied
+  Milliseconds rebuild_ms = 0, copy_ms = 0;  // the slowest worker's
+  std::int64_t copy_bytes = 0;
+};
+
+struct StepReport {
+  int step = 0, generation = 0;
+  double loss = 0;
+  std::int64_t samples = 0, step_samples = 0;
+  Milliseconds iteration_ms = 0, elapsed_ms = 0;
+};
+
+class Reporter {
+ public:
+  // No metrics file when `metrics_path` is empty. InputError when it cannot
+  // be written.
+  explicit Reporter(const std::string& metrics_path);
+
+  void run_started(const std::string& plan_path, const std::string& profile_path, int steps, std::uint64_t seed,
+                   int nodes);
+  void generation_started(const recovery::Generation& g, Milliseconds elapsed_ms);
+  void step(const StepReport& report);
+  // A recovery is over: it trained a step, or a newer generation replaced it.
+  void reconfiguration(const RecoveryTiming& timing, bool superseded, Milliseconds now_ms);
+  void no_plan(int generation, const std::vector<std::string>& lost, const std::vector<std::string>& added,
+               int resume_step, std::int64_t checkpoint_bytes, const std::string& message);
+
+ private:
+  void emit(const std::string& line);
+  std::ofstream metrics_;
+};
+
+// "a,b" ("-" when empty).
+[[nodiscard]] std::string joined(const std::vector<std::string>& names);
+
+}  // namespace oobleck::executor

@@ -1,0 +1,148 @@
+// The control protocol of a live run: every message between the master and
+// the agents and workers, one struct each, and its JSON line on the wire.
+// No message type is spelled anywhere else.
+//
+//   agent  -> master  Hello, Heartbeat, WorkerExit
+//   master -> agent   Kill, Hang (failure injection on other hosts)
+//   worker -> master  Hello, Recovering, Recovered, Started, Ready,
+//                     CommunicationFailed, Saved, Done
+//   master -> worker  Welcome, NewGeneration, Commit, Finish
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "channel.h"
+
+namespace oobleck::executor::protocol {
+
+enum class Role { agent, worker };
+
+// The first message on every connection; `token` proves it is of this job.
+struct Hello {
+  Role role = Role::agent;
+  std::string node, token;
+  std::int64_t pid = 0;
+  std::int64_t worker_pid = 0;  // an agent's worker
+};
+struct Heartbeat {};
+// The agent's worker ended with `status`.
+struct WorkerExit {
+  int status = 0;
+};
+struct Kill {};
+struct Hang {};
+
+// The job's configuration, sent to a worker once it said hello.
+struct Welcome {
+  std::string profile;  // the profile, as JSON text
+  std::string profile_origin, data, device;
+  int steps = 0, threads = 1, store_port = 0;
+  std::uint64_t seed = 0;
+  std::int64_t comm_timeout_ms = 0;
+};
+
+// One layer's state sent from rank `from` to rank `to` of the generation.
+struct LayerCopy {
+  int layer = 0, from = 0, to = 0;
+  friend bool operator==(const LayerCopy&, const LayerCopy&) = default;
+};
+// A generation: its plan, its ranks, the step it resumes at, what this
+// worker holds of the state after the step before (layers [holds_begin,
+// holds_end)) and the copies that complete it, or the checkpoint to read.
+struct NewGeneration {
+  int generation = 0;
+  std::string plan;  // the plan, as JSON text
+  std::vector<std::string> ranks;
+  int resume_step = 0;
+  int holds_begin = 0, holds_end = 0;
+  std::vector<LayerCopy> copies;
+  std::string checkpoint_folder;  // empty: the state is the replicas' (or the seed's)
+};
+
+// Save the state after `step` into `folder`, each layer by its first holder.
+struct Save {
+  std::string folder;
+  int step = 0;
+};
+// Apply `step`. `pause`: a new generation follows at this boundary.
+struct Commit {
+  int generation = 0, step = 0;
+  bool pause = false, finish = false;
+  std::optional<Save> save;
+};
+struct Finish {};
+
+struct Recovering {
+  int generation = 0;
+};
+struct Recovered {
+  int generation = 0;
+  double rebuild_ms = 0, copy_ms = 0;
+  std::int64_t copy_bytes = 0;
+};
+// The first forward pass of `step` ran (rank 0 says it).
+struct Started {
+  int generation = 0, step = 0;
+};
+// Samples [first, first + count) of the global batch.
+struct SampleRange {
+  int first = 0, count = 0;
+};
+// A trainer finished `step` and waits for its commit; `loss` is its share.
+struct Ready {
+  int generation = 0, step = 0;
+  double loss = 0;
+  std::optional<SampleRange> samples;  // first stages: what they consumed
+};
+struct CommunicationFailed {
+  int generation = 0;
+  std::string what;
+};
+struct Saved {
+  int generation = 0, step = 0;
+};
+
+// The last step as a worker timed it: each pass and the optimizer step.
+struct TimedOp {
+  char kind = 'F';  // F forward, B backward, O optimizer
+  int index = 0;    // the microbatch
+  double start_ms = 0, end_ms = 0;
+};
+struct StepTimeline {
+  double step_start_ms = 0, compute_ms = 0, wait_ms = 0, sync_ms = 0, optimizer_ms = 0;
+  std::vector<TimedOp> ops;
+};
+struct Done {
+  int generation = 0;
+  std::optional<StepTimeline> timeline;
+};
+
+using Message = std::variant<Hello, Heartbeat, WorkerExit, Kill, Hang, Welcome, NewGeneration, Commit, Finish,
+                             Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done>;
+
+// A line that is not a message of this protocol.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One line of JSON (no newline), and back. decode throws ProtocolError.
+[[nodiscard]] std::string encode(const Message& message);
+[[nodiscard]] Message decode(std::string_view line);
+[[nodiscard]] std::string_view type_name(const Message& message);
+
+// Over a connection. send: false when the peer is gone. receive: as
+// Connection::receive, decoding each line; a line that does not decode is
+// reported through `malformed` (its error), or dropped without one.
+bool send(channel::Connection& connection, const Message& message);
+bool receive(channel::Connection& connection, std::vector<Message>& out, std::chrono::milliseconds timeout,
+             std::vector<std::string>* malformed = nullptr);
+
+}  // namespace oobleck::executor::protocol

@@ -1,0 +1,106 @@
+#include "generation_groups.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <thread>
+
+#include "train_common.h"
+
+namespace oobleck::executor {
+namespace {
+
+bool holds(const recovery::Seat& s, int layer) { return s.layer_begin <= layer && layer < s.layer_end; }
+
+}  // namespace
+
+GradientHolders gradient_holders(const std::vector<recovery::Seat>& seats, int last_layer) {
+  GradientHolders out;
+  for (int label = kTied; label <= last_layer; ++label) {
+    std::vector<int> ranks;
+    for (int r = 0; r < static_cast<int>(seats.size()); ++r) {
+      const bool in = label == kTied ? holds(seats[r], 0) || holds(seats[r], last_layer) : holds(seats[r], label);
+      if (in) ranks.push_back(r);
+    }
+    out.sets.insert(ranks);
+    out.of_label[label] = std::move(ranks);
+  }
+  return out;
+}
+
+void GenerationGroups::build(const GroupSettings& settings, const std::set<std::vector<int>>& gradient_sets) {
+  trainer_count_ = settings.trainers;
+  const bool trainer = settings.rank < settings.trainers;
+  std::vector<ToMake> now = {{"world", settings.rank, settings.world_size, &world_}};
+  if (trainer && settings.trainers < settings.world_size) {
+    now.push_back({"trainers", settings.rank, settings.trainers, &trainers_});
+  }
+  make(settings, now);
+  if (!trainer) return;
+  std::vector<ToMake> later;
+  for (const auto& set : gradient_sets) {
+    auto it = std::find(set.begin(), set.end(), settings.rank);
+    if (it == set.end() || set.size() < 2) continue;
+    if (static_cast<int>(set.size()) == settings.trainers) continue;  // the trainers' own group serves
+    std::string name = "grads";
+    for (int r : set) name.append(":").append(std::to_string(r));
+    later.push_back({name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()), &gradients_[set]});
+  }
+  gradients_made_ = std::async(std::launch::async, [this, settings, later] { make(settings, later); });
+}
+
+void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToMake>& groups) {
+  std::vector<std::exception_ptr> errors(groups.size());
+  std::vector<std::thread> makers;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    makers.emplace_back([&, i] {
+      try {
+        try {
+          c10d::TCPStoreOptions options;
+          options.port = static_cast<std::uint16_t>(settings.store_port);
+          options.isServer = false;
+          options.timeout = settings.timeout;
+          auto store = c10::make_intrusive<c10d::TCPStore>(settings.master_addr, options);
+          const ToMake& g = groups[i];
+          *g.slot = make_gloo_communicator(store, "g" + std::to_string(settings.generation) + "/" + g.name, g.rank,
+                                           g.size, settings.bind_host, settings.timeout);
+          inbox_.watch(g.slot->get());
+        } catch (const CommunicationError&) {
+          throw;
+        } catch (const std::exception& e) {  // the store: also communication
+          throw CommunicationError(e.what());
+        }
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& m : makers) m.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+Communicator& GenerationGroups::gradient_group(const std::vector<int>& set) {
+  if (gradients_made_.valid()) gradients_made_.get();
+  return static_cast<int>(set.size()) == trainer_count_ ? trainers() : *gradients_.at(set);
+}
+
+void GenerationGroups::release(bool interrupted) {
+  if (gradients_made_.valid()) {
+    try {
+      gradients_made_.get();  // its sockets are abandoned by now: it ends at once
+    } catch (const std::exception&) {
+    }
+  }
+  inbox_.unwatch_all();
+  std::vector<std::unique_ptr<Communicator>> old;
+  for (auto& [set, c] : gradients_) old.push_back(std::move(c));
+  gradients_.clear();
+  old.push_back(std::move(trainers_));
+  old.push_back(std::move(world_));
+  if (!interrupted) return;
+  std::thread([old = std::move(old)]() mutable { old.clear(); }).detach();
+}
+
+}  // namespace oobleck::executor

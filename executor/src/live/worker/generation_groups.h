@@ -1,0 +1,77 @@
+// The communicators of one generation, as one worker holds them: the world
+// (every worker of the generation: state copies), the trainers (the
+// pipelines: activations and the gradient norm) and one group per set of
+// trainers holding the same layers (their gradients).
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "inbox.h"
+#include "oobleck/recovery/seats.h"
+
+namespace oobleck::executor {
+
+// Which trainers hold each gradient label (a layer, or the tied weight:
+// holders of either end), by rank.
+struct GradientHolders {
+  std::map<int, std::vector<int>> of_label;
+  std::set<std::vector<int>> sets;  // the distinct ones
+};
+[[nodiscard]] GradientHolders gradient_holders(const std::vector<recovery::Seat>& seats, int last_layer);
+
+struct GroupSettings {
+  int generation = 0;
+  int rank = 0, world_size = 0, trainers = 0;
+  std::string master_addr, bind_host;
+  int store_port = 0;
+  std::chrono::milliseconds timeout{120000};
+};
+
+class GenerationGroups {
+ public:
+  explicit GenerationGroups(Inbox& inbox) : inbox_(inbox) {}
+  ~GenerationGroups() { release(true); }
+  GenerationGroups(const GenerationGroups&) = delete;
+  GenerationGroups& operator=(const GenerationGroups&) = delete;
+
+  // The world and the trainers now; the gradient groups in the background,
+  // while the first step's passes run (they are needed only at its end).
+  // Every group is made on its own thread with its own store client (a
+  // client serves one thread); every member of a group makes it, so no
+  // order among them can deadlock, and a recovery waits for the slowest
+  // group, not their sum. Each is watched by the inbox.
+  void build(const GroupSettings& settings, const std::set<std::vector<int>>& gradient_sets);
+
+  [[nodiscard]] Communicator& world() { return *world_; }
+  [[nodiscard]] Communicator& trainers() { return trainers_ ? *trainers_ : *world_; }
+  // The group of `set` (rethrows what failed making the gradient groups).
+  [[nodiscard]] Communicator& gradient_group(const std::vector<int>& set);
+
+  // After an interruption a collective may still be running on a group's
+  // own threads until Gloo gives up on it: those groups are destroyed on a
+  // thread of their own, so that the next generation starts at once.
+  void release(bool interrupted);
+
+ private:
+  struct ToMake {
+    std::string name;
+    int rank, size;
+    std::unique_ptr<Communicator>* slot;
+  };
+  void make(const GroupSettings& settings, const std::vector<ToMake>& groups);
+
+  Inbox& inbox_;
+  int trainer_count_ = 0;
+  std::unique_ptr<Communicator> world_, trainers_;
+  std::map<std::vector<int>, std::unique_ptr<Communicator>> gradients_;
+  std::future<void> gradients_made_;  // makes gradients_: declared after it, so waited for before it goes
+};
+
+}  // namespace oobleck::executor

@@ -1,0 +1,144 @@
+#include "inbox.h"
+
+#include <torch/version.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "oobleck/common.h"
+
+namespace oobleck::executor {
+namespace {
+
+// A pair of libtorch 1.x's Gloo waiting for its peer listens on a socket of
+// its own, which an abandon must shut down to wake it; 2.x's Gloo has one
+// listener per device and ends the process when that listener fails.
+constexpr bool kKeepGlooListeners = TORCH_VERSION_MAJOR >= 2;
+
+}  // namespace
+
+Inbox::~Inbox() {
+  stop_ = true;
+  if (reader_.joinable()) reader_.join();
+}
+
+bool Inbox::send(const protocol::Message& message) { return protocol::send(*connection_, message); }
+
+protocol::Welcome Inbox::welcome() {
+  for (;;) {
+    std::vector<protocol::Message> messages;
+    if (!protocol::receive(*connection_, messages, std::chrono::milliseconds(1000))) {
+      throw std::runtime_error("the master closed the control channel before sending the configuration");
+    }
+    std::optional<protocol::Welcome> welcome;
+    std::lock_guard lock(mutex_);
+    for (auto& m : messages) {
+      if (auto* w = std::get_if<protocol::Welcome>(&m)) {
+        welcome = std::move(*w);
+      } else {
+        handle(std::move(m));  // what came with it (a generation) is kept
+      }
+    }
+    if (welcome) return *welcome;
+  }
+}
+
+void Inbox::start() {
+  reader_ = std::thread([this] { read_loop(); });
+}
+
+void Inbox::begin(int generation) {
+  std::lock_guard lock(mutex_);
+  in_hand_ = generation;
+  std::erase_if(commits_, [&](const auto& c) { return c.first.first < generation; });
+}
+
+void Inbox::watch(Communicator* communicator) {
+  std::lock_guard lock(mutex_);
+  watched_.push_back(communicator);
+  if (newest_number_ > in_hand_) communicator->abort();
+}
+
+void Inbox::unwatch_all() {
+  std::lock_guard lock(mutex_);
+  watched_.clear();
+}
+
+bool Inbox::superseded() const {
+  std::lock_guard lock(mutex_);
+  return newest_number_ > in_hand_;
+}
+
+void Inbox::throw_if_superseded() const {
+  if (superseded()) throw Superseded();
+}
+
+void Inbox::abandon() {
+  std::lock_guard lock(mutex_);
+  channel::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
+}
+
+protocol::NewGeneration Inbox::next_generation(int generation) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return newest_number_ > generation; });
+  return newest_;
+}
+
+protocol::Commit Inbox::wait_commit(int generation, int step) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return newest_number_ > in_hand_ || commits_.count({generation, step}); });
+  const auto it = commits_.find({generation, step});
+  if (it == commits_.end()) throw Superseded();
+  protocol::Commit out = std::move(it->second);
+  commits_.erase(it);
+  return out;
+}
+
+bool Inbox::wait_generation_or_finish(int generation) {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return newest_number_ > generation || finished_; });
+  return finished_ && newest_number_ <= generation;
+}
+
+void Inbox::read_loop() {
+  while (!stop_) {
+    std::vector<protocol::Message> messages;
+    std::vector<std::string> malformed;
+    const bool open = protocol::receive(*connection_, messages, std::chrono::milliseconds(100), &malformed);
+    // A malformed message is a bug at the master, not a reason to die.
+    for (const auto& what : malformed) {
+      std::fprintf(stderr, "oobleck-run worker: ignoring a malformed control message (%s)\n", what.c_str());
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& m : messages) handle(std::move(m));
+    if (newest_number_ > in_hand_) {
+      for (auto* c : watched_) c->abort();
+      channel::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
+    }
+    if (!open) {
+      if (finishing_) return;
+      // The master is gone: so is the job. Nothing here can be saved by waiting.
+      std::fprintf(stderr, "oobleck-run worker: the master went away; exiting\n");
+      std::_Exit(kExitFailure);
+    }
+  }
+}
+
+void Inbox::handle(protocol::Message message) {
+  if (auto* g = std::get_if<protocol::NewGeneration>(&message)) {
+    if (g->generation > newest_number_) {
+      newest_number_ = g->generation;
+      newest_ = std::move(*g);
+    }
+  } else if (auto* c = std::get_if<protocol::Commit>(&message)) {
+    if (c->finish) finishing_ = true;
+    const std::pair<int, int> key{c->generation, c->step};
+    commits_[key] = std::move(*c);
+  } else if (std::holds_alternative<protocol::Finish>(message)) {
+    finishing_ = true;
+    finished_ = true;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace oobleck::executor

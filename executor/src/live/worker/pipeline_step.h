@@ -1,0 +1,70 @@
+// One trainer's part of a step, up to its commit: the forward and backward
+// passes of its pipeline's microbatches in 1F1B order (oobleck/common/
+// one_f_one_b.h, the order the simulator plays), activations and their
+// gradients across stage boundaries, then each layer's gradient summed over
+// its holders in float64 and clipped by the global norm (train_common.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "generation_groups.h"
+#include "inbox.h"
+#include "layer_state.h"
+#include "live/protocol.h"
+#include "oobleck/planner.h"
+#include "train_common.h"
+
+namespace oobleck::executor {
+
+// Where a trainer sits in the generation in hand.
+struct TrainerPlace {
+  int generation = 0;
+  const Plan* plan = nullptr;
+  recovery::Seat seat;
+  int rank = 0;
+  int first_microbatch = 0;  // of the global batch: the pipelines before it take the ones before
+};
+
+class PipelineStep {
+ public:
+  PipelineStep(const TrainOptions& options, const std::vector<std::uint16_t>& tokens, Inbox& inbox,
+               const TrainerPlace& place, GenerationGroups& groups, const GradientHolders& holders,
+               std::map<int, HeldLayer>& held, std::vector<GradientSlot>& slots)
+      : o_(options),
+        tokens_(tokens),
+        inbox_(inbox),
+        place_(place),
+        groups_(groups),
+        holders_(holders),
+        held_(held),
+        slots_(slots) {}
+
+  // Forward, backward and gradient synchronisation of `step`; returns this
+  // trainer's share of the loss (non-zero on last stages). With `record`,
+  // every pass is timed for timeline().
+  double run(int step, bool record);
+  void record_optimizer(double start_ms, double end_ms);
+  [[nodiscard]] protocol::StepTimeline timeline() const { return timeline_; }
+
+ private:
+  double one_f_one_b(int step);
+  void synchronise_gradients();
+  torch::Tensor microbatch_tokens(int step, int microbatch, bool targets) const;
+  torch::Tensor forward_layers(torch::Tensor x);
+  void record(char kind, int index, double start_ms, double end_ms);
+
+  const TrainOptions& o_;
+  const std::vector<std::uint16_t>& tokens_;
+  Inbox& inbox_;
+  TrainerPlace place_;
+  GenerationGroups& groups_;
+  const GradientHolders& holders_;
+  std::map<int, HeldLayer>& held_;
+  std::vector<GradientSlot>& slots_;
+  bool recording_ = false;
+  protocol::StepTimeline timeline_;
+};
+
+}  // namespace oobleck::executor

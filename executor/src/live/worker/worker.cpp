@@ -1,0 +1,260 @@
+// A live worker, one per node. It trains its stage of the current
+// generation's plan (pipeline_step.h). A step is applied (AdamW) only once
+// the master commits it, so every worker agrees on which steps happened.
+// When the master announces a newer generation, the inbox abandons every
+// socket in hand, which makes whatever the training thread is blocked in
+// fail at once; the worker then settles the step in hand (applied if the
+// master had committed it, discarded otherwise), rebuilds its communicators,
+// copies the layer states the planner assigns it and redoes the step on the
+// same global batch.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "generation_groups.h"
+#include "inbox.h"
+#include "oobleck/executor/data.h"
+#include "oobleck/executor/live.h"
+#include "pipeline_step.h"
+#include "state_copies.h"
+
+namespace oobleck::executor {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class LiveWorker {
+ public:
+  explicit LiveWorker(const NodeProcessOptions& options)
+      : node_(options.node),
+        master_addr_(options.master_addr),
+        token_(options.token),
+        inbox_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))) {}
+
+  int run() {
+    inbox_.send(protocol::Hello{protocol::Role::worker, node_, token_, ::getpid(), 0});
+    configure(inbox_.welcome());
+    inbox_.start();
+    protocol::NewGeneration generation = inbox_.next_generation(0);
+    for (;;) {
+      try {
+        enter(generation);
+        if (train()) {
+          groups_.release(false);
+          return kExitSuccess;
+        }
+      } catch (const Superseded&) {
+      } catch (const std::exception& e) {
+        if (!on_failure(e)) return kExitFailure;
+      }
+      step_.reset();
+      groups_.release(true);
+      generation = inbox_.next_generation(number_);
+    }
+  }
+
+ private:
+  // Whatever failed because the work was abandoned is no failure. A peer
+  // failing under us: everyone connected to us must fail too, and the
+  // master decides what comes next. Anything else is this node's own
+  // failure (memory, disk, a corrupt state, a bug): it leaves the job,
+  // which goes on without it (false).
+  bool on_failure(const std::exception& e) {
+    if (inbox_.superseded()) return true;
+    inbox_.abandon();
+    if (dynamic_cast<const CommunicationError*>(&e)) {
+      inbox_.send(protocol::CommunicationFailed{number_, std::string(e.what()).substr(0, 300)});
+      return true;
+    }
+    std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
+    step_.reset();
+    groups_.release(true);
+    return false;
+  }
+
+  void configure(const protocol::Welcome& welcome) {
+    profile_ = parse_profile(welcome.profile, welcome.profile_origin);
+    apply_profile(o_, profile_, welcome.device);
+    o_.steps = welcome.steps;
+    o_.seed = welcome.seed;
+    torch::set_num_threads(welcome.threads);
+    torch::manual_seed(o_.seed);
+    tokens_ = read_tokens(welcome.data);
+    settings_.master_addr = master_addr_;
+    settings_.store_port = welcome.store_port;
+    settings_.timeout = std::chrono::milliseconds(welcome.comm_timeout_ms);
+    // On one machine everything stays on loopback; across machines Gloo
+    // binds to this host's own address.
+    settings_.bind_host = master_addr_ == "127.0.0.1" || master_addr_ == "localhost" ? "127.0.0.1" : "";
+  }
+
+  // ------------------------------------------------------------ generations
+
+  void enter(const protocol::NewGeneration& g) {
+    step_.reset();
+    number_ = g.generation;
+    inbox_.begin(number_);
+    const double start = now_ms();
+    inbox_.send(protocol::Recovering{number_});
+    settle_step_in_hand(g.resume_step);
+    take_plan(g);
+    keep_what_is_counted(g);
+    groups_.build(settings_, holders_.sets);
+    const double rebuilt = now_ms();
+    const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, held_, o_);
+    if (trainer_ && !g.checkpoint_folder.empty()) {
+      load_checkpoint_layers(g.checkpoint_folder, seat().layer_begin, seat().layer_end, held_, o_);
+    }
+    if (trainer_) complete_seat(g.resume_step);
+    applied_through_ = g.resume_step - 1;
+    established_ = false;
+    inbox_.send(protocol::Recovered{number_, rebuilt - start, now_ms() - rebuilt, copied_bytes});
+  }
+
+  void take_plan(const protocol::NewGeneration& g) {
+    plan_ = parse_plan(g.plan, "generation " + std::to_string(number_), profile_);
+    const auto me = std::find(g.ranks.begin(), g.ranks.end(), node_);
+    if (me == g.ranks.end())
+      throw std::logic_error("generation " + std::to_string(number_) + " does not list " + node_);
+    settings_.generation = number_;
+    settings_.rank = static_cast<int>(me - g.ranks.begin());
+    settings_.world_size = static_cast<int>(g.ranks.size());
+    seats_ = recovery::seats_of(plan_);
+    settings_.trainers = static_cast<int>(seats_.size());
+    trainer_ = settings_.rank < settings_.trainers;
+    resume_step_ = g.resume_step;
+    holders_ = gradient_holders(seats_, o_.model.layers + 1);
+  }
+
+  // Keep exactly what the master counts this node as holding, at the state
+  // after step resume - 1; anything else is stale.
+  void keep_what_is_counted(const protocol::NewGeneration& g) {
+    std::erase_if(held_, [&](const auto& h) { return h.first < g.holds_begin || h.first >= g.holds_end; });
+    for (int l = g.holds_begin; l < g.holds_end; ++l) {
+      if (!held_.count(l) || (g.resume_step > 0 && applied_through_ != g.resume_step - 1)) {
+        throw std::logic_error(node_ + " is counted as holding layer " + std::to_string(l) + " after step " +
+                               std::to_string(g.resume_step - 1) + " but does not");
+      }
+    }
+  }
+
+  // Every layer of the seat, the ones nothing was trained on yet from
+  // (seed, layer); and the step's machinery.
+  void complete_seat(int resume) {
+    for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+      if (held_.count(l)) continue;
+      if (resume > 0) {
+        throw std::logic_error("generation " + std::to_string(number_) + " gives " + node_ + " layer " +
+                               std::to_string(l) + " without a copy");
+      }
+      held_.emplace(l, initial_layer(o_, l));
+    }
+    slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model.layers + 1);
+    first_microbatch_ = 0;
+    for (int p = 0; p < seat().pipeline; ++p) first_microbatch_ += plan_.pipelines[p].microbatches;
+    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, seat(), settings_.rank, first_microbatch_},
+                  groups_, holders_, held_, slots_);
+  }
+
+  // The step in hand when the generation changed: the master's resume step
+  // says whether it was committed (apply it) or not (discard it).
+  void settle_step_in_hand(int resume) {
+    if (!pending_) return;
+    if (*pending_ + 1 == resume) {
+      apply_step();
+    } else if (*pending_ == resume) {
+      pending_.reset();
+    } else {
+      throw std::logic_error("step " + std::to_string(*pending_) + " in hand, but the master resumes at step " +
+                             std::to_string(resume));
+    }
+  }
+
+  // AdamW on this worker's layers. The first commit of a generation makes
+  // its plan the one the master counts holdings by: other layers go.
+  void apply_step() {
+    for (int l = seat().layer_begin; l < seat().layer_end; ++l) held_.at(l).optimizer->step();
+    applied_through_ = *pending_;
+    pending_.reset();
+    if (!established_) {
+      established_ = true;
+      std::erase_if(held_, [&](const auto& h) { return h.first < seat().layer_begin || h.first >= seat().layer_end; });
+    }
+  }
+
+  [[nodiscard]] const recovery::Seat& seat() const { return seats_.at(settings_.rank); }
+
+  // ------------------------------------------------------------ training
+
+  // True when training is over; false when a new generation follows.
+  bool train() {
+    if (!trainer_) {
+      const bool finished = inbox_.wait_generation_or_finish(number_);
+      if (finished) inbox_.send(protocol::Done{number_, std::nullopt});
+      return finished;
+    }
+    for (int step = resume_step_; step < o_.steps; ++step) {
+      const double loss = step_->run(step, step == o_.steps - 1);  // the last step, warmed up, is timed
+      pending_ = step;
+      protocol::Ready ready{number_, step, loss, std::nullopt};
+      if (seat().position == 0) {
+        const int mb = o_.microbatch_size;
+        ready.samples =
+            protocol::SampleRange{first_microbatch_ * mb, plan_.pipelines[seat().pipeline].microbatches * mb};
+      }
+      inbox_.send(ready);
+      const protocol::Commit commit = inbox_.wait_commit(number_, step);
+      const double applied = now_ms();
+      apply_step();
+      step_->record_optimizer(applied, now_ms());
+      if (commit.save) {
+        save_checkpoint_layers(commit.save->folder, seats_, settings_.rank, held_);
+        inbox_.send(protocol::Saved{number_, commit.save->step});
+      }
+      if (commit.finish) {
+        inbox_.send(protocol::Done{number_, step_->timeline()});
+        return true;
+      }
+      if (commit.pause) return false;
+    }
+    throw std::logic_error("generation " + std::to_string(number_) + " resumes after the last step");
+  }
+
+  // Identity and job.
+  std::string node_, master_addr_, token_;
+  Inbox inbox_;
+  Profile profile_;
+  TrainOptions o_;
+  std::vector<std::uint16_t> tokens_;
+  GroupSettings settings_;
+
+  // The generation in hand.
+  int number_ = 0;
+  Plan plan_;
+  std::vector<recovery::Seat> seats_;
+  int resume_step_ = 0, first_microbatch_ = 0;
+  bool trainer_ = false, established_ = false;
+  GradientHolders holders_;
+  GenerationGroups groups_{inbox_};
+  std::optional<PipelineStep> step_;
+
+  // Training state: every layer held, at the state after applied_through_.
+  std::map<int, HeldLayer> held_;
+  std::vector<GradientSlot> slots_;  // this worker's layers' gradients
+  int applied_through_ = -1;
+  std::optional<int> pending_;  // the step reported ready and not yet settled
+};
+
+}  // namespace
+
+int run_worker(const NodeProcessOptions& options) {
+  LiveWorker worker(options);
+  return worker.run();
+}
+
+}  // namespace oobleck::executor
