@@ -337,12 +337,22 @@ void Master::start_generation(const recovery::Generation& g, Milliseconds plan_m
   generation_ = std::make_shared<const recovery::Generation>(g);
   ranks_ = recovery::ranked_nodes(g.plan);
   established_ = false;
-  timing_ = RecoveryTiming{
-      g.number,           g.lost, g.added, {}, g.resume_step, recovery::pipeline_shape(g.plan), chain_failure_ms_,
-      chain_detected_ms_, now,    plan_ms};
+  timing_ = RecoveryTiming();
+  timing_.generation = g.number;
+  timing_.lost = g.lost;
+  timing_.added = g.added;
+  timing_.resume_step = g.resume_step;
+  timing_.pipelines = recovery::pipeline_shape(g.plan);
+  timing_.failure_ms = chain_failure_ms_;
+  timing_.detected_ms = chain_detected_ms_;
+  timing_.planned_ms = now;
+  timing_.plan_ms = plan_ms;
   for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
-  protocol::NewGeneration message{g.number, plan_to_json(g.plan, controller_.templates(), in_.profile), ranks_,
-                                  g.resume_step};
+  protocol::NewGeneration message;
+  message.generation = g.number;
+  message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
+  message.ranks = ranks_;
+  message.resume_step = g.resume_step;
   std::map<std::string, recovery::LayerRange> holdings;
   if (g.source == recovery::StateSource::replicas) {
     holdings = recovery::node_layers(*g.base);

@@ -62,8 +62,8 @@ void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToM
           options.timeout = settings.timeout;
           auto store = c10::make_intrusive<c10d::TCPStore>(settings.master_addr, options);
           const ToMake& g = groups[i];
-          *g.slot = make_gloo_communicator(store, "g" + std::to_string(settings.generation) + "/" + g.name, g.rank,
-                                           g.size, settings.bind_host, settings.timeout);
+          const std::string name = std::string("g").append(std::to_string(settings.generation)).append("/") + g.name;
+          *g.slot = make_gloo_communicator(store, name, g.rank, g.size, settings.bind_host, settings.timeout);
           inbox_.watch(g.slot->get());
         } catch (const CommunicationError&) {
           throw;
