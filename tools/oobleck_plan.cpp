@@ -8,12 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <set>
 #include <sstream>
 
-#include "oobleck/common/files.h"
 #include "cli_io.h"
+#include "oobleck/common/files.h"
 #include "oobleck/planner.h"
 
 namespace {
@@ -87,14 +86,16 @@ std::string layout(const std::vector<Stage>& stages) {
     auto& n = shapes[s.node];
     if (n.shape.empty()) n.first_layer = s.layer_begin;
     n.end_layer = s.layer_end;
-    n.shape += (n.shape.empty() ? "" : "+") + std::to_string(s.layer_end - s.layer_begin) + "x" + std::to_string(s.gpus);
+    n.shape +=
+        (n.shape.empty() ? "" : "+") + std::to_string(s.layer_end - s.layer_begin) + "x" + std::to_string(s.gpus);
   }
   for (int a = 0; a < nodes;) {
     int b = a;
     while (b + 1 < nodes && shapes[b + 1].shape == shapes[a].shape) ++b;
     out << (a ? " | " : "") << "n" << a;
     if (b > a) out << "-n" << b;
-    out << " [" << shapes[a].first_layer << "," << shapes[b].end_layer << ") " << shapes[a].shape << (b > a ? " each" : "");
+    out << " [" << shapes[a].first_layer << "," << shapes[b].end_layer << ") " << shapes[a].shape
+        << (b > a ? " each" : "");
     a = b + 1;
   }
   return out.str();
@@ -123,40 +124,27 @@ void print_templates(const TemplateSet& templates, const std::set<int>& only = {
                 format_ms(t.first_microbatch_ms).c_str(), format_ms(t.bottleneck_ms).c_str(),
                 t.max_microbatches > 0 ? std::to_string(t.max_microbatches).c_str() : "-", layout(t.stages).c_str());
   }
-  std::vector<int> missing;
-  for (int n = 1; n <= templates.max_nodes; ++n) {
-    if (!templates.find(n)) missing.push_back(n);
-  }
+  const auto missing = nodes_without_template(templates);
   if (!missing.empty() && only.empty()) {
     std::ostringstream out;
-    for (std::size_t i = 0; i < missing.size();) {
-      std::size_t j = i;
-      while (j + 1 < missing.size() && missing[j + 1] == missing[j] + 1) ++j;
-      out << (i ? ", " : "") << missing[i];
-      if (j > i) out << "-" << missing[j];
-      i = j + 1;
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+      const auto [first, last] = missing[i];
+      out << (i ? ", " : "") << first;
+      if (last > first) out << "-" << last;
     }
     std::printf("No template for %s nodes (memory, or more nodes than layers).\n", out.str().c_str());
   }
 }
 
 void print_plan(const Plan& plan) {
-  int nodes = static_cast<int>(plan.spare_nodes.size());
-  for (const auto& p : plan.pipelines) nodes += static_cast<int>(p.nodes.size());
   std::printf("\nPlan: %zu pipelines on %d nodes, fault tolerance f = %d, %d microbatches per iteration\n",
-              plan.pipelines.size(), nodes, plan.fault_tolerance, plan.global_microbatches);
+              plan.pipelines.size(), plan_node_count(plan), plan.fault_tolerance, plan.global_microbatches);
   if (plan.pipelines.size() > 16) {
     // Large plans: one row per kind of pipeline.
-    std::map<std::pair<int, int>, int> kinds;
-    for (const auto& p : plan.pipelines) kinds[{p.template_nodes, p.microbatches}] += 1;
     std::printf("%10s %6s %13s %13s\n", "pipelines", "nodes", "microbatches", "iteration ms");
-    for (auto it = kinds.rbegin(); it != kinds.rend(); ++it) {
-      const auto& [key, count] = *it;
-      double ms = 0;
-      for (const auto& p : plan.pipelines) {
-        if (p.template_nodes == key.first && p.microbatches == key.second) ms = p.iteration_ms;
-      }
-      std::printf("%10d %6d %13d %13s\n", count, key.first, key.second, format_ms(ms).c_str());
+    for (const auto& group : group_pipelines(plan)) {
+      std::printf("%10d %6d %13d %13s\n", group.count, group.template_nodes, group.microbatches,
+                  format_ms(group.iteration_ms).c_str());
     }
   }
   if (plan.pipelines.size() <= 16) {
@@ -187,14 +175,8 @@ void print_plan(const Plan& plan) {
   }
 }
 
-std::set<int> used_sizes(const Plan& plan) {
-  std::set<int> sizes;
-  for (const auto& p : plan.pipelines) sizes.insert(p.template_nodes);
-  return sizes;
-}
-
 void print_reconfiguration(const Reconfiguration& result, const TemplateSet& templates) {
-  print_templates(templates, used_sizes(result.plan));
+  print_templates(templates, template_sizes_used(result.plan));
   print_plan(result.plan);
   std::printf("\nState copies: %zu layer copies, %s, predicted %s ms\n", result.transfers.size(),
               format_bytes(static_cast<double>(result.copy_bytes)).c_str(), format_ms(result.copy_ms).c_str());
@@ -223,147 +205,197 @@ TemplateSet timed_templates(const CostModel& cost, int max_nodes) {
   return templates;
 }
 
+// The profile a planning subcommand reads; what an import had to assume goes
+// to stderr.
+Profile load_reported_profile(const std::string& path) {
+  Profile profile = load_profile(path);
+  if (profile.source == "imported-oobleck") {
+    for (const auto& note : profile.notes) std::cerr << "oobleck-plan: assumed " << note << "\n";
+  }
+  return profile;
+}
+
+// ------------------------------------------------------------ templates
+
+struct TemplatesFlags {
+  std::string profile_path, json_out;
+  int max_nodes = 0, microbatches = 0;
+};
+
+CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
+  auto* cmd = app.add_subcommand("templates", "Optimal pipeline template for every node count");
+  cmd->add_option("--profile", f.profile_path, "Profile JSON (oobleck.profile.v1) or Oobleck profile folder")
+      ->required();
+  cmd->add_option("--max-nodes", f.max_nodes, "Largest node count")->required()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--microbatches", f.microbatches,
+                  "Microbatches M the templates are optimised for (default: the largest possible stage "
+                  "count, so every stage holds its full 1F1B load)")
+      ->check(CLI::Range(1, 100000000));
+  cmd->add_option("--json", f.json_out, "Write JSON here ('-' for stdout)");
+  return cmd;
+}
+
+int run_templates(const TemplatesFlags& f) {
+  const Profile profile = load_reported_profile(f.profile_path);
+  const int m = f.microbatches > 0 ? f.microbatches : default_template_microbatches(profile, f.max_nodes);
+  const CostModel cost(profile, m);
+  const TemplateSet templates = timed_templates(cost, f.max_nodes);
+  if (emit_json(f.json_out, templates_to_json(templates, profile))) return 0;
+  print_profile_header(profile);
+  print_templates(templates);
+  return 0;
+}
+
+// ------------------------------------------------------------ instantiate
+
+struct InstantiateFlags {
+  std::string profile_path, json_out, hostfile;
+  int nodes = 0, fault_tolerance = -1, global_microbatches = 0, microbatches = 0;
+};
+
+CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
+  auto* cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
+  cmd->add_option("--profile", f.profile_path, "Profile JSON or Oobleck profile folder")->required();
+  auto* nodes_opt = cmd->add_option("--nodes", f.nodes, "Node count (names node0..node{N-1})")
+                        ->check(CLI::Range(1, static_cast<int>(kMaxNodes)));
+  auto* hostfile_opt = cmd->add_option("--hostfile", f.hostfile, "MPI-style hostfile: 'host slots=G' lines");
+  nodes_opt->excludes(hostfile_opt);
+  cmd->add_option("--fault-tolerance", f.fault_tolerance, "f: node failures to survive (f+1 pipelines)")
+      ->required()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--global-microbatches", f.global_microbatches, "B: microbatches per iteration")
+      ->required()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--microbatches", f.microbatches,
+                  "M the templates are optimised for (default: the microbatches the plan's pipelines run, "
+                  "found by re-planning from ceil(B / (f+1)))")
+      ->check(CLI::Range(1, 100000000));
+  cmd->add_option("--json", f.json_out, "Write the plan as JSON here ('-' for stdout)");
+  return cmd;
+}
+
+int run_instantiate(const InstantiateFlags& f) {
+  const Profile profile = load_reported_profile(f.profile_path);
+  std::vector<std::string> names;
+  if (!f.hostfile.empty()) {
+    names = parse_hostfile(read_text_file(f.hostfile), f.hostfile, profile.hardware.gpus_per_node);
+  } else if (f.nodes > 0) {
+    names = numbered_nodes(f.nodes);
+  } else {
+    std::cerr << "oobleck-plan instantiate: give --nodes N or --hostfile H\n";
+    return kExitBadInput;
+  }
+  if (names.size() > kMaxNodes) {
+    std::cerr << "oobleck-plan: error: " << (f.hostfile.empty() ? "--nodes" : f.hostfile) << ": " << names.size()
+              << " nodes; at most " << kMaxNodes << " are supported\n";
+    return kExitBadInput;
+  }
+  const auto start = Clock::now();
+  const ClusterPlan result =
+      plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
+  if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
+  print_profile_header(profile);
+  print_templates(result.templates, template_sizes_used(result.plan));
+  print_plan(result.plan);
+  return 0;
+}
+
+// ------------------------------------------------------------ reconfigure
+
+struct ReconfigureFlags {
+  std::string profile_path, json_out, plan_path, lost, added;
+  bool replan_all = false;
+};
+
+CLI::App* add_reconfigure(CLI::App& app, ReconfigureFlags& f) {
+  auto* cmd = app.add_subcommand("reconfigure", "New plan after nodes are lost or added");
+  cmd->add_option("--profile", f.profile_path, "Profile the plan was made from")->required();
+  cmd->add_option("--plan", f.plan_path, "Current plan (JSON from instantiate or reconfigure)")->required();
+  cmd->add_option("--lost", f.lost, "Comma-separated names of nodes that left");
+  cmd->add_option("--added", f.added, "Comma-separated names of nodes that joined");
+  cmd->add_option("--json", f.json_out, "Write the new plan and its transfers here ('-' for stdout)");
+  cmd->add_flag("--replan-all", f.replan_all,
+                "Re-plan every pipeline for the best iteration time (default: keep the pipelines that "
+                "lost no node; far less state to copy)");
+  return cmd;
+}
+
+int run_reconfigure(const ReconfigureFlags& f) {
+  const Profile profile = load_reported_profile(f.profile_path);
+  const Plan current = parse_plan(read_text_file(f.plan_path), f.plan_path, profile);
+  if (!plan_matches_profile(current, profile)) {
+    std::cerr << "oobleck-plan: warning: " << f.plan_path << " was made from a profile with different costs than "
+              << f.profile_path << "\n";
+  }
+  const auto lost_nodes = split_list(f.lost);
+  const auto added_nodes = split_list(f.added);
+  const CostModel cost(profile, current.template_microbatches);
+  const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
+  ReconfigureOptions options;
+  options.replan_all = f.replan_all;
+  const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes, options);
+  if (emit_json(f.json_out, reconfiguration_to_json(result, templates, profile))) return 0;
+  print_profile_header(profile);
+  print_reconfiguration(result, templates);
+  return 0;
+}
+
+// ------------------------------------------------------------ import-oobleck
+
+struct ImportFlags {
+  std::string folder, out;
+  OobleckImportOptions options;
+};
+
+CLI::App* add_import(CLI::App& app, ImportFlags& f) {
+  auto* cmd = app.add_subcommand("import-oobleck", "Convert an Oobleck profile folder to oobleck.profile.v1");
+  cmd->add_option("folder", f.folder, "Folder with mb{B}.json and allreduce_*.json")->required();
+  cmd->add_option("--out", f.out, "Output profile JSON")->required();
+  cmd->add_option("--microbatch-size", f.options.microbatch_size, "Which mb{B}.json (default: the only one)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gpus-per-node", f.options.gpus_per_node,
+                  "GPUs per node (default: largest group in allreduce_in_node.json)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--gpu-memory-bytes", f.options.gpu_memory_bytes, "Memory per GPU (default 80 GiB)")
+      ->check(CLI::Range(Bytes{1}, Bytes{1} << 50));
+  cmd->add_option("--optimizer-bytes-per-param-byte", f.options.optimizer_bytes_per_param_byte,
+                  "optimizer_bytes as a multiple of param_bytes (default 3: fp32 gradient and AdamW moments)")
+      ->check(CLI::Range(0.0, 100.0));
+  return cmd;
+}
+
+int run_import(const ImportFlags& f) {
+  const Profile profile = import_oobleck_profile(f.folder, f.options);
+  write_file_atomically(f.out, profile_to_json(profile));
+  std::cout << "Imported " << profile.layers.size() << " layers from " << f.folder << " into " << f.out
+            << "\nAssumptions:\n";
+  for (const auto& note : profile.notes) std::cout << "  - " << note << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"oobleck-plan: pipeline templates, instantiation and reconfiguration for resilient training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "oobleck-plan 0.1.0");
-
-  std::string profile_path, json_out, hostfile, plan_path, lost, added, import_out;
-  int max_nodes = 0, nodes = 0, fault_tolerance = -1, global_microbatches = 0, microbatches = 0;
-  OobleckImportOptions import_options;
-
-  auto* templates_cmd = app.add_subcommand("templates", "Optimal pipeline template for every node count");
-  templates_cmd->add_option("--profile", profile_path, "Profile JSON (oobleck.profile.v1) or Oobleck profile folder")
-      ->required();
-  templates_cmd->add_option("--max-nodes", max_nodes, "Largest node count")->required()->check(CLI::Range(1, 1 << 20));
-  templates_cmd->add_option("--microbatches", microbatches,
-                            "Microbatches M the templates are optimised for (default: the largest possible stage "
-                            "count, so every stage holds its full 1F1B load)")
-      ->check(CLI::Range(1, 100000000));
-  templates_cmd->add_option("--json", json_out, "Write JSON here ('-' for stdout)");
-
-  auto* instantiate_cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
-  instantiate_cmd->add_option("--profile", profile_path, "Profile JSON or Oobleck profile folder")->required();
-  auto* nodes_opt = instantiate_cmd->add_option("--nodes", nodes, "Node count (names node0..node{N-1})")
-                        ->check(CLI::Range(1, static_cast<int>(kMaxNodes)));
-  auto* hostfile_opt = instantiate_cmd->add_option("--hostfile", hostfile, "MPI-style hostfile: 'host slots=G' lines");
-  nodes_opt->excludes(hostfile_opt);
-  instantiate_cmd->add_option("--fault-tolerance", fault_tolerance, "f: node failures to survive (f+1 pipelines)")
-      ->required()
-      ->check(CLI::Range(0, 1 << 20));
-  instantiate_cmd->add_option("--global-microbatches", global_microbatches, "B: microbatches per iteration")
-      ->required()
-      ->check(CLI::Range(1, 1000000));
-  instantiate_cmd->add_option("--microbatches", microbatches,
-                              "M the templates are optimised for (default: the microbatches the plan's pipelines run, "
-                              "found by re-planning from ceil(B / (f+1)))")
-      ->check(CLI::Range(1, 100000000));
-  instantiate_cmd->add_option("--json", json_out, "Write the plan as JSON here ('-' for stdout)");
-
-  auto* reconfigure_cmd = app.add_subcommand("reconfigure", "New plan after nodes are lost or added");
-  reconfigure_cmd->add_option("--profile", profile_path, "Profile the plan was made from")->required();
-  reconfigure_cmd->add_option("--plan", plan_path, "Current plan (JSON from instantiate or reconfigure)")->required();
-  reconfigure_cmd->add_option("--lost", lost, "Comma-separated names of nodes that left");
-  reconfigure_cmd->add_option("--added", added, "Comma-separated names of nodes that joined");
-  reconfigure_cmd->add_option("--json", json_out, "Write the new plan and its transfers here ('-' for stdout)");
-  bool replan_all = false;
-  reconfigure_cmd->add_flag("--replan-all", replan_all,
-                            "Re-plan every pipeline for the best iteration time (default: keep the pipelines that "
-                            "lost no node; far less state to copy)");
-
-  auto* import_cmd = app.add_subcommand("import-oobleck", "Convert an Oobleck profile folder to oobleck.profile.v1");
-  import_cmd->add_option("folder", profile_path, "Folder with mb{B}.json and allreduce_*.json")->required();
-  import_cmd->add_option("--out", import_out, "Output profile JSON")->required();
-  import_cmd->add_option("--microbatch-size", import_options.microbatch_size, "Which mb{B}.json (default: the only one)")
-      ->check(CLI::Range(1, 1 << 20));
-  import_cmd->add_option("--gpus-per-node", import_options.gpus_per_node,
-                         "GPUs per node (default: largest group in allreduce_in_node.json)")
-      ->check(CLI::Range(1, 1024));
-  import_cmd->add_option("--gpu-memory-bytes", import_options.gpu_memory_bytes, "Memory per GPU (default 80 GiB)")
-      ->check(CLI::Range(Bytes{1}, Bytes{1} << 50));
-  import_cmd->add_option("--optimizer-bytes-per-param-byte", import_options.optimizer_bytes_per_param_byte,
-                         "optimizer_bytes as a multiple of param_bytes (default 3: fp32 gradient and AdamW moments)")
-      ->check(CLI::Range(0.0, 100.0));
-
+  TemplatesFlags templates_flags;
+  InstantiateFlags instantiate_flags;
+  ReconfigureFlags reconfigure_flags;
+  ImportFlags import_flags;
+  const auto* templates_cmd = add_templates(app, templates_flags);
+  const auto* instantiate_cmd = add_instantiate(app, instantiate_flags);
+  const auto* reconfigure_cmd = add_reconfigure(app, reconfigure_flags);
+  const auto* import_cmd = add_import(app, import_flags);
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
   return cli::run_reporting_errors("oobleck-plan", [&]() -> int {
-    if (*import_cmd) {
-      const Profile profile = import_oobleck_profile(profile_path, import_options);
-      write_file_atomically(import_out, profile_to_json(profile));
-      std::cout << "Imported " << profile.layers.size() << " layers from " << profile_path << " into " << import_out
-                << "\nAssumptions:\n";
-      for (const auto& note : profile.notes) std::cout << "  - " << note << "\n";
-      return 0;
-    }
-
-    const Profile profile = load_profile(profile_path);
-    if (profile.source == "imported-oobleck") {
-      for (const auto& note : profile.notes) std::cerr << "oobleck-plan: assumed " << note << "\n";
-    }
-
-    if (*templates_cmd) {
-      const int m = microbatches > 0 ? microbatches
-                                     : std::min<long long>(static_cast<long long>(profile.layers.size()),
-                                                           static_cast<long long>(max_nodes) * profile.hardware.gpus_per_node);
-      const CostModel cost(profile, m);
-      const TemplateSet templates = timed_templates(cost, max_nodes);
-      if (emit_json(json_out, templates_to_json(templates, profile))) return 0;
-      print_profile_header(profile);
-      print_templates(templates);
-      return 0;
-    }
-
-    if (*instantiate_cmd) {
-      std::vector<std::string> names;
-      if (!hostfile.empty()) {
-        names = parse_hostfile(read_text_file(hostfile), hostfile, profile.hardware.gpus_per_node);
-      } else if (nodes > 0) {
-        for (int i = 0; i < nodes; ++i) names.push_back("node" + std::to_string(i));
-      } else {
-        std::cerr << "oobleck-plan instantiate: give --nodes N or --hostfile H\n";
-        return kExitBadInput;
-      }
-      if (names.size() > kMaxNodes) {
-        std::cerr << "oobleck-plan: error: " << (hostfile.empty() ? "--nodes" : hostfile) << ": " << names.size()
-                  << " nodes; at most " << kMaxNodes << " are supported\n";
-        return kExitBadInput;
-      }
-      const auto start = Clock::now();
-      const ClusterPlan result =
-          plan_cluster(profile, names, fault_tolerance, global_microbatches, microbatches, throttled_progress());
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
-      if (emit_json(json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
-      print_profile_header(profile);
-      print_templates(result.templates, used_sizes(result.plan));
-      print_plan(result.plan);
-      return 0;
-    }
-
-    if (*reconfigure_cmd) {
-      const Plan current = parse_plan(read_text_file(plan_path), plan_path, profile);
-      if (!current.profile_fingerprint.empty() && current.profile_fingerprint != profile_fingerprint(profile)) {
-        std::cerr << "oobleck-plan: warning: " << plan_path << " was made from a profile with different costs than "
-                  << profile_path << "\n";
-      }
-      const auto lost_nodes = split_list(lost);
-      const auto added_nodes = split_list(added);
-      int survivors = static_cast<int>(current.spare_nodes.size() + added_nodes.size());
-      for (const auto& p : current.pipelines) survivors += static_cast<int>(p.nodes.size());
-      survivors = std::max(1, survivors - static_cast<int>(lost_nodes.size()));
-      const CostModel cost(profile, current.template_microbatches);
-      const TemplateSet templates = timed_templates(cost, survivors);
-      ReconfigureOptions options;
-      options.replan_all = replan_all;
-      const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes, options);
-      if (emit_json(json_out, reconfiguration_to_json(result, templates, profile))) return 0;
-      print_profile_header(profile);
-      print_reconfiguration(result, templates);
-      return 0;
-    }
+    if (*import_cmd) return run_import(import_flags);
+    if (*templates_cmd) return run_templates(templates_flags);
+    if (*instantiate_cmd) return run_instantiate(instantiate_flags);
+    if (*reconfigure_cmd) return run_reconfigure(reconfigure_flags);
     return 0;
   });
 }

@@ -1,8 +1,11 @@
+// Analytic profiles from FLOP and byte counts, the fit of their efficiencies
+// to measured profiles, comparisons of the two, and their JSON documents.
 #include "oobleck/common/files.h"
 #include "oobleck/executor/analytic.h"
 
 #include <array>
 #include <limits>
+#include <string>
 
 #include <Eigen/Dense>
 #include <cmath>
@@ -247,7 +250,116 @@ ProfileComparison compare_profiles(const Profile& measured, const Profile& predi
     out.predicted_ms += p.forward_ms + p.backward_ms;
   }
   if (!out.layers.empty()) out.rms_relative_error = std::sqrt(squares / (2.0 * static_cast<double>(out.layers.size())));
+  out.total_relative_error = out.predicted_ms / out.measured_ms - 1;
   return out;
+}
+
+std::string comparison_to_json(const ProfileComparison& comparison, const Profile& measured,
+                               const std::string& measured_path, const std::string& predicted_path) {
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (const auto& l : comparison.layers) {
+    layers.push_back({{"name", l.name},
+                      {"measured_forward_ms", l.measured_forward_ms},
+                      {"predicted_forward_ms", l.predicted_forward_ms},
+                      {"measured_backward_ms", l.measured_backward_ms},
+                      {"predicted_backward_ms", l.predicted_backward_ms}});
+  }
+  const nlohmann::ordered_json doc = {{"measured", measured_path},
+                                      {"predicted", predicted_path},
+                                      {"model", measured.model_name},
+                                      {"microbatch_size", measured.microbatch_size},
+                                      {"device", measured.hardware.name},
+                                      {"measured_ms", comparison.measured_ms},
+                                      {"predicted_ms", comparison.predicted_ms},
+                                      {"total_relative_error", comparison.total_relative_error},
+                                      {"rms_relative_error", comparison.rms_relative_error},
+                                      {"max_relative_error", comparison.max_relative_error},
+                                      {"layers", layers}};
+  return doc.dump(2) + "\n";
+}
+
+HardwareDescription hardware_of_measurement(std::string_view measured_json, const Profile& measured) {
+  const auto doc = nlohmann::json::parse(measured_json.begin(), measured_json.end());
+  HardwareDescription h;
+  h.key = "cpu";
+  h.name = measured.hardware.name;
+  h.source = "measured by oobleck-profile (" + doc.value("date", std::string("?")) +
+             "): a 1024x1024 fp32 matrix product and a 256 MiB copy";
+  h.gpus_per_node = measured.hardware.gpus_per_node;
+  h.gpu_memory_bytes = measured.hardware.gpu_memory_bytes;
+  if (!doc.contains("measured") || !doc["measured"].contains("gemm_flops_per_s")) {
+    throw InputError(measured.origin +
+                     ": measured.gemm_flops_per_s: missing; expected a profile from "
+                     "oobleck-profile measure");
+  }
+  h.peak_fp32_flops_per_s = doc["measured"]["gemm_flops_per_s"].get<double>();
+  h.memory_bytes_per_s = doc["measured"]["copy_bytes_per_s"].get<double>();
+  h.intra_node_bytes_per_s = measured.hardware.intra_node_bytes_per_s;
+  h.inter_node_bytes_per_s = measured.hardware.inter_node_bytes_per_s;
+  h.latency_ms = measured.hardware.latency_ms;
+  return h;
+}
+
+FittedHardware fit_to_measured(const std::optional<HardwareDescription>& hw,
+                               const std::vector<std::string>& measured_paths, const ModelConfig& fallback,
+                               unsigned terms) {
+  FittedHardware out;
+  if (hw) out.hardware = *hw;
+  std::vector<Profile> measured;
+  std::vector<FitInput> inputs;
+  measured.reserve(measured_paths.size());
+  for (const auto& path : measured_paths) {
+    const std::string text = read_text_file(path);
+    measured.push_back(parse_profile(text, path));
+    if (!hw && inputs.empty()) out.hardware = hardware_of_measurement(text, measured.back());
+    const auto model_doc = nlohmann::json::parse(measured.back().model_json, nullptr, false);
+    const bool described = model_doc.is_object() && model_doc.contains("layers");
+    inputs.push_back({nullptr, described ? model_of_profile(measured.back()) : fallback,
+                      described ? model_doc.value("dtype", "fp32") : "fp32"});
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i].measured = &measured[i];
+  out.fit = fit_efficiency(inputs, out.hardware, terms);
+  out.hardware.compute_efficiency = out.fit.compute_efficiency;
+  out.hardware.memory_efficiency = out.fit.memory_efficiency;
+  out.hardware.layer_overhead_ms = out.fit.layer_overhead_ms;
+  return out;
+}
+
+std::string analytic_profile_to_json(const Profile& profile, const HardwareDescription& hw, const EfficiencyFit* fit,
+                                     const std::vector<std::string>& fitted_to) {
+  auto doc = nlohmann::ordered_json::parse(profile_to_json(profile));
+  doc["description"] =
+      "Analytic, by oobleck-profile: per-layer forward time = FLOPs / (peak x compute "
+      "efficiency) + bytes moved / (memory bandwidth x memory efficiency) + a fixed per-layer "
+      "overhead, backward twice that; "
+      "standard transformer counts (24bsh^2 + 4bs^2h FLOPs per block).";
+  doc["hardware_description"] = {{"key", hw.key},
+                                 {"source", hw.source},
+                                 {"peak_fp32_flops_per_s", hw.peak_fp32_flops_per_s},
+                                 {"peak_bf16_flops_per_s", hw.peak_bf16_flops_per_s},
+                                 {"memory_bytes_per_s", hw.memory_bytes_per_s},
+                                 {"compute_efficiency", hw.compute_efficiency},
+                                 {"memory_efficiency", hw.memory_efficiency},
+                                 {"layer_overhead_ms", hw.layer_overhead_ms}};
+  if (fit) {
+    doc["fit"] = {{"measured_profiles", fitted_to},
+                  {"layer_overhead_ms", fit->layer_overhead_ms},
+                  {"points", fit->points},
+                  {"compute_efficiency", fit->compute_efficiency},
+                  {"memory_efficiency", fit->memory_efficiency},
+                  {"rms_relative_error", fit->rms_relative_error},
+                  {"max_relative_error", fit->max_relative_error}};
+  }
+  return doc.dump(2) + "\n";
+}
+
+ProfileTotals profile_totals(const Profile& profile) {
+  ProfileTotals totals;
+  for (const auto& l : profile.layers) {
+    totals.forward_ms += l.forward_ms;
+    totals.backward_ms += l.backward_ms;
+  }
+  return totals;
 }
 
 }  // namespace oobleck::executor

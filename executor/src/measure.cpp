@@ -14,6 +14,10 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "autocast.h"
 #include "oobleck/executor/gpt.h"
@@ -149,9 +153,11 @@ std::string utc_date() {
   return text;
 }
 
-}  // namespace
+// Weights are fp32 (bf16 is autocast's compute type on CUDA).
+constexpr torch::Dtype kWeights = torch::kFloat32;
+constexpr int kWeightBytes = 4;
 
-Measurement measure_profile(const MeasureOptions& options, const Progress& progress) {
+void check_options(const MeasureOptions& options) {
   validate(options.model, "--model");
   if (options.microbatch_size < 1) throw InputError("--microbatch-size: expected a positive integer");
   const bool cuda = options.device == "cuda";
@@ -159,16 +165,10 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   if (cuda && !torch::cuda::is_available()) throw InputError("--device cuda: no CUDA device is available here");
   if (options.dtype != "fp32" && options.dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16");
   if (options.dtype == "bf16" && !cuda) throw InputError("--dtype bf16: only on CUDA; the CPU profile is fp32");
-  const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  // Weights stay fp32; bf16 is autocast's compute type on CUDA.
-  const torch::Dtype dtype = torch::kFloat32;
-  const CudaAutocast autocast(options.dtype == "bf16");
-  const int element = 4;  // fp32 weights (bf16 autocast computes from them)
-  if (options.threads > 0) torch::set_num_threads(options.threads);
-  auto& allocator = counting_allocator();
-  const ModelConfig& c = options.model;
-  const int B = options.microbatch_size, S = c.seq_len;
+}
 
+// What the measurement ran on and when.
+Measurement describe_run([[maybe_unused]] bool cuda) {
   Measurement out;
   out.threads = torch::get_num_threads();
 #ifdef OOBLECK_WITH_CUDA
@@ -178,60 +178,52 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
 #endif
   out.library_versions = std::string("libtorch ") + TORCH_VERSION;
   out.date = utc_date();
-  Timer timer(cuda);
-  auto sync = [&] {
-#ifdef OOBLECK_WITH_CUDA
-    if (cuda) cudaDeviceSynchronize();
-#endif
-  };
-  auto report = [&](const std::string& what) {
-    if (progress) progress(what);
-  };
+  return out;
+}
 
-  auto gen = at::detail::createCPUGenerator(options.seed);
-  const auto tokens = torch::randint(c.vocab, {B, S}, gen, torch::TensorOptions().dtype(torch::kLong)).to(device);
-  const auto targets = torch::randint(c.vocab, {B, S}, gen, torch::TensorOptions().dtype(torch::kLong)).to(device);
-  const auto hidden_input = (torch::randn({B, S, c.hidden}, gen) * 0.5).to(device, dtype);
+// One run's device, clock and inputs, shared by everything it times.
+class Bench {
+ public:
+  Bench(const MeasureOptions& options, const CountingAllocator& allocator)
+      : options_(options),
+        cuda_(options.device == "cuda"),
+        device_(cuda_ ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU)),
+        allocator_(allocator),
+        timer_(cuda_),
+        gen_(at::detail::createCPUGenerator(options.seed)) {
+    const ModelConfig& c = options.model;
+    const int B = options.microbatch_size, S = c.seq_len;
+    tokens_ = torch::randint(c.vocab, {B, S}, gen_, torch::TensorOptions().dtype(torch::kLong)).to(device_);
+    targets_ = torch::randint(c.vocab, {B, S}, gen_, torch::TensorOptions().dtype(torch::kLong)).to(device_);
+    hidden_input_ = (torch::randn({B, S, c.hidden}, gen_) * 0.5).to(device_, kWeights);
+  }
 
-  Profile& profile = out.profile;
-  profile.source = "measured";
-  profile.model_name = c.name;
-  profile.model_json = model_json(c, options.dtype);
-  profile.microbatch_size = B;
-  const int layers = pipeline_layers(c);
-  for (int i = 0; i < layers; ++i) {
-    report("layer " + std::to_string(i + 1) + "/" + std::to_string(layers) + " (" + layer_name(c, i) + ")");
-    auto layer = make_layer(c, i, options.seed);
-    layer->to(device, dtype);
-    const bool first = i == 0, last = i == layers - 1;
-    // One training step's worth of this layer: forward with autograd on,
-    // then backward from the loss (head) or from a gradient like the output.
+  // Layer i alone: one training step's worth, forward with autograd on, then
+  // backward from the loss (head) or from a gradient like the output.
+  LayerProfile measure_layer(int i) {
+    const ModelConfig& c = options_.model;
+    auto layer = make_layer(c, i, options_.seed);
+    layer->to(device_, kWeights);
+    const bool first = i == 0, last = i == pipeline_layers(c) - 1;
     auto forward = [&](torch::Tensor& input) {
-      input = first ? tokens : hidden_input.detach().clone().requires_grad_(true);
+      input = first ? tokens_ : hidden_input_.detach().clone().requires_grad_(true);
       auto y = layer->forward(input);
-      return last ? language_model_loss(y, targets) : y;
+      return last ? language_model_loss(y, targets_) : y;
     };
-    std::vector<Milliseconds> forward_ms, backward_ms;
     Bytes activation = 0, output = 0;
-    for (int r = 0; r < options.warmup + options.repeats; ++r) {
+    const auto [forward_ms, backward_ms] = median_runs([&] {
       layer->zero_grad();
       torch::Tensor input, y;
       sync();
-      auto live_bytes = [&]() -> std::int64_t {
-#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
-        if (cuda) return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
-#endif
-        return allocator.live_bytes();
-      };
       const std::int64_t before = live_bytes();
-      const Milliseconds f = timer.time([&] {
+      const Milliseconds f = timer_.time([&] {
         y = forward(input);
         sync();
       });
       output = last ? 4 : static_cast<Bytes>(y.numel() * y.element_size());
       activation = std::max<Bytes>(0, live_bytes() - before - output);
       const auto grad = last ? torch::Tensor() : torch::ones_like(y);
-      const Milliseconds b = timer.time([&] {
+      const Milliseconds b = timer_.time([&] {
         if (last) {
           y.backward();
         } else {
@@ -239,96 +231,128 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
         }
         sync();
       });
-      if (r >= options.warmup) {
-        forward_ms.push_back(f);
-        backward_ms.push_back(b);
-      }
-    }
+      return std::make_pair(f, b);
+    });
     LayerProfile lp;
     lp.name = layer_name(c, i);
-    lp.forward_ms = median(forward_ms);
-    lp.backward_ms = median(backward_ms);
-    lp.param_bytes = layer_parameters(c, i) * element;
+    lp.forward_ms = forward_ms;
+    lp.backward_ms = backward_ms;
+    lp.param_bytes = layer_parameters(c, i) * kWeightBytes;
     // AdamW: an fp32 gradient and two fp32 moments per parameter.
-    lp.optimizer_bytes = layer_parameters(c, i) * 3 * element;
+    lp.optimizer_bytes = layer_parameters(c, i) * 3 * kWeightBytes;
     lp.activation_bytes = activation;
     lp.output_bytes = output;
-    profile.layers.push_back(lp);
-    out.layers_forward_ms += lp.forward_ms;
-    out.layers_backward_ms += lp.backward_ms;
+    return lp;
   }
 
-  report("whole model");
-  // A check of the per-layer times, where the whole model fits on the
-  // device with one microbatch's activations; the profile stands without it.
-  try {
-    Gpt whole(c, options.seed);
-    whole.to(device, dtype);
+  // A check of the per-layer times, where the whole model fits on the device
+  // with one microbatch's activations; false where it does not.
+  bool time_whole_model(Measurement& out) {
+    bool fits = true;
+    try {
+      Gpt whole(options_.model, options_.seed);
+      whole.to(device_, kWeights);
+      std::tie(out.whole_forward_ms, out.whole_backward_ms) = median_runs([&] {
+        for (auto& p : whole.parameters()) p.mutable_grad() = torch::Tensor();
+        torch::Tensor loss;
+        const Milliseconds f = timer_.time([&] {
+          loss = language_model_loss(whole.forward(tokens_), targets_);
+          sync();
+        });
+        const Milliseconds b = timer_.time([&] {
+          loss.backward();
+          sync();
+        });
+        return std::make_pair(f, b);
+      });
+    } catch (const c10::Error& e) {
+      if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
+      fits = false;
+    }
+#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
+    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    return fits;
+  }
+
+  // The device's practical peak: a 1024x1024 matrix product and a 256 MiB copy.
+  void time_device_peak(Measurement& out) {
+    const auto a = torch::randn({1024, 1024}, gen_).to(device_, kWeights);
+    const Milliseconds product_ms = median_time([&] {
+      auto product = torch::mm(a, a);
+      sync();
+    });
+    out.gemm_flops_per_s = 2.0 * 1024 * 1024 * 1024 / (product_ms / 1000.0);
+    const auto big = torch::empty({64 << 20}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    auto copy = torch::empty_like(big);
+    const Milliseconds copy_ms = median_time([&] {
+      copy.copy_(big);
+      sync();
+    });
+    out.stream_bytes_per_s = 2.0 * static_cast<double>(big.numel()) * 4 / (copy_ms / 1000.0);
+  }
+
+ private:
+  void sync() const {
+#ifdef OOBLECK_WITH_CUDA
+    if (cuda_) cudaDeviceSynchronize();
+#endif
+  }
+  [[nodiscard]] std::int64_t live_bytes() const {
+#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
+    if (cuda_) return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+#endif
+    return allocator_.live_bytes();
+  }
+  // Medians of the forward and backward times `run` returns, over the runs
+  // after the warm-up ones.
+  template <typename Run>
+  std::pair<Milliseconds, Milliseconds> median_runs(Run&& run) {
     std::vector<Milliseconds> forward_ms, backward_ms;
-    for (int r = 0; r < options.warmup + options.repeats; ++r) {
-      for (auto& p : whole.parameters()) p.mutable_grad() = torch::Tensor();
-      torch::Tensor loss;
-      const Milliseconds f = timer.time([&] {
-        loss = language_model_loss(whole.forward(tokens), targets);
-        sync();
-      });
-      const Milliseconds b = timer.time([&] {
-        loss.backward();
-        sync();
-      });
-      if (r >= options.warmup) {
+    for (int r = 0; r < options_.warmup + options_.repeats; ++r) {
+      const auto [f, b] = run();
+      if (r >= options_.warmup) {
         forward_ms.push_back(f);
         backward_ms.push_back(b);
       }
     }
-    out.whole_forward_ms = median(forward_ms);
-    out.whole_backward_ms = median(backward_ms);
-  } catch (const c10::Error& e) {
-    if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
-    profile.notes.push_back("whole model: does not fit on the device with this microbatch; not timed");
-    report("whole model: out of memory, not timed");
+    return {median(forward_ms), median(backward_ms)};
   }
-#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
-  if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-
-  report("device peak");
-  {
-    const auto a = torch::randn({1024, 1024}, gen).to(device, dtype);
+  // The median of five timings after two warm-up ones.
+  template <typename Work>
+  Milliseconds median_time(Work&& work) {
     std::vector<Milliseconds> times;
     for (int r = 0; r < 2 + 5; ++r) {
-      const Milliseconds t = timer.time([&] {
-        auto product = torch::mm(a, a);
-        sync();
-      });
+      const Milliseconds t = timer_.time(work);
       if (r >= 2) times.push_back(t);
     }
-    out.gemm_flops_per_s = 2.0 * 1024 * 1024 * 1024 / (median(times) / 1000.0);
-    const auto big = torch::empty({64 << 20}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-    auto copy = torch::empty_like(big);
-    times.clear();
-    for (int r = 0; r < 2 + 5; ++r) {
-      const Milliseconds t = timer.time([&] {
-        copy.copy_(big);
-        sync();
-      });
-      if (r >= 2) times.push_back(t);
-    }
-    out.stream_bytes_per_s = 2.0 * static_cast<double>(big.numel()) * 4 / (median(times) / 1000.0);
+    return median(times);
   }
 
-  if (!options.link_program.empty()) {
-    const LinkMeasurement links = measure_local_links(options.link_program, progress);
-    out.links_measured = true;
-    out.p2p_bytes_per_s = links.point_to_point.bytes_per_s;
-    out.p2p_latency_ms = links.point_to_point.latency_ms;
-    out.p2p_fit_error = links.point_to_point.rms_relative_error;
-    out.allreduce_bytes_per_s = links.allreduce.bytes_per_s;
-    out.allreduce_latency_ms = links.allreduce.latency_ms;
-    out.allreduce_fit_error = links.allreduce.rms_relative_error;
-  }
+  const MeasureOptions& options_;
+  bool cuda_;
+  torch::Device device_;
+  const CountingAllocator& allocator_;
+  Timer timer_;
+  at::Generator gen_;
+  torch::Tensor tokens_, targets_, hidden_input_;
+};
 
-  Hardware& hw = profile.hardware;
+void record_links(Measurement& out, const LinkMeasurement& links) {
+  out.links_measured = true;
+  out.p2p_bytes_per_s = links.point_to_point.bytes_per_s;
+  out.p2p_latency_ms = links.point_to_point.latency_ms;
+  out.p2p_fit_error = links.point_to_point.rms_relative_error;
+  out.allreduce_bytes_per_s = links.allreduce.bytes_per_s;
+  out.allreduce_latency_ms = links.allreduce.latency_ms;
+  out.allreduce_fit_error = links.allreduce.rms_relative_error;
+}
+
+// The profile's hardware: this device, its memory, and the links measured
+// or given (or assumed, as its notes say).
+void describe_hardware(Measurement& out, const MeasureOptions& options) {
+  const bool cuda = options.device == "cuda";
+  Hardware& hw = out.profile.hardware;
   hw.name = out.device_name + (cuda ? "" : " (" + std::to_string(out.threads) + " threads)");
   hw.gpus_per_node = 1;  // one worker per node on CPU; per GPU on CUDA
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -351,19 +375,61 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   // Gloo reduces in host memory: its all-reduce is slower than its links.
   if (out.links_measured && !options.inter_node_bytes_per_s) hw.allreduce_bytes_per_s = out.allreduce_bytes_per_s;
   if (out.links_measured) {
-    profile.notes.push_back(std::string("links: measured between two local processes with Gloo") +
-                            (cuda ? " (host memory: what workers sharing this GPU use)" : "") +
-                            "; a multi-machine cluster needs --inter-node-bytes-per-s and --latency-ms");
+    out.profile.notes.push_back(std::string("links: measured between two local processes with Gloo") +
+                                (cuda ? " (host memory: what workers sharing this GPU use)" : "") +
+                                "; a multi-machine cluster needs --inter-node-bytes-per-s and --latency-ms");
   } else {
-    profile.notes.push_back("links: not measured; 10 Gb/s and 0.05 ms assumed (override with the flags)");
+    out.profile.notes.push_back("links: not measured; 10 Gb/s and 0.05 ms assumed (override with the flags)");
   }
+}
+
+}  // namespace
+
+Measurement measure_profile(const MeasureOptions& options, const Progress& progress) {
+  check_options(options);
+  const CudaAutocast autocast(options.dtype == "bf16");
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+  const auto& allocator = counting_allocator();
+  Measurement out = describe_run(options.device == "cuda");
+  Bench bench(options, allocator);
+  auto report = [&](const std::string& what) {
+    if (progress) progress(what);
+  };
+
+  const ModelConfig& c = options.model;
+  Profile& profile = out.profile;
+  profile.source = "measured";
+  profile.model_name = c.name;
+  profile.model_json = model_json(c, options.dtype);
+  profile.microbatch_size = options.microbatch_size;
+  const int layers = pipeline_layers(c);
+  for (int i = 0; i < layers; ++i) {
+    report("layer " + std::to_string(i + 1) + "/" + std::to_string(layers) + " (" + layer_name(c, i) + ")");
+    profile.layers.push_back(bench.measure_layer(i));
+    out.layers_forward_ms += profile.layers.back().forward_ms;
+    out.layers_backward_ms += profile.layers.back().backward_ms;
+  }
+  report("whole model");
+  if (!bench.time_whole_model(out)) {
+    profile.notes.push_back("whole model: does not fit on the device with this microbatch; not timed");
+    report("whole model: out of memory, not timed");
+  }
+  report("device peak");
+  bench.time_device_peak(out);
+  if (!options.link_program.empty()) record_links(out, measure_local_links(options.link_program, progress));
+  describe_hardware(out, options);
   return out;
+}
+
+double layers_gap(const Measurement& m) {
+  const double whole = m.whole_forward_ms + m.whole_backward_ms;
+  const double sum = m.layers_forward_ms + m.layers_backward_ms;
+  return whole > 0 ? sum / whole - 1 : 0;  // (sum of layers - whole) / whole
 }
 
 std::string measurement_to_json(const Measurement& m) {
   auto doc = nlohmann::ordered_json::parse(profile_to_json(m.profile));
   const double whole = m.whole_forward_ms + m.whole_backward_ms;
-  const double sum = m.layers_forward_ms + m.layers_backward_ms;
   doc["description"] = "Measured by oobleck-profile: every layer built alone and timed (median of repeated runs "
                        "after warm-up), the whole model timed in the same run.";
   doc["device"] = m.device_name;
@@ -372,7 +438,7 @@ std::string measurement_to_json(const Measurement& m) {
   doc["date"] = m.date;
   if (whole > 0) doc["whole_model"] = {{"forward_ms", m.whole_forward_ms}, {"backward_ms", m.whole_backward_ms}};
   doc["layers_sum"] = {{"forward_ms", m.layers_forward_ms}, {"backward_ms", m.layers_backward_ms}};
-  if (whole > 0) doc["gap"] = sum / whole - 1;  // (sum of layers - whole) / whole
+  if (whole > 0) doc["gap"] = layers_gap(m);
   doc["measured"] = {{"gemm_flops_per_s", m.gemm_flops_per_s}, {"copy_bytes_per_s", m.stream_bytes_per_s}};
   if (m.links_measured) {
     doc["measured"]["links"] = {

@@ -123,4 +123,13 @@ std::string model_json(const ModelConfig& c, std::string_view dtype) {
       .dump();
 }
 
+ModelConfig model_of_profile(const Profile& profile) {
+  ModelConfig c = parse_model_config(profile.model_json, profile.origin + ": model");
+  if (static_cast<int>(profile.layers.size()) != pipeline_layers(c)) {
+    throw InputError(profile.origin + ": " + std::to_string(profile.layers.size()) + " layers, but its model has " +
+                     std::to_string(pipeline_layers(c)) + " (embedding, blocks, head)");
+  }
+  return c;
+}
+
 }  // namespace oobleck::executor

@@ -28,15 +28,6 @@ std::string metrics_line(const StepMetrics& m) {
       .dump();
 }
 
-ModelConfig model_of_profile(const Profile& profile) {
-  ModelConfig c = parse_model_config(profile.model_json, profile.origin + ": model");
-  if (static_cast<int>(profile.layers.size()) != pipeline_layers(c)) {
-    throw InputError(profile.origin + ": " + std::to_string(profile.layers.size()) + " layers, but its model has " +
-                     std::to_string(pipeline_layers(c)) + " (embedding, blocks, head)");
-  }
-  return c;
-}
-
 void apply_profile(TrainOptions& options, const Profile& profile, const std::string& device) {
   options.model = model_of_profile(profile);
   options.microbatch_size = profile.microbatch_size;

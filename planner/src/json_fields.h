@@ -88,6 +88,15 @@ class FieldPath {
   return value.get<std::string>();
 }
 
+// Checks that `root` is an object whose "format" is `format`.
+inline void require_format(const json& root, std::string_view format, const FieldPath& where) {
+  if (!root.is_object()) throw where.error("expected a JSON object with format \"" + std::string(format) + "\"");
+  const std::string found = require_string(root, "format", where);
+  if (found != format) {
+    throw (where / "format").error("expected \"" + std::string(format) + "\", got \"" + found + "\"");
+  }
+}
+
 [[nodiscard]] inline double as_number(const json& value, const FieldPath& where, double min_value, double max_value) {
   if (!value.is_number()) throw where.error("expected a number, got " + describe(value));
   const double number = value.get<double>();

@@ -58,9 +58,7 @@ json templates_array(const CostModel& cost, const TemplateSet& templates) {
 json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& profile) {
   const CostModel cost(profile, std::max(1, templates.microbatches));
   json pipelines = json::array();
-  int nodes = static_cast<int>(plan.spare_nodes.size());
   for (const auto& p : plan.pipelines) {
-    nodes += static_cast<int>(p.nodes.size());
     pipelines.push_back({{"template_nodes", p.template_nodes},
                          {"nodes", p.nodes},
                          {"microbatches", p.microbatches},
@@ -72,7 +70,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
           {"fault_tolerance", plan.fault_tolerance},
           {"global_microbatches", plan.global_microbatches},
           {"microbatches", plan.template_microbatches},
-          {"nodes", nodes},
+          {"nodes", plan_node_count(plan)},
           {"iteration_ms", plan.iteration_ms},
           {"pipelines_ms", plan.pipelines_ms},
           {"sync_ms", plan.sync_ms},
@@ -81,20 +79,114 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
           {"templates", templates_array(cost, templates)}};
 }
 
+// Node names, each unique within the plan.
+class NodeNames {
+ public:
+  std::string take(const json& value, const FieldPath& at) {
+    if (!value.is_string() || value.get<std::string>().empty()) throw at.error("expected a node name");
+    const std::string name = value.get<std::string>();
+    if (name.find_first_of(", \t\r\n") != std::string::npos) throw at.error("node names cannot hold commas or spaces");
+    if (!names_.insert(name).second) throw at.error("node \"" + name + "\" appears twice in the plan");
+    return name;
+  }
+
+ private:
+  std::set<std::string> names_;
+};
+
+// The fingerprint of the profile the plan was made from ("" when it records
+// none); throws when it was made for another layer count.
+std::string check_made_for(const json& root, const FieldPath& where, const Profile& profile) {
+  std::string fingerprint;
+  const int layers = static_cast<int>(profile.layers.size());
+  if (auto it = root.find("profile"); it != root.end() && it->is_object()) {
+    if (auto f = it->find("fingerprint"); f != it->end() && f->is_string()) fingerprint = f->get<std::string>();
+    if (auto l = it->find("layers"); l != it->end() && l->is_number_integer() && *l != layers) {
+      throw (where / "profile" / "layers")
+          .error("the plan was made for " + l->dump() + " layers but the profile " + profile.origin + " has " +
+                 std::to_string(layers));
+    }
+  }
+  return fingerprint;
+}
+
+// A stage's own fields: layers within the profile, a GPU count within a node,
+// a node within the pipeline.
+Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, int nodes) {
+  const json& range = detail::require_array(value, "layers", at);
+  if (range.size() != 2) throw (at / "layers").error("expected [begin, end)");
+  Stage stage;
+  stage.layer_begin = static_cast<int>(detail::as_integer(range[0], (at / "layers")[0], 0, layers));
+  stage.layer_end = static_cast<int>(detail::as_integer(range[1], (at / "layers")[1], 0, layers));
+  stage.gpus = static_cast<int>(detail::require_integer(value, "gpus", at, 1, gpus));
+  stage.node = static_cast<int>(detail::require_integer(value, "node", at, 0, nodes - 1));
+  return stage;
+}
+
+// Stages that cover every layer in order, node by node, each node's stages
+// on all of its GPUs.
+std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const Profile& profile, int nodes) {
+  const int layers = static_cast<int>(profile.layers.size());
+  const int gpus = profile.hardware.gpus_per_node;
+  const json& stages = detail::require_array(pipeline, "stages", at);
+  if (stages.empty()) throw (at / "stages").error("expected at least one stage");
+  std::vector<Stage> out;
+  std::vector<int> gpus_on_node(nodes, 0);
+  int next_layer = 0, last_node = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const FieldPath sat = (at / "stages")[s];
+    const Stage stage = parse_stage(stages[s], sat, layers, gpus, nodes);
+    if (stage.layer_begin != next_layer || stage.layer_end <= stage.layer_begin) {
+      throw (sat / "layers")
+          .error("expected a non-empty range starting at layer " + std::to_string(next_layer) +
+                 " (stages cover the layers in order)");
+    }
+    if (gpus % stage.gpus != 0) {
+      throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) + ")");
+    }
+    if (stage.node < last_node) throw (sat / "node").error("expected stages in node order");
+    last_node = stage.node;
+    gpus_on_node[stage.node] += stage.gpus;
+    next_layer = stage.layer_end;
+    out.push_back(stage);
+  }
+  if (next_layer != layers) {
+    throw (at / "stages")
+        .error("stages end at layer " + std::to_string(next_layer) + ", expected all " + std::to_string(layers) +
+               " layers of the profile");
+  }
+  for (int n = 0; n < nodes; ++n) {
+    if (gpus_on_node[n] != gpus) {
+      throw (at / "stages")
+          .error("node " + std::to_string(n) + " has stages on " + std::to_string(gpus_on_node[n]) +
+                 " GPUs, expected " + std::to_string(gpus) + " (gpus_per_node)");
+    }
+  }
+  return out;
+}
+
+Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& profile, NodeNames& names) {
+  Pipeline p;
+  p.template_nodes = static_cast<int>(detail::require_integer(value, "template_nodes", at, 1, 1 << 20));
+  p.microbatches = static_cast<int>(detail::require_integer(value, "microbatches", at, 1, 1000000));
+  if (auto it = value.find("iteration_ms"); it != value.end() && it->is_number()) p.iteration_ms = it->get<double>();
+  const json& nodes = detail::require_array(value, "nodes", at);
+  if (static_cast<int>(nodes.size()) != p.template_nodes) {
+    throw (at / "nodes")
+        .error("expected " + std::to_string(p.template_nodes) + " node names (template_nodes), got " +
+               std::to_string(nodes.size()));
+  }
+  for (std::size_t n = 0; n < nodes.size(); ++n) p.nodes.push_back(names.take(nodes[n], (at / "nodes")[n]));
+  p.stages = parse_stages(value, at, profile, p.template_nodes);
+  return p;
+}
+
 }  // namespace
 
 std::string templates_to_json(const TemplateSet& templates, const Profile& profile) {
   const CostModel cost(profile, std::max(1, templates.microbatches));
-  // Node counts without a template, as inclusive ranges [first, last].
   json missing = json::array();
-  for (int n = 1; n <= templates.max_nodes; ++n) {
-    if (templates.find(n)) continue;
-    if (!missing.empty() && missing.back()[1].get<int>() == n - 1) {
-      missing.back()[1] = n;
-    } else {
-      missing.push_back({n, n});
-    }
-  }
+  for (const auto& [first, last] : nodes_without_template(templates)) missing.push_back({first, last});
   const json out = {{"format", kTemplatesFormat},
                     {"profile", profile_summary(profile)},
                     {"microbatches", templates.microbatches},
@@ -126,89 +218,19 @@ std::string reconfiguration_to_json(const Reconfiguration& result, const Templat
 Plan parse_plan(std::string_view json_text, const std::string& origin, const Profile& profile) {
   const json root = detail::parse_json(json_text, origin);
   const FieldPath where(origin);
-  if (!root.is_object()) throw where.error("expected a JSON object with format \"oobleck.plan.v1\"");
-  const std::string format = detail::require_string(root, "format", where);
-  if (format != kPlanFormat) {
-    throw (where / "format").error("expected \"" + std::string(kPlanFormat) + "\", got \"" + format + "\"");
-  }
-  const int layers = static_cast<int>(profile.layers.size());
-  const int gpus = profile.hardware.gpus_per_node;
+  detail::require_format(root, kPlanFormat, where);
   Plan plan;
   plan.fault_tolerance = static_cast<int>(detail::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
   plan.global_microbatches = static_cast<int>(detail::require_integer(root, "global_microbatches", where, 1, 1000000));
   plan.template_microbatches = static_cast<int>(detail::require_integer(root, "microbatches", where, 1, 100000000));
-  if (auto it = root.find("profile"); it != root.end() && it->is_object()) {
-    if (auto f = it->find("fingerprint"); f != it->end() && f->is_string()) plan.profile_fingerprint = f->get<std::string>();
-    if (auto l = it->find("layers"); l != it->end() && l->is_number_integer() && *l != layers) {
-      throw (where / "profile" / "layers")
-          .error("the plan was made for " + l->dump() + " layers but the profile " + profile.origin + " has " +
-                 std::to_string(layers));
-    }
-  }
-  std::set<std::string> names;
-  auto take_name = [&](const json& value, const FieldPath& at) {
-    if (!value.is_string() || value.get<std::string>().empty()) throw at.error("expected a node name");
-    const std::string name = value.get<std::string>();
-    if (name.find_first_of(", \t\r\n") != std::string::npos) throw at.error("node names cannot hold commas or spaces");
-    if (!names.insert(name).second) throw at.error("node \"" + name + "\" appears twice in the plan");
-    return name;
-  };
+  plan.profile_fingerprint = check_made_for(root, where, profile);
+  NodeNames names;
   const json& pipelines = detail::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
   long long total_microbatches = 0;
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
-    const FieldPath at = (where / "pipelines")[i];
-    Pipeline p;
-    p.template_nodes = static_cast<int>(detail::require_integer(pipelines[i], "template_nodes", at, 1, 1 << 20));
-    p.microbatches = static_cast<int>(detail::require_integer(pipelines[i], "microbatches", at, 1, 1000000));
-    total_microbatches += p.microbatches;
-    if (auto it = pipelines[i].find("iteration_ms"); it != pipelines[i].end() && it->is_number()) {
-      p.iteration_ms = it->get<double>();
-    }
-    const json& nodes = detail::require_array(pipelines[i], "nodes", at);
-    if (static_cast<int>(nodes.size()) != p.template_nodes) {
-      throw (at / "nodes").error("expected " + std::to_string(p.template_nodes) + " node names (template_nodes), got " +
-                                 std::to_string(nodes.size()));
-    }
-    for (std::size_t n = 0; n < nodes.size(); ++n) p.nodes.push_back(take_name(nodes[n], (at / "nodes")[n]));
-    const json& stages = detail::require_array(pipelines[i], "stages", at);
-    if (stages.empty()) throw (at / "stages").error("expected at least one stage");
-    std::vector<int> gpus_on_node(p.template_nodes, 0);
-    int next_layer = 0, last_node = 0;
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-      const FieldPath sat = (at / "stages")[s];
-      const json& range = detail::require_array(stages[s], "layers", sat);
-      if (range.size() != 2) throw (sat / "layers").error("expected [begin, end)");
-      Stage stage;
-      stage.layer_begin = static_cast<int>(detail::as_integer(range[0], (sat / "layers")[0], 0, layers));
-      stage.layer_end = static_cast<int>(detail::as_integer(range[1], (sat / "layers")[1], 0, layers));
-      stage.gpus = static_cast<int>(detail::require_integer(stages[s], "gpus", sat, 1, gpus));
-      stage.node = static_cast<int>(detail::require_integer(stages[s], "node", sat, 0, p.template_nodes - 1));
-      if (stage.layer_begin != next_layer || stage.layer_end <= stage.layer_begin) {
-        throw (sat / "layers").error("expected a non-empty range starting at layer " + std::to_string(next_layer) +
-                                     " (stages cover the layers in order)");
-      }
-      if (gpus % stage.gpus != 0) {
-        throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) + ")");
-      }
-      if (stage.node < last_node) throw (sat / "node").error("expected stages in node order");
-      last_node = stage.node;
-      gpus_on_node[stage.node] += stage.gpus;
-      next_layer = stage.layer_end;
-      p.stages.push_back(stage);
-    }
-    if (next_layer != layers) {
-      throw (at / "stages").error("stages end at layer " + std::to_string(next_layer) + ", expected all " +
-                                  std::to_string(layers) + " layers of the profile");
-    }
-    for (int n = 0; n < p.template_nodes; ++n) {
-      if (gpus_on_node[n] != gpus) {
-        throw (at / "stages")
-            .error("node " + std::to_string(n) + " has stages on " + std::to_string(gpus_on_node[n]) +
-                   " GPUs, expected " + std::to_string(gpus) + " (gpus_per_node)");
-      }
-    }
-    plan.pipelines.push_back(std::move(p));
+    plan.pipelines.push_back(parse_pipeline(pipelines[i], (where / "pipelines")[i], profile, names));
+    total_microbatches += plan.pipelines.back().microbatches;
   }
   if (total_microbatches != plan.global_microbatches) {
     throw (where / "pipelines")
@@ -217,7 +239,9 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   }
   if (auto it = root.find("spare_nodes"); it != root.end()) {
     if (!it->is_array()) throw (where / "spare_nodes").error("expected an array of node names");
-    for (std::size_t n = 0; n < it->size(); ++n) plan.spare_nodes.push_back(take_name((*it)[n], (where / "spare_nodes")[n]));
+    for (std::size_t n = 0; n < it->size(); ++n) {
+      plan.spare_nodes.push_back(names.take((*it)[n], (where / "spare_nodes")[n]));
+    }
   }
   if (auto it = root.find("iteration_ms"); it != root.end() && it->is_number()) plan.iteration_ms = it->get<double>();
   return plan;

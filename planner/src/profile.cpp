@@ -175,16 +175,129 @@ std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, cons
   return fit_allreduce(points);
 }
 
+// Which mb{B}.json: the one for `microbatch_size`, or with 0 the only one.
+std::pair<int, std::filesystem::path> choose_layer_file(const std::filesystem::path& folder, int microbatch_size) {
+  std::map<int, std::filesystem::path> by_microbatch;
+  const std::regex name_pattern(R"(mb([0-9]{1,6})\.json)");
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, name_pattern)) by_microbatch[std::stoi(match[1])] = entry.path();
+  }
+  if (by_microbatch.empty()) throw InputError(folder.string() + ": no mb{B}.json file (Oobleck's per-layer profile)");
+  std::filesystem::path mb_path;
+  if (microbatch_size > 0) {
+    auto it = by_microbatch.find(microbatch_size);
+    if (it == by_microbatch.end()) {
+      throw InputError(folder.string() + ": no mb" + std::to_string(microbatch_size) + ".json");
+    }
+    mb_path = it->second;
+  } else if (by_microbatch.size() == 1) {
+    microbatch_size = by_microbatch.begin()->first;
+    mb_path = by_microbatch.begin()->second;
+  } else {
+    std::string sizes;
+    for (const auto& [size, path] : by_microbatch) sizes += (sizes.empty() ? "" : ", ") + std::to_string(size);
+    throw InputError(folder.string() + ": several microbatch sizes (" + sizes + "); choose one with --microbatch-size");
+  }
+  if (microbatch_size < 1) throw InputError(mb_path.string() + ": microbatch size must be at least 1");
+  return {microbatch_size, mb_path};
+}
+
+// The layers of an mb{B}.json: {forward, backward, mem_required: [params,
+// activations]} each; the optimizer state is a multiple of the weights.
+std::vector<LayerProfile> read_oobleck_layers(const std::filesystem::path& mb_path,
+                                              double optimizer_bytes_per_param_byte) {
+  const json mb = read_json_file(mb_path);
+  const FieldPath mb_where(mb_path.string());
+  if (!mb.is_array() || mb.empty() || mb.size() > kMaxLayers) {
+    throw mb_where.error("expected a list of 1 to " + std::to_string(kMaxLayers) +
+                         " {forward, backward, mem_required} objects");
+  }
+  std::vector<LayerProfile> layers;
+  for (std::size_t i = 0; i < mb.size(); ++i) {
+    const FieldPath at = mb_where[i];
+    LayerProfile layer;
+    layer.name = "layer" + std::to_string(i);
+    layer.forward_ms = detail::require_number(mb[i], "forward", at, 0, kMaxMs);
+    layer.backward_ms = detail::require_number(mb[i], "backward", at, 0, kMaxMs);
+    const json& memory = detail::require_array(mb[i], "mem_required", at);
+    if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
+    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
+    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
+    const double optimizer = static_cast<double>(layer.param_bytes) * optimizer_bytes_per_param_byte;
+    if (!(optimizer >= 0 && optimizer <= static_cast<double>(kMaxBytes))) {
+      throw (at / "mem_required").error("param_bytes x optimizer_bytes_per_param_byte is out of range");
+    }
+    layer.optimizer_bytes = static_cast<Bytes>(optimizer);
+    layer.output_bytes = layer.activation_bytes;
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+void note_layer_assumptions(Profile& profile, const std::filesystem::path& mb_path,
+                            double optimizer_bytes_per_param_byte) {
+  profile.notes.push_back("layer times and memory from " + mb_path.filename().string() + " (Oobleck profile)");
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer,
+                "optimizer_bytes = %.3g x param_bytes (not recorded by Oobleck; AdamW with fp32 gradient and moments)",
+                optimizer_bytes_per_param_byte);
+  profile.notes.emplace_back(buffer);
+  profile.notes.emplace_back(
+      "output_bytes = activation_bytes: Oobleck records the memory its no-grad forward allocates, "
+      "which is the layer's output");
+}
+
+// Bandwidth inside a node from allreduce_in_node.json, where it has enough
+// group sizes; returns the largest group (1 without the file).
+int fit_in_node_links(Profile& profile, const std::filesystem::path& in_node) {
+  int largest_in_node = 1;
+  if (!std::filesystem::exists(in_node)) {
+    profile.notes.emplace_back("intra_node_bytes_per_s = 1.5e11 (default: no allreduce_in_node.json)");
+    return largest_in_node;
+  }
+  if (auto fit = fit_oobleck_allreduce(in_node, profile.layers, &largest_in_node)) {
+    profile.hardware.intra_node_bytes_per_s = fit->bytes_per_s;
+    char buffer[160];
+    std::snprintf(buffer, sizeof buffer, "intra_node_bytes_per_s = %.4g fitted to %zu ring all-reduce times in %s",
+                  fit->bytes_per_s, fit->points, in_node.filename().c_str());
+    profile.notes.emplace_back(buffer);
+  } else {
+    profile.notes.push_back("intra_node_bytes_per_s = 1.5e11 (default: " + in_node.filename().string() +
+                            " has too few group sizes to fit)");
+  }
+  return largest_in_node;
+}
+
+// Bandwidth and latency between nodes from allreduce_across_nodes.json,
+// where it has enough node counts.
+void fit_across_node_links(Profile& profile, const std::filesystem::path& across) {
+  if (!std::filesystem::exists(across)) {
+    profile.notes.emplace_back(
+        "inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: no allreduce_across_nodes.json)");
+    return;
+  }
+  if (auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr)) {
+    profile.hardware.inter_node_bytes_per_s = fit->bytes_per_s;
+    profile.hardware.latency_ms = fit->latency_ms;
+    char buffer[160];
+    std::snprintf(buffer, sizeof buffer,
+                  "inter_node_bytes_per_s = %.4g and latency_ms = %.4g fitted to %zu ring all-reduce times in %s",
+                  fit->bytes_per_s, fit->latency_ms, fit->points, across.filename().c_str());
+    profile.notes.emplace_back(buffer);
+  } else {
+    profile.notes.push_back("inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: " +
+                            across.filename().string() + " has too few node counts to fit)");
+  }
+}
+
 }  // namespace
 
 Profile parse_profile(std::string_view json_text, const std::string& origin) {
   const json root = detail::parse_json(json_text, origin);
   const FieldPath where(origin);
-  if (!root.is_object()) throw where.error("expected a JSON object with format \"oobleck.profile.v1\"");
-  const std::string format = detail::require_string(root, "format", where);
-  if (format != kProfileFormat) {
-    throw (where / "format").error("expected \"" + std::string(kProfileFormat) + "\", got \"" + format + "\"");
-  }
+  detail::require_format(root, kProfileFormat, where);
   Profile profile;
   profile.origin = origin;
   if (auto it = root.find("source"); it != root.end() && it->is_string()) profile.source = it->get<std::string>();
@@ -215,73 +328,15 @@ Profile import_oobleck_profile(const std::filesystem::path& folder, const Ooblec
   if (!std::filesystem::is_directory(folder, ec)) {
     throw InputError(folder.string() + ": expected an Oobleck profile folder (mb{B}.json, allreduce_*.json)");
   }
-  // Which mb{B}.json.
-  std::map<int, std::filesystem::path> by_microbatch;
-  const std::regex name_pattern(R"(mb([0-9]{1,6})\.json)");
-  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, name_pattern)) by_microbatch[std::stoi(match[1])] = entry.path();
-  }
-  if (by_microbatch.empty()) throw InputError(folder.string() + ": no mb{B}.json file (Oobleck's per-layer profile)");
-  std::filesystem::path mb_path;
-  int microbatch_size = options.microbatch_size;
-  if (microbatch_size > 0) {
-    auto it = by_microbatch.find(microbatch_size);
-    if (it == by_microbatch.end()) {
-      throw InputError(folder.string() + ": no mb" + std::to_string(microbatch_size) + ".json");
-    }
-    mb_path = it->second;
-  } else if (by_microbatch.size() == 1) {
-    microbatch_size = by_microbatch.begin()->first;
-    mb_path = by_microbatch.begin()->second;
-  } else {
-    std::string sizes;
-    for (const auto& [size, path] : by_microbatch) sizes += (sizes.empty() ? "" : ", ") + std::to_string(size);
-    throw InputError(folder.string() + ": several microbatch sizes (" + sizes + "); choose one with --microbatch-size");
-  }
-  if (microbatch_size < 1) throw InputError(mb_path.string() + ": microbatch size must be at least 1");
-
+  const auto [microbatch_size, mb_path] = choose_layer_file(folder, options.microbatch_size);
   Profile profile;
   profile.origin = folder.string();
   profile.source = "imported-oobleck";
   const std::string folder_name = std::filesystem::absolute(folder).lexically_normal().filename().string();
   profile.model_name = folder_name.empty() ? "oobleck-model" : folder_name;
   profile.microbatch_size = microbatch_size;
-
-  const json mb = read_json_file(mb_path);
-  const FieldPath mb_where(mb_path.string());
-  if (!mb.is_array() || mb.empty() || mb.size() > kMaxLayers) {
-    throw mb_where.error("expected a list of 1 to " + std::to_string(kMaxLayers) +
-                         " {forward, backward, mem_required} objects");
-  }
-  for (std::size_t i = 0; i < mb.size(); ++i) {
-    const FieldPath at = mb_where[i];
-    LayerProfile layer;
-    layer.name = "layer" + std::to_string(i);
-    layer.forward_ms = detail::require_number(mb[i], "forward", at, 0, kMaxMs);
-    layer.backward_ms = detail::require_number(mb[i], "backward", at, 0, kMaxMs);
-    const json& memory = detail::require_array(mb[i], "mem_required", at);
-    if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
-    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
-    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
-    const double optimizer = static_cast<double>(layer.param_bytes) * options.optimizer_bytes_per_param_byte;
-    if (!(optimizer >= 0 && optimizer <= static_cast<double>(kMaxBytes))) {
-      throw (at / "mem_required").error("param_bytes x optimizer_bytes_per_param_byte is out of range");
-    }
-    layer.optimizer_bytes = static_cast<Bytes>(optimizer);
-    layer.output_bytes = layer.activation_bytes;
-    profile.layers.push_back(std::move(layer));
-  }
-  profile.notes.push_back("layer times and memory from " + mb_path.filename().string() + " (Oobleck profile)");
-  char buffer[160];
-  std::snprintf(buffer, sizeof buffer,
-                "optimizer_bytes = %.3g x param_bytes (not recorded by Oobleck; AdamW with fp32 gradient and moments)",
-                options.optimizer_bytes_per_param_byte);
-  profile.notes.emplace_back(buffer);
-  profile.notes.emplace_back(
-      "output_bytes = activation_bytes: Oobleck records the memory its no-grad forward allocates, "
-      "which is the layer's output");
+  profile.layers = read_oobleck_layers(mb_path, options.optimizer_bytes_per_param_byte);
+  note_layer_assumptions(profile, mb_path, options.optimizer_bytes_per_param_byte);
 
   Hardware& hw = profile.hardware;
   hw.name = "imported from Oobleck profile " + profile.model_name;
@@ -292,37 +347,9 @@ Profile import_oobleck_profile(const std::filesystem::path& folder, const Ooblec
   hw.intra_node_bytes_per_s = 150e9;
   hw.inter_node_bytes_per_s = 12.5e9;
   hw.latency_ms = 0.01;
-  int largest_in_node = 1;
   const auto in_node = folder / "allreduce_in_node.json";
-  const auto across = folder / "allreduce_across_nodes.json";
-  if (std::filesystem::exists(in_node)) {
-    if (auto fit = fit_oobleck_allreduce(in_node, profile.layers, &largest_in_node)) {
-      hw.intra_node_bytes_per_s = fit->bytes_per_s;
-      std::snprintf(buffer, sizeof buffer, "intra_node_bytes_per_s = %.4g fitted to %zu ring all-reduce times in %s",
-                    fit->bytes_per_s, fit->points, in_node.filename().c_str());
-      profile.notes.emplace_back(buffer);
-    } else {
-      profile.notes.push_back("intra_node_bytes_per_s = 1.5e11 (default: " + in_node.filename().string() +
-                              " has too few group sizes to fit)");
-    }
-  } else {
-    profile.notes.emplace_back("intra_node_bytes_per_s = 1.5e11 (default: no allreduce_in_node.json)");
-  }
-  if (std::filesystem::exists(across)) {
-    if (auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr)) {
-      hw.inter_node_bytes_per_s = fit->bytes_per_s;
-      hw.latency_ms = fit->latency_ms;
-      std::snprintf(buffer, sizeof buffer,
-                    "inter_node_bytes_per_s = %.4g and latency_ms = %.4g fitted to %zu ring all-reduce times in %s",
-                    fit->bytes_per_s, fit->latency_ms, fit->points, across.filename().c_str());
-      profile.notes.emplace_back(buffer);
-    } else {
-      profile.notes.push_back("inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: " +
-                              across.filename().string() + " has too few node counts to fit)");
-    }
-  } else {
-    profile.notes.emplace_back("inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: no allreduce_across_nodes.json)");
-  }
+  const int largest_in_node = fit_in_node_links(profile, in_node);
+  fit_across_node_links(profile, folder / "allreduce_across_nodes.json");
   if (options.gpus_per_node > 0) {
     hw.gpus_per_node = options.gpus_per_node;
   } else if (largest_in_node > 1024) {

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "composition.h"
+#include "min_cost_flow.h"
 #include "plan_building.h"
 
 namespace oobleck {
@@ -46,80 +47,6 @@ struct Placement {
   std::vector<std::vector<std::string>> pipeline_nodes;
   std::vector<std::string> spare;
   Bytes bytes = 0;
-};
-
-// Minimum-cost flow by successive shortest paths (Dijkstra on reduced costs;
-// every cost is non-negative). Used on small graphs of node and slot groups.
-class MinCostFlow {
- public:
-  explicit MinCostFlow(int vertices) : out_(static_cast<std::size_t>(vertices)) {}
-
-  int add_edge(int from, int to, Bytes capacity, Bytes cost) {
-    edges_.push_back({to, capacity, cost});
-    out_[static_cast<std::size_t>(from)].push_back(static_cast<int>(edges_.size()) - 1);
-    edges_.push_back({from, 0, -cost});
-    out_[static_cast<std::size_t>(to)].push_back(static_cast<int>(edges_.size()) - 1);
-    return static_cast<int>(edges_.size()) - 2;
-  }
-  [[nodiscard]] Bytes flow(int edge) const { return edges_[static_cast<std::size_t>(edge) ^ 1].capacity; }
-
-  // Sends as much as possible from source to sink at least total cost.
-  void run(int source, int sink) {
-    const std::size_t n = out_.size();
-    std::vector<Bytes> potential(n, 0), distance(n);
-    std::vector<int> via(n);
-    std::vector<char> done(n);
-    const Bytes inf = std::numeric_limits<Bytes>::max() / 4;
-    while (true) {
-      std::fill(distance.begin(), distance.end(), inf);
-      std::fill(via.begin(), via.end(), -1);
-      std::fill(done.begin(), done.end(), 0);
-      distance[static_cast<std::size_t>(source)] = 0;
-      for (std::size_t round = 0; round < n; ++round) {  // dense Dijkstra
-        std::size_t u = n;
-        for (std::size_t v = 0; v < n; ++v) {
-          if (!done[v] && distance[v] < inf && (u == n || distance[v] < distance[u])) u = v;
-        }
-        if (u == n) break;
-        done[u] = 1;
-        for (int e : out_[u]) {
-          const Edge& edge = edges_[static_cast<std::size_t>(e)];
-          const auto v = static_cast<std::size_t>(edge.to);
-          if (edge.capacity <= 0) continue;
-          const Bytes candidate = distance[u] + edge.cost + potential[u] - potential[v];
-          if (candidate < distance[v]) {
-            distance[v] = candidate;
-            via[v] = e;
-          }
-        }
-      }
-      if (distance[static_cast<std::size_t>(sink)] >= inf) return;
-      for (std::size_t v = 0; v < n; ++v) {
-        if (distance[v] < inf) potential[v] += distance[v];
-      }
-      Bytes push = inf;
-      for (int v = sink; v != source;) {
-        const Edge& edge = edges_[static_cast<std::size_t>(via[static_cast<std::size_t>(v)])];
-        push = std::min(push, edge.capacity);
-        v = edges_[static_cast<std::size_t>(via[static_cast<std::size_t>(v)]) ^ 1].to;
-      }
-      for (int v = sink; v != source;) {
-        const auto e = static_cast<std::size_t>(via[static_cast<std::size_t>(v)]);
-        edges_[e].capacity -= push;
-        edges_[e ^ 1].capacity += push;
-        v = edges_[e ^ 1].to;
-      }
-    }
-  }
-
- private:
-  struct Edge {
-    int to;
-    Bytes capacity;
-    Bytes cost;
-  };
-  std::vector<Edge> edges_;
-  std::vector<std::vector<int>> out_;
 };
 
 class Replanner {
@@ -334,9 +261,32 @@ class Replanner {
   }
 
   Placement place(const detail::Composition& composition, int spare_count) const {
+    const std::vector<Slot> slots = slots_of(composition, spare_count);
+    std::vector<int> slot_of(survivors_.size(), -1);
+    std::vector<char> slot_taken(slots.size(), 0);
+    keep_intact_nodes(composition, slots, slot_of, slot_taken);
+    assign_the_rest(slots, slot_of, slot_taken);
+
     const int pipelines = static_cast<int>(composition.template_nodes.size());
+    Placement placement;
+    placement.pipeline_nodes.assign(pipelines, {});
+    for (int j = 0; j < pipelines; ++j) placement.pipeline_nodes[j].resize(composition.template_nodes[j]);
+    for (std::size_t i = 0; i < survivors_.size(); ++i) {
+      const Slot& slot = slots[slot_of[i]];
+      if (slot.pipeline < 0) {
+        placement.spare.push_back(survivors_[i].name);
+      } else {
+        placement.pipeline_nodes[slot.pipeline][slot.position] = survivors_[i].name;
+        placement.bytes += fetch_bytes(survivors_[i], slot);
+      }
+    }
+    return placement;
+  }
+
+  // The node slots of the composition's pipelines in order, then the spare ones.
+  std::vector<Slot> slots_of(const detail::Composition& composition, int spare_count) const {
     std::vector<Slot> slots;
-    for (int j = 0; j < pipelines; ++j) {
+    for (int j = 0; j < static_cast<int>(composition.template_nodes.size()); ++j) {
       const PipelineTemplate* t = templates_.find(composition.template_nodes[j]);
       for (int r = 0; r < t->nodes; ++r) {
         Slot slot{j, r, {}};
@@ -347,11 +297,14 @@ class Replanner {
       }
     }
     for (int i = 0; i < spare_count; ++i) slots.push_back(Slot{-1, 0, {}});
+    return slots;
+  }
 
-    const int n = static_cast<int>(survivors_.size());
-    std::vector<int> slot_of(n, -1);
-    std::vector<char> slot_taken(slots.size(), 0);
-    // Intact pipelines whose template layout is unchanged keep their nodes.
+  // Intact pipelines whose template layout is unchanged keep their nodes, in
+  // the first new pipelines of their size that are still free.
+  void keep_intact_nodes(const detail::Composition& composition, const std::vector<Slot>& slots,
+                         std::vector<int>& slot_of, std::vector<char>& slot_taken) const {
+    const int pipelines = static_cast<int>(composition.template_nodes.size());
     std::set<std::string> lost(lost_.begin(), lost_.end());
     // New pipelines of each size, in order, and where their slots start.
     std::map<int, std::vector<int>> free_pipelines;
@@ -375,35 +328,38 @@ class Replanner {
         slot_taken[s] = 1;
       }
     }
-    // The rest: survivors that held the same layers are interchangeable, and
-    // so are slots that need the same layers, so the minimum-cost assignment
-    // is a transportation problem between those groups.
+  }
+
+  // The rest: survivors that held the same layers are interchangeable, and
+  // so are slots that need the same layers, so the minimum-cost assignment
+  // is a transportation problem between those groups.
+  void assign_the_rest(const std::vector<Slot>& slots, std::vector<int>& slot_of,
+                       const std::vector<char>& slot_taken) const {
     std::vector<std::vector<int>> node_groups, slot_groups;
-    {
-      std::map<std::vector<char>, std::size_t> by_holdings;
-      for (int i = 0; i < n; ++i) {
-        if (slot_of[i] >= 0) continue;
-        auto [it, fresh] = by_holdings.emplace(survivors_[i].holds, node_groups.size());
-        if (fresh) node_groups.emplace_back();
-        node_groups[it->second].push_back(i);
-      }
-      std::map<std::pair<bool, std::vector<std::pair<int, int>>>, std::size_t> by_ranges;
-      for (std::size_t j = 0; j < slots.size(); ++j) {
-        if (slot_taken[j]) continue;
-        auto [it, fresh] = by_ranges.emplace(std::make_pair(slots[j].pipeline < 0, slots[j].ranges), slot_groups.size());
-        if (fresh) slot_groups.emplace_back();
-        slot_groups[it->second].push_back(static_cast<int>(j));
-      }
+    std::map<std::vector<char>, std::size_t> by_holdings;
+    for (int i = 0; i < static_cast<int>(survivors_.size()); ++i) {
+      if (slot_of[i] >= 0) continue;
+      auto [it, fresh] = by_holdings.emplace(survivors_[i].holds, node_groups.size());
+      if (fresh) node_groups.emplace_back();
+      node_groups[it->second].push_back(i);
+    }
+    std::map<std::pair<bool, std::vector<std::pair<int, int>>>, std::size_t> by_ranges;
+    for (std::size_t j = 0; j < slots.size(); ++j) {
+      if (slot_taken[j]) continue;
+      auto [it, fresh] = by_ranges.emplace(std::make_pair(slots[j].pipeline < 0, slots[j].ranges), slot_groups.size());
+      if (fresh) slot_groups.emplace_back();
+      slot_groups[it->second].push_back(static_cast<int>(j));
     }
     const int groups = static_cast<int>(node_groups.size() + slot_groups.size());
     const int source = groups, sink = groups + 1;
-    MinCostFlow flow(groups + 2);
+    detail::MinCostFlow flow(groups + 2);
     std::vector<std::vector<int>> edge(node_groups.size(), std::vector<int>(slot_groups.size()));
     for (std::size_t a = 0; a < node_groups.size(); ++a) {
       flow.add_edge(source, static_cast<int>(a), static_cast<Bytes>(node_groups[a].size()), 0);
       for (std::size_t b = 0; b < slot_groups.size(); ++b) {
         const Bytes cost = fetch_bytes(survivors_[node_groups[a].front()], slots[slot_groups[b].front()]);
-        edge[a][b] = flow.add_edge(static_cast<int>(a), static_cast<int>(node_groups.size() + b), n, cost);
+        edge[a][b] = flow.add_edge(static_cast<int>(a), static_cast<int>(node_groups.size() + b),
+                                   static_cast<Bytes>(survivors_.size()), cost);
       }
     }
     for (std::size_t b = 0; b < slot_groups.size(); ++b) {
@@ -419,20 +375,6 @@ class Replanner {
         }
       }
     }
-
-    Placement placement;
-    placement.pipeline_nodes.assign(pipelines, {});
-    for (int j = 0; j < pipelines; ++j) placement.pipeline_nodes[j].resize(composition.template_nodes[j]);
-    for (int i = 0; i < n; ++i) {
-      const Slot& slot = slots[slot_of[i]];
-      if (slot.pipeline < 0) {
-        placement.spare.push_back(survivors_[i].name);
-      } else {
-        placement.pipeline_nodes[slot.pipeline][slot.position] = survivors_[i].name;
-        placement.bytes += fetch_bytes(survivors_[i], slot);
-      }
-    }
-    return placement;
   }
 
   Reconfiguration finish(const detail::Composition& composition, const Placement& placement) const {

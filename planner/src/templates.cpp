@@ -31,6 +31,7 @@
 #include <optional>
 #include <sstream>
 
+#include "balanced_layout.h"
 #include "oobleck/planner.h"
 
 namespace oobleck {
@@ -310,58 +311,6 @@ class TemplateSearch {
   std::vector<int> window_;
 };
 
-// A balanced layout: j stages of G/j GPUs on every node, layers split by
-// min-max bisection with a greedy that respects memory. Not optimal; it seeds
-// the exact search with an upper bound whose slowest stage is near the least
-// possible, so the walk down the Pareto front can start near its bottom.
-std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes) {
-  const int layers = cost.layers();
-  const int gpus = cost.gpus_per_node();
-  std::optional<std::vector<Stage>> best;
-  double best_time = kInfinity;
-  for (int t : cost.degrees()) {
-    const int per_node = gpus / t;
-    const int count = nodes * per_node;
-    if (count > layers) continue;
-    auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
-      std::vector<Stage> stages;
-      int begin = 0;
-      for (int s = 0; s < count; ++s) {
-        const int in_flight = std::min(cost.microbatches(), count - s);
-        const int last_end = layers - (count - s - 1);
-        int end = begin + 1;
-        if (cost.stage_compute_ms(begin, end, t) > limit || !cost.stage_fits(begin, end, t, in_flight)) return std::nullopt;
-        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t) <= limit &&
-               cost.stage_fits(begin, end + 1, t, in_flight)) {
-          ++end;
-        }
-        if (s == count - 1 && end != layers) return std::nullopt;
-        stages.push_back({begin, end, t, s / per_node});
-        begin = end;
-      }
-      return stages;
-    };
-    double lo = 0, hi = cost.stage_compute_ms(0, layers, t);
-    auto found = greedy(hi);
-    if (!found) continue;
-    for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
-      const double mid = lo + (hi - lo) / 2;
-      if (auto stages = greedy(mid)) {
-        found = std::move(stages);
-        hi = mid;
-      } else {
-        lo = mid;
-      }
-    }
-    const double time = cost.pipeline_ms(*found, cost.microbatches());
-    if (time < best_time) {
-      best_time = time;
-      best = std::move(found);
-    }
-  }
-  return best;
-}
-
 PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Stage> stages) {
   PipelineTemplate out;
   out.nodes = nodes;
@@ -381,6 +330,80 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
   return out;
 }
 
+// Lower bounds on mu for n nodes: the costliest single layer at its best
+// degree, and the least GPU-time of all layers spread over n*G GPUs.
+class StageFloor {
+ public:
+  explicit StageFloor(const CostModel& cost) : gpus_(cost.gpus_per_node()) {
+    for (int l = 0; l < cost.layers(); ++l) {
+      double cheapest = kInfinity, least_gpu_time = kInfinity;
+      for (int t : cost.degrees()) {
+        const double c = cost.stage_compute_ms(l, l + 1, t);
+        cheapest = std::min(cheapest, c);
+        least_gpu_time = std::min(least_gpu_time, c * t);
+      }
+      layer_floor_ = std::max(layer_floor_, cheapest);
+      gpu_time_ += least_gpu_time;
+    }
+  }
+  [[nodiscard]] double at(int nodes) const { return std::max(layer_floor_, gpu_time_ / (nodes * gpus_)); }
+
+ private:
+  int gpus_;
+  double layer_floor_ = 0, gpu_time_ = 0;
+};
+
+// One node count's walk down the Pareto front of (sigma, mu).
+struct Walk {
+  bool active = true;
+  double bound = kInfinity;  // next solve: every stage strictly below this
+  double best = kInfinity;
+  std::vector<Stage> stages;
+};
+
+// A walk per node count 0..searched (0 never active), each with the balanced
+// layout as its best so far.
+std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
+  const double mult = cost.microbatches() - 1;
+  std::vector<Walk> walk(searched + 1);
+  walk[0].active = false;
+  for (int n = 1; n <= searched; ++n) {
+    if (auto seed = detail::balanced_layout(cost, n)) {
+      walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
+      walk[n].stages = std::move(*seed);
+    }
+  }
+  return walk;
+}
+
+// Takes a solve's answer for the walk's node count: keeps it when it beats
+// the best, then ends the walk or lowers its bound. Whether it goes on.
+bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> found, const CostModel& cost,
+               double mu_floor) {
+  if (!found) {
+    w.active = false;
+    return false;
+  }
+  const double mult = cost.microbatches() - 1;
+  auto& [sigma, stages] = *found;
+  const double mu = cost.bottleneck_ms(stages);
+  const double t = cost.first_microbatch_ms(stages) + mult * mu;
+  if (t < w.best) {
+    w.best = t;
+    w.stages = std::move(stages);
+  }
+  // Templates not yet seen have mu < this solution's mu, so they obeyed
+  // this solve's bound and have sigma >= this sigma: to beat the best they
+  // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always.
+  const double slack = 1e-12 * std::fabs(w.best);
+  if (mult == 0 || sigma + mult * mu_floor >= w.best - slack) {
+    w.active = false;
+    return false;
+  }
+  w.bound = std::min(mu, (w.best - sigma) / mult);
+  return true;
+}
+
 }  // namespace
 
 const PipelineTemplate* TemplateSet::find(int nodes) const {
@@ -397,38 +420,11 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   // Every node holds at least one stage of at least one layer.
   const int searched = std::min(max_nodes, cost.layers());
   const int gpus = cost.gpus_per_node();
-  const double mult = cost.microbatches() - 1;
-
-  // Lower bounds on mu for n nodes: the costliest single layer at its best
-  // degree, and the least GPU-time of all layers spread over n*G GPUs.
-  double layer_floor = 0, gpu_time = 0;
-  for (int l = 0; l < cost.layers(); ++l) {
-    double cheapest = kInfinity, least_gpu_time = kInfinity;
-    for (int t : cost.degrees()) {
-      const double c = cost.stage_compute_ms(l, l + 1, t);
-      cheapest = std::min(cheapest, c);
-      least_gpu_time = std::min(least_gpu_time, c * t);
-    }
-    layer_floor = std::max(layer_floor, cheapest);
-    gpu_time += least_gpu_time;
-  }
-
+  const StageFloor mu_floors(cost);
   TemplateSearch search(cost, searched);
-  struct Walk {
-    bool active = true;
-    double bound = kInfinity;      // next solve: every stage strictly below this
-    double best = kInfinity;
-    std::vector<Stage> stages;
-  };
-  std::vector<Walk> walk(searched + 1);
-  walk[0].active = false;
-  for (int n = 1; n <= searched; ++n) {
-    if (auto seed = balanced_layout(cost, n)) {
-      walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
-      walk[n].stages = std::move(*seed);
-    }
-  }
+  std::vector<Walk> walk = seeded_walks(cost, searched);
   int runs = 0;
+  // Each solve serves every walk at the highest bound still open.
   while (true) {
     double bound = -1;
     int gpu_limit = 0;
@@ -448,29 +444,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
         still_active += w.active;
         continue;
       }
-      auto found = search.best(n);
-      if (!found) {
-        w.active = false;
-        continue;
-      }
-      auto& [sigma, stages] = *found;
-      const double mu = cost.bottleneck_ms(stages);
-      const double t = cost.first_microbatch_ms(stages) + mult * mu;
-      if (t < w.best) {
-        w.best = t;
-        w.stages = std::move(stages);
-      }
-      const double mu_floor = std::max(layer_floor, gpu_time / (n * gpus));
-      // Templates not yet seen have mu < this solution's mu, so they obeyed
-      // this solve's bound and have sigma >= this sigma: to beat the best they
-      // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always.
-      const double slack = 1e-12 * std::fabs(w.best);
-      if (mult == 0 || sigma + mult * mu_floor >= w.best - slack) {
-        w.active = false;
-        continue;
-      }
-      w.bound = std::min(mu, (w.best - sigma) / mult);
-      still_active += 1;
+      still_active += step_down(w, search.best(n), cost, mu_floors.at(n));
     }
     if (progress) {
       std::ostringstream line;

@@ -192,3 +192,89 @@ TEST_CASE("profile: compare puts a prediction beside a measurement, layer by lay
                        oobleck::InputError);
 }
 
+TEST_CASE("profile: the documents and sums the command line writes and prints") {
+  const ModelConfig c = small();
+  const HardwareDescription hw = load_hardware("h100-80gb");
+  const Profile measured = analytic_profile(c, hw, 2, "fp32");
+  HardwareDescription slower_hw = hw;
+  slower_hw.compute_efficiency /= 2;
+  const Profile predicted = analytic_profile(c, slower_hw, 2, "fp32");
+
+  const ProfileTotals totals = profile_totals(measured);
+  double forward = 0;
+  for (const auto& l : measured.layers) forward += l.forward_ms;
+  CHECK(totals.forward_ms == forward);
+  CHECK(totals.backward_ms == doctest::Approx(2 * forward));
+
+  const ProfileComparison comparison = compare_profiles(measured, predicted);
+  CHECK(comparison.total_relative_error == comparison.predicted_ms / comparison.measured_ms - 1);
+  const auto compared = nlohmann::json::parse(comparison_to_json(comparison, measured, "m.json", "p.json"));
+  CHECK(compared["measured"] == "m.json");
+  CHECK(compared["predicted"] == "p.json");
+  CHECK(compared["microbatch_size"] == 2);
+  CHECK(compared["total_relative_error"].get<double>() > 0);
+  CHECK(compared["layers"].size() == measured.layers.size());
+  CHECK(compared["layers"][1]["predicted_forward_ms"].get<double>() == predicted.layers[1].forward_ms);
+
+  // Without a fit the analytic document has no `fit`; with one it names the
+  // measured profiles.
+  const auto plain = nlohmann::json::parse(analytic_profile_to_json(predicted, slower_hw, nullptr, {}));
+  CHECK(plain["source"] == "analytic");
+  CHECK(plain["hardware_description"]["compute_efficiency"] == slower_hw.compute_efficiency);
+  CHECK_FALSE(plain.contains("fit"));
+  EfficiencyFit fit;
+  fit.points = 8;
+  const auto fitted = nlohmann::json::parse(analytic_profile_to_json(predicted, slower_hw, &fit, {"a.json"}));
+  CHECK(fitted["fit"]["measured_profiles"] == nlohmann::json::array({"a.json"}));
+  CHECK(fitted["fit"]["points"] == 8);
+
+  Measurement m;
+  m.layers_forward_ms = 3;
+  m.layers_backward_ms = 9;
+  CHECK(layers_gap(m) == 0);  // the whole model was not timed
+  m.whole_forward_ms = 2;
+  m.whole_backward_ms = 8;
+  CHECK(layers_gap(m) == doctest::Approx(0.2));
+}
+
+TEST_CASE("profile: fitting to measured profiles reads their device, model and dtype") {
+  oobleck::test::Scratch s("true");
+  const ModelConfig c = small();
+  HardwareDescription truth = load_hardware("h100-80gb");
+  truth.compute_efficiency = 0.37;
+  truth.memory_efficiency = 0.61;
+  Profile measured = analytic_profile(c, truth, 2, "fp32");
+  measured.model_json = model_json(c, "fp32");
+  auto doc = nlohmann::json::parse(profile_to_json(measured));
+  doc["date"] = "2030-01-01T00:00:00Z";
+  doc["measured"] = {{"gemm_flops_per_s", truth.peak_fp32_flops_per_s}, {"copy_bytes_per_s", truth.memory_bytes_per_s}};
+  s.write("m.json", doc.dump());
+
+  // The device the profile was measured on, as a fit on a CPU takes it.
+  const HardwareDescription device = hardware_of_measurement(s.read("m.json"), measured);
+  CHECK(device.key == "cpu");
+  CHECK(device.peak_fp32_flops_per_s == truth.peak_fp32_flops_per_s);
+  CHECK(device.source.find("2030-01-01") != std::string::npos);
+  measured.origin = "hand.json";
+  CHECK_THROWS_WITH_AS((void)hardware_of_measurement(profile_to_json(measured), measured),
+                       doctest::Contains("hand.json: measured.gemm_flops_per_s: missing"), InputError);
+
+  // The profile's own model, not the fallback, is what the fit uses.
+  const ModelConfig other{"other", 3, 48, 4, 64, 16};
+  const FittedHardware from_device = fit_to_measured(std::nullopt, {s.str("m.json")}, other, kFitCompute | kFitMemory);
+  CHECK(from_device.fit.points == 8);
+  CHECK(from_device.fit.compute_efficiency == doctest::Approx(0.37).epsilon(1e-9));
+  CHECK(from_device.hardware.compute_efficiency == from_device.fit.compute_efficiency);
+  CHECK(from_device.hardware.memory_efficiency == doctest::Approx(0.61).epsilon(1e-9));
+  CHECK(from_device.hardware.key == "cpu");
+  const FittedHardware given = fit_to_measured(truth, {s.str("m.json")}, other, kFitCompute | kFitMemory);
+  CHECK(given.hardware.key == "h100-80gb");
+  CHECK(given.fit.compute_efficiency == doctest::Approx(0.37).epsilon(1e-9));
+
+  // A profile that describes no model is taken as the fallback.
+  Profile hand = measured;
+  hand.model_json = "{}";
+  s.write("hand.json", profile_to_json(hand));
+  const FittedHardware fallback = fit_to_measured(truth, {s.str("hand.json")}, c, kFitCompute | kFitMemory);
+  CHECK(fallback.fit.compute_efficiency == doctest::Approx(0.37).epsilon(1e-9));
+}

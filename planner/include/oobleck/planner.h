@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "oobleck/common.h"  // Milliseconds, Bytes, InputError, NoPlanError, Progress
@@ -176,6 +178,15 @@ struct TemplateSet {
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
                                           const Progress& progress = {});
 
+// The M to optimise templates for when none is given: the most stages a
+// template on up to `max_nodes` nodes can have, min(layers, max_nodes x
+// gpus_per_node), so that every stage holds its full 1F1B load.
+[[nodiscard]] int default_template_microbatches(const Profile& profile, int max_nodes);
+
+// Node counts in 1..max_nodes with no template, as inclusive ranges
+// [first, last] in increasing order.
+[[nodiscard]] std::vector<std::pair<int, int>> nodes_without_template(const TemplateSet& templates);
+
 // ---------------------------------------------------------------- plans
 
 struct Pipeline {
@@ -203,6 +214,27 @@ struct Plan {
 [[nodiscard]] Plan instantiate(const CostModel& cost, const TemplateSet& templates,
                                const std::vector<std::string>& nodes, int fault_tolerance,
                                int global_microbatches);
+
+// node0 .. node{count-1}: names for a cluster given by its size alone.
+[[nodiscard]] std::vector<std::string> numbered_nodes(int count);
+
+// Nodes a plan names: its pipelines' and the spare ones.
+[[nodiscard]] int plan_node_count(const Plan& plan);
+
+// The template sizes (node counts) a plan's pipelines use.
+[[nodiscard]] std::set<int> template_sizes_used(const Plan& plan);
+
+// Pipelines alike in template size and microbatches: one row of a large
+// plan's summary.
+struct PipelineGroup {
+  int template_nodes = 0;
+  int microbatches = 0;
+  int count = 0;
+  Milliseconds iteration_ms = 0;  // of the group's last pipeline in plan order
+};
+
+// By decreasing template size, then decreasing microbatches.
+[[nodiscard]] std::vector<PipelineGroup> group_pipelines(const Plan& plan);
 
 struct ClusterPlan {
   TemplateSet templates;
@@ -256,6 +288,13 @@ struct ReconfigureOptions {
                                           const std::vector<std::string>& lost,
                                           const std::vector<std::string>& added,
                                           const ReconfigureOptions& options = {});
+
+// Nodes of `current` once `lost` of them leave and `added` join, at least 1:
+// the most nodes a template of the new plan can need.
+[[nodiscard]] int nodes_after(const Plan& current, std::size_t lost, std::size_t added);
+
+// False when the plan records the fingerprint of a profile with other costs.
+[[nodiscard]] bool plan_matches_profile(const Plan& plan, const Profile& profile);
 
 // ---------------------------------------------------------------- files
 

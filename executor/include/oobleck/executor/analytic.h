@@ -3,7 +3,9 @@
 // Plain C++ (Eigen for the efficiency fit).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oobleck/executor/model_config.h"
@@ -74,6 +76,39 @@ inline constexpr unsigned kFitCompute = 1, kFitMemory = 2, kFitOverhead = 4;
 [[nodiscard]] EfficiencyFit fit_efficiency(const std::vector<FitInput>& inputs, const HardwareDescription& hw,
                                            unsigned terms = kFitCompute | kFitMemory | kFitOverhead);
 
+// The device a measured profile (oobleck-profile measure's JSON text) was
+// made on, for fitting the analytic model to it: its own matrix-product peak
+// and copy bandwidth, memory and links. Throws InputError when the profile
+// has no `measured` section.
+[[nodiscard]] HardwareDescription hardware_of_measurement(std::string_view measured_json, const Profile& measured);
+
+struct FittedHardware {
+  HardwareDescription hardware;  // its efficiencies and overhead the fit's
+  EfficiencyFit fit;
+};
+
+// `hw` with its efficiencies and per-layer overhead fitted (fit_efficiency,
+// `terms`) to the measured profiles of one device at `measured_paths` (at
+// least one). Each brings its own model and dtype; one that describes no
+// model (hand-written) is taken as `fallback` in fp32. Without `hw`, the
+// device is the one the first profile was measured on.
+[[nodiscard]] FittedHardware fit_to_measured(const std::optional<HardwareDescription>& hw,
+                                             const std::vector<std::string>& measured_paths,
+                                             const ModelConfig& fallback, unsigned terms);
+
+// An analytic profile as oobleck-profile writes it: oobleck.profile.v1 plus
+// `description`, `hardware_description` and, when fitted, `fit` (with the
+// measured profiles it was fitted to).
+[[nodiscard]] std::string analytic_profile_to_json(const Profile& profile, const HardwareDescription& hw,
+                                                   const EfficiencyFit* fit, const std::vector<std::string>& fitted_to);
+
+// Every layer's forward and backward time, summed.
+struct ProfileTotals {
+  Milliseconds forward_ms = 0;
+  Milliseconds backward_ms = 0;
+};
+[[nodiscard]] ProfileTotals profile_totals(const Profile& profile);
+
 // Per-layer forward and backward times of a prediction (an analytic
 // profile) against a measured profile of the same model and microbatch.
 struct LayerComparison {
@@ -84,10 +119,16 @@ struct LayerComparison {
 struct ProfileComparison {
   std::vector<LayerComparison> layers;
   Milliseconds measured_ms = 0, predicted_ms = 0;  // every layer's forward and backward
+  double total_relative_error = 0;                 // predicted_ms / measured_ms - 1
   double rms_relative_error = 0;  // over every layer's forward and backward time
   double max_relative_error = 0;
 };
 // Throws InputError when the two do not describe the same layers.
 [[nodiscard]] ProfileComparison compare_profiles(const Profile& measured, const Profile& predicted);
+
+// A comparison as JSON: the two profiles' paths, the model, microbatch size
+// and device, the totals and errors, and every layer's four times.
+[[nodiscard]] std::string comparison_to_json(const ProfileComparison& comparison, const Profile& measured,
+                                             const std::string& measured_path, const std::string& predicted_path);
 
 }  // namespace oobleck::executor

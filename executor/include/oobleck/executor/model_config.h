@@ -1,5 +1,6 @@
-// GPT model configurations: named presets and JSON files, and the
-// parameter counts they imply. Plain C++: no libtorch here.
+// GPT model configurations: named presets and JSON files, the parameter
+// counts they imply and the model a profile describes. Plain C++: no
+// libtorch here.
 #pragma once
 
 #include <cstdint>
@@ -42,5 +43,9 @@ void validate(const ModelConfig& config, const std::string& origin);
 
 // {"name", "layers", "hidden", "heads", "vocab", "seq_len", "parameters", "dtype"}.
 [[nodiscard]] std::string model_json(const ModelConfig& c, std::string_view dtype);
+
+// The model of a profile's `model` section; throws InputError when its
+// layers are not the profile's.
+[[nodiscard]] ModelConfig model_of_profile(const Profile& profile);
 
 }  // namespace oobleck::executor

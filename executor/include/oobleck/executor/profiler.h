@@ -48,6 +48,10 @@ struct Measurement {
 
 [[nodiscard]] Measurement measure_profile(const MeasureOptions& options, const Progress& progress = {});
 
+// (layers summed - whole model) / whole model, forward and backward
+// together; 0 when the whole model was not timed.
+[[nodiscard]] double layers_gap(const Measurement& measurement);
+
 // The profile (oobleck.profile.v1) plus `whole_model`, `layers_sum`, `gap`,
 // `device`, `library_versions`, `date`, `measured`.
 [[nodiscard]] std::string measurement_to_json(const Measurement& measurement);

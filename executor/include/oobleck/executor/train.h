@@ -39,9 +39,6 @@ struct StepMetrics {
 [[nodiscard]] std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens,
                                                             const TrainOptions& options, int global_microbatches);
 
-// The model of a profile's `model` section.
-[[nodiscard]] ModelConfig model_of_profile(const Profile& profile);
-
 // The model, the microbatch size and the precision from `profile`, trained
 // on `device` (cpu or cuda). Throws InputError for another device, or for
 // cuda where this libtorch sees no GPU.

@@ -1,0 +1,68 @@
+// The balanced layout that seeds the exact template search (templates.cpp).
+#include "balanced_layout.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace oobleck::detail {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+// A balanced layout: j stages of G/j GPUs on every node, layers split by
+// min-max bisection with a greedy that respects memory. Not optimal; it seeds
+// the exact search with an upper bound whose slowest stage is near the least
+// possible, so the walk down the Pareto front can start near its bottom.
+std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes) {
+  const int layers = cost.layers();
+  const int gpus = cost.gpus_per_node();
+  std::optional<std::vector<Stage>> best;
+  double best_time = kInfinity;
+  for (int t : cost.degrees()) {
+    const int per_node = gpus / t;
+    const int count = nodes * per_node;
+    if (count > layers) continue;
+    auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
+      std::vector<Stage> stages;
+      int begin = 0;
+      for (int s = 0; s < count; ++s) {
+        const int in_flight = std::min(cost.microbatches(), count - s);
+        const int last_end = layers - (count - s - 1);
+        int end = begin + 1;
+        if (cost.stage_compute_ms(begin, end, t) > limit || !cost.stage_fits(begin, end, t, in_flight)) {
+          return std::nullopt;
+        }
+        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t) <= limit &&
+               cost.stage_fits(begin, end + 1, t, in_flight)) {
+          ++end;
+        }
+        if (s == count - 1 && end != layers) return std::nullopt;
+        stages.push_back({begin, end, t, s / per_node});
+        begin = end;
+      }
+      return stages;
+    };
+    double lo = 0, hi = cost.stage_compute_ms(0, layers, t);
+    auto found = greedy(hi);
+    if (!found) continue;
+    for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+      const double mid = lo + (hi - lo) / 2;
+      if (auto stages = greedy(mid)) {
+        found = std::move(stages);
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    const double time = cost.pipeline_ms(*found, cost.microbatches());
+    if (time < best_time) {
+      best_time = time;
+      best = std::move(found);
+    }
+  }
+  return best;
+}
+
+}  // namespace oobleck::detail
