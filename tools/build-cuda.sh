@@ -23,16 +23,14 @@ torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_
   die "$python cannot import torch (set PYTHON to the Python that has PyTorch)"
 torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 # nvidia-nccl-cu*: site-packages/nvidia/nccl (or a cu13/ folder) with include/ and lib/.
-nccl_home=$("$python" - "$torch_dir" <<'PY'
-import glob, os, sys
-site = os.path.dirname(sys.argv[1])
-for header in sorted(glob.glob(os.path.join(site, "nvidia", "**", "nccl.h"), recursive=True)):
-    home = os.path.dirname(os.path.dirname(header))
-    if glob.glob(os.path.join(home, "lib", "libnccl.so*")):
-        print(home)
-        break
-PY
-)
+nccl_home=
+while IFS= read -r header; do
+  home=$(dirname "$(dirname "$header")")
+  if compgen -G "$home/lib/libnccl.so*" > /dev/null; then
+    nccl_home=$home
+    break
+  fi
+done < <(find "$(dirname "$torch_dir")/nvidia" -name nccl.h 2>/dev/null | LC_ALL=C sort)
 gloo=()
 if [ ! -f "$torch_dir/include/gloo/config.h" ]; then
   gloo=(-DOOBLECK_GLOO_INCLUDE_DIR="$deps/gloo/include")

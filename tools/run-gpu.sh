@@ -7,7 +7,8 @@
 # one process on the GPU, and compares: losses, and iteration and per-stage
 # times against `oobleck-sim iteration` on the same profile and plan, both as
 # planned (a GPU per node) and as run (one shared GPU). The same for a
-# 1-node and a 2-node plan. Everything lands in OUT_DIR.
+# 1-node and a 2-node plan. Everything lands in OUT_DIR. Exits 1 when the
+# losses differ from the one process's by more than 1e-4 (relative).
 #
 #   tools/run-gpu.sh [BUILD_DIR] [OUT_DIR]     MODEL=gpt2-small SEQ=1024 MB=4 STEPS=12 DEVICE=cuda DTYPE=bf16
 set -euo pipefail
@@ -24,27 +25,8 @@ echo "== profile: $model, microbatch $mb x $seq, $dtype on $device" >&2
   --dtype "$dtype" --out "$out/profile-1node.json" > "$out/profile.txt"
 # The same profile with each node's memory cut until a pipeline needs two
 # nodes: oobleck-plan then instantiates 5 nodes as pipelines of 2 and 3.
-python3 - "$out" "$bin" <<'PY'
-import json, subprocess, sys
-out, bin = sys.argv[1], sys.argv[2]
-doc = json.load(open(f"{out}/profile-1node.json"))
-layers = doc["layers"]
-need = sum(l["param_bytes"] + l["optimizer_bytes"] + 4 * l["activation_bytes"] for l in layers)
-for share in [x / 100 for x in range(100, 5, -5)]:
-    doc["hardware"]["gpu_memory_bytes"] = int(need * share)
-    json.dump(doc, open(f"{out}/profile.json", "w"), indent=2)
-    r = subprocess.run([f"{bin}/oobleck-plan", "instantiate", "--profile", f"{out}/profile.json", "--nodes", "5",
-                        "--fault-tolerance", "1", "--global-microbatches", "8", "--json", f"{out}/plan.json"],
-                       capture_output=True, text=True)
-    if r.returncode == 0:
-        sizes = sorted(len(p["nodes"]) for p in json.load(open(f"{out}/plan.json"))["pipelines"])
-        if sizes == [2, 3]:
-            print(f"memory per node: {share:.0%} of the model's: pipelines of 2 and 3 nodes",
-                  file=sys.stderr)
-            break
-else:
-    sys.exit("run-gpu: no memory budget gives pipelines of 2 and 3 nodes")
-PY
+tools/oobleck-tools memory-budget "$out/profile-1node.json" "$out/profile.json" "$out/plan.json" \
+  --nodes 5 --fault-tolerance 1 --global-microbatches 8 --pipelines 2 3 --oobleck-plan "$bin/oobleck-plan"
 "$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes 2 --fault-tolerance 0 \
   --global-microbatches 8 --json "$out/plan-2node.json" > /dev/null
 "$bin/oobleck-plan" instantiate --profile "$out/profile-1node.json" --nodes 1 --fault-tolerance 0 \
@@ -68,7 +50,7 @@ for run in 5node 2node 1node; do
     "$bin/oobleck-sim" iteration --plan "$plan" --profile "$profile" "${flags[@]}" \
       --json "$out/sim-$run-$model_kind.json" --chrome-trace "$out/sim-$run-$model_kind-trace.json" > /dev/null
     echo "== $run: predicted ($model_kind) against measured" >&2
-    python3 tools/compare-run-sim.py "$out/sim-$run-$model_kind.json" "$out/sim-$run-$model_kind-trace.json" \
+    tools/oobleck-tools compare-run-sim "$out/sim-$run-$model_kind.json" "$out/sim-$run-$model_kind-trace.json" \
       "$out/run-$run-trace.json" "$out/run-$run.jsonl" --json "$out/compare-$run-$model_kind.json" |
       tee "$out/compare-$run-$model_kind.txt"
   done
@@ -77,4 +59,4 @@ done
 echo "== the same steps in one process on $device" >&2
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" \
   --device "$device" --single-process --metrics "$out/single.jsonl" > /dev/null
-python3 tools/compare-losses.py "$out/run-5node.jsonl" "$out/single.jsonl" --table --json "$out/losses.json"
+tools/oobleck-tools compare-losses "$out/run-5node.jsonl" "$out/single.jsonl" --table --json "$out/losses.json"

@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev libcli11-dev nlohmann-json3-dev doctest-dev libbenchmark-dev
   libtorch-dev libgloo-dev libopenblas0-openmp
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
+  python3-pytest  # tests/scripts: the tests of tools/oobleck-tools
 )
 
 missing=()

@@ -1,0 +1,85 @@
+"""compare-run-sim, run-vs-sim and sim-scenario on small hand-made inputs:
+the numbers printed, and exit 1 beyond --max-error."""
+import json
+
+from conftest import assert_no_traceback, run_tools, step_line, write_lines
+
+
+def trace(stage_ms):
+    """A Chrome trace with one forward and one backward per stage, plus a
+    communication lane that is no stage."""
+    events = []
+    for tid, (forward, backward) in enumerate(stage_ms):
+        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": f"stage {tid}"}})
+        events.append({"ph": "X", "name": "F0", "pid": 0, "tid": tid, "ts": 0, "dur": forward * 1000})
+        events.append({"ph": "X", "name": "B0", "pid": 0, "tid": tid, "ts": forward * 1000, "dur": backward * 1000})
+    events.append({"ph": "X", "name": "send", "pid": 0, "tid": 1000, "ts": 0, "dur": 5000})
+    return {"traceEvents": events}
+
+
+def inputs(tmp_path, predicted_ms):
+    paths = {name: tmp_path / f"{name}.json" for name in ("sim", "sim_trace", "live_trace", "plan")}
+    paths["sim"].write_text(json.dumps({"iteration_ms": predicted_ms}))
+    paths["sim_trace"].write_text(json.dumps(trace([(10, 20), (12, 24)])))
+    paths["live_trace"].write_text(json.dumps(trace([(10, 20), (15, 30)])))
+    paths["plan"].write_text(json.dumps({"iteration_ms": 90.0, "pipelines": [{"nodes": [0, 1], "microbatches": 8}]}))
+    # Warm-up steps are slow; the median of steps 2.. is 100 ms.
+    metrics = write_lines(tmp_path / "metrics.jsonl", [step_line(0, 5.0, iteration_ms=400.0),
+                                                       step_line(1, 4.0, iteration_ms=300.0)]
+                          + [step_line(s, 3.0, iteration_ms=ms) for s, ms in enumerate([99.0, 100.0, 101.0], 2)])
+    return paths, metrics
+
+
+def test_compare_run_sim_per_stage_and_iteration(tmp_path):
+    paths, metrics = inputs(tmp_path, predicted_ms=110.0)
+    out = tmp_path / "compare.json"
+    result = run_tools("compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics,
+                       "--json", out)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].split()[-3:] == ["30.00", "30.00", "+0.0%"]
+    assert lines[2].split()[-3:] == ["36.00", "45.00", "-20.0%"]
+    assert lines[3].split()[-3:] == ["110.00", "100.00", "+10.0%"]
+    summary = json.loads(out.read_text())
+    assert summary["measured_iteration_ms"] == 100.0 and summary["measured_steps"] == 3
+    assert len(summary["stages"]) == 2
+
+
+def test_compare_run_sim_max_error(tmp_path):
+    paths, metrics = inputs(tmp_path, predicted_ms=110.0)
+    args = ["compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics]
+    assert run_tools(*args, "--max-error", "0.2").returncode == 0
+    result = run_tools(*args, "--max-error", "0.05")
+    assert result.returncode == 1
+    assert "off by +10.0 %" in result.stderr
+
+
+def test_compare_run_sim_bad_trace(tmp_path):
+    paths, metrics = inputs(tmp_path, predicted_ms=110.0)
+    paths["live_trace"].write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "F0", "pid": 0, "tid": 0}]}))
+    result = run_tools("compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics)
+    assert result.returncode == 2
+    assert f"{paths['live_trace']}: trace event 0: no 'ts'" in result.stderr
+    assert_no_traceback(result)
+
+
+def test_run_vs_sim(tmp_path):
+    paths, metrics = inputs(tmp_path, predicted_ms=80.0)
+    result = run_tools("run-vs-sim", paths["plan"], paths["sim"], metrics)
+    assert result.returncode == 0, result.stderr
+    assert "plan: 2-node pipeline, 8 microbatches" in result.stdout
+    assert "measured by oobleck-run (median of steps 2..4):    100.00 ms" in result.stdout
+    assert "measured / predicted: 1.250" in result.stdout
+    assert run_tools("run-vs-sim", paths["plan"], paths["sim"], metrics, "--max-error", "0.1").returncode == 1
+
+
+def test_sim_scenario(tmp_path):
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"measured": {"copy_bytes_per_s": 1.5e10, "gemm_flops_per_s": 1e11}}))
+    out = tmp_path / "scenario.json"
+    assert run_tools("sim-scenario", profile, out).returncode == 0
+    assert json.loads(out.read_text()) == {"cluster": {"device_memory_bytes_per_s": 1.5e10}}
+    profile.write_text(json.dumps({"measured": {}}))
+    result = run_tools("sim-scenario", profile, out)
+    assert result.returncode == 2
+    assert f"{profile}: measured: no \"copy_bytes_per_s\" field" in result.stderr
