@@ -11,6 +11,8 @@
 #
 #   tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F]
 #                          [--global-microbatches B] [--repeats R (mini)]
+#
+# The programs are build/bin's, or OOBLECK_BIN's when set (another build).
 set -euo pipefail
 usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R]"
 if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-bin="$(cd "$(dirname "$0")/.." && pwd)/build/bin"
+bin="${OOBLECK_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}"
 corpus="$(cd "$(dirname "$0")/.." && pwd)/executor/data/corpus.txt"
 mkdir -p "$out"
 

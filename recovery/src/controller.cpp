@@ -114,6 +114,7 @@ void Controller::rebase() {
     if (contains(current_->plan.spare_nodes, node)) still_lost.push_back(node);
   }
   base_ = std::shared_ptr<const Plan>(current_, &current_->plan);
+  base_generation_ = current_->number;
   lost_since_base_ = std::move(still_lost);
   added_since_base_.clear();
 }
@@ -244,6 +245,7 @@ Actions Controller::recover(Cause cause) {
   g.resume_step = committed_ + 1;
   g.source = StateSource::replicas;
   g.base = base_;
+  g.base_generation = base_generation_;
   g.transfers = std::move(r.transfers);
   g.copy_bytes = r.copy_bytes;
   g.copy_ms = r.copy_ms;
@@ -262,6 +264,7 @@ Actions Controller::start_afresh(Cause cause, StateSource source, bool rolled_ba
   }
   const std::vector<std::string> nodes = members();
   base_.reset();
+  base_generation_ = 0;
   start_source_ = source;
   Plan plan;
   try {

@@ -40,6 +40,7 @@ std::string generation_record(const Generation& g, Milliseconds at_ms) {
                                          {"generation", g.number},
                                          {"cause", cause_name(g.cause)},
                                          {"source", source_name(g.source)},
+                                         {"base_generation", g.base_generation},
                                          {"rolled_back", g.rolled_back},
                                          {"resume_step", g.resume_step},
                                          {"lost", g.lost},

@@ -1,12 +1,14 @@
 // A small live-run setup for the executor's end-to-end tests: GPT-tiny on
 // CPU-like nodes with too little memory for the whole model on one node, a
-// plan from oobleck-plan, the bundled corpus as tokens, and the
-// single-process reference to compare with.
+// plan from oobleck-plan, the bundled corpus as tokens (all made by
+// tools/cluster-setup.sh, as for the scripts), and the single-process
+// reference to compare with.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,21 +21,15 @@ inline const std::string kSource = OOBLECK_SOURCE_DIR;
 
 class LiveSetup {
  public:
+  // The GPT-tiny cluster of tools/cluster-setup.sh, with this build's programs.
   LiveSetup(int nodes, int fault_tolerance, int global_microbatches) : s(OOBLECK_RUN_BINARY) {
-    s.write("hw.json", R"({"name": "test nodes", "gpus_per_node": 1, "gpu_memory_bytes": 4e6,
-      "peak_fp32_flops_per_s": 1e11, "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9,
-      "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05})");
-    REQUIRE(s.run_program(OOBLECK_PROFILE_BINARY, "analytic --model gpt-tiny --hardware " + s.str("hw.json") +
-                                                      " --microbatch-size 2 --seq-len 32 --dtype fp32 --out " +
-                                                      s.str("profile.json"))
-                .status == 0);
-    REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + s.str("profile.json") + " --nodes " +
-                                                   std::to_string(nodes) + " --fault-tolerance " +
-                                                   std::to_string(fault_tolerance) + " --global-microbatches " +
-                                                   std::to_string(global_microbatches) + " --json " +
-                                                   s.str("plan.json"))
-                .status == 0);
-    REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
+    const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
+    const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + bin + " " + kSource + "/tools/cluster-setup.sh tiny " +
+                                                         s.str("") + " --nodes " + std::to_string(nodes) +
+                                                         " --fault-tolerance " + std::to_string(fault_tolerance) +
+                                                         " --global-microbatches " + std::to_string(global_microbatches));
+    INFO(setup.err);
+    REQUIRE(setup.status == 0);
   }
 
   [[nodiscard]] nlohmann::json plan() const { return nlohmann::json::parse(s.read("plan.json")); }

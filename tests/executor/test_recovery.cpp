@@ -13,6 +13,7 @@
 
 #include "comm/communicator.h"
 #include "live_setup.h"
+#include "skip.h"
 #include "oobleck/executor/live.h"
 
 namespace {
@@ -216,8 +217,7 @@ TEST_CASE("communicator: abort frees a thread blocked on a peer that never answe
 TEST_CASE("communicator: NCCL on one GPU all-reduces, and fails once aborted") {
   using namespace oobleck::executor;
   if (!torch::cuda::is_available()) {
-    MESSAGE("skipped: no CUDA GPU here");
-    return;
+    OOBLECK_SKIP("no CUDA GPU here");
   }
   c10d::TCPStoreOptions options;
   options.port = 0;
@@ -229,8 +229,7 @@ TEST_CASE("communicator: NCCL on one GPU all-reduces, and fails once aborted") {
     nccl = make_nccl_communicator(store, "nccl", 0, 1, 0);
   } catch (const std::runtime_error& e) {
     if (std::string(e.what()).find("has no NCCL") == std::string::npos) throw;
-    MESSAGE("skipped: " << e.what());
-    return;
+    OOBLECK_SKIP(e.what());
   }
   CHECK(nccl->size() == 1);
   auto values = torch::arange(1, 6, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA));

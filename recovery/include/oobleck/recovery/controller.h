@@ -135,6 +135,7 @@ class Controller {
   // what happened since. Without one (nothing committed since the job
   // started or restarted), the state is where the start took it from.
   std::shared_ptr<const Plan> base_;
+  int base_generation_ = 0;
   StateSource start_source_;
   std::vector<std::string> lost_since_base_, added_since_base_;
 

@@ -105,6 +105,7 @@ struct Generation {
   // copies that complete it, with the planner's estimate of their bytes
   // and time.
   std::shared_ptr<const Plan> base;
+  int base_generation = 0;  // whose plan the base is (0: planned afresh)
   std::vector<Transfer> transfers;
   Bytes copy_bytes = 0;
   Milliseconds copy_ms = 0;
@@ -146,8 +147,8 @@ using Actions = std::vector<Action>;
 
 // A generation as one JSON object, the record both a live run's metrics and
 // the simulator's decision log carry: {kind: "generation", at_ms,
-// generation, cause, source, rolled_back, resume_step, lost, added,
-// pipelines: [[node, ...]], spare_nodes, copy_bytes}. `at_ms`: when it was
+// generation, cause, source, base_generation, rolled_back, resume_step,
+// lost, added, pipelines: [[node, ...]], spare_nodes, copy_bytes}. `at_ms`: when it was
 // decided (since training started, or simulated time).
 [[nodiscard]] std::string generation_record(const Generation& generation, Milliseconds at_ms);
 
