@@ -24,22 +24,17 @@ namespace {
 using namespace oobleck;
 using namespace oobleck::executor;
 
-std::string metrics_text(const std::vector<StepMetrics>& metrics) {
-  std::string out;
-  for (const auto& m : metrics) out += metrics_line(m) + "\n";
-  return out;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo, surviving node failures"};
-  app.require_subcommand(0, 1);
-  app.set_version_flag("--version", "oobleck-run 0.2.0");
-  MasterOptions o;
+// The training run's flags (the master's, or the single process's).
+struct RunFlags {
+  MasterOptions master;
   std::string inject_path;
   std::uint64_t chaos_seed = 0;
+  CLI::Option* chaos = nullptr;
   bool single_process = false;
+};
+
+void add_data_flags(CLI::App& app, RunFlags& f) {
+  MasterOptions& o = f.master;
   app.add_option("--plan", o.plan_path, "Plan JSON from oobleck-plan instantiate");
   app.add_option("--profile", o.profile_path, "The profile the plan was made from (its model is trained)");
   app.add_option("--data", o.data_path, "Token file: little-endian uint16 tokens");
@@ -51,12 +46,16 @@ int main(int argc, char** argv) {
                  "bf16; stages exchange tensors through host memory with Gloo")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--metrics", o.metrics_path,
-                 "JSON lines, written as training goes: {step, loss, samples, iteration_ms, ...} per step and "
-                 "{event: \"reconfigured\", ...} per reconfiguration");
+                 "JSON lines, written as training goes, each with a kind: run, generation, step, "
+                 "reconfiguration, no_plan");
   app.add_option("--chrome-trace", o.chrome_trace_path,
                  "The last step's schedule as a Chrome trace, as oobleck-sim iteration writes it");
-  app.add_flag("--single-process", single_process,
+  app.add_flag("--single-process", f.single_process,
                "Train the same model on the same global batches in this one process (the reference)");
+}
+
+void add_cluster_flags(CLI::App& app, RunFlags& f) {
+  MasterOptions& o = f.master;
   app.add_option("--hostfile", o.hostfile,
                  "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
                  "start over SSH (default: every node is a local process)");
@@ -67,41 +66,122 @@ int main(int argc, char** argv) {
                  "A node whose agent sends no heartbeat for this long is lost (a closed connection is noticed "
                  "at once)")
       ->check(CLI::Range(50.0, 3600000.0));
-  app.add_option("--comm-timeout-s", o.comm_timeout_s,
-                 "Last resort: a communication still waiting after this long fails")
+  app.add_option("--comm-timeout-s", o.comm_timeout_s, "Last resort: a communication still waiting after this long fails")
       ->check(CLI::Range(1.0, 86400.0));
-  app.add_option("--inject", inject_path,
-                 "Failures and joins to inject: lines 'when,add|remove,node' where when is milliseconds since "
-                 "training started, step:N (during step N) or recovery:R (during the R-th reconfiguration)");
-  auto* chaos = app.add_option("--chaos", chaos_seed,
-                               "Kill random nodes at random moments (also during recoveries) and start new ones, "
-                               "from this seed");
-  app.add_option("--chaos-events", o.chaos.events, "With --chaos: removals and joins in all")
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("--chaos-mean-ms", o.chaos.mean_interval_ms, "With --chaos: mean time between events")
-      ->check(CLI::Range(1.0, 1e9));
   app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every K steps and after the last")
       ->check(CLI::Range(1, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
+}
 
+void add_failure_flags(CLI::App& app, RunFlags& f) {
+  app.add_option("--inject", f.inject_path,
+                 "Failures and joins to inject: lines 'when,add|remove|hang,node' where when is milliseconds since "
+                 "training started, step:N (during step N) or recovery:R (during the R-th reconfiguration)");
+  f.chaos = app.add_option("--chaos", f.chaos_seed,
+                           "Kill random nodes at random moments (also during recoveries) and start new ones, "
+                           "from this seed");
+  app.add_option("--chaos-events", f.master.chaos.events, "With --chaos: removals and joins in all")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--chaos-mean-ms", f.master.chaos.mean_interval_ms, "With --chaos: mean time between events")
+      ->check(CLI::Range(1.0, 1e9));
+}
+
+struct TokenizeFlags {
   std::string text_path, tokens_out;
-  auto* tokenize_cmd = app.add_subcommand("tokenize", "Make a token file from text (byte-level tokens)");
-  tokenize_cmd->add_option("--text", text_path, "Text file")->required();
-  tokenize_cmd->add_option("--out", tokens_out, "Token file to write")->required();
+};
 
-  NodeProcessOptions node;
-  auto* agent_cmd = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its worker");
-  auto* worker_cmd = app.add_subcommand("worker", "(internal) one node's worker");
-  for (auto* cmd : {agent_cmd, worker_cmd}) {
+CLI::App* add_tokenize_command(CLI::App& app, TokenizeFlags& f) {
+  auto* cmd = app.add_subcommand("tokenize", "Make a token file from text (byte-level tokens)");
+  cmd->add_option("--text", f.text_path, "Text file")->required();
+  cmd->add_option("--out", f.tokens_out, "Token file to write")->required();
+  return cmd;
+}
+
+// The processes the master starts: not listed in --help.
+std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOptions& node) {
+  auto* agent = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its worker");
+  auto* worker = app.add_subcommand("worker", "(internal) one node's worker");
+  for (auto* cmd : {agent, worker}) {
     cmd->add_option("--node", node.node)->required();
     cmd->add_option("--master-addr", node.master_addr);
     cmd->add_option("--control-port", node.control_port)->required();
     cmd->add_option("--parent-pid", node.parent_pid);
     cmd->add_option("--token", node.token);
-    cmd->group("");  // not listed in --help
+    cmd->group("");
   }
-  agent_cmd->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
+  agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
+  return {agent, worker};
+}
+
+int run_tokenize(const TokenizeFlags& f) {
+  const auto tokens = tokenize_bytes(read_text_file(f.text_path));
+  write_file_atomically(f.tokens_out, tokens_to_bytes(tokens));
+  std::printf("Wrote %zu tokens (vocabulary 256, byte-level) to %s\n", tokens.size(), f.tokens_out.c_str());
+  return kExitSuccess;
+}
+
+int run_node_process(NodeProcessOptions node, bool agent) {
+  // Die with the parent, and make sure it had not died already.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (node.parent_pid > 0 && getppid() != node.parent_pid) return kExitFailure;
+  node.program = std::filesystem::read_symlink("/proc/self/exe").string();
+  if (agent) return run_agent(node);
+  // A worker ends without running static destructors: a communicator
+  // abandoned in a recovery may still be winding down on its own thread.
+  const int status = run_worker(node);
+  std::fflush(nullptr);
+  std::_Exit(status);
+}
+
+int run_single_process(const MasterOptions& o) {
+  for (const auto& [flag, value] : {std::pair{"--plan", o.plan_path}, std::pair{"--profile", o.profile_path},
+                                    std::pair{"--data", o.data_path}}) {
+    if (value.empty()) throw InputError(std::string(flag) + ": required");
+  }
+  torch::set_num_threads(o.threads);
+  const Profile profile = load_profile(o.profile_path);
+  const Plan plan = parse_plan(read_text_file(o.plan_path), o.plan_path, profile);
+  TrainOptions options;
+  apply_profile(options, profile, o.device);
+  options.steps = o.steps;
+  options.seed = o.seed;
+  const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
+  std::string lines;
+  for (const auto& m : metrics) lines += metrics_line(m) + "\n";
+  if (!o.metrics_path.empty()) write_file_atomically(o.metrics_path, lines);
+  for (const auto& m : metrics) {
+    std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", m.step, m.loss, static_cast<long long>(m.samples),
+                m.iteration_ms);
+  }
+  return kExitSuccess;
+}
+
+int run_training(RunFlags f) {
+  if (f.single_process) return run_single_process(f.master);
+  if (!f.inject_path.empty()) f.master.injections = parse_injections(read_text_file(f.inject_path), f.inject_path);
+  if (*f.chaos) {
+    f.master.chaos.enabled = true;
+    f.master.chaos.seed = f.chaos_seed;
+  }
+  f.master.program = std::filesystem::read_symlink("/proc/self/exe").string();
+  return run_master(f.master);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo, surviving node failures"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", "oobleck-run 0.2.0");
+  RunFlags run;
+  add_data_flags(app, run);
+  add_cluster_flags(app, run);
+  add_failure_flags(app, run);
+  TokenizeFlags tokenize;
+  const auto* tokenize_cmd = add_tokenize_command(app, tokenize);
+  NodeProcessOptions node;
+  const auto [agent_cmd, worker_cmd] = add_node_commands(app, node);
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
@@ -109,51 +189,8 @@ int main(int argc, char** argv) {
   // (Gloo writes with writev, and recovery depends on surviving that).
   ::signal(SIGPIPE, SIG_IGN);
   return cli::run_reporting_errors("oobleck-run", [&]() -> int {
-    if (*tokenize_cmd) {
-      const auto tokens = tokenize_bytes(read_text_file(text_path));
-      write_file_atomically(tokens_out, tokens_to_bytes(tokens));
-      std::printf("Wrote %zu tokens (vocabulary 256, byte-level) to %s\n", tokens.size(), tokens_out.c_str());
-      return 0;
-    }
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    if (*agent_cmd || *worker_cmd) {
-      // Die with the parent, and make sure it had not died already.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (node.parent_pid > 0 && getppid() != node.parent_pid) return 1;
-      node.program = self;
-      if (*agent_cmd) return run_agent(node);
-      // A worker ends without running static destructors: a communicator
-      // abandoned in a recovery may still be winding down on its own thread.
-      const int status = run_worker(node);
-      std::fflush(nullptr);
-      std::_Exit(status);
-    }
-    if (single_process) {
-      for (const auto& [flag, value] : {std::pair{"--plan", o.plan_path}, std::pair{"--profile", o.profile_path},
-                                        std::pair{"--data", o.data_path}}) {
-        if (value.empty()) throw InputError(std::string(flag) + ": required");
-      }
-      torch::set_num_threads(o.threads);
-      const Profile profile = load_profile(o.profile_path);
-      const Plan plan = parse_plan(read_text_file(o.plan_path), o.plan_path, profile);
-      TrainOptions options;
-      apply_profile(options, profile, o.device);
-      options.steps = o.steps;
-      options.seed = o.seed;
-      const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
-      if (!o.metrics_path.empty()) write_file_atomically(o.metrics_path, metrics_text(metrics));
-      for (const auto& m : metrics) {
-        std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", m.step, m.loss,
-                    static_cast<long long>(m.samples), m.iteration_ms);
-      }
-      return 0;
-    }
-    if (!inject_path.empty()) o.injections = parse_injections(read_text_file(inject_path), inject_path);
-    if (*chaos) {
-      o.chaos.enabled = true;
-      o.chaos.seed = chaos_seed;
-    }
-    o.program = self;
-    return run_master(o);
+    if (*tokenize_cmd) return run_tokenize(tokenize);
+    if (*agent_cmd || *worker_cmd) return run_node_process(node, agent_cmd->parsed());
+    return run_training(run);
   });
 }

@@ -10,7 +10,7 @@
 
 #include "launch.h"
 #include "oobleck/executor/live.h"
-#include "protocol.h"
+#include "protocol/protocol.h"
 
 namespace oobleck::executor {
 

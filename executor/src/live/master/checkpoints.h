@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "live/protocol.h"
+#include "protocol/protocol.h"
 #include "oobleck/planner.h"
 
 namespace oobleck::executor {

@@ -11,8 +11,8 @@
 #include <variant>
 #include <vector>
 
-#include "live/channel.h"
-#include "live/protocol.h"
+#include "protocol/channel.h"
+#include "protocol/protocol.h"
 
 namespace oobleck::executor {
 

@@ -58,26 +58,28 @@ std::optional<std::string> Injector::survivable_victim(const ChaosView& view) {
   return std::nullopt;
 }
 
-ChaosEvent Injector::next_chaos_event(const ChaosView& view, Milliseconds now) {
-  --chaos_left_;
+std::optional<ChaosEvent> Injector::next_chaos_event(const ChaosView& view, Milliseconds now) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::exponential_distribution<double> gap(1.0 / chaos_.mean_interval_ms);
   // Keep the node count between initial - f and initial, and otherwise
   // kills and joins even, so that a long run has as many of each.
-  const bool kill = view.healthy_nodes >= view.initial_nodes                          ? true
+  const bool kill = view.healthy_nodes >= view.initial_nodes                        ? true
                     : view.healthy_nodes <= view.initial_nodes - view.fault_tolerance ? false
-                    : kills_ != joins_                                                ? kills_ < joins_
-                                                                                      : unit(rng_) < 0.5;
-  ChaosEvent event;
+                    : kills_ != joins_                                               ? kills_ < joins_
+                                                                                     : unit(rng_) < 0.5;
+  std::optional<ChaosEvent> event;
   if (kill) {
     if (auto victim = survivable_victim(view)) {
       ++kills_;
       kill_in_recovery_ = unit(rng_) < 0.25;
-      event = {true, *victim};
+      event = ChaosEvent{true, *victim};
     }
   }
-  if (!event.kill) event = {false, "chaos-" + std::to_string(++joins_)};
-  std::exponential_distribution<double> gap(1.0 / chaos_.mean_interval_ms);
-  chaos_next_ms_ = chaos_left_ > 0 ? std::optional<Milliseconds>(now + gap(rng_)) : std::nullopt;
+  if (!event && view.healthy_nodes < view.initial_nodes) event = ChaosEvent{false, "chaos-" + std::to_string(++joins_)};
+  if (event) --chaos_left_;
+  // Nothing done: look again soon, once the nodes starting may have joined.
+  const Milliseconds next = event ? gap(rng_) : chaos_.mean_interval_ms / 4;
+  chaos_next_ms_ = chaos_left_ > 0 ? std::optional<Milliseconds>(now + next) : std::nullopt;
   return event;
 }
 

@@ -45,8 +45,10 @@ class Injector {
   [[nodiscard]] std::optional<Milliseconds> chaos_due_ms(Milliseconds now_ms);
   // The next chaos event: kills and joins even, the node count between
   // initial - f and initial, victims only among nodes whose loss leaves a
-  // plan; some kills are followed by one during the next recovery.
-  ChaosEvent next_chaos_event(const ChaosView& view, Milliseconds now_ms);
+  // plan; some kills are followed by one during the next recovery. None
+  // when a kill is due but no loss would leave a plan and the nodes
+  // starting already make up the count: their joins come first.
+  std::optional<ChaosEvent> next_chaos_event(const ChaosView& view, Milliseconds now_ms);
   // The kill planned for a recovery, if any.
   std::optional<std::string> chaos_victim_in_recovery(const ChaosView& view);
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "live/protocol.h"
+#include "protocol/protocol.h"
 #include "oobleck/planner.h"
 
 namespace oobleck::executor {

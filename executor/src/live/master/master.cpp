@@ -438,12 +438,11 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
   if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
   if (const auto due = injector_.chaos_due_ms(now)) {
     if (now >= *due && established_) {
-      const ChaosEvent event = injector_.next_chaos_event(chaos_view(), now);
-      if (event.kill) {
-        kill_node(event.node, "chaos", false);
-      } else {
-        std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", event.node.c_str());
-        processes_.start(event.node, now);
+      if (const auto event = injector_.next_chaos_event(chaos_view(), now); event && event->kill) {
+        kill_node(event->node, "chaos", false);
+      } else if (event) {
+        std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", event->node.c_str());
+        processes_.start(event->node, now);
       }
     } else if (now < *due) {
       wait_ms = std::min(wait_ms, *due - now);

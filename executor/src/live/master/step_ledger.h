@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <map>
 
-#include "live/protocol.h"
+#include "protocol/protocol.h"
 
 namespace oobleck::executor {
 

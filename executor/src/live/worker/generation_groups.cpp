@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "train_common.h"
+#include "model/train_common.h"
 
 namespace oobleck::executor {
 namespace {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "live/channel.h"
-#include "live/protocol.h"
+#include "protocol/channel.h"
+#include "protocol/protocol.h"
 
 namespace oobleck::executor {
 

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "autocast.h"
+#include "model/autocast.h"
 #include "oobleck/common/one_f_one_b.h"
 #include "oobleck/executor/data.h"
 

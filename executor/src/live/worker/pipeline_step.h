@@ -11,10 +11,10 @@
 
 #include "generation_groups.h"
 #include "inbox.h"
-#include "layer_state.h"
-#include "live/protocol.h"
+#include "model/layer_state.h"
+#include "protocol/protocol.h"
 #include "oobleck/planner.h"
-#include "train_common.h"
+#include "model/train_common.h"
 
 namespace oobleck::executor {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "layer_state.h"
-#include "live/protocol.h"
+#include "model/layer_state.h"
+#include "protocol/protocol.h"
 #include "oobleck/recovery/seats.h"
 
 namespace oobleck::executor {

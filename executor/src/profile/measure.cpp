@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "autocast.h"
+#include "model/autocast.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/profiler.h"

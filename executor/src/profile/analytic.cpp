@@ -29,7 +29,7 @@ const std::vector<HardwareDescription>& hardware_presets() {
        8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.5, 0.8, 360e9, 50e9, 0.01},
       // The H200 as oobleck's own executor drives it: refitted (compute and
       // overhead terms) to the measured profiles in profiles/ by
-      // tools/gpu-profile-report.py.
+      // tools/oobleck-tools gpu-report.
       {"h200-libtorch", "8x NVIDIA H200-SXM-141GB running libtorch 2.11 eager, bf16 autocast",
        "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to 8 bf16 profiles measured on an "
        "H200 with oobleck-profile (GPT-2 medium and XL, GPT-3 1.3B and 2.7B, microbatches 1 and 4)",
