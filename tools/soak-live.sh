@@ -36,7 +36,7 @@ sleep 1  # lets the run's last processes exit before they are counted
 
 status=0
 tools/oobleck-tools soak-check "$out/live.jsonl" "$out/reference.jsonl" "$out/plan.json" --steps "$steps" \
-  --process-tag "$tag" --min-failures "${MIN_FAILURES:-50}" --min-joins "${MIN_JOINS:-50}" || status=$?
+  --process-tag "$tag" --min-failures "${MIN_FAILURES:-40}" --min-joins "${MIN_JOINS:-40}" || status=$?
 # Plotted whatever the checks found, to see what happened (Debian's python3
 # has matplotlib; tools/setup.sh installs it).
 plot=0

@@ -398,20 +398,10 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   }
 }
 
-// What the planner could not recover from, and what a checkpoint would need.
 void Master::give_up(const recovery::GiveUp& g) {
   if (g.reason == recovery::GiveUp::Reason::no_progress) throw std::runtime_error(g.why + ": " + last_comm_error_);
-  const int committed = g.committed_step;
-  const Bytes state = cost_.state_bytes(0, cost_.layers());
-  const std::string message =
-      g.why + ". The layers' training state after step " + std::to_string(committed) +
-      " is gone. To go on, a checkpoint must hold the state after step " + std::to_string(committed) +
-      ": the weights and AdamW state (both moments, step count) of all " + std::to_string(cost_.layers()) +
-      " layers (" + std::to_string(state) + " bytes in the profile's accounting), and the step to resume at (" +
-      std::to_string(committed + 1) + ") with the seed (" + std::to_string(o_.seed) +
-      "): the data order depends on nothing else";
-  reporter_.no_plan((generation_ ? generation_->number : 0) + 1, g.lost, g.added, committed + 1, state, message);
-  throw NoPlanError(message);
+  throw NoPlanError(reporter_.no_plan((generation_ ? generation_->number : 0) + 1, g, cost_.layers(),
+                                      cost_.state_bytes(0, cost_.layers()), o_.seed));
 }
 
 void Master::finish() {

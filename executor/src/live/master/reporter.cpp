@@ -100,16 +100,25 @@ void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Millise
   std::fflush(stdout);
 }
 
-void Reporter::no_plan(int generation, const std::vector<std::string>& lost, const std::vector<std::string>& added,
-                       int resume_step, std::int64_t checkpoint_bytes, const std::string& message) {
+std::string Reporter::no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,
+                              std::uint64_t seed) {
+  const int committed = g.committed_step;
+  const std::string message =
+      g.why + ". The layers' training state after step " + std::to_string(committed) +
+      " is gone. To go on, a checkpoint must hold the state after step " + std::to_string(committed) +
+      ": the weights and AdamW state (both moments, step count) of all " + std::to_string(layers) + " layers (" +
+      std::to_string(state_bytes) + " bytes in the profile's accounting), and the step to resume at (" +
+      std::to_string(committed + 1) + ") with the seed (" + std::to_string(seed) +
+      "): the data order depends on nothing else";
   emit(ordered_json{{"kind", "no_plan"},
                     {"generation", generation},
-                    {"lost", lost},
-                    {"added", added},
-                    {"resume_step", resume_step},
-                    {"checkpoint_bytes", checkpoint_bytes},
+                    {"lost", g.lost},
+                    {"added", g.added},
+                    {"resume_step", committed + 1},
+                    {"checkpoint_bytes", state_bytes},
                     {"message", message}}
            .dump());
+  return message;
 }
 
 }  // namespace oobleck::executor

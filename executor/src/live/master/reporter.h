@@ -52,8 +52,10 @@ class Reporter {
   void step(const StepReport& report);
   // A recovery is over: it trained a step, or a newer generation replaced it.
   void reconfiguration(const RecoveryTiming& timing, bool superseded, Milliseconds now_ms);
-  void no_plan(int generation, const std::vector<std::string>& lost, const std::vector<std::string>& added,
-               int resume_step, std::int64_t checkpoint_bytes, const std::string& message);
+  // What the planner could not recover from, and what a checkpoint would
+  // need to hold to go on (the message, also returned).
+  std::string no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,
+                      std::uint64_t seed);
 
  private:
   void emit(const std::string& line);
