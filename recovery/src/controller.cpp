@@ -244,7 +244,6 @@ Actions Controller::recover(Cause cause) {
   g.plan = std::move(r.plan);
   g.resume_step = committed_ + 1;
   g.source = StateSource::replicas;
-  g.base = base_;
   g.base_generation = base_generation_;
   g.transfers = std::move(r.transfers);
   g.copy_bytes = r.copy_bytes;
@@ -299,7 +298,7 @@ Actions Controller::begin(Generation g) {
   reports_.clear();
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
-  return {StartGeneration{current_}};
+  return {StartGeneration{current_, current_->source == StateSource::replicas ? base_ : nullptr}};
 }
 
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {

@@ -69,7 +69,7 @@ class Master {
   [[nodiscard]] int rank_of(const std::string& node) const;
   // The controller's decisions, carried out.
   void decide(const recovery::Event& event);
-  void start_generation(const recovery::Generation& g, Milliseconds plan_ms);
+  void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
   void commit(const recovery::CommitStep& c, bool pause);
   [[noreturn]] void give_up(const recovery::GiveUp& g);
   void advance();
@@ -312,7 +312,7 @@ void Master::decide(const recovery::Event& event) {
       const bool pause = i + 1 < actions.size() && std::holds_alternative<recovery::StartGeneration>(actions[i + 1]);
       commit(*c, pause);
     } else if (const auto* s = std::get_if<recovery::StartGeneration>(&actions[i])) {
-      start_generation(*s->generation, plan_ms);
+      start_generation(*s->generation, s->base.get(), plan_ms);
     } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
       give_up(*g);
     } else {
@@ -321,7 +321,7 @@ void Master::decide(const recovery::Event& event) {
   }
 }
 
-void Master::start_generation(const recovery::Generation& g, Milliseconds plan_ms) {
+void Master::start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms) {
   const Milliseconds now = now_ms();
   if (generation_ && generation_->number > 1 && !established_) reporter_.reconfiguration(timing_, true, now);
   if (phase_ == Phase::starting) {
@@ -355,7 +355,7 @@ void Master::start_generation(const recovery::Generation& g, Milliseconds plan_m
   message.resume_step = g.resume_step;
   std::map<std::string, recovery::LayerRange> holdings;
   if (g.source == recovery::StateSource::replicas) {
-    holdings = recovery::node_layers(*g.base);
+    holdings = recovery::node_layers(*base);
     for (const auto& t : g.transfers) message.copies.push_back({t.layer, rank_of(t.from_node), rank_of(t.to_node)});
   }
   if (g.source == recovery::StateSource::checkpoint) message.checkpoint_folder = in_.resume->folder;

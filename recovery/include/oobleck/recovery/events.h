@@ -100,12 +100,11 @@ struct Generation {
   // True when the replicas no longer covered every layer and the training
   // since the checkpoint is lost (source is then checkpoint).
   bool rolled_back = false;
-  // With source replicas: the plan whose nodes hold the state after step
-  // resume_step - 1 (the base; node_layers() says who holds what), and the
-  // copies that complete it, with the planner's estimate of their bytes
-  // and time.
-  std::shared_ptr<const Plan> base;
-  int base_generation = 0;  // whose plan the base is (0: planned afresh)
+  // With source replicas: the generation whose plan holds the state after
+  // step resume_step - 1 (the base; StartGeneration carries its plan), and
+  // the copies that complete it, with the planner's estimate of their
+  // bytes and time.
+  int base_generation = 0;  // 0: planned afresh
   std::vector<Transfer> transfers;
   Bytes copy_bytes = 0;
   Milliseconds copy_ms = 0;
@@ -113,8 +112,12 @@ struct Generation {
   std::vector<std::string> lost, added;
 };
 
+// Shared, not copied: plans of thousands of nodes. A generation does not
+// keep its base alive (a chain of every plan ever made would): the action
+// does, for whoever carries it out.
 struct StartGeneration {
-  std::shared_ptr<const Generation> generation;  // shared: plans of thousands of nodes are not copied
+  std::shared_ptr<const Generation> generation;
+  std::shared_ptr<const Plan> base;  // with source replicas: node_layers() says who holds what
 };
 // Commit `step`: every trainer applies it. The first commit of a generation
 // establishes it: its plan becomes the base that later recoveries plan from.
