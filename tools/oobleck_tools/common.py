@@ -190,6 +190,15 @@ def relative_difference(value, reference):
     return abs(value - reference) / abs(reference)
 
 
+def add_measured_iteration_options(parser, what="|predicted / measured - 1|"):
+    """--skip and --max-error, for the subcommands that put a measured
+    iteration beside a prediction."""
+    parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the measured median "
+                                                            "(default: %(default)s)")
+    parser.add_argument("--max-error", type=float, metavar="R",
+                        help=f"exit 1 when {what} exceeds R (default: no check)")
+
+
 def relative_error(predicted, measured):
     """predicted / measured - 1 (signed); infinite for a zero measurement."""
     if measured == 0:

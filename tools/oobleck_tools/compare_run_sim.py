@@ -14,7 +14,7 @@ import math
 import statistics
 import sys
 
-from .common import InputError, read_json, read_metrics, relative_error, require, write_json
+from .common import InputError, add_measured_iteration_options, read_json, read_metrics, relative_error, require, write_json
 
 # Chrome-trace threads from this id up are not stages (communication lanes).
 FIRST_NON_STAGE_THREAD = 1000
@@ -26,10 +26,7 @@ def add_arguments(parser):
     parser.add_argument("live_trace", metavar="LIVE_TRACE.json", help="oobleck-run --chrome-trace")
     parser.add_argument("metrics", metavar="METRICS.jsonl", help="oobleck-run --metrics of the same run")
     parser.add_argument("--json", metavar="OUT", help="write the comparison here")
-    parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the measured median "
-                                                            "(default: %(default)s)")
-    parser.add_argument("--max-error", type=float, metavar="R",
-                        help="exit 1 when |predicted / measured - 1| of the iteration exceeds R (default: no check)")
+    add_measured_iteration_options(parser, "|predicted / measured - 1| of the iteration")
 
 
 def stages(trace_path):

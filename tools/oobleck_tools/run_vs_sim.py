@@ -9,17 +9,14 @@ With --max-error, exits 1 when |predicted / measured - 1| exceeds it.
 import statistics
 import sys
 
-from .common import InputError, read_json, read_metrics, relative_error, require
+from .common import InputError, add_measured_iteration_options, read_json, read_metrics, relative_error, require
 
 
 def add_arguments(parser):
     parser.add_argument("plan", metavar="PLAN.json", help="oobleck-plan instantiate --json")
     parser.add_argument("sim", metavar="SIM.json", help="oobleck-sim iteration --json for that plan")
     parser.add_argument("metrics", metavar="METRICS.jsonl", help="oobleck-run --metrics for that plan")
-    parser.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the median "
-                                                            "(default: %(default)s)")
-    parser.add_argument("--max-error", type=float, metavar="R",
-                        help="exit 1 when |predicted / measured - 1| exceeds R (default: no check)")
+    add_measured_iteration_options(parser)
 
 
 def run(args):
