@@ -105,17 +105,13 @@ Actions Controller::on(const GenerationReady& e) {
 // Every member has its layers at the state after the last committed step:
 // the generation's plan is where the state is, and later recoveries plan
 // from it.
+// (Any loss before this point started a newer generation, so nothing is
+// lost or added since this plan yet; a spare lost later is dropped then.)
 void Controller::rebase() {
   ready_ = true;
-  // Spares dropped while it trained are not in its pipelines but still in
-  // its plan: they stay lost since the new base.
-  std::vector<std::string> still_lost;
-  for (const auto& node : lost_since_base_) {
-    if (contains(current_->plan.spare_nodes, node)) still_lost.push_back(node);
-  }
   base_ = std::shared_ptr<const Plan>(current_, &current_->plan);
   base_generation_ = current_->number;
-  lost_since_base_ = std::move(still_lost);
+  lost_since_base_.clear();
   added_since_base_.clear();
 }
 
@@ -181,8 +177,6 @@ Actions Controller::on(const Timer& e) {
   }
   return recover(Cause::communication);
 }
-
-std::optional<Milliseconds> Controller::next_deadline_ms() const { return communication_deadline_ms_; }
 
 // ---------------------------------------------------------------- planning
 

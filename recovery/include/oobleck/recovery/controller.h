@@ -70,21 +70,14 @@ class Controller {
 
   // ---------------------------------------------------------------- state
   [[nodiscard]] const Generation* current() const { return current_.get(); }
-  [[nodiscard]] bool established() const { return current_ && established_; }
-  [[nodiscard]] bool ready() const { return current_ && ready_; }
-  [[nodiscard]] bool finished() const { return finished_; }
   [[nodiscard]] int committed_step() const { return committed_; }
   // The template set plans are made from now (grown as more nodes took part).
   [[nodiscard]] const TemplateSet& templates() const { return *templates_; }
   // Whether a node trains in the current generation.
   [[nodiscard]] bool trains(std::string_view node) const;
-  [[nodiscard]] int trainer_count() const { return trainers_; }
-  [[nodiscard]] const std::vector<std::string>& pending_joins() const { return pending_joins_; }
   // Joins wait for the next commit. (The simulator plays step boundaries
   // only while this holds.)
   [[nodiscard]] bool commit_wanted() const;
-  // When the next Timer event is due, if any.
-  [[nodiscard]] std::optional<Milliseconds> next_deadline_ms() const;
   // Whether a recovery would still find a plan if `nodes` were lost too.
   [[nodiscard]] bool survives_losing(const std::vector<std::string>& nodes);
 
