@@ -2,9 +2,11 @@
 // node train a plan, survive node failures and take in nodes that join.
 //
 // The master holds the rendezvous store and the control channel, watches the
-// agents' heartbeats, commits each step once every worker has finished it,
-// and on a loss asks the planner for a new plan (`reconfigure`, exactly as
-// `oobleck-plan reconfigure` does), which it broadcasts as a new generation.
+// agents' heartbeats and drives the recovery controller (recovery/), which
+// commits each step once every worker has finished it and on a loss asks the
+// planner for a new plan (`reconfigure`, exactly as `oobleck-plan
+// reconfigure` does, and as the simulator's oobleck policy does); the master
+// broadcasts it as a new generation.
 // Workers abandon the communication in flight, discard the interrupted step,
 // rebuild their communicators, copy the layer states the planner assigns
 // them from surviving replicas, and redo the step on the same global batch.
