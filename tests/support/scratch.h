@@ -3,7 +3,6 @@
 #pragma once
 
 #include <doctest/doctest.h>
-#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "oobleck/common/files.h"
 
 namespace oobleck::test {
 
@@ -28,12 +29,7 @@ class Scratch {
     REQUIRE(::mkdtemp(pattern.data()) != nullptr);
     dir_ = pattern;
   }
-  // Not std::filesystem::remove_all: a pip libtorch exports its own build
-  // of it, which crashes when called from code built against another libstdc++.
-  ~Scratch() {
-    ::nftw(dir_.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path), 0; }, 16,
-           FTW_DEPTH | FTW_PHYS);
-  }
+  ~Scratch() { remove_tree(dir_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
 
