@@ -1,0 +1,166 @@
+// Workers per GPU: seats, gradient pieces and shard copies, on hand-made
+// plans of 2-GPU nodes, against closed-form expectations and a brute-force
+// coverage oracle.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "oobleck/recovery/seats.h"
+#include "oobleck/recovery/worker_seats.h"
+
+namespace {
+
+using namespace oobleck;
+using namespace oobleck::recovery;
+
+Pipeline pipeline(std::vector<std::string> nodes, std::vector<Stage> stages) {
+  Pipeline p;
+  p.template_nodes = static_cast<int>(nodes.size());
+  p.nodes = std::move(nodes);
+  p.stages = std::move(stages);
+  p.microbatches = 2;
+  return p;
+}
+
+// Pipeline 0 on nodes a, b: layers 0-1 at degree 2 on a; b holds two
+// stages, layer 2 and layers 3-4. Pipeline 1 on c: all five at degree 2.
+Plan base_plan() {
+  Plan plan;
+  plan.pipelines = {pipeline({"a", "b"}, {{0, 2, 2, 0}, {2, 3, 1, 1}, {3, 5, 1, 1}}),
+                    pipeline({"c"}, {{0, 5, 2, 0}})};
+  return plan;
+}
+
+// Interval arithmetic in units of 1/L, L = 2 x 3 x 4 (every degree here divides it).
+constexpr int kUnits = 24;
+std::pair<int, int> interval(int degree, int shard) { return {shard * kUnits / degree, (shard + 1) * kUnits / degree}; }
+
+}  // namespace
+
+TEST_CASE("worker seats: a node's stages take its GPUs in order, each GPU one shard") {
+  const auto seats = worker_seats(base_plan(), 2);
+  REQUIRE(seats.size() == 6);
+  // rank: pipeline, stage, node position, GPU, layers, degree, shard, first rank
+  const std::vector<std::vector<int>> expected = {{0, 0, 0, 0, 0, 2, 2, 0, 0}, {0, 0, 0, 1, 0, 2, 2, 1, 0},
+                                                  {0, 1, 1, 0, 2, 3, 1, 0, 2}, {0, 2, 1, 1, 3, 5, 1, 0, 3},
+                                                  {1, 0, 0, 0, 0, 5, 2, 0, 4}, {1, 0, 0, 1, 0, 5, 2, 1, 4}};
+  for (std::size_t r = 0; r < seats.size(); ++r) {
+    const auto& s = seats[r];
+    CAPTURE(r);
+    CHECK(std::vector<int>{s.pipeline, s.stage, s.node_position, s.gpu, s.layer_begin, s.layer_end, s.degree,
+                           s.shard, s.first_rank} == expected[r]);
+  }
+  CHECK(seats[2].stages == 3);
+  CHECK(seats[4].stages == 1);
+}
+
+TEST_CASE("worker seats: stages that do not fill a node are refused, naming the pipeline and node") {
+  Plan plan;
+  plan.pipelines = {pipeline({"a", "b"}, {{0, 2, 2, 0}, {2, 5, 1, 1}})};
+  try {
+    (void)worker_seats(plan, 2);
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("pipeline 0, node b") != std::string::npos);
+  }
+}
+
+TEST_CASE("shards overlap exactly when their intervals intersect") {
+  for (int da : {1, 2, 3, 4}) {
+    for (int db : {1, 2, 3, 4}) {
+      for (int a = 0; a < da; ++a) {
+        for (int b = 0; b < db; ++b) {
+          const auto [a0, a1] = interval(da, a);
+          const auto [b0, b1] = interval(db, b);
+          CHECK(shards_overlap(da, a, db, b) == (std::max(a0, b0) < std::min(a1, b1)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("layer pieces: one holder per stage, each holding the piece, and one count per replica") {
+  const auto seats = worker_seats(base_plan(), 2);
+  const LayerPieces layer0 = layer_pieces(seats, 0);
+  CHECK(layer0.count == 2);
+  CHECK(layer0.holders == std::vector<std::vector<int>>{{0, 4}, {1, 5}});
+  CHECK(layer0.everyone == std::vector<int>{0, 1, 4, 5});
+  const LayerPieces layer3 = layer_pieces(seats, 3);
+  CHECK(layer3.count == 2);
+  CHECK(layer3.holders == std::vector<std::vector<int>>{{3, 4}, {3, 5}});
+  // The oracle: every piece of every layer is held, in full, by exactly one
+  // worker of each stage holding the layer.
+  for (int l = 0; l < 5; ++l) {
+    const LayerPieces pieces = layer_pieces(seats, l);
+    std::set<int> stages;
+    for (const auto& s : seats) {
+      if (s.holds(l)) stages.insert(s.first_rank);
+    }
+    for (int j = 0; j < pieces.count; ++j) {
+      const auto& holders = pieces.holders[static_cast<std::size_t>(j)];
+      CHECK(holders.size() == stages.size());
+      std::set<int> seen;
+      for (int h : holders) {
+        const auto& s = seats[static_cast<std::size_t>(h)];
+        const auto [p0, p1] = interval(pieces.count, j);
+        const auto [s0, s1] = interval(s.degree, s.shard);
+        CHECK((s0 <= p0 && p1 <= s1));
+        seen.insert(s.first_rank);
+      }
+      CHECK(seen == stages);
+    }
+  }
+}
+
+TEST_CASE("shard copies: a new degree is cut from, or gathered across, the holders") {
+  // Node a is lost. c keeps every layer, now as two degree-1 stages; b
+  // takes the whole model at degree 2, layers 0-1 sent from c.
+  Plan next;
+  next.pipelines = {pipeline({"c"}, {{0, 2, 1, 0}, {2, 5, 1, 0}}), pipeline({"b"}, {{0, 5, 2, 0}})};
+  const std::vector<Transfer> transfers = {{0, "c", "b", 1}, {1, "c", "b", 1}};
+  const auto copies = shard_copies(base_plan(), next, transfers, 2);
+  // Ranks of next: c's GPUs 0, 1; b's 2, 3. c's GPU 0 held shard 0 of 2
+  // and now holds layers 0-1 whole: it gathers both shards, its own one
+  // included.
+  auto has = [&](ShardCopy c) { return std::find(copies.begin(), copies.end(), c) != copies.end(); };
+  CHECK(has({0, 0, 0, 2, 0}));
+  CHECK(has({0, 1, 0, 2, 1}));
+  CHECK(has({4, 0, 1, 2, 0}));
+  CHECK(has({4, 1, 1, 2, 1}));
+  // b's GPUs take layers 0-1 from c's matching shards, and cut layers 2-4
+  // from what b held whole.
+  CHECK(has({0, 0, 2, 2, 0}));
+  CHECK(has({1, 1, 3, 2, 1}));
+  CHECK(has({2, 2, 2, 1, 0}));
+  CHECK(has({2, 2, 3, 1, 0}));
+  CHECK(has({3, 3, 2, 1, 0}));
+  CHECK(has({4, 3, 3, 1, 0}));
+  // The oracle: every shard of next is covered by its copies, each from a
+  // worker that held the layer at that degree and shard.
+  const auto seats = worker_seats(next, 2);
+  const auto old_seats = seats_by_node(base_plan(), 2);
+  const auto nodes = ranked_nodes(next);
+  for (std::size_t r = 0; r < seats.size(); ++r) {
+    for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
+      std::vector<bool> covered(kUnits, false);
+      for (const auto& c : copies) {
+        if (c.to != static_cast<int>(r) || c.layer != l) continue;
+        const auto& from = old_seats.at({nodes[static_cast<std::size_t>(c.from / 2)], c.from % 2});
+        CHECK(from.holds(l));
+        CHECK(from.degree == c.from_degree);
+        CHECK(from.shard == c.from_shard);
+        const auto [u0, u1] = interval(c.from_degree, c.from_shard);
+        for (int u = u0; u < u1; ++u) covered[static_cast<std::size_t>(u)] = true;
+      }
+      const auto [m0, m1] = interval(seats[r].degree, seats[r].shard);
+      for (int u = m0; u < m1; ++u) CHECK(covered[static_cast<std::size_t>(u)]);
+    }
+  }
+}
+
+TEST_CASE("shard copies: a worker that keeps its shard copies nothing") {
+  Plan next = base_plan();
+  next.pipelines.pop_back();  // c leaves; pipeline 0 is as it was
+  CHECK(shard_copies(base_plan(), next, {}, 2).empty());
+}
