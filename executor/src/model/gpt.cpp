@@ -41,41 +41,91 @@ class EmbeddingLayer final : public GptLayer {
   torch::Tensor token_, position_;
 };
 
+// Identity forward; the gradient summed over the group: the input of a
+// column-parallel matrix, which every shard reads whole.
+class SumGradient : public torch::autograd::Function<SumGradient> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const ShardSum* sum) {
+    ctx->saved_data["sum"] = reinterpret_cast<std::int64_t>(sum);
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto g = grads[0].clone(at::MemoryFormat::Contiguous);
+    (*reinterpret_cast<const ShardSum*>(ctx->saved_data["sum"].toInt()))(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+// Summed over the group forward; identity backward: the output of a
+// row-parallel matrix, each shard's part of one product.
+class SumOutput : public torch::autograd::Function<SumOutput> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& partial, const ShardSum* sum) {
+    auto out = partial.clone(at::MemoryFormat::Contiguous);
+    (*sum)(out);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
 class Block final : public GptLayer {
  public:
-  Block(const ModelConfig& c, int index, std::uint64_t seed) : heads_(c.heads) {
-    const int h = c.hidden;
+  Block(const ModelConfig& c, int index, std::uint64_t seed, TensorShard shard)
+      : heads_(c.heads / shard.degree), shard_(shard) {
+    const int h = c.hidden, t = shard.degree;
     ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
-    qkv_ = register_module("qkv", torch::nn::Linear(h, 3 * h));
-    proj_ = register_module("proj", torch::nn::Linear(h, h));
+    qkv_ = register_module("qkv", torch::nn::Linear(h, 3 * h / t));
+    proj_ = register_module("proj", torch::nn::Linear(h / t, h));
     ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
-    fc_ = register_module("fc", torch::nn::Linear(h, 4 * h));
-    out_ = register_module("out", torch::nn::Linear(4 * h, h));
+    fc_ = register_module("fc", torch::nn::Linear(h, 4 * h / t));
+    out_ = register_module("out", torch::nn::Linear(4 * h / t, h));
+    // The whole layer's draws, in the same order at every degree, then cut.
     auto gen = layer_generator(seed, index);
     const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);
-    normal_(qkv_->weight, 0.02, gen);
-    normal_(proj_->weight, residual_std, gen);
-    normal_(fc_->weight, 0.02, gen);
-    normal_(out_->weight, residual_std, gen);
+    const std::vector<std::pair<torch::Tensor*, double>> draws = {
+        {&qkv_->weight, 0.02}, {&proj_->weight, residual_std}, {&fc_->weight, 0.02}, {&out_->weight, residual_std}};
+    const std::vector<std::vector<std::int64_t>> whole = {{3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}};
+    const char* names[] = {"qkv.weight", "proj.weight", "fc.weight", "out.weight"};
     torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < draws.size(); ++i) {
+      const auto drawn = torch::randn(whole[i], gen, torch::TensorOptions().dtype(torch::kFloat32)) * draws[i].second;
+      draws[i].first->copy_(cut_shard(drawn, split_layout(c, index, names[i]), shard));
+    }
     for (auto* bias : {&qkv_->bias, &proj_->bias, &fc_->bias, &out_->bias}) bias->zero_();
   }
+  void set_shard_sum(ShardSum sum) override { sum_ = std::move(sum); }
   torch::Tensor forward(const torch::Tensor& x) override {
     const auto B = x.size(0), S = x.size(1), H = x.size(2);
-    const auto d = H / heads_;
-    // Causal self-attention: softmax(q k^T / sqrt(d)) v with future positions masked.
-    auto qkv = qkv_->forward(ln1_->forward(x)).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
+    const auto d = H / (heads_ * shard_.degree);
+    // Causal self-attention over this shard's heads: softmax(q k^T / sqrt(d)) v
+    // with future positions masked.
+    auto qkv = qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
     auto q = qkv[0], k = qkv[1], v = qkv[2];
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
     const auto future = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
     scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-    auto attended = torch::matmul(torch::softmax(scores, -1), v).permute({0, 2, 1, 3}).reshape({B, S, H});
-    auto h = x + proj_->forward(attended);
-    return h + out_->forward(torch::gelu(fc_->forward(ln2_->forward(h)), "tanh"));
+    auto attended = torch::matmul(torch::softmax(scores, -1), v).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
+    auto h = x + row_parallel(proj_, attended);
+    return h + row_parallel(out_, torch::gelu(fc_->forward(shared_input(ln2_->forward(h))), "tanh"));
   }
 
  private:
+  [[nodiscard]] torch::Tensor shared_input(const torch::Tensor& x) {
+    return shard_.degree == 1 ? x : SumGradient::apply(x, &sum_);
+  }
+  [[nodiscard]] torch::Tensor row_parallel(torch::nn::Linear& linear, const torch::Tensor& x) {
+    if (shard_.degree == 1) return linear->forward(x);
+    if (!sum_) throw std::logic_error("a sharded block runs without its tensor-parallel group");
+    return SumOutput::apply(torch::linear(x, linear->weight), &sum_) + linear->bias;
+  }
+
   int64_t heads_;
+  TensorShard shard_;
+  ShardSum sum_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc_{nullptr}, out_{nullptr};
 };
@@ -103,15 +153,69 @@ class HeadLayer final : public GptLayer {
 
 }  // namespace
 
-std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed) {
+SplitLayout split_layout(const ModelConfig& c, int index, const std::string& parameter) {
+  if (index == 0 || index == c.layers + 1) return {};
+  const std::int64_t h = c.hidden;
+  // qkv's rows are [q; k; v], each by head: cut each of the three alike.
+  if (parameter == "qkv.weight") return {{3, h, h}, 1};
+  if (parameter == "qkv.bias") return {{3, h}, 1};
+  if (parameter == "proj.weight") return {{h, h}, 1};
+  if (parameter == "fc.weight") return {{4 * h, h}, 0};
+  if (parameter == "fc.bias") return {{4 * h}, 0};
+  if (parameter == "out.weight") return {{h, 4 * h}, 1};
+  return {};
+}
+
+torch::Tensor cut_shard(const torch::Tensor& whole, const SplitLayout& layout, TensorShard shard) {
+  if (!layout.split() || shard.degree == 1) return whole;
+  const auto part = layout.view[static_cast<std::size_t>(layout.dim)] / shard.degree;
+  auto cut = whole.view(layout.view).narrow(layout.dim, shard.index * part, part);
+  // Back to the parameter's own shape, whose cut axis is the view's, or
+  // its first when the view splits that one further (qkv's three parts).
+  std::vector<std::int64_t> own(whole.sizes().begin(), whole.sizes().end());
+  const bool folded = static_cast<std::int64_t>(layout.view.size()) > whole.dim();
+  own[static_cast<std::size_t>(folded ? 0 : layout.dim)] = -1;
+  return cut.contiguous().view(own);
+}
+
+void copy_shard_overlap(const torch::Tensor& from, TensorShard from_shard, torch::Tensor& to, TensorShard to_shard,
+                        const SplitLayout& layout) {
+  torch::NoGradGuard no_grad;
+  if (!layout.split()) {
+    to.copy_(from);
+    return;
+  }
+  const auto n = layout.view[static_cast<std::size_t>(layout.dim)];
+  auto shape_of = [&](TensorShard s) {
+    auto shape = layout.view;
+    shape[static_cast<std::size_t>(layout.dim)] = n / s.degree;
+    return shape;
+  };
+  const auto from_begin = from_shard.index * n / from_shard.degree, from_end = from_begin + n / from_shard.degree;
+  const auto to_begin = to_shard.index * n / to_shard.degree, to_end = to_begin + n / to_shard.degree;
+  const auto begin = std::max(from_begin, to_begin), end = std::min(from_end, to_end);
+  if (begin >= end) return;
+  auto target = to.view(shape_of(to_shard)).narrow(layout.dim, begin - to_begin, end - begin);
+  target.copy_(from.view(shape_of(from_shard)).narrow(layout.dim, begin - from_begin, end - begin));
+}
+
+std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed, TensorShard shard) {
   validate(config, "model");
   if (index < 0 || index >= pipeline_layers(config)) {
     throw InputError("layer " + std::to_string(index) + ": the model has layers 0.." +
                      std::to_string(pipeline_layers(config) - 1));
   }
+  if (shard.degree < 1 || shard.index < 0 || shard.index >= shard.degree) {
+    throw InputError("layer " + std::to_string(index) + ": shard " + std::to_string(shard.index) + " of " +
+                     std::to_string(shard.degree) + " does not exist");
+  }
   if (index == 0) return std::make_shared<EmbeddingLayer>(config, seed);
   if (index == config.layers + 1) return std::make_shared<HeadLayer>(config, seed);
-  return std::make_shared<Block>(config, index, seed);
+  if (config.heads % shard.degree != 0) {
+    throw InputError("tensor-parallel degree " + std::to_string(shard.degree) + " does not divide the model's " +
+                     std::to_string(config.heads) + " attention heads");
+  }
+  return std::make_shared<Block>(config, index, seed, shard);
 }
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -17,10 +17,16 @@ namespace oobleck::executor {
 struct HeldLayer {
   std::shared_ptr<GptLayer> module;
   std::unique_ptr<torch::optim::AdamW> optimizer;
+  TensorShard shard;
 };
 
-// Layer `index` as training starts: weights from (seed, index), no optimizer state yet.
-[[nodiscard]] HeldLayer initial_layer(const TrainOptions& options, int index);
+// Shard `shard` of layer `index` as training starts: weights from (seed,
+// index), no optimizer state yet.
+[[nodiscard]] HeldLayer initial_layer(const TrainOptions& options, int index, TensorShard shard = {});
+
+// What two shards of layer `index` have in common, weights and optimizer
+// state (both moments and the step count), copied from `from` into `to`.
+void copy_layer_overlap(const HeldLayer& from, HeldLayer& to, const ModelConfig& model, int index);
 
 // Weights and optimizer state as bytes (libtorch's archive format), and back
 // into a layer built by initial_layer. Exact: the bytes are the tensors'.

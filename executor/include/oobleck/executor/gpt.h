@@ -6,20 +6,65 @@
 // LayerNorm and the LM head, whose weight is the token embedding's (tied).
 // Every layer's weights come from (seed, layer index) alone, so any process
 // that builds layer i gets the same weights.
+//
+// Tensor parallelism as Megatron-LM does it: a block at degree t holds
+// heads/t attention heads (query, key and value column-parallel, the output
+// projection row-parallel) and 4h/t of the MLP's hidden units (the first
+// matrix column-parallel, the second row-parallel). The outputs of the two
+// row-parallel matrices are summed over the group in the forward pass
+// (their biases added once, after), and the gradients of the inputs to the
+// column-parallel ones in the backward pass. LayerNorms are replicated, and
+// so are the embedding and the LM head: every GPU of their stage computes
+// them whole (no parallel cross-entropy), so at degree t they cost what they
+// cost at degree 1. A shard is cut from the whole layer as drawn from
+// (seed, layer), so every degree trains the same model.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "oobleck/executor/model_config.h"
 
 namespace oobleck::executor {
 
+// Shard `index` of `degree`: the interval [index/degree, (index+1)/degree)
+// of every split parameter.
+struct TensorShard {
+  int degree = 1;
+  int index = 0;
+  friend bool operator==(const TensorShard&, const TensorShard&) = default;
+};
+
+// Sums a tensor in place over the GPUs of a tensor-parallel group.
+using ShardSum = std::function<void(torch::Tensor&)>;
+
+// How a parameter splits: viewed as `view`, cut into equal parts along
+// `dim`. dim < 0: replicated, every shard holds it whole.
+struct SplitLayout {
+  std::vector<std::int64_t> view;
+  int dim = -1;
+  [[nodiscard]] bool split() const { return dim >= 0; }
+};
+// `parameter` as named_parameters() names it ("qkv.weight").
+[[nodiscard]] SplitLayout split_layout(const ModelConfig& config, int index, const std::string& parameter);
+
+// The part of a whole parameter that `shard` holds, in the shard's own shape.
+[[nodiscard]] torch::Tensor cut_shard(const torch::Tensor& whole, const SplitLayout& layout, TensorShard shard);
+
+// Copies what shard `from_shard` (the tensor `from`) and shard `to_shard`
+// (the tensor `to`) of one parameter have in common into `to`.
+void copy_shard_overlap(const torch::Tensor& from, TensorShard from_shard, torch::Tensor& to, TensorShard to_shard,
+                        const SplitLayout& layout);
+
 class GptLayer : public torch::nn::Module {
  public:
+  // The group a sharded layer sums over; layers at degree 1 need none.
+  virtual void set_shard_sum(ShardSum) {}
   // Embedding: int64 token ids (B, S) -> (B, S, h). Block: (B, S, h) ->
   // (B, S, h). Head: (B, S, h) -> logits (B, S, vocab).
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
@@ -28,7 +73,9 @@ class GptLayer : public torch::nn::Module {
   [[nodiscard]] std::vector<torch::Tensor> own_parameters() { return parameters(); }
 };
 
-[[nodiscard]] std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed);
+// InputError when the degree does not divide the heads.
+[[nodiscard]] std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed,
+                                                   TensorShard shard = {});
 
 // Cross-entropy of logits (B, S, V) against targets (B, S).
 [[nodiscard]] torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -1,0 +1,135 @@
+// Tensor-parallel blocks against the whole block: two shards, each on its
+// own thread with its own Gloo group over loopback, compute the whole
+// block's output and gradients (to float32 rounding: the shards add the
+// same products in another order), and shards are cut from and put back
+// into whole layers exactly, optimizer state included.
+#include "torch_doctest.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <thread>
+
+#include "comm/communicator.h"
+#include "model/layer_state.h"
+#include "oobleck/executor/gpt.h"
+
+using namespace oobleck;
+using namespace oobleck::executor;
+
+namespace {
+
+ModelConfig tiny() { return {"test", 3, 32, 4, 97, 16}; }
+
+// Two Gloo groups of two ranks over one store, each rank with its own client.
+std::vector<std::unique_ptr<Communicator>> pair_of_groups() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  static c10::intrusive_ptr<c10d::TCPStore> server;
+  server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  options.isServer = false;
+  options.port = server->getPort();
+  std::vector<std::unique_ptr<Communicator>> out(2);
+  std::vector<std::thread> makers;
+  static int round = 0;
+  const std::string name = "tp" + std::to_string(round++);
+  for (int r = 0; r < 2; ++r) {
+    makers.emplace_back([&, r] {
+      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+      out[static_cast<std::size_t>(r)] = make_gloo_communicator(store, name, r, 2, "127.0.0.1", std::chrono::seconds(30));
+    });
+  }
+  for (auto& m : makers) m.join();
+  return out;
+}
+
+bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-4, 1e-6); }
+
+}  // namespace
+
+TEST_CASE("tensor parallel: a block split over two GPUs computes the whole block's output and gradients") {
+  const ModelConfig c = tiny();
+  const int index = 2;
+  auto whole = make_layer(c, index, 11);
+  std::vector<std::shared_ptr<GptLayer>> shards = {make_layer(c, index, 11, {2, 0}), make_layer(c, index, 11, {2, 1})};
+  // Shards are cut from the whole layer's weights, exactly.
+  const auto whole_parameters = whole->named_parameters();
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& item : shards[static_cast<std::size_t>(r)]->named_parameters()) {
+      CAPTURE(item.key());
+      CHECK(torch::equal(item.value(), cut_shard(whole_parameters[item.key()], split_layout(c, index, item.key()),
+                                                 {2, r})));
+    }
+  }
+  auto gen = at::detail::createCPUGenerator(5);
+  const auto input = torch::randn({2, c.seq_len, c.hidden}, gen);
+  const auto upstream = torch::randn({2, c.seq_len, c.hidden}, gen);
+  auto x = input.clone().requires_grad_(true);
+  const auto y = whole->forward(x);
+  y.backward(upstream);
+
+  auto groups = pair_of_groups();
+  std::vector<torch::Tensor> outputs(2), input_grads(2);
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.emplace_back([&, r] {
+      auto& shard = *shards[static_cast<std::size_t>(r)];
+      Communicator* group = groups[static_cast<std::size_t>(r)].get();
+      shard.set_shard_sum([group](torch::Tensor& t) { group->allreduce_sum(t); });
+      auto xr = input.clone().requires_grad_(true);
+      auto yr = shard.forward(xr);
+      yr.backward(upstream);
+      outputs[static_cast<std::size_t>(r)] = yr.detach();
+      input_grads[static_cast<std::size_t>(r)] = xr.grad();
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(close(outputs[static_cast<std::size_t>(r)], y.detach()));
+    CHECK(close(input_grads[static_cast<std::size_t>(r)], x.grad()));
+    for (const auto& item : shards[static_cast<std::size_t>(r)]->named_parameters()) {
+      CAPTURE(item.key());
+      const auto expected =
+          cut_shard(whole_parameters[item.key()].grad(), split_layout(c, index, item.key()), {2, r});
+      CHECK(close(item.value().grad(), expected));
+    }
+  }
+  // Replicated parameters get the same gradient on both shards, bit for bit.
+  CHECK(torch::equal(shards[0]->named_parameters()["ln1.weight"].grad(),
+                     shards[1]->named_parameters()["ln1.weight"].grad()));
+}
+
+TEST_CASE("tensor parallel: shards cut from a layer and gathered back give it exactly, optimizer state included") {
+  TrainOptions o;
+  o.model = tiny();
+  o.seed = 3;
+  for (int index : {0, 1, 4}) {
+    CAPTURE(index);
+    HeldLayer whole = initial_layer(o, index);
+    // One AdamW step, so that both moments and the step count exist.
+    for (auto& p : whole.module->parameters()) p.mutable_grad() = torch::ones_like(p) * 0.5;
+    whole.optimizer->step();
+    std::vector<HeldLayer> shards;
+    for (int r = 0; r < 2; ++r) {
+      shards.push_back(initial_layer(o, index, {2, r}));
+      copy_layer_overlap(whole, shards.back(), o.model, index);
+    }
+    HeldLayer gathered = initial_layer(o, index);
+    for (const auto& s : shards) copy_layer_overlap(s, gathered, o.model, index);
+    const auto a = whole.module->named_parameters(), b = gathered.module->named_parameters();
+    for (const auto& item : a) CHECK(torch::equal(item.value(), b[item.key()]));
+    // The gathered layer steps exactly as the whole one does.
+    for (auto* layer : {&whole, &gathered}) {
+      for (auto& p : layer->module->parameters()) p.mutable_grad() = torch::full_like(p, -0.25);
+      layer->optimizer->step();
+    }
+    for (const auto& item : a) CHECK(torch::equal(item.value(), b[item.key()]));
+  }
+}
+
+TEST_CASE("tensor parallel: a degree that does not divide the heads is refused") {
+  CHECK_THROWS_AS((void)make_layer(tiny(), 1, 1, {3, 0}), InputError);
+  CHECK_NOTHROW((void)make_layer(tiny(), 0, 1, {3, 0}));  // the embedding is replicated
+}
