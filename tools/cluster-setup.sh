@@ -11,16 +11,17 @@
 #
 #   tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F]
 #                          [--global-microbatches B] [--repeats R (mini)]
+#                          [--gpus-per-node G (tiny; a worker process each)]
 #
 # The programs are build/bin's, or OOBLECK_BIN's when set (another build).
 set -euo pipefail
-usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R]"
+usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R] [--gpus-per-node G]"
 if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
 model=$1 out=$2
 shift 2
 case $model in
-  tiny) nodes=6 f=2 microbatches=12 repeats= ;;
-  mini) nodes=5 f=1 microbatches=8 repeats=3 ;;
+  tiny) nodes=6 f=2 microbatches=12 repeats= gpus=1 ;;
+  mini) nodes=5 f=1 microbatches=8 repeats=3 gpus=1 ;;
   *) echo "cluster-setup: unknown set-up '$model' (tiny or mini)" >&2; exit 2 ;;
 esac
 while [ $# -gt 0 ]; do
@@ -29,6 +30,9 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2 ;;
     --fault-tolerance) f=$2 ;;
     --global-microbatches) microbatches=$2 ;;
+    --gpus-per-node)
+      if [ "$model" != tiny ]; then echo "cluster-setup: --gpus-per-node is for tiny (mini's profile is measured)" >&2; exit 2; fi
+      gpus=$2 ;;
     --repeats)
       if [ "$model" != mini ]; then echo "cluster-setup: --repeats is for mini (tiny's profile is analytic)" >&2; exit 2; fi
       repeats=$2 ;;
@@ -53,8 +57,8 @@ quietly() {
 }
 
 if [ "$model" = tiny ]; then
-  cat > "$out/hw.json" <<'JSON'
-{"name": "small nodes", "gpus_per_node": 1, "gpu_memory_bytes": 4e6, "peak_fp32_flops_per_s": 1e11,
+  cat > "$out/hw.json" <<JSON
+{"name": "small nodes", "gpus_per_node": $gpus, "gpu_memory_bytes": 4e6, "peak_fp32_flops_per_s": 1e11,
  "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9, "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05}
 JSON
   quietly profile "$bin/oobleck-profile" analytic --model gpt-tiny --hardware "$out/hw.json" --microbatch-size 2 \

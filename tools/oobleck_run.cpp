@@ -100,8 +100,8 @@ CLI::App* add_tokenize_command(CLI::App& app, TokenizeFlags& f) {
 
 // The processes the master starts: not listed in --help.
 std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOptions& node) {
-  auto* agent = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its worker");
-  auto* worker = app.add_subcommand("worker", "(internal) one node's worker");
+  auto* agent = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
+  auto* worker = app.add_subcommand("worker", "(internal) the worker of one GPU");
   for (auto* cmd : {agent, worker}) {
     cmd->add_option("--node", node.node)->required();
     cmd->add_option("--master-addr", node.master_addr);
@@ -111,6 +111,8 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
     cmd->group("");
   }
   agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
+  agent->add_option("--gpus", node.gpus)->check(CLI::PositiveNumber);
+  worker->add_option("--gpu", node.gpu)->check(CLI::NonNegativeNumber);
   return {agent, worker};
 }
 

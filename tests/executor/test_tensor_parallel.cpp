@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "live/worker/state_copies.h"
 #include "model/layer_state.h"
 #include "oobleck/executor/gpt.h"
 
@@ -132,4 +133,63 @@ TEST_CASE("tensor parallel: shards cut from a layer and gathered back give it ex
 TEST_CASE("tensor parallel: a degree that does not divide the heads is refused") {
   CHECK_THROWS_AS((void)make_layer(tiny(), 1, 1, {3, 0}), InputError);
   CHECK_NOTHROW((void)make_layer(tiny(), 0, 1, {3, 0}));  // the embedding is replicated
+}
+
+TEST_CASE("tensor parallel: shards copied between workers are re-cut to the receiver's degree, exactly") {
+  // Rank 2 gathers a layer that ranks 0 and 1 hold at degree 2 (after a
+  // step, so that optimizer state travels too); then ranks 0 and 1 cut
+  // their shards at degree 2 back out of what rank 2 holds whole.
+  TrainOptions o;
+  o.model = tiny();
+  o.seed = 9;
+  const int index = 2;
+  HeldLayer whole = initial_layer(o, index);
+  for (auto& p : whole.module->parameters()) p.mutable_grad() = torch::randn_like(p);
+  whole.optimizer->step();
+
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  options.isServer = false;
+  options.port = server->getPort();
+  std::vector<std::map<int, HeldLayer>> held(3);
+  for (int r = 0; r < 2; ++r) {
+    held[static_cast<std::size_t>(r)].emplace(index, initial_layer(o, index, {2, r}));
+    copy_layer_overlap(whole, held[static_cast<std::size_t>(r)].at(index), o.model, index);
+  }
+  const std::vector<protocol::LayerCopy> gather = {{index, 0, 2, 2, 0}, {index, 1, 2, 2, 1}};
+  const std::vector<protocol::LayerCopy> cut = {{index, 2, 0, 1, 0}, {index, 2, 1, 1, 0}};
+  std::vector<std::int64_t> received(3, 0);
+  std::vector<std::thread> workers;
+  for (int r = 0; r < 3; ++r) {
+    workers.emplace_back([&, r] {
+      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+      auto world = make_gloo_communicator(store, "copies", r, 3, "127.0.0.1", std::chrono::seconds(30));
+      const TensorShard shard = r == 2 ? TensorShard{} : TensorShard{2, r};
+      auto& mine = held[static_cast<std::size_t>(r)];
+      received[static_cast<std::size_t>(r)] += copy_layers(*world, gather, shard, mine, o);
+      if (r < 2) mine.clear();  // what they held must come back from rank 2
+      received[static_cast<std::size_t>(r)] += copy_layers(*world, cut, shard, mine, o);
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(received[2] > 0);
+  const auto expected = whole.module->named_parameters();
+  const auto gathered = held[2].at(index).module->named_parameters();
+  for (const auto& item : expected) CHECK(torch::equal(item.value(), gathered[item.key()]));
+  for (int r = 0; r < 2; ++r) {
+    CHECK(received[static_cast<std::size_t>(r)] > 0);
+    for (const auto& item : held[static_cast<std::size_t>(r)].at(index).module->named_parameters()) {
+      CAPTURE(item.key());
+      CHECK(torch::equal(item.value(), cut_shard(expected[item.key()], split_layout(o.model, index, item.key()), {2, r})));
+    }
+  }
+  // The optimizer state came along: one more identical step keeps them equal.
+  for (auto* layer : {&whole, &held[2].at(index)}) {
+    for (auto& p : layer->module->parameters()) p.mutable_grad() = torch::full_like(p, 0.125);
+    layer->optimizer->step();
+  }
+  for (const auto& item : expected) CHECK(torch::equal(item.value(), gathered[item.key()]));
 }

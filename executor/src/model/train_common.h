@@ -24,13 +24,14 @@
 namespace oobleck::executor {
 
 [[nodiscard]] inline torch::Device train_device(const TrainOptions& o) {
-  return o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device))
+                            : torch::Device(torch::kCPU);
 }
 
 // Times taken on the host mean something on a GPU only once its queued
 // work is done.
 inline void wait_for_device(const TrainOptions& o) {
-  if (o.device == "cuda") torch::cuda::synchronize();
+  if (o.device == "cuda") torch::cuda::synchronize(o.cuda_device);
 }
 
 [[nodiscard]] inline torch::Tensor long_tensor(const std::vector<std::int64_t>& values, std::int64_t rows,
@@ -53,6 +54,7 @@ struct GradientSlot {
   int label = 0;
   torch::Tensor parameter;
   torch::Tensor sum;  // float64
+  std::string name;   // the parameter's, within its layer
 };
 
 // The slots of layers [begin, end) of `layers`, in layer and parameter order.
@@ -64,7 +66,8 @@ struct GradientSlot {
       const bool tied = (l == 0 && item.key() == "token") || (l == last_layer && item.key() == "tied_token");
       out.push_back({tied ? kTied : l, item.value(),
                      torch::zeros(item.value().sizes(),
-                                  torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device()))});
+                                  torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device())),
+                     item.key()});
     }
   }
   return out;

@@ -29,7 +29,8 @@ T field(const Json& j, const char* key) {
 
 void to_json(Json& j, const Hello& m) {
   j = {{"role", m.role == Role::agent ? "agent" : "worker"}, {"node", m.node}, {"token", m.token}, {"pid", m.pid}};
-  if (m.role == Role::agent) j["worker_pid"] = m.worker_pid;
+  if (m.role == Role::agent) j["worker_pids"] = m.worker_pids;
+  if (m.role == Role::worker) j["gpu"] = m.gpu;
 }
 void from_json(const Json& j, Hello& m) {
   const auto role = field<std::string>(j, "role");
@@ -38,7 +39,8 @@ void from_json(const Json& j, Hello& m) {
   m.node = field<std::string>(j, "node");
   m.token = field<std::string>(j, "token");
   m.pid = field<std::int64_t>(j, "pid");
-  m.worker_pid = j.value("worker_pid", std::int64_t{0});
+  m.worker_pids = j.value("worker_pids", std::vector<std::int64_t>{});
+  m.gpu = j.value("gpu", 0);
 }
 
 void to_json(Json& j, const Heartbeat&) { j = Json::object(); }
@@ -50,8 +52,11 @@ void from_json(const Json&, Hang&) {}
 void to_json(Json& j, const Finish&) { j = Json::object(); }
 void from_json(const Json&, Finish&) {}
 
-void to_json(Json& j, const WorkerExit& m) { j = {{"status", m.status}}; }
-void from_json(const Json& j, WorkerExit& m) { m.status = field<int>(j, "status"); }
+void to_json(Json& j, const WorkerExit& m) { j = {{"gpu", m.gpu}, {"status", m.status}}; }
+void from_json(const Json& j, WorkerExit& m) {
+  m.gpu = field<int>(j, "gpu");
+  m.status = field<int>(j, "status");
+}
 
 void to_json(Json& j, const Welcome& m) {
   j = {{"profile", m.profile},
@@ -76,11 +81,16 @@ void from_json(const Json& j, Welcome& m) {
   m.comm_timeout_ms = field<std::int64_t>(j, "comm_timeout_ms");
 }
 
-void to_json(Json& j, const LayerCopy& m) { j = {{"layer", m.layer}, {"from", m.from}, {"to", m.to}}; }
+void to_json(Json& j, const LayerCopy& m) {
+  j = {{"layer", m.layer}, {"from", m.from}, {"to", m.to}, {"from_shard", {m.from_shard, m.from_degree}}};
+}
 void from_json(const Json& j, LayerCopy& m) {
   m.layer = field<int>(j, "layer");
   m.from = field<int>(j, "from");
   m.to = field<int>(j, "to");
+  const auto shard = field<std::pair<int, int>>(j, "from_shard");
+  m.from_shard = shard.first;
+  m.from_degree = shard.second;
 }
 
 void to_json(Json& j, const NewGeneration& m) {
@@ -89,6 +99,7 @@ void to_json(Json& j, const NewGeneration& m) {
        {"ranks", m.ranks},
        {"resume_step", m.resume_step},
        {"holds", {m.holds_begin, m.holds_end}},
+       {"holds_shard", {m.holds_shard, m.holds_degree}},
        {"copies", m.copies}};
   if (!m.checkpoint_folder.empty()) j["checkpoint"] = m.checkpoint_folder;
 }
@@ -100,6 +111,9 @@ void from_json(const Json& j, NewGeneration& m) {
   const auto holds = field<std::pair<int, int>>(j, "holds");
   m.holds_begin = holds.first;
   m.holds_end = holds.second;
+  const auto shard = field<std::pair<int, int>>(j, "holds_shard");
+  m.holds_shard = shard.first;
+  m.holds_degree = shard.second;
   m.copies = field<std::vector<LayerCopy>>(j, "copies");
   m.checkpoint_folder = j.value("checkpoint", std::string());
 }

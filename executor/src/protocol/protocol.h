@@ -29,11 +29,13 @@ struct Hello {
   Role role = Role::agent;
   std::string node, token;
   std::int64_t pid = 0;
-  std::int64_t worker_pid = 0;  // an agent's worker
+  int gpu = 0;                            // a worker's GPU on its node
+  std::vector<std::int64_t> worker_pids;  // an agent's workers, by GPU
 };
 struct Heartbeat {};
-// The agent's worker ended with `status`.
+// The agent's worker of GPU `gpu` ended with `status`.
 struct WorkerExit {
+  int gpu = 0;
   int status = 0;
 };
 struct Kill {};
@@ -48,20 +50,25 @@ struct Welcome {
   std::int64_t comm_timeout_ms = 0;
 };
 
-// One layer's state sent from rank `from` to rank `to` of the generation.
+// One shard of a layer's state (shard from_shard of from_degree) sent from
+// worker rank `from` to worker rank `to` of the generation.
 struct LayerCopy {
   int layer = 0, from = 0, to = 0;
+  int from_degree = 1, from_shard = 0;
   friend bool operator==(const LayerCopy&, const LayerCopy&) = default;
 };
-// A generation: its plan, its ranks, the step it resumes at, what this
-// worker holds of the state after the step before (layers [holds_begin,
-// holds_end)) and the copies that complete it, or the checkpoint to read.
+// A generation: its plan, its nodes in rank order (worker rank = node rank
+// x gpus_per_node + GPU), the step it resumes at, what this worker holds of
+// the state after the step before (shard holds_shard of holds_degree of
+// layers [holds_begin, holds_end)) and the copies that complete it, or the
+// checkpoint to read.
 struct NewGeneration {
   int generation = 0;
   std::string plan;  // the plan, as JSON text
   std::vector<std::string> ranks;
   int resume_step = 0;
   int holds_begin = 0, holds_end = 0;
+  int holds_degree = 1, holds_shard = 0;
   std::vector<LayerCopy> copies;
   std::string checkpoint_folder;  // empty: the state is the replicas' (or the seed's)
 };

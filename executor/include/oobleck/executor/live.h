@@ -1,5 +1,5 @@
 // Live runs (oobleck-run): the master, one agent per node and one worker per
-// node train a plan, survive node failures and take in nodes that join.
+// GPU train a plan, survive node failures and take in nodes that join.
 //
 // The master holds the rendezvous store and the control channel, watches the
 // agents' heartbeats and drives the recovery controller (recovery/), which
@@ -89,6 +89,8 @@ struct NodeProcessOptions {
   std::string token;         // the job's: said in every hello
   std::string program;       // agents start workers with it
   Milliseconds heartbeat_interval_ms = 200;
+  int gpus = 1;              // an agent starts a worker for each
+  int gpu = 0;               // a worker's: on CUDA, its device
 };
 [[nodiscard]] int run_agent(const NodeProcessOptions& options);
 [[nodiscard]] int run_worker(const NodeProcessOptions& options);

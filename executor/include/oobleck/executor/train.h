@@ -23,6 +23,7 @@ struct TrainOptions {
   // CUDA a bf16 profile trains in mixed precision (fp32 weights, bf16
   // matrix products); on CPU always fp32.
   std::string device = "cpu";
+  int cuda_device = 0;  // a worker's: its GPU on the node
   bool bf16 = false;
 };
 

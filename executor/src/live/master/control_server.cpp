@@ -34,19 +34,20 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
   for (auto& m : messages) {
     if (const auto* hello = std::get_if<protocol::Hello>(&m); hello && !owners_.count(fd)) {
       // Not of this job, or not admitted: refused.
-      if (hello->token != token_ || fd_of_.count({hello->node, hello->role}) || !admit(*hello)) {
+      const Owner owner{hello->node, hello->role, hello->role == protocol::Role::worker ? hello->gpu : 0};
+      if (hello->token != token_ || fd_of_.count(owner.key()) || !admit(*hello)) {
         drop(fd);
         return;
       }
-      owners_[fd] = {hello->node, hello->role};
-      fd_of_[{hello->node, hello->role}] = fd;
+      owners_[fd] = owner;
+      fd_of_[owner.key()] = fd;
     }
     const auto owner = owners_.find(fd);
     if (owner == owners_.end()) {  // said something before hello
       drop(fd);
       return;
     }
-    out.push_back({owner->second.node, owner->second.role, Arrived{std::move(m)}});
+    out.push_back({owner->second.node, owner->second.role, owner->second.gpu, Arrived{std::move(m)}});
   }
   const auto owner = owners_.find(fd);
   if (owner == owners_.end()) {
@@ -54,30 +55,43 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
     return;
   }
   // A malformed message: its sender is broken, and so is its node.
-  if (!malformed.empty()) out.push_back({owner->second.node, owner->second.role, Malformed{malformed.front()}});
+  const Owner& who = owner->second;
+  if (!malformed.empty()) out.push_back({who.node, who.role, who.gpu, Malformed{malformed.front()}});
   if (!open) {
-    out.push_back({owner->second.node, owner->second.role, Closed{}});
+    out.push_back({who.node, who.role, who.gpu, Closed{}});
     drop(fd);
   }
 }
 
 void ControlServer::drop(int fd) {
   if (const auto owner = owners_.find(fd); owner != owners_.end()) {
-    fd_of_.erase({owner->second.node, owner->second.role});
+    fd_of_.erase(owner->second.key());
     owners_.erase(owner);
   }
   connections_.erase(fd);
 }
 
 bool ControlServer::send(const std::string& node, protocol::Role role, const protocol::Message& message) {
-  const auto it = fd_of_.find({node, role});
+  bool all = true, any = false;
+  for (auto it = fd_of_.lower_bound({node, role, 0}); it != fd_of_.end(); ++it) {
+    if (std::get<0>(it->first) != node || std::get<1>(it->first) != role) break;
+    any = true;
+    all = protocol::send(*connections_.at(it->second), message) && all;
+  }
+  return any && all;
+}
+
+bool ControlServer::send_to_worker(const std::string& node, int gpu, const protocol::Message& message) {
+  const auto it = fd_of_.find({node, protocol::Role::worker, gpu});
   return it != fd_of_.end() && protocol::send(*connections_.at(it->second), message);
 }
 
 void ControlServer::disconnect(const std::string& node) {
-  for (const auto role : {protocol::Role::agent, protocol::Role::worker}) {
-    if (const auto it = fd_of_.find({node, role}); it != fd_of_.end()) drop(it->second);
+  std::vector<int> fds;
+  for (const auto& [key, fd] : fd_of_) {
+    if (std::get<0>(key) == node) fds.push_back(fd);
   }
+  for (int fd : fds) drop(fd);
 }
 
 }  // namespace oobleck::executor

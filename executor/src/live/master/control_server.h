@@ -1,6 +1,6 @@
 // The master's end of the control channel: the listening socket, one
-// connection per agent and per worker, and which node and role each one
-// belongs to. A connection belongs to a node once its hello carries the
+// connection per agent and per worker, and which node, role and GPU each
+// one belongs to. A connection belongs to a node once its hello carries the
 // job's token and the master admits it; anything else is dropped.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -32,21 +33,27 @@ class ControlServer {
   struct Inbound {
     std::string node;
     protocol::Role role = protocol::Role::agent;
+    int gpu = 0;  // a worker's
     std::variant<Arrived, Closed, Malformed> what;
   };
   // Waits up to `timeout_ms` for traffic. A hello with the job's token is
-  // admitted when `admit` says so (its node known and alive, that role not
-  // connected yet), and arrives like any other message.
+  // admitted when `admit` says so (its node known and alive), unless that
+  // role (and GPU) is connected already, and arrives like any other message.
   std::vector<Inbound> poll(double timeout_ms, const std::function<bool(const protocol::Hello&)>& admit);
 
-  // False when the node's connection of that role is not there or gone.
+  // To the node's agent, or to every worker of the node. False when a
+  // connection it goes to is gone, or there is none.
   bool send(const std::string& node, protocol::Role role, const protocol::Message& message);
+  // To the worker of one GPU.
+  bool send_to_worker(const std::string& node, int gpu, const protocol::Message& message);
   void disconnect(const std::string& node);
 
  private:
   struct Owner {
     std::string node;
     protocol::Role role;
+    int gpu;
+    [[nodiscard]] auto key() const { return std::tuple{node, role, gpu}; }
   };
   void read(int fd, std::vector<Inbound>& out, const std::function<bool(const protocol::Hello&)>& admit);
   void drop(int fd);
@@ -55,7 +62,7 @@ class ControlServer {
   std::string token_;
   std::map<int, std::unique_ptr<channel::Connection>> connections_;
   std::map<int, Owner> owners_;
-  std::map<std::pair<std::string, protocol::Role>, int> fd_of_;
+  std::map<std::tuple<std::string, protocol::Role, int>, int> fd_of_;
 };
 
 }  // namespace oobleck::executor

@@ -7,18 +7,34 @@
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/train.h"
 #include "oobleck/recovery/seats.h"
+#include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::executor {
 namespace {
 
-// What the workers cannot run is refused before anything starts.
-void check_runnable(const Plan& plan) {
-  for (const auto& p : plan.pipelines) {
-    for (const auto& st : p.stages) {
-      if (st.gpus != 1) throw InputError("plan: tensor-parallel stages (gpus > 1) are not run by oobleck-run yet");
+// What the workers cannot run is refused before anything starts: a stage
+// whose degree does not divide the blocks' heads (nor, then, the hidden
+// size), or a node whose stages do not cover its GPUs.
+void check_runnable(const Plan& plan, const Profile& profile, const std::string& origin) {
+  const ModelConfig model = model_of_profile(profile);
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const auto& stages = plan.pipelines[p].stages;
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const Stage& st = stages[s];
+      const bool has_block = st.layer_begin <= model.layers && st.layer_end > 1;
+      const std::string where = origin + ": pipeline " + std::to_string(p) + ", stage " + std::to_string(s) +
+                                ": gpus (tensor-parallel degree) " + std::to_string(st.gpus);
+      if (!has_block || st.gpus == 1) continue;
+      if (model.heads % st.gpus != 0) {
+        throw InputError(where + " does not divide the model's " + std::to_string(model.heads) + " attention heads");
+      }
+      if (model.hidden % st.gpus != 0) {
+        throw InputError(where + " does not divide the model's hidden size " + std::to_string(model.hidden));
+      }
     }
   }
   (void)recovery::seats_of(plan);  // every node holds a stage
+  (void)recovery::worker_seats(plan, profile.hardware.gpus_per_node);  // and its stages fill its GPUs
 }
 
 void check_tokens(const MasterOptions& o, const ModelConfig& model) {
@@ -64,7 +80,7 @@ JobInputs load_job_inputs(const MasterOptions& o) {
     apply_profile(device_check, in.profile, o.device);  // refuses a device the workers cannot train on
   }
   in.initial_plan = parse_plan(read_text_file(o.plan_path), o.plan_path, in.profile);
-  check_runnable(in.initial_plan);
+  check_runnable(in.initial_plan, in.profile, o.plan_path);
   check_tokens(o, model_of_profile(in.profile));
   require_output_path("--metrics", o.metrics_path);
   require_output_path("--chrome-trace", o.chrome_trace_path);

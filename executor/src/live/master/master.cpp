@@ -21,6 +21,7 @@
 #include "oobleck/common/files.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/recovery/controller.h"
+#include "oobleck/recovery/worker_seats.h"
 #include "process_table.h"
 #include "reporter.h"
 #include "step_ledger.h"
@@ -61,12 +62,17 @@ class Master {
   // What comes in.
   void handle(const ControlServer::Inbound& in);
   void from_agent(const std::string& node, const protocol::Message& m);
-  void from_worker(const std::string& node, const protocol::Message& m);
-  void on_ready(const std::string& node, const protocol::Ready& m);
+  void from_worker(const std::string& node, int gpu, const protocol::Message& m);
+  void on_ready(const std::string& node, int gpu, const protocol::Ready& m);
   void on_recovering();
   void on_recovered(const protocol::Recovered& m);
   void lose(const std::string& node, const std::string& reason);
   [[nodiscard]] int rank_of(const std::string& node) const;
+  [[nodiscard]] int worker_rank(const std::string& node, int gpu) const { return rank_of(node) * gpus_ + gpu; }
+  [[nodiscard]] static std::string worker_name(const std::string& node, int gpu) {
+    return node + " GPU " + std::to_string(gpu);
+  }
+  void send_generation(const recovery::Generation& g, const Plan* base);
   // The controller's decisions, carried out.
   void decide(const recovery::Event& event);
   void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
@@ -84,6 +90,7 @@ class Master {
   JobInputs in_;
   CostModel cost_;
   TemplateSet no_templates_;  // the controller builds them as nodes take part
+  int gpus_;  // per node: a worker each
   std::string token_;
   ControlServer server_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
@@ -99,7 +106,7 @@ class Master {
   Milliseconds started_ms_ = 0, training_start_ms_ = 0, finish_deadline_ms_ = 0;
   // The generation in hand.
   std::shared_ptr<const recovery::Generation> generation_;
-  std::vector<std::string> ranks_;
+  std::vector<std::string> ranks_;  // nodes; worker rank = node rank x gpus_ + GPU
   bool established_ = false;
   RecoveryTiming timing_;
   // Losses seen since the last recovery that trained, for its report.
@@ -112,6 +119,7 @@ class Master {
   Milliseconds step_start_ms_ = 0, last_iteration_ms_ = 0;
   std::int64_t samples_ = 0;
   std::string last_comm_error_;
+  std::map<std::pair<int, std::string>, int> ready_workers_;  // (step, node) -> workers ready
   std::set<int> done_ranks_;
   std::map<int, protocol::StepTimeline> timelines_;
 };
@@ -120,10 +128,11 @@ Master::Master(const MasterOptions& options)
     : o_(options),
       in_(load_job_inputs(o_)),
       cost_(in_.profile, in_.initial_plan.template_microbatches),
+      gpus_(in_.profile.hardware.gpus_per_node),
       token_(new_token()),
       server_(o_.master_addr, token_),
       processes_(LaunchSettings{o_.program, o_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
-                                in_.hosts}),
+                                gpus_, in_.hosts}),
       controller_(cost_, no_templates_, controller_options(o_, in_)),
       reporter_(o_.metrics_path),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
@@ -155,8 +164,9 @@ int Master::run() {
   started_ms_ = now_ms();
   const auto nodes = recovery::ranked_nodes(in_.initial_plan);
   for (const auto& node : nodes) processes_.start(node, started_ms_);
-  std::fprintf(stderr, "oobleck-run: %zu nodes (%zu pipelines), one agent and one worker each, steps %d..%d\n",
-               nodes.size(), in_.initial_plan.pipelines.size(), controller_.committed_step() + 1, o_.steps - 1);
+  std::fprintf(stderr, "oobleck-run: %zu nodes (%zu pipelines), one agent and %d worker%s each, steps %d..%d\n",
+               nodes.size(), in_.initial_plan.pipelines.size(), gpus_, gpus_ == 1 ? "" : "s",
+               controller_.committed_step() + 1, o_.steps - 1);
   reporter_.run_started(o_.plan_path, o_.profile_path, o_.steps, o_.seed, static_cast<int>(nodes.size()));
   const auto admit = [this](const protocol::Hello& hello) {
     const NodeProcess* p = processes_.find(hello.node);
@@ -188,8 +198,8 @@ void Master::advance() {
   }
   if (phase_ != Phase::finishing) return;
   bool all = true;
-  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-    const NodeProcess* p = processes_.find(ranks_[r]);
+  for (int r = 0; r < static_cast<int>(ranks_.size()) * gpus_; ++r) {
+    const NodeProcess* p = processes_.find(ranks_[static_cast<std::size_t>(r / gpus_)]);
     all = all && (done_ranks_.count(r) || p == nullptr || !p->alive);
   }
   if (all || now > finish_deadline_ms_) {
@@ -208,7 +218,7 @@ void Master::handle(const ControlServer::Inbound& in) {
     lose(in.node, "it sent a malformed control message");
   } else {
     const auto& message = std::get<ControlServer::Arrived>(in.what).message;
-    in.role == Role::agent ? from_agent(in.node, message) : from_worker(in.node, message);
+    in.role == Role::agent ? from_agent(in.node, message) : from_worker(in.node, in.gpu, message);
   }
 }
 
@@ -218,28 +228,31 @@ void Master::from_agent(const std::string& node, const protocol::Message& m) {
   p->last_heartbeat_ms = now_ms();
   if (const auto* hello = std::get_if<protocol::Hello>(&m)) {
     p->agent_connected = true;
-    p->worker_pid = static_cast<pid_t>(hello->worker_pid);
+    p->worker_pids.assign(hello->worker_pids.begin(), hello->worker_pids.end());
   } else if (const auto* exit = std::get_if<protocol::WorkerExit>(&m); exit && exit->status != 0) {
-    lose(node, "its worker exited with status " + std::to_string(exit->status));
+    lose(node, "its worker of GPU " + std::to_string(exit->gpu) + " exited with status " +
+                   std::to_string(exit->status));
   }
 }
 
-void Master::from_worker(const std::string& node, const protocol::Message& m) {
+void Master::from_worker(const std::string& node, int gpu, const protocol::Message& m) {
   if (std::holds_alternative<protocol::Hello>(m)) {
-    processes_.find(node)->worker_connected = true;
-    server_.send(node, Role::worker, welcome_);
-    if (phase_ != Phase::finishing) joined_now_.push_back(node);
+    NodeProcess* p = processes_.find(node);
+    ++p->workers_connected;
+    server_.send_to_worker(node, gpu, welcome_);
+    // A node takes part once every one of its GPUs has a worker.
+    if (phase_ != Phase::finishing && p->all_workers_connected()) joined_now_.push_back(node);
   } else if (const auto* saved = std::get_if<protocol::Saved>(&m)) {  // whatever generation it is in now
-    checkpoints_.saved(saved->step, node);
+    checkpoints_.saved(saved->step, worker_name(node, gpu));
   } else if (const auto* done = std::get_if<protocol::Done>(&m)) {
-    const int rank = rank_of(node);
+    const int rank = worker_rank(node, gpu);
     done_ranks_.insert(rank);
     if (done->timeline) timelines_[rank] = *done->timeline;
   }
   const int current = generation_ ? generation_->number : 0;
   // Messages about a generation that is over are moot.
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
-    on_ready(node, *r);
+    on_ready(node, gpu, *r);
   } else if (const auto* s = std::get_if<protocol::Started>(&m); s && s->generation == current) {
     for (const auto& e : injector_.at_step(s->step)) fire(e);
   } else if (const auto* g = std::get_if<protocol::Recovering>(&m); g && g->generation == current) {
@@ -252,8 +265,11 @@ void Master::from_worker(const std::string& node, const protocol::Message& m) {
   }
 }
 
-void Master::on_ready(const std::string& node, const protocol::Ready& m) {
-  ledger_.add(m.step, rank_of(node), m);
+// A node has finished a step once all its workers have.
+void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m) {
+  ledger_.add(m.step, worker_rank(node, gpu), m);
+  if (++ready_workers_[{m.step, node}] < gpus_) return;
+  ready_workers_.erase({m.step, node});
   decide(recovery::StepReported{m.generation, m.step, node, now_ms()});
 }
 
@@ -271,7 +287,7 @@ void Master::on_recovered(const protocol::Recovered& m) {
   timing_.rebuild_ms = std::max(timing_.rebuild_ms, m.rebuild_ms);
   timing_.copy_ms = std::max(timing_.copy_ms, m.copy_ms);
   timing_.copy_bytes += m.copy_bytes;
-  if (timing_.recovered < static_cast<int>(ranks_.size())) return;
+  if (timing_.recovered < static_cast<int>(ranks_.size()) * gpus_) return;
   step_start_ms_ = now_ms();
   decide(recovery::GenerationReady{m.generation, step_start_ms_});
 }
@@ -288,7 +304,8 @@ void Master::lose(const std::string& node, const std::string& reason) {
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
   server_.disconnect(node);
-  p->agent_connected = p->worker_connected = false;
+  p->agent_connected = false;
+  p->workers_connected = 0;
   if (phase_ == Phase::finishing) return;
   if (phase_ == Phase::starting)
     throw std::runtime_error("node " + node + " failed before training started (" + reason + ")");
@@ -348,25 +365,45 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   timing_.planned_ms = now;
   timing_.plan_ms = plan_ms;
   for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
+  send_generation(g, base);
+  ledger_.clear();
+  ready_workers_.clear();
+  step_start_ms_ = now;
+  reporter_.generation_started(g, now - training_start_ms_);
+}
+
+// To each worker: the generation, what it holds of the base plan's state,
+// and every shard copy (each worker picks out its own).
+void Master::send_generation(const recovery::Generation& g, const Plan* base) {
   protocol::NewGeneration message;
   message.generation = g.number;
   message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
   message.ranks = ranks_;
   message.resume_step = g.resume_step;
-  std::map<std::string, recovery::LayerRange> holdings;
+  std::map<std::pair<std::string, int>, recovery::WorkerSeat> holdings;
   if (g.source == recovery::StateSource::replicas) {
-    holdings = recovery::node_layers(*base);
-    for (const auto& t : g.transfers) message.copies.push_back({t.layer, rank_of(t.from_node), rank_of(t.to_node)});
+    holdings = recovery::seats_by_node(*base, gpus_);
+    for (const auto& c : recovery::shard_copies(*base, g.plan, g.transfers, gpus_)) {
+      message.copies.push_back({c.layer, c.from, c.to, c.from_degree, c.from_shard});
+    }
   }
   if (g.source == recovery::StateSource::checkpoint) message.checkpoint_folder = in_.resume->folder;
   for (const auto& node : ranks_) {
-    const auto held = holdings.find(node);
-    std::tie(message.holds_begin, message.holds_end) = held == holdings.end() ? std::pair{0, 0} : held->second;
-    server_.send(node, Role::worker, message);
+    for (int gpu = 0; gpu < gpus_; ++gpu) {
+      const auto held = holdings.find({node, gpu});
+      message.holds_begin = message.holds_end = 0;
+      message.holds_degree = 1;
+      message.holds_shard = 0;
+      if (held != holdings.end()) {
+        const recovery::WorkerSeat& s = held->second;
+        message.holds_begin = s.layer_begin;
+        message.holds_end = s.layer_end;
+        message.holds_degree = s.degree;
+        message.holds_shard = s.shard;
+      }
+      server_.send_to_worker(node, gpu, message);
+    }
   }
-  ledger_.clear();
-  step_start_ms_ = now;
-  reporter_.generation_started(g, now - training_start_ms_);
 }
 
 void Master::commit(const recovery::CommitStep& c, bool pause) {
@@ -376,8 +413,11 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   // (The controller may be in the next generation already: the commit is
   // this one's.)
   const std::vector<std::string> trainer_nodes = recovery::trainer_nodes(generation_->plan);
-  const protocol::Commit message{c.generation, c.step, pause, c.finish,
-                                 checkpoints_.save_for(c.step, c.finish, trainer_nodes)};
+  std::vector<std::string> savers;
+  for (const auto& node : trainer_nodes) {
+    for (int gpu = 0; gpu < gpus_; ++gpu) savers.push_back(worker_name(node, gpu));
+  }
+  const protocol::Commit message{c.generation, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   last_iteration_ms_ = now - step_start_ms_;
   step_start_ms_ = now;
@@ -412,7 +452,7 @@ void Master::finish() {
                  controller_.committed_step(), checkpoints_.last_complete());
   }
   if (!o_.chrome_trace_path.empty() || !timelines_.empty()) {
-    const LastStepReport report = last_step_report(generation_->plan, timelines_, last_iteration_ms_);
+    const LastStepReport report = last_step_report(generation_->plan, gpus_, timelines_, last_iteration_ms_);
     if (!o_.chrome_trace_path.empty()) write_file_atomically(o_.chrome_trace_path, report.chrome_trace);
     std::fputs(report.stage_summary.c_str(), stdout);
   }

@@ -27,13 +27,15 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
   p.name = node;
   p.local = settings_.hosts.empty() || is_local_host(node);
   p.spawned_ms = now;
+  p.gpus = settings_.gpus_per_node;
   std::vector<std::string> args = {
       settings_.program, "agent",
       "--node",          node,
       "--master-addr",   settings_.master_addr,
       "--control-port",  std::to_string(settings_.control_port),
       "--token",         settings_.token,
-      "--heartbeat-ms",  std::to_string(std::max(10.0, settings_.heartbeat_timeout_ms / 5))};
+      "--heartbeat-ms",  std::to_string(std::max(10.0, settings_.heartbeat_timeout_ms / 5)),
+      "--gpus",          std::to_string(settings_.gpus_per_node)};
   if (p.local) {
     args.push_back("--parent-pid");
     args.push_back(std::to_string(::getpid()));
@@ -60,7 +62,9 @@ bool ProcessTable::inject_failure(const std::string& node, bool hang, Millisecon
   p.killed_ms = now;
   if (!p.local) return false;
   const int signal = hang ? SIGSTOP : SIGKILL;
-  if (p.worker_pid > 0 && p.worker_connected) ::kill(p.worker_pid, signal);  // connected: alive
+  if (p.workers_connected > 0) {  // connected: alive, the pids are theirs
+    for (pid_t w : p.worker_pids) ::kill(w, signal);
+  }
   if (children_.count(p.agent_pid)) ::kill(p.agent_pid, signal);
   return true;
 }
@@ -95,8 +99,8 @@ std::vector<std::pair<std::string, std::string>> ProcessTable::overdue(Milliseco
     if (!p.alive) continue;
     if (p.agent_connected && now - p.last_heartbeat_ms > settings_.heartbeat_timeout_ms) {
       out.emplace_back(name, "no heartbeat for " + std::to_string(static_cast<int>(now - p.last_heartbeat_ms)) + " ms");
-    } else if (!p.worker_connected && now - p.spawned_ms > settings_.connect_timeout_ms) {
-      out.emplace_back(name, "its worker did not connect within " +
+    } else if (!p.all_workers_connected() && now - p.spawned_ms > settings_.connect_timeout_ms) {
+      out.emplace_back(name, "its workers did not all connect within " +
                                  std::to_string(static_cast<int>(settings_.connect_timeout_ms / 1000)) + " s");
     }
   }

@@ -1,4 +1,4 @@
-// The processes of a live run, one agent per node (and its worker): started
+// The processes of a live run, one agent per node (and its workers, one per GPU): started
 // locally or over SSH, watched by their heartbeats, fenced when lost, and
 // reaped. No sockets here: what must be said to a remote agent, the master
 // says over the control server.
@@ -19,11 +19,14 @@ namespace oobleck::executor {
 struct NodeProcess {
   std::string name;
   bool local = true;
-  pid_t agent_pid = 0, worker_pid = 0;
+  pid_t agent_pid = 0;
+  std::vector<pid_t> worker_pids;  // by GPU, as the agent reported them
   Milliseconds spawned_ms = 0, last_heartbeat_ms = 0;
   Milliseconds killed_ms = -1;  // when an injection killed or stopped it
   bool alive = true;            // not yet declared lost
-  bool agent_connected = false, worker_connected = false;
+  bool agent_connected = false;
+  int gpus = 1, workers_connected = 0;
+  [[nodiscard]] bool all_workers_connected() const { return workers_connected == gpus; }
 };
 
 struct LaunchSettings {
@@ -31,7 +34,8 @@ struct LaunchSettings {
   std::string master_addr, token;
   int control_port = 0;
   Milliseconds heartbeat_timeout_ms = 1000;
-  Milliseconds connect_timeout_ms = 120000;  // from start to the worker's hello
+  Milliseconds connect_timeout_ms = 120000;  // from start to the workers' hellos
+  int gpus_per_node = 1;                     // workers per node
   std::vector<std::string> hosts;            // from a hostfile; empty: every node is local
 };
 
@@ -62,7 +66,7 @@ class ProcessTable {
   // Agents end once their worker has; waits for them until `deadline_ms`.
   void wait_for_agents(Milliseconds deadline_ms);
 
-  // Nodes whose heartbeat stopped, or whose worker never connected, with
+  // Nodes whose heartbeat stopped, or whose workers never all connected, with
   // the reason, as of `now_ms`.
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> overdue(Milliseconds now_ms) const;
 

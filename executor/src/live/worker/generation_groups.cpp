@@ -8,32 +8,18 @@
 #include "model/train_common.h"
 
 namespace oobleck::executor {
-namespace {
-
-bool holds(const recovery::Seat& s, int layer) { return s.layer_begin <= layer && layer < s.layer_end; }
-
-}  // namespace
-
-GradientHolders gradient_holders(const std::vector<recovery::Seat>& seats, int last_layer) {
-  GradientHolders out;
-  for (int label = kTied; label <= last_layer; ++label) {
-    std::vector<int> ranks;
-    for (int r = 0; r < static_cast<int>(seats.size()); ++r) {
-      const bool in = label == kTied ? holds(seats[r], 0) || holds(seats[r], last_layer) : holds(seats[r], label);
-      if (in) ranks.push_back(r);
-    }
-    out.sets.insert(ranks);
-    out.of_label[label] = std::move(ranks);
-  }
-  return out;
-}
-
-void GenerationGroups::build(const GroupSettings& settings, const std::set<std::vector<int>>& gradient_sets) {
+void GenerationGroups::build(const GroupSettings& settings, const std::vector<int>& shard_group,
+                             const std::set<std::vector<int>>& gradient_sets) {
   trainer_count_ = settings.trainers;
   const bool trainer = settings.rank < settings.trainers;
   std::vector<ToMake> now = {{"world", settings.rank, settings.world_size, &world_}};
   if (trainer && settings.trainers < settings.world_size) {
     now.push_back({"trainers", settings.rank, settings.trainers, &trainers_});
+  }
+  if (shard_group.size() > 1) {
+    const auto me = std::find(shard_group.begin(), shard_group.end(), settings.rank);
+    now.push_back({"shards:" + std::to_string(shard_group.front()), static_cast<int>(me - shard_group.begin()),
+                   static_cast<int>(shard_group.size()), &shards_});
   }
   make(settings, now);
   if (!trainer) return;
@@ -98,6 +84,7 @@ void GenerationGroups::release(bool interrupted) {
   for (auto& [set, c] : gradients_) old.push_back(std::move(c));
   gradients_.clear();
   old.push_back(std::move(trainers_));
+  old.push_back(std::move(shards_));
   old.push_back(std::move(world_));
   if (!interrupted) return;
   std::thread([old = std::move(old)]() mutable { old.clear(); }).detach();

@@ -1,7 +1,8 @@
 // The communicators of one generation, as one worker holds them: the world
 // (every worker of the generation: state copies), the trainers (the
-// pipelines: activations and the gradient norm) and one group per set of
-// trainers holding the same layers (their gradients).
+// pipelines: activations and the gradient norm), the worker's
+// tensor-parallel group (its stage's GPUs) and one group per set of
+// trainers that sum some gradient together (gradient_sync.h).
 #pragma once
 
 #include <chrono>
@@ -14,17 +15,9 @@
 
 #include "comm/communicator.h"
 #include "inbox.h"
-#include "oobleck/recovery/seats.h"
+
 
 namespace oobleck::executor {
-
-// Which trainers hold each gradient label (a layer, or the tied weight:
-// holders of either end), by rank.
-struct GradientHolders {
-  std::map<int, std::vector<int>> of_label;
-  std::set<std::vector<int>> sets;  // the distinct ones
-};
-[[nodiscard]] GradientHolders gradient_holders(const std::vector<recovery::Seat>& seats, int last_layer);
 
 struct GroupSettings {
   int generation = 0;
@@ -41,16 +34,19 @@ class GenerationGroups {
   GenerationGroups(const GenerationGroups&) = delete;
   GenerationGroups& operator=(const GenerationGroups&) = delete;
 
-  // The world and the trainers now; the gradient groups in the background,
+  // The world, the trainers and the tensor-parallel group (`shard_group`,
+  // ranks; none when it has one member) now; the gradient groups in the background,
   // while the first step's passes run (they are needed only at its end).
   // Every group is made on its own thread with its own store client (a
   // client serves one thread); every member of a group makes it, so no
   // order among them can deadlock, and a recovery waits for the slowest
   // group, not their sum. Each is watched by the inbox.
-  void build(const GroupSettings& settings, const std::set<std::vector<int>>& gradient_sets);
+  void build(const GroupSettings& settings, const std::vector<int>& shard_group,
+             const std::set<std::vector<int>>& gradient_sets);
 
   [[nodiscard]] Communicator& world() { return *world_; }
   [[nodiscard]] Communicator& trainers() { return trainers_ ? *trainers_ : *world_; }
+  [[nodiscard]] Communicator& shards() { return *shards_; }
   // The group of `set` (rethrows what failed making the gradient groups).
   [[nodiscard]] Communicator& gradient_group(const std::vector<int>& set);
 
@@ -69,7 +65,7 @@ class GenerationGroups {
 
   Inbox& inbox_;
   int trainer_count_ = 0;
-  std::unique_ptr<Communicator> world_, trainers_;
+  std::unique_ptr<Communicator> world_, trainers_, shards_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> gradients_;
   std::future<void> gradients_made_;  // makes gradients_: declared after it, so waited for before it goes
 };

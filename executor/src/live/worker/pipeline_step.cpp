@@ -29,7 +29,7 @@ double PipelineStep::run(int step, bool record) {
     loss = one_f_one_b(step);
   }
   const double sync_start = now_ms();
-  synchronise_gradients();
+  synchronise_gradients(slots_, gradients_, groups_, o_.model.layers + 1, o_.clip_norm);
   timeline_.sync_ms = now_ms() - sync_start;
   return loss;
 }
@@ -54,7 +54,7 @@ torch::Tensor PipelineStep::microbatch_tokens(int step, int microbatch, bool tar
 // A newer generation is looked for between layers too: a long pass must
 // not hold up everyone's recovery until its next communication.
 torch::Tensor PipelineStep::forward_layers(torch::Tensor x) {
-  for (int l = place_.seat.layer_begin; l < place_.seat.layer_end; ++l) {
+  for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
     inbox_.throw_if_superseded();
     x = held_.at(l).module->forward(x);
   }
@@ -63,10 +63,19 @@ torch::Tensor PipelineStep::forward_layers(torch::Tensor x) {
 
 double PipelineStep::one_f_one_b(int step) {
   const Plan& plan = *place_.plan;
-  const Pipeline& pipeline = plan.pipelines[place_.seat.pipeline];
-  const int stages = static_cast<int>(pipeline.nodes.size()), position = place_.seat.position;
+  const recovery::WorkerSeat& me = seat();
+  const Pipeline& pipeline = plan.pipelines[static_cast<std::size_t>(me.pipeline)];
+  const int stages = me.stages, position = me.stage;
   const bool first = position == 0, last = position == stages - 1;
-  const int M = pipeline.microbatches, B = plan.global_microbatches, rank = place_.rank;
+  const int M = pipeline.microbatches, B = plan.global_microbatches;
+  // The GPUs across each boundary (the rule at the top of pipeline_step.h).
+  const auto [previous_rank, previous_degree] = first ? std::pair{0, 1} : stage_group(position - 1);
+  const auto [next_rank, next_degree] = last ? std::pair{0, 1} : stage_group(position + 1);
+  const int from_previous = previous_rank + me.shard % previous_degree;
+  const int from_next = next_rank + me.shard % next_degree;
+  std::vector<int> to_next, to_previous;
+  for (int k = me.shard; k < next_degree; k += me.degree) to_next.push_back(next_rank + k);
+  for (int k = me.shard; k < previous_degree; k += me.degree) to_previous.push_back(previous_rank + k);
   const auto activation_shape = std::vector<std::int64_t>{o_.microbatch_size, o_.model.seq_len, o_.model.hidden};
   // Stage boundaries carry fp32 (under autocast too: the residual stream is fp32).
   const auto activation = torch::TensorOptions().dtype(torch::kFloat32).device(train_device(o_));
@@ -81,7 +90,7 @@ double PipelineStep::one_f_one_b(int step) {
     } else {
       auto buffer = torch::empty(activation_shape, activation);
       const double wait_start = now_ms();
-      links.recv(buffer, rank - 1, 2 * m);
+      links.recv(buffer, from_previous, 2 * m);
       timeline_.wait_ms += now_ms() - wait_start;
       x = buffer.requires_grad_(true);
     }
@@ -89,14 +98,17 @@ double PipelineStep::one_f_one_b(int step) {
     auto y = forward_layers(x);
     if (last) {
       y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
-      loss_sum += y.item<double>();
+      if (me.shard == 0) loss_sum += y.item<double>();
     }
     wait_for_device(o_);
     const double end = now_ms();
     record('F', m, start, end);
     timeline_.compute_ms += end - start;
-    if (!last) sends.push_back(links.send(y.detach().to(torch::kFloat32), rank + 1, 2 * m));
-    if (m == 0 && rank == 0) inbox_.send(protocol::Started{place_.generation, step});
+    if (!last) {
+      const auto activation_out = y.detach().to(torch::kFloat32);
+      for (int peer : to_next) sends.push_back(links.send(activation_out, peer, 2 * m));
+    }
+    if (m == 0 && place_.rank == 0) inbox_.send(protocol::Started{place_.generation, step});
     inputs[m] = x;
     outputs[m] = y;
   };
@@ -107,7 +119,7 @@ double PipelineStep::one_f_one_b(int step) {
       outputs[m].backward();
     } else {
       auto buffer = torch::empty(activation_shape, activation);
-      links.recv(buffer, rank + 1, 2 * m + 1);
+      links.recv(buffer, from_next, 2 * m + 1);
       const double arrived = now_ms();
       timeline_.wait_ms += arrived - start;
       start = arrived;
@@ -118,7 +130,9 @@ double PipelineStep::one_f_one_b(int step) {
     const double end = now_ms();
     record('B', m, start, end);
     timeline_.compute_ms += end - start;
-    if (!first) sends.push_back(links.send(inputs[m].grad(), rank - 1, 2 * m + 1));
+    if (!first) {
+      for (int peer : to_previous) sends.push_back(links.send(inputs[m].grad(), peer, 2 * m + 1));
+    }
     inputs[m] = outputs[m] = torch::Tensor();
   };
   for (const PipelinePass pass : oobleck::one_f_one_b(position, stages, M)) {
@@ -128,52 +142,11 @@ double PipelineStep::one_f_one_b(int step) {
   return loss_sum;
 }
 
-// Sums each layer's gradient over its holders (the tied weight over the
-// holders of either end), in float64, then clips by the global norm: each
-// label's norm comes from its lowest-ranked holder, and everyone adds the
-// labels up in the same order (train_common.h).
-void PipelineStep::synchronise_gradients() {
-  std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
-  for (const auto& s : slots_) {
-    if (s.label != kTied) by_set[holders_.of_label.at(s.label)].push_back(s.sum);
+std::pair<int, int> PipelineStep::stage_group(int stage) const {
+  for (const auto& s : *place_.seats) {
+    if (s.pipeline == seat().pipeline && s.stage == stage) return {s.first_rank, s.degree};
   }
-  torch::Tensor tied = tied_sum(slots_);
-  if (tied.defined()) by_set[holders_.of_label.at(kTied)].push_back(tied);
-  // Every group's all-reduce in flight at once: each group is its own
-  // communicator, so none waits for another worker's other groups.
-  struct InFlight {
-    std::vector<torch::Tensor>* tensors;
-    torch::Tensor flat;
-    std::unique_ptr<PendingOp> op;
-  };
-  std::vector<InFlight> in_flight;
-  for (auto& [set, tensors] : by_set) {
-    if (set.size() < 2) continue;
-    std::vector<torch::Tensor> views;
-    for (auto& t : tensors) views.push_back(t.reshape({-1}));
-    auto flat = torch::cat(views);
-    auto op = groups_.gradient_group(set).start_allreduce_sum(flat);
-    in_flight.push_back({&tensors, std::move(flat), std::move(op)});
-  }
-  for (auto& f : in_flight) {
-    f.op->wait();
-    std::int64_t offset = 0;
-    for (auto& t : *f.tensors) {
-      t.copy_(f.flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
-  }
-  write_gradients(slots_, tied);
-  const int last_layer = o_.model.layers + 1;
-  auto norms =
-      label_norms(slots_, last_layer, [&](int label) { return holders_.of_label.at(label).front() == place_.rank; });
-  // Each entry has one contributor: the sum is exact. (An owning tensor:
-  // an abandoned all-reduce may still write into it.)
-  auto reduced = torch::tensor(norms, torch::kFloat64);
-  groups_.trainers().allreduce_sum(reduced);
-  const auto total = reduced.accessor<double, 1>();
-  for (std::size_t i = 0; i < norms.size(); ++i) norms[i] = total[static_cast<std::int64_t>(i)];
-  clip_by_global_norm(slots_, norms, o_.clip_norm);
+  throw std::logic_error("pipeline " + std::to_string(seat().pipeline) + " has no stage " + std::to_string(stage));
 }
 
 }  // namespace oobleck::executor

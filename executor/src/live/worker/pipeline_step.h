@@ -1,8 +1,15 @@
 // One trainer's part of a step, up to its commit: the forward and backward
 // passes of its pipeline's microbatches in 1F1B order (oobleck/common/
 // one_f_one_b.h, the order the simulator plays), activations and their
-// gradients across stage boundaries, then each layer's gradient summed over
-// its holders in float64 and clipped by the global norm (train_common.h).
+// gradients across stage boundaries, then each gradient summed over its
+// holders in float64 and clipped by the global norm (gradient_sync.h).
+//
+// Across a stage boundary, every GPU of the next stage receives the whole
+// activation from one GPU of this stage: GPU k of a stage of degree t
+// receives from GPU k mod t' of the stage before it (degree t'), and
+// gradients flow back the same way. Within a stage, every GPU holds the
+// same activations and input gradients (the blocks' all-reduces make them
+// so), so any one of them will do.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +17,7 @@
 #include <vector>
 
 #include "generation_groups.h"
+#include "gradient_sync.h"
 #include "inbox.h"
 #include "model/layer_state.h"
 #include "protocol/protocol.h"
@@ -22,7 +30,7 @@ namespace oobleck::executor {
 struct TrainerPlace {
   int generation = 0;
   const Plan* plan = nullptr;
-  recovery::Seat seat;
+  const std::vector<recovery::WorkerSeat>* seats = nullptr;
   int rank = 0;
   int first_microbatch = 0;  // of the global batch: the pipelines before it take the ones before
 };
@@ -30,19 +38,19 @@ struct TrainerPlace {
 class PipelineStep {
  public:
   PipelineStep(const TrainOptions& options, const std::vector<std::uint16_t>& tokens, Inbox& inbox,
-               const TrainerPlace& place, GenerationGroups& groups, const GradientHolders& holders,
+               const TrainerPlace& place, GenerationGroups& groups, const GradientPlan& gradients,
                std::map<int, HeldLayer>& held, std::vector<GradientSlot>& slots)
       : o_(options),
         tokens_(tokens),
         inbox_(inbox),
         place_(place),
         groups_(groups),
-        holders_(holders),
+        gradients_(gradients),
         held_(held),
         slots_(slots) {}
 
   // Forward, backward and gradient synchronisation of `step`; returns this
-  // trainer's share of the loss (non-zero on last stages). With `record`,
+  // trainer's share of the loss (non-zero on last stages' shard 0). With `record`,
   // every pass is timed for timeline().
   double run(int step, bool record);
   void record_optimizer(double start_ms, double end_ms);
@@ -50,7 +58,9 @@ class PipelineStep {
 
  private:
   double one_f_one_b(int step);
-  void synchronise_gradients();
+  [[nodiscard]] const recovery::WorkerSeat& seat() const { return (*place_.seats)[static_cast<std::size_t>(place_.rank)]; }
+  // Shard 0's rank and degree of stage `stage` of this trainer's pipeline.
+  [[nodiscard]] std::pair<int, int> stage_group(int stage) const;
   torch::Tensor microbatch_tokens(int step, int microbatch, bool targets) const;
   torch::Tensor forward_layers(torch::Tensor x);
   void record(char kind, int index, double start_ms, double end_ms);
@@ -60,7 +70,7 @@ class PipelineStep {
   Inbox& inbox_;
   TrainerPlace place_;
   GenerationGroups& groups_;
-  const GradientHolders& holders_;
+  const GradientPlan& gradients_;
   std::map<int, HeldLayer>& held_;
   std::vector<GradientSlot>& slots_;
   bool recording_ = false;

@@ -1,6 +1,8 @@
 // Layer state moving in and out of a worker: copies between workers at a
-// generation's start, checkpoints read and written. Layers travel whole:
-// weights, both AdamW moments and the step count.
+// generation's start, checkpoints read and written. A layer travels as the
+// shards its holders have (weights, both AdamW moments and the step
+// count), and a worker that needs another shard cuts it from, or gathers
+// it across, the shards it receives.
 #pragma once
 
 #include <cstdint>
@@ -11,24 +13,27 @@
 #include "comm/communicator.h"
 #include "model/layer_state.h"
 #include "protocol/protocol.h"
-#include "oobleck/recovery/seats.h"
+#include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::executor {
 
-// The planner's transfer list, by ranks of `world`: every sender posts its
-// sends, then every receiver receives, so no order of the list can
-// deadlock. A received layer replaces what `held` had of it, whole or not
-// at all. Returns the bytes received.
-std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerCopy>& copies,
+// The copies of the generation, by ranks of `world`: every sender posts
+// its sends, then every receiver receives, so no order of the list can
+// deadlock. Layer l of this worker becomes shard `shard` of it, made of
+// the shards it receives (and of its own, for a copy from itself); a layer
+// it receives replaces what `held` had of it, whole or not at all. Returns
+// the bytes received.
+std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerCopy>& copies, TensorShard shard,
                          std::map<int, HeldLayer>& held, const TrainOptions& options);
 
-// Layers [begin, end) from a checkpoint's folder.
-void load_checkpoint_layers(const std::string& folder, int begin, int end, std::map<int, HeldLayer>& held,
-                            const TrainOptions& options);
+// Shard `shard` of layers [begin, end) from a checkpoint's folder, whatever
+// degree the checkpoint was written at.
+void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
+                            std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node);
 
-// The state after a committed step into `folder`: each layer is written by
-// its first holder (the lowest rank whose seat holds it).
-void save_checkpoint_layers(const std::string& folder, const std::vector<recovery::Seat>& seats, int rank,
+// The state after a committed step into `folder`: each layer by the GPUs of
+// its first holding stage (the one with the lowest ranks), a file per shard.
+void save_checkpoint_layers(const std::string& folder, const std::vector<recovery::WorkerSeat>& seats, int rank,
                             const std::map<int, HeldLayer>& held);
 
 }  // namespace oobleck::executor

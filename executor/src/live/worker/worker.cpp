@@ -1,5 +1,5 @@
-// A live worker, one per node. It trains its stage of the current
-// generation's plan (pipeline_step.h). A step is applied (AdamW) only once
+// A live worker, one per GPU. It trains its shard of its stage of the
+// current generation's plan (pipeline_step.h). A step is applied (AdamW) only once
 // the master commits it, so every worker agrees on which steps happened.
 // When the master announces a newer generation, the inbox abandons every
 // socket in hand, which makes whatever the training thread is blocked in
@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "generation_groups.h"
+#include "gradient_sync.h"
 #include "inbox.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -32,12 +33,13 @@ class LiveWorker {
  public:
   explicit LiveWorker(const NodeProcessOptions& options)
       : node_(options.node),
+        gpu_(options.gpu),
         master_addr_(options.master_addr),
         token_(options.token),
         inbox_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))) {}
 
   int run() {
-    inbox_.send(protocol::Hello{protocol::Role::worker, node_, token_, ::getpid(), 0});
+    inbox_.send(protocol::Hello{protocol::Role::worker, node_, token_, ::getpid(), gpu_, {}});
     configure(inbox_.welcome());
     inbox_.start();
     protocol::NewGeneration generation = inbox_.next_generation(0);
@@ -67,7 +69,9 @@ class LiveWorker {
   bool on_failure(const std::exception& e) {
     if (inbox_.superseded()) return true;
     inbox_.abandon();
-    if (dynamic_cast<const CommunicationError*>(&e)) {
+    // (An all-reduce inside a backward pass may fail wrapped by autograd.)
+    if (dynamic_cast<const CommunicationError*>(&e) || shard_sum_failed_) {
+      shard_sum_failed_ = false;
       inbox_.send(protocol::CommunicationFailed{number_, std::string(e.what()).substr(0, 300)});
       return true;
     }
@@ -80,6 +84,8 @@ class LiveWorker {
   void configure(const protocol::Welcome& welcome) {
     profile_ = parse_profile(welcome.profile, welcome.profile_origin);
     apply_profile(o_, profile_, welcome.device);
+    o_.cuda_device = gpu_;
+    gpus_ = profile_.hardware.gpus_per_node;
     o_.steps = welcome.steps;
     o_.seed = welcome.seed;
     torch::set_num_threads(welcome.threads);
@@ -104,11 +110,16 @@ class LiveWorker {
     settle_step_in_hand(g.resume_step);
     take_plan(g);
     keep_what_is_counted(g);
-    groups_.build(settings_, holders_.sets);
+    std::vector<int> shard_group;
+    if (trainer_) {
+      for (int k = 0; k < seat().degree; ++k) shard_group.push_back(seat().first_rank + k);
+    }
+    groups_.build(settings_, shard_group, gradient_groups(seats_, o_.model.layers + 1));
     const double rebuilt = now_ms();
-    const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, held_, o_);
+    const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
+    const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
     if (trainer_ && !g.checkpoint_folder.empty()) {
-      load_checkpoint_layers(g.checkpoint_folder, seat().layer_begin, seat().layer_end, held_, o_);
+      load_checkpoint_layers(g.checkpoint_folder, seat().layer_begin, seat().layer_end, shard, held_, o_, gpus_);
     }
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
@@ -122,21 +133,22 @@ class LiveWorker {
     if (me == g.ranks.end())
       throw std::logic_error("generation " + std::to_string(number_) + " does not list " + node_);
     settings_.generation = number_;
-    settings_.rank = static_cast<int>(me - g.ranks.begin());
-    settings_.world_size = static_cast<int>(g.ranks.size());
-    seats_ = recovery::seats_of(plan_);
+    settings_.rank = static_cast<int>(me - g.ranks.begin()) * gpus_ + gpu_;
+    settings_.world_size = static_cast<int>(g.ranks.size()) * gpus_;
+    seats_ = recovery::worker_seats(plan_, gpus_);
     settings_.trainers = static_cast<int>(seats_.size());
     trainer_ = settings_.rank < settings_.trainers;
     resume_step_ = g.resume_step;
-    holders_ = gradient_holders(seats_, o_.model.layers + 1);
   }
 
   // Keep exactly what the master counts this node as holding, at the state
   // after step resume - 1; anything else is stale.
   void keep_what_is_counted(const protocol::NewGeneration& g) {
     std::erase_if(held_, [&](const auto& h) { return h.first < g.holds_begin || h.first >= g.holds_end; });
+    const TensorShard counted{g.holds_degree, g.holds_shard};
     for (int l = g.holds_begin; l < g.holds_end; ++l) {
-      if (!held_.count(l) || (g.resume_step > 0 && applied_through_ != g.resume_step - 1)) {
+      if (!held_.count(l) || !(held_.at(l).shard == counted) ||
+          (g.resume_step > 0 && applied_through_ != g.resume_step - 1)) {
         throw std::logic_error(node_ + " is counted as holding layer " + std::to_string(l) + " after step " +
                                std::to_string(g.resume_step - 1) + " but does not");
       }
@@ -152,13 +164,24 @@ class LiveWorker {
         throw std::logic_error("generation " + std::to_string(number_) + " gives " + node_ + " layer " +
                                std::to_string(l) + " without a copy");
       }
-      held_.emplace(l, initial_layer(o_, l));
+      held_.emplace(l, initial_layer(o_, l, my_shard()));
+    }
+    for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+      held_.at(l).module->set_shard_sum([this](torch::Tensor& t) {
+        try {
+          groups_.shards().allreduce_sum(t);
+        } catch (const CommunicationError&) {
+          shard_sum_failed_ = true;
+          throw;
+        }
+      });
     }
     slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model.layers + 1);
+    gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
     first_microbatch_ = 0;
-    for (int p = 0; p < seat().pipeline; ++p) first_microbatch_ += plan_.pipelines[p].microbatches;
-    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, seat(), settings_.rank, first_microbatch_},
-                  groups_, holders_, held_, slots_);
+    for (int p = 0; p < seat().pipeline; ++p) first_microbatch_ += plan_.pipelines[static_cast<std::size_t>(p)].microbatches;
+    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank, first_microbatch_},
+                  groups_, gradients_, held_, slots_);
   }
 
   // The step in hand when the generation changed: the master's resume step
@@ -187,7 +210,8 @@ class LiveWorker {
     }
   }
 
-  [[nodiscard]] const recovery::Seat& seat() const { return seats_.at(settings_.rank); }
+  [[nodiscard]] const recovery::WorkerSeat& seat() const { return seats_.at(static_cast<std::size_t>(settings_.rank)); }
+  [[nodiscard]] TensorShard my_shard() const { return {seat().degree, seat().shard}; }
 
   // ------------------------------------------------------------ training
 
@@ -202,7 +226,7 @@ class LiveWorker {
       const double loss = step_->run(step, step == o_.steps - 1);  // the last step, warmed up, is timed
       pending_ = step;
       protocol::Ready ready{number_, step, loss, std::nullopt};
-      if (seat().position == 0) {
+      if (seat().stage == 0 && seat().shard == 0) {
         const int mb = o_.microbatch_size;
         ready.samples =
             protocol::SampleRange{first_microbatch_ * mb, plan_.pipelines[seat().pipeline].microbatches * mb};
@@ -226,7 +250,9 @@ class LiveWorker {
   }
 
   // Identity and job.
-  std::string node_, master_addr_, token_;
+  std::string node_;
+  int gpu_ = 0, gpus_ = 1;  // this worker's GPU, and the node's count
+  std::string master_addr_, token_;
   Inbox inbox_;
   Profile profile_;
   TrainOptions o_;
@@ -236,10 +262,11 @@ class LiveWorker {
   // The generation in hand.
   int number_ = 0;
   Plan plan_;
-  std::vector<recovery::Seat> seats_;
+  std::vector<recovery::WorkerSeat> seats_;
   int resume_step_ = 0, first_microbatch_ = 0;
   bool trainer_ = false, established_ = false;
-  GradientHolders holders_;
+  GradientPlan gradients_;
+  bool shard_sum_failed_ = false;  // a tensor-parallel all-reduce failed
   GenerationGroups groups_{inbox_};
   std::optional<PipelineStep> step_;
 

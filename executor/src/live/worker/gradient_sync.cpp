@@ -1,0 +1,128 @@
+#include "gradient_sync.h"
+
+#include <algorithm>
+#include <map>
+
+#include "oobleck/executor/gpt.h"
+
+namespace oobleck::executor {
+
+GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int rank,
+                            const std::vector<GradientSlot>& slots, const ModelConfig& model) {
+  const recovery::WorkerSeat& me = seats.at(static_cast<std::size_t>(rank));
+  const int last_layer = model.layers + 1;
+  GradientPlan plan;
+  std::map<int, recovery::LayerPieces> pieces;
+  for (int l = me.layer_begin; l < me.layer_end; ++l) pieces.emplace(l, recovery::layer_pieces(seats, l));
+  for (int end : {0, last_layer}) {
+    const auto holders = recovery::layer_pieces(seats, end).everyone;
+    plan.tied_holders.insert(plan.tied_holders.end(), holders.begin(), holders.end());
+  }
+  std::sort(plan.tied_holders.begin(), plan.tied_holders.end());
+  plan.tied_holders.erase(std::unique(plan.tied_holders.begin(), plan.tied_holders.end()), plan.tied_holders.end());
+  plan.tied_counted = !plan.tied_holders.empty() && plan.tied_holders.front() == rank;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const GradientSlot& s = slots[i];
+    const bool copy = me.shard != 0;  // of a replicated parameter: shard 0 computed the same
+    if (s.label == kTied) {
+      if (copy) plan.copies.push_back(i);
+      continue;
+    }
+    const recovery::LayerPieces& p = pieces.at(s.label);
+    const SplitLayout layout = split_layout(model, s.label, s.name);
+    if (!layout.split()) {
+      if (copy) plan.copies.push_back(i);
+      plan.parts.push_back({i, {}, p.everyone, p.everyone.front() == rank});
+      continue;
+    }
+    const int mine = p.count / me.degree;  // pieces in this shard
+    const int first = me.shard * mine;
+    if (mine == 1) {
+      const auto& holders = p.holders[static_cast<std::size_t>(first)];
+      plan.parts.push_back({i, {}, holders, holders.front() == rank});
+      continue;
+    }
+    auto view = layout.view;
+    const auto cut = static_cast<std::size_t>(layout.dim);
+    view[cut] /= me.degree;
+    const std::int64_t length = view[cut] / mine;
+    for (int k = 0; k < mine; ++k) {
+      const auto& holders = p.holders[static_cast<std::size_t>(first + k)];
+      plan.parts.push_back({i, {view, layout.dim, k * length, length}, holders, holders.front() == rank});
+    }
+  }
+  return plan;
+}
+
+std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
+  std::set<std::vector<int>> out;
+  std::vector<int> tied;
+  for (int l = 0; l <= last_layer; ++l) {
+    const recovery::LayerPieces p = recovery::layer_pieces(seats, l);
+    out.insert(p.everyone);
+    if (l == 0 || l == last_layer) {
+      tied.insert(tied.end(), p.everyone.begin(), p.everyone.end());
+    } else {
+      out.insert(p.holders.begin(), p.holders.end());
+    }
+  }
+  std::sort(tied.begin(), tied.end());
+  tied.erase(std::unique(tied.begin(), tied.end()), tied.end());
+  out.insert(tied);
+  return out;
+}
+
+void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan& plan, GenerationGroups& groups,
+                           int last_layer, double clip_norm) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i : plan.copies) slots[i].sum.zero_();
+  std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
+  for (const auto& part : plan.parts) by_set[part.holders].push_back(part.region.of(slots[part.slot].sum));
+  torch::Tensor tied = tied_sum(slots);
+  if (tied.defined()) by_set[plan.tied_holders].push_back(tied);
+  // Every group's all-reduce in flight at once: each group is its own
+  // communicator, so none waits for another worker's other groups.
+  struct InFlight {
+    std::vector<torch::Tensor>* tensors;
+    torch::Tensor flat;
+    std::unique_ptr<PendingOp> op;
+  };
+  std::vector<InFlight> in_flight;
+  for (auto& [set, tensors] : by_set) {
+    if (set.size() < 2) continue;
+    std::vector<torch::Tensor> flat_views;
+    for (auto& t : tensors) flat_views.push_back(t.reshape({-1}));
+    auto flat = torch::cat(flat_views);
+    auto op = groups.gradient_group(set).start_allreduce_sum(flat);
+    in_flight.push_back({&tensors, std::move(flat), std::move(op)});
+  }
+  for (auto& f : in_flight) {
+    f.op->wait();
+    std::int64_t offset = 0;
+    for (auto& t : *f.tensors) {
+      t.copy_(f.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+  write_gradients(slots, tied);
+  // Squared norms by label (index label + 1: the tied weight first).
+  std::vector<double> norms(static_cast<std::size_t>(last_layer) + 2, 0.0);
+  for (const auto& part : plan.parts) {
+    if (!part.counted) continue;
+    const GradientSlot& s = slots[part.slot];
+    norms[static_cast<std::size_t>(s.label + 1)] +=
+        part.region.of(s.parameter.grad()).to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  if (plan.tied_counted) {
+    const auto first = std::find_if(slots.begin(), slots.end(), [](const auto& s) { return s.label == kTied; });
+    if (first != slots.end()) norms[0] += first->parameter.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  // An owning tensor: an abandoned all-reduce may still write into it.
+  auto reduced = torch::tensor(norms, torch::kFloat64);
+  groups.trainers().allreduce_sum(reduced);
+  const auto total = reduced.accessor<double, 1>();
+  for (std::size_t i = 0; i < norms.size(); ++i) norms[i] = total[static_cast<std::int64_t>(i)];
+  clip_by_global_norm(slots, norms, clip_norm);
+}
+
+}  // namespace oobleck::executor
