@@ -40,6 +40,7 @@ void add_data_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--data", o.data_path, "Token file: little-endian uint16 tokens");
   app.add_option("--steps", o.steps, "Training steps")->check(CLI::Range(1, 100000000));
   app.add_option("--seed", o.seed, "Weights and data order");
+  app.add_option("--learning-rate", o.learning_rate, "AdamW's learning rate")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "Intra-op threads per worker")->check(CLI::Range(1, 1024));
   app.add_option("--device", o.device,
                  "cpu, or cuda: every worker on the first visible GPU, mixed precision when the profile is "
@@ -148,6 +149,7 @@ int run_single_process(const MasterOptions& o) {
   apply_profile(options, profile, o.device);
   options.steps = o.steps;
   options.seed = o.seed;
+  options.learning_rate = o.learning_rate;
   const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
   std::string lines;
   for (const auto& m : metrics) lines += metrics_line(m) + "\n";

@@ -40,8 +40,9 @@ class LiveSetup {
     return s.run(common(steps, seed) + " --metrics " + s.str(metrics) + " " + extra);
   }
   // The same model trained by one process on the same global batches.
-  [[nodiscard]] std::vector<double> reference_losses(int steps, int seed) const {
-    REQUIRE(s.run(common(steps, seed) + " --single-process --metrics " + s.str("reference.jsonl")).status == 0);
+  [[nodiscard]] std::vector<double> reference_losses(int steps, int seed, const std::string& extra = "") const {
+    REQUIRE(s.run(common(steps, seed) + " --single-process --metrics " + s.str("reference.jsonl") + " " + extra)
+                .status == 0);
     std::vector<double> out;
     for (const auto& line : of_kind("reference.jsonl", "step")) out.push_back(line["loss"].get<double>());
     return out;

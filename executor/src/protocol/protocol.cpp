@@ -67,7 +67,8 @@ void to_json(Json& j, const Welcome& m) {
        {"threads", m.threads},
        {"store_port", m.store_port},
        {"seed", m.seed},
-       {"comm_timeout_ms", m.comm_timeout_ms}};
+       {"comm_timeout_ms", m.comm_timeout_ms},
+       {"learning_rate", m.learning_rate}};
 }
 void from_json(const Json& j, Welcome& m) {
   m.profile = field<std::string>(j, "profile");
@@ -79,6 +80,7 @@ void from_json(const Json& j, Welcome& m) {
   m.store_port = field<int>(j, "store_port");
   m.seed = field<std::uint64_t>(j, "seed");
   m.comm_timeout_ms = field<std::int64_t>(j, "comm_timeout_ms");
+  m.learning_rate = field<double>(j, "learning_rate");
 }
 
 void to_json(Json& j, const LayerCopy& m) {

@@ -48,6 +48,7 @@ struct Welcome {
   int steps = 0, threads = 1, store_port = 0;
   std::uint64_t seed = 0;
   std::int64_t comm_timeout_ms = 0;
+  double learning_rate = 3e-3;
 };
 
 // One shard of a layer's state (shard from_shard of from_degree) sent from

@@ -57,6 +57,7 @@ struct MasterOptions {
   std::string plan_path, profile_path, data_path;
   int steps = 1;
   std::uint64_t seed = 1;
+  double learning_rate = 3e-3;       // AdamW's (TrainOptions::learning_rate)
   int threads = 1;                   // intra-op threads per worker
   std::string device = "cpu";        // cpu, or cuda (TrainOptions::device)
   std::string metrics_path;          // JSON lines: one per step, one per reconfiguration

@@ -155,7 +155,8 @@ Master::Master(const MasterOptions& options)
               o_.threads,
               store_->getPort(),
               o_.seed,
-              static_cast<std::int64_t>(o_.comm_timeout_s * 1000)};
+              static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
+              o_.learning_rate};
 }
 
 // ---------------------------------------------------------------- the loop

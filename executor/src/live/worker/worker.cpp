@@ -88,6 +88,7 @@ class LiveWorker {
     gpus_ = profile_.hardware.gpus_per_node;
     o_.steps = welcome.steps;
     o_.seed = welcome.seed;
+    o_.learning_rate = welcome.learning_rate;
     torch::set_num_threads(welcome.threads);
     torch::manual_seed(o_.seed);
     tokens_ = read_tokens(welcome.data);
