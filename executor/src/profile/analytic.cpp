@@ -148,6 +148,13 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       l.activation_bytes = static_cast<Bytes>(s * b * h * (34 + 5 * a * s / h) * e / 2);
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
     }
+    // oobleck-run replicates the embedding and the head in a tensor-parallel
+    // stage (gpt.h): at any degree they take their whole time.
+    if (i == 0 || i == c.layers + 1) {
+      for (int t = 2; t <= hw.gpus_per_node; ++t) {
+        if (hw.gpus_per_node % t == 0) l.tensor_parallel.push_back({t, l.forward_ms, l.backward_ms});
+      }
+    }
     p.layers.push_back(l);
   }
   p.notes.push_back("times: " + std::to_string(hw.compute_efficiency) + " of peak " +

@@ -186,7 +186,7 @@ void to_json(Json& j, const Done& m) {
   for (const auto& op : t.ops) ops.push_back({std::string(1, op.kind), op.index, op.start_ms, op.end_ms});
   j["timeline"] = {
       {"step_start_ms", t.step_start_ms}, {"compute_ms", t.compute_ms}, {"wait_ms", t.wait_ms}, {"sync_ms", t.sync_ms},
-      {"optimizer_ms", t.optimizer_ms},   {"ops", std::move(ops)}};
+      {"optimizer_ms", t.optimizer_ms},   {"tensor_parallel_ms", t.tensor_parallel_ms}, {"ops", std::move(ops)}};
 }
 void from_json(const Json& j, Done& m) {
   m.generation = field<int>(j, "generation");
@@ -194,7 +194,7 @@ void from_json(const Json& j, Done& m) {
   const Json& t = j.at("timeline");
   StepTimeline timeline{field<double>(t, "step_start_ms"), field<double>(t, "compute_ms"),
                         field<double>(t, "wait_ms"),       field<double>(t, "sync_ms"),
-                        field<double>(t, "optimizer_ms"),  {}};
+                        field<double>(t, "optimizer_ms"),  field<double>(t, "tensor_parallel_ms"), {}};
   for (const auto& op : t.at("ops")) {
     const auto kind = op.at(0).get<std::string>();
     if (kind.size() != 1) throw ProtocolError("done: an op kind of " + std::to_string(kind.size()) + " characters");

@@ -119,12 +119,15 @@ struct Saved {
 
 // The last step as a worker timed it: each pass and the optimizer step.
 struct TimedOp {
-  char kind = 'F';  // F forward, B backward, O optimizer
+  // F forward, B backward, O optimizer; T and t: a tensor-parallel
+  // all-reduce within the forward or the backward pass
+  char kind = 'F';
   int index = 0;    // the microbatch
   double start_ms = 0, end_ms = 0;
 };
 struct StepTimeline {
   double step_start_ms = 0, compute_ms = 0, wait_ms = 0, sync_ms = 0, optimizer_ms = 0;
+  double tensor_parallel_ms = 0;  // all-reduces within the passes (part of compute_ms)
   std::vector<TimedOp> ops;
 };
 struct Done {

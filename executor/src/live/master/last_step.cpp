@@ -16,7 +16,8 @@ LastStepReport last_step_report(const Plan& plan, int gpus_per_node,
   ChromeTrace trace;
   std::ostringstream summary;
   summary << "per-stage timing of the last step (ms):\n"
-          << "  pipeline  stage  shard  node          GPU  layers     compute     waiting   grad sync   optimizer\n";
+          << "  pipeline  stage  shard  node          GPU  layers     compute   (TP sync)     waiting   grad sync   "
+             "optimizer\n";
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const Pipeline& pipeline = plan.pipelines[p];
     trace.name_process(static_cast<int>(p) + 1, "pipeline " + std::to_string(p) + " (" +
@@ -34,14 +35,19 @@ LastStepReport last_step_report(const Plan& plan, int gpus_per_node,
                       "stage " + std::to_string(s.stage) + shard + ": layers " + std::to_string(s.layer_begin) + "-" +
                           std::to_string(s.layer_end - 1) + " on " + node + " GPU " + std::to_string(s.gpu));
     for (const auto& op : t.ops) {
-      const bool optimizer = op.kind == 'O';
-      trace.add_span(optimizer ? "optimizer" : std::string(1, op.kind) + std::to_string(op.index),
-                     optimizer ? "communication" : "compute", pid, tid, op.start_ms - origin, op.end_ms - origin);
+      const bool shards = op.kind == 'T' || op.kind == 't';
+      const std::string name = op.kind == 'O' ? "optimizer"
+                               : shards       ? std::string("TP all-reduce ") + (op.kind == 'T' ? "F" : "B") +
+                                              std::to_string(op.index)
+                                              : std::string(1, op.kind) + std::to_string(op.index);
+      trace.add_span(name, op.kind == 'F' || op.kind == 'B' ? "compute" : "communication", pid, tid,
+                     op.start_ms - origin, op.end_ms - origin);
     }
     char line[256];
-    std::snprintf(line, sizeof line, "  %8d  %5d  %2d/%-2d  %-12s  %3d  [%3d,%3d)  %10.2f  %10.2f  %10.2f  %10.2f\n",
-                  s.pipeline, s.stage, s.shard, s.degree, node.c_str(), s.gpu, s.layer_begin, s.layer_end,
-                  t.compute_ms, t.wait_ms, t.sync_ms, t.optimizer_ms);
+    std::snprintf(line, sizeof line,
+                  "  %8d  %5d  %2d/%-2d  %-12s  %3d  [%3d,%3d)  %10.2f  %10.2f  %10.2f  %10.2f  %10.2f\n", s.pipeline,
+                  s.stage, s.shard, s.degree, node.c_str(), s.gpu, s.layer_begin, s.layer_end, t.compute_ms,
+                  t.tensor_parallel_ms, t.wait_ms, t.sync_ms, t.optimizer_ms);
     summary << line;
   }
   return {trace.to_json({{"iteration_ms", iteration_ms}, {"source", std::string("oobleck-run")}}), summary.str()};

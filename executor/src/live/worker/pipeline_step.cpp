@@ -136,10 +136,19 @@ double PipelineStep::one_f_one_b(int step) {
     inputs[m] = outputs[m] = torch::Tensor();
   };
   for (const PipelinePass pass : oobleck::one_f_one_b(position, stages, M)) {
+    pass_ = pass;
     pass.forward ? forward(pass.microbatch) : backward(pass.microbatch);
   }
   for (auto& w : sends) w->wait();
   return loss_sum;
+}
+
+void PipelineStep::sum_over_shards(torch::Tensor& t) {
+  const double start = now_ms();
+  groups_.shards().allreduce_sum(t);
+  const double end = now_ms();
+  timeline_.tensor_parallel_ms += end - start;
+  record(pass_.forward ? 'T' : 't', pass_.microbatch, start, end);
 }
 
 std::pair<int, int> PipelineStep::stage_group(int stage) const {

@@ -21,6 +21,7 @@
 #include "inbox.h"
 #include "model/layer_state.h"
 #include "protocol/protocol.h"
+#include "oobleck/common/one_f_one_b.h"
 #include "oobleck/planner.h"
 #include "model/train_common.h"
 
@@ -54,6 +55,9 @@ class PipelineStep {
   // every pass is timed for timeline().
   double run(int step, bool record);
   void record_optimizer(double start_ms, double end_ms);
+  // The tensor-parallel all-reduce of a sharded layer, within this step's
+  // passes: timed, and recorded with the pass it belongs to.
+  void sum_over_shards(torch::Tensor& t);
   [[nodiscard]] protocol::StepTimeline timeline() const { return timeline_; }
 
  private:
@@ -74,6 +78,7 @@ class PipelineStep {
   std::map<int, HeldLayer>& held_;
   std::vector<GradientSlot>& slots_;
   bool recording_ = false;
+  PipelinePass pass_{};  // the one running
   protocol::StepTimeline timeline_;
 };
 

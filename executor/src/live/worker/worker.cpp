@@ -170,7 +170,7 @@ class LiveWorker {
     for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
       held_.at(l).module->set_shard_sum([this](torch::Tensor& t) {
         try {
-          groups_.shards().allreduce_sum(t);
+          step_->sum_over_shards(t);
         } catch (const CommunicationError&) {
           shard_sum_failed_ = true;
           throw;
