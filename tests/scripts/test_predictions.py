@@ -83,3 +83,22 @@ def test_sim_scenario(tmp_path):
     result = run_tools("sim-scenario", profile, out)
     assert result.returncode == 2
     assert f"{profile}: measured: no \"copy_bytes_per_s\" field" in result.stderr
+
+
+def test_step_times_pools_runs_by_label_and_prints_ratios(tmp_path):
+    def run_file(name, times):
+        return write_lines(tmp_path / name, [step_line(s, 3.0, iteration_ms=ms) for s, ms in enumerate(times)])
+    a1 = run_file("a1.jsonl", [900.0, 800.0, 100.0, 102.0])
+    a2 = run_file("a2.jsonl", [900.0, 800.0, 98.0, 100.0])
+    b1 = run_file("b1.jsonl", [900.0, 800.0, 150.0, 150.0])
+    result = run_tools("step-times", f"one={a1}", f"two={b1}", f"one={a2}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "100.00 ms over   4 steps   ratio  1.000" in lines[0]
+    assert "150.00 ms over   2 steps   ratio  1.500" in lines[1]
+
+
+def test_step_times_refuses_a_run_without_a_label(tmp_path):
+    result = run_tools("step-times", tmp_path / "x.jsonl")
+    assert result.returncode == 2
+    assert_no_traceback(result)

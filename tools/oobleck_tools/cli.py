@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "gpu-report": "gpu_report",
     "plot-gpu-profiles": "plot_gpu_profiles",
     "compare-replays": "compare_replays",
+    "step-times": "step_times",
 }
 
 
