@@ -9,6 +9,17 @@
 // holder's GPUs (one network interface each) carry their shard of it after
 // the all-reduces queued before it. A stage's optimizer step follows the
 // all-reduces of all its layers.
+//
+// Tensor parallelism: a stage at degree t > 1 all-reduces each split layer's
+// output twice per pass among its t GPUs (CostModel::*_allreduce_ms). Each
+// forward or backward op is shown as its compute followed by one
+// tensor-parallel all-reduce op that stands for all of the pass's
+// all-reduces (really interleaved layer by layer, after attention and after
+// the MLP). Grouping them keeps the trace readable and the model simple: the
+// pass still occupies the stage for exactly the cost model's total (one
+// event at its end, as at degree 1), so iteration times are those of the
+// cost model's totals; only the split of each pass is shown. Layer gradients
+// still become ready layer by layer at the layers' total times.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
@@ -27,8 +38,11 @@ struct StageState {
   int index = 0;
   Stage stage;
   std::string node;
-  Milliseconds forward_ms = 0;
+  Milliseconds forward_ms = 0;  // per pass, tensor-parallel all-reduces included
   Milliseconds backward_ms = 0;
+  Milliseconds forward_allreduce_ms = 0;  // of which the tensor-parallel all-reduces
+  Milliseconds backward_allreduce_ms = 0;
+  int tp_allreduces_per_pass = 0;
   Milliseconds optimizer_ms = 0;
   std::vector<PipelinePass> order;
   std::size_t next = 0;
@@ -38,6 +52,7 @@ struct StageState {
   int layers_unreduced = 0;
   bool backward_done = false;
   Milliseconds compute_ms = 0;
+  Milliseconds tp_allreduce_ms = 0;
   Milliseconds finished_ms = 0;
 };
 
@@ -116,6 +131,7 @@ class IterationModel {
       state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
       if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
       state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+      set_tensor_parallel(state);
       if (options_.optimizer_bytes_per_s > 0) {
         // Reads and writes the stage's weights and optimizer state once.
         state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) / st.gpus /
@@ -127,6 +143,21 @@ class IterationModel {
       state.layers_unreduced = st.layer_end - st.layer_begin;
       for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
       stages_.push_back(std::move(state));
+    }
+  }
+
+  // The part of each pass that is the stage's tensor-parallel all-reduces,
+  // and how many there are: two per layer whose passes have any (a layer
+  // replicated at the stage's degree has none).
+  void set_tensor_parallel(StageState& state) const {
+    const Stage& st = state.stage;
+    if (st.gpus == 1) return;
+    state.forward_allreduce_ms = cost_.stage_forward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
+    state.backward_allreduce_ms = cost_.stage_backward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
+    for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      const bool split =
+          cost_.layer_forward_allreduce_ms(l, st.gpus) > 0 || cost_.layer_backward_allreduce_ms(l, st.gpus) > 0;
+      if (split) state.tp_allreduces_per_pass += 2;
     }
   }
 
@@ -191,9 +222,16 @@ class IterationModel {
   void finish(int id, PipelinePass op, Milliseconds start) {
     StageState& st = stages_[id];
     st.busy = false;
-    st.compute_ms += engine_.now() - start;
-    record(op.forward ? OpKind::forward : OpKind::backward, st.pipeline, st.index, op.microbatch, start,
-           engine_.now());
+    // The pass's compute, then its tensor-parallel all-reduces (top comment).
+    const Milliseconds allreduce_ms = op.forward ? st.forward_allreduce_ms : st.backward_allreduce_ms;
+    const Milliseconds compute_end = std::max(start, engine_.now() - allreduce_ms);
+    st.compute_ms += compute_end - start;
+    st.tp_allreduce_ms += engine_.now() - compute_end;
+    record(op.forward ? OpKind::forward : OpKind::backward, st.pipeline, st.index, op.microbatch, start, compute_end);
+    if (allreduce_ms > 0) {
+      record(op.forward ? OpKind::tp_allreduce_forward : OpKind::tp_allreduce_backward, st.pipeline, st.index,
+             op.microbatch, compute_end, engine_.now());
+    }
     const Pipeline& pipeline = plan_.pipelines[st.pipeline];
     const int S = static_cast<int>(pipeline.stages.size());
     if (op.forward && st.index + 1 < S) {
@@ -228,8 +266,7 @@ class IterationModel {
     Milliseconds& link = link_free_ms_[2 * static_cast<std::size_t>(from) + (activation ? 0 : 1)];
     const Milliseconds start = std::max(engine_.now(), link);
     link = start + duration;
-    record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start,
-           link);
+    record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start, link);
     engine_.schedule_at(link, [this, to, activation, microbatch] {
       auto& arrived = activation ? stages_[to].activation_arrived : stages_[to].gradient_arrived;
       arrived[microbatch] = 1;
@@ -304,11 +341,14 @@ class IterationModel {
         t.stage = static_cast<int>(s);
         const int node = pipeline.stages[s].node;
         t.node = node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[node] : "";
+        t.node_index = node;
         t.gpus = st.stage.gpus;
         t.microbatches = pipeline.microbatches;
+        t.tp_allreduces_per_pass = st.tp_allreduces_per_pass;
         t.compute_ms = st.compute_ms;
+        t.tp_allreduce_ms = st.tp_allreduce_ms;
         t.optimizer_ms = st.optimizer_ms;
-        t.idle_ms = out.iteration_ms - st.compute_ms - st.optimizer_ms;
+        t.idle_ms = out.iteration_ms - st.compute_ms - st.tp_allreduce_ms - st.optimizer_ms;
         t.finished_ms = st.finished_ms;
         out.stages.push_back(std::move(t));
       }
@@ -324,8 +364,8 @@ class IterationModel {
   Engine engine_;
   std::vector<StageState> stages_;
   std::vector<int> first_stage_ = std::vector<int>(plan_.pipelines.size(), -1);  // of representatives
-  std::vector<int> representative_;  // per pipeline: the one simulated for it
-  std::vector<int> copies_;          // per representative: pipelines it stands for
+  std::vector<int> representative_;        // per pipeline: the one simulated for it
+  std::vector<int> copies_;                // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
   // The gradient all-reduces: the stages holding any of their layers, the
   // bytes they carry, and the holders' last backwards still to come.
