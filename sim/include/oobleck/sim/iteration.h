@@ -86,12 +86,16 @@ struct IterationResult {
 [[nodiscard]] IterationResult simulate_iteration(const CostModel& cost, const Plan& plan,
                                                  const IterationOptions& options = {});
 
-// {"iteration_ms", "last_backward_ms", "sync_exposed_ms", "planner_iteration_ms", "stages": [...]}.
+// {"iteration_ms", "last_backward_ms", "sync_exposed_ms", "planner_iteration_ms", "stages": [...]}; per
+// stage its node (name and node_index), gpus = tp_degree, and busy time as
+// compute_ms + tp_allreduce_ms + optimizer_ms.
 [[nodiscard]] std::string iteration_to_json(const IterationResult& result, const Plan& plan);
 
 // Chrome trace event format (Perfetto opens it): one process per pipeline,
-// one thread per stage, a thread per pipeline for its sends, one process for
-// the all-reduces. Needs the ops recorded.
+// one thread per stage (passes, "TP all-reduce F<m>"/"B<m>", optimizer), a
+// thread per link direction for its sends (each saying "intra-node" or
+// "inter-node"), one process for the gradient all-reduces. Needs the ops
+// recorded.
 [[nodiscard]] std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile);
 
 }  // namespace oobleck::sim
