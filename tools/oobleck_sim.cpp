@@ -223,13 +223,20 @@ int run_iteration(const IterationFlags& flags) {
               plan.iteration_ms);
   std::printf("  last backward ends at %.2f ms; gradient all-reduce exposed after it: %.2f ms\n",
               result.last_backward_ms, result.sync_exposed_ms);
-  std::printf("  %-8s %-5s %-12s %-10s %5s %12s %12s %12s\n", "pipeline", "stage", "node", "layers", "GPUs",
-              "compute ms", "optimizer ms", "idle ms");
+  // Node: its name and its position in the pipeline (stages sharing a node
+  // share both); TP: the tensor-parallel degree, the stage's GPUs.
+  std::printf("  %-8s %-5s %-12s %4s %-10s %3s %12s %12s %12s %12s\n", "pipeline", "stage", "node", "pos", "layers",
+              "TP", "compute ms", "TP AR ms", "optimizer ms", "idle ms");
   for (const auto& s : result.stages) {
     const Stage& st = plan.pipelines[s.pipeline].stages[s.stage];
     const std::string layers = "[" + std::to_string(st.layer_begin) + "," + std::to_string(st.layer_end) + ")";
-    std::printf("  %-8d %-5d %-12s %-10s %5d %12.2f %12.2f %12.2f\n", s.pipeline, s.stage, s.node.c_str(),
-                layers.c_str(), s.gpus, s.compute_ms, s.optimizer_ms, s.idle_ms);
+    std::printf("  %-8d %-5d %-12s %4d %-10s %3d %12.2f %12.2f %12.2f %12.2f\n", s.pipeline, s.stage, s.node.c_str(),
+                s.node_index, layers.c_str(), s.gpus, s.compute_ms, s.tp_allreduce_ms, s.optimizer_ms, s.idle_ms);
+  }
+  const bool tensor_parallel =
+      std::any_of(result.stages.begin(), result.stages.end(), [](const StageTimes& s) { return s.gpus > 1; });
+  if (tensor_parallel) {
+    std::printf("  (TP AR: the tensor-parallel all-reduces inside the node, 2 per split layer and pass)\n");
   }
   if (!flags.chrome_out.empty()) {
     std::printf("Chrome trace: %s (open it in https://ui.perfetto.dev)\n", flags.chrome_out.c_str());

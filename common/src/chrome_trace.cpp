@@ -26,9 +26,11 @@ void ChromeTrace::name_thread(int pid, int tid, std::string_view name) {
 }
 
 void ChromeTrace::add_span(std::string_view name, std::string_view category, int pid, int tid, Milliseconds start_ms,
-                           Milliseconds end_ms, std::vector<std::pair<std::string, double>> args) {
+                           Milliseconds end_ms, std::vector<std::pair<std::string, double>> args,
+                           std::vector<std::pair<std::string, std::string>> labels) {
   Event e{'X', std::string(name), std::string(category), pid, tid, start_ms, end_ms, {}};
   for (auto& [key, value] : args) e.args.emplace_back(std::move(key), value);
+  for (auto& [key, value] : labels) e.args.emplace_back(std::move(key), std::move(value));
   events_.push_back(std::move(e));
 }
 

@@ -2,7 +2,9 @@
 // modelling choices documented in README.md:
 //  * tensor parallelism without measurements: a layer at degree t computes
 //    1/t of its work and all-reduces its output twice per pass inside the node
-//    (Megatron-style: after attention and after the MLP);
+//    (Megatron-style: after attention and after the MLP). The all-reduce
+//    part is kept apart as well, so the simulator can show it as ops of its
+//    own while the totals the planner optimises stay the same;
 //  * the exposed gradient synchronisation is the all-reduce of layer 0 across
 //    the pipelines; every other layer's all-reduce overlaps the backward
 //    passes still running on the layers before it.
@@ -25,6 +27,8 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   forward_prefix_.assign(degrees_.size(), std::vector<double>(count + 1, 0.0));
   backward_prefix_ = forward_prefix_;
   compute_prefix_ = forward_prefix_;
+  forward_allreduce_prefix_ = forward_prefix_;
+  backward_allreduce_prefix_ = forward_prefix_;
   for (std::size_t d = 0; d < degrees_.size(); ++d) {
     for (int l = 0; l < count; ++l) {
       const double f = layer_forward_ms(l, degrees_[d]);
@@ -32,6 +36,10 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
       forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
       backward_prefix_[d][l + 1] = backward_prefix_[d][l] + b;
       compute_prefix_[d][l + 1] = compute_prefix_[d][l] + (f + b);
+      const double fa = layer_forward_allreduce_ms(l, degrees_[d]);
+      const double ba = layer_backward_allreduce_ms(l, degrees_[d]);
+      forward_allreduce_prefix_[d][l + 1] = forward_allreduce_prefix_[d][l] + fa;
+      backward_allreduce_prefix_[d][l + 1] = backward_allreduce_prefix_[d][l] + ba;
     }
   }
   state_prefix_.assign(count + 1, 0);
@@ -65,22 +73,53 @@ const TensorParallelTiming* measured(const LayerProfile& layer, int degree) {
   }
   return nullptr;
 }
+
+// A layer whose measured passes at some degree are no faster than at degree
+// 1 was not split: every GPU computed it whole (an embedding or an LM head
+// the executor replicates), so it has no tensor-parallel all-reduce. Both
+// passes decide together, as a layer is split or not as a whole.
+bool replicated(const LayerProfile& layer, const TensorParallelTiming& timing) {
+  return timing.forward_ms >= layer.forward_ms && timing.backward_ms >= layer.backward_ms;
+}
 }  // namespace
+
+Milliseconds CostModel::output_allreduces_ms(int layer, int degree) const {
+  return 2 * allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree,
+                          profile_->hardware.intra_node_bytes_per_s);
+}
 
 Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {
   const auto& l = profile_->layers[layer];
   if (degree == 1) return l.forward_ms;
   if (const auto* m = measured(l, degree)) return m->forward_ms;
-  return l.forward_ms / degree +
-         2 * allreduce_ms(static_cast<double>(l.output_bytes), degree, profile_->hardware.intra_node_bytes_per_s);
+  return l.forward_ms / degree + output_allreduces_ms(layer, degree);
 }
 
 Milliseconds CostModel::layer_backward_ms(int layer, int degree) const {
   const auto& l = profile_->layers[layer];
   if (degree == 1) return l.backward_ms;
   if (const auto* m = measured(l, degree)) return m->backward_ms;
-  return l.backward_ms / degree +
-         2 * allreduce_ms(static_cast<double>(l.output_bytes), degree, profile_->hardware.intra_node_bytes_per_s);
+  return l.backward_ms / degree + output_allreduces_ms(layer, degree);
+}
+
+// Measured totals include the all-reduces but do not say how much of them:
+// the estimate stands for that part, never more than the total it is in.
+Milliseconds CostModel::layer_forward_allreduce_ms(int layer, int degree) const {
+  const auto& l = profile_->layers[layer];
+  if (degree == 1) return 0;
+  if (const auto* m = measured(l, degree)) {
+    return replicated(l, *m) ? 0 : std::min(output_allreduces_ms(layer, degree), m->forward_ms);
+  }
+  return output_allreduces_ms(layer, degree);
+}
+
+Milliseconds CostModel::layer_backward_allreduce_ms(int layer, int degree) const {
+  const auto& l = profile_->layers[layer];
+  if (degree == 1) return 0;
+  if (const auto* m = measured(l, degree)) {
+    return replicated(l, *m) ? 0 : std::min(output_allreduces_ms(layer, degree), m->backward_ms);
+  }
+  return output_allreduces_ms(layer, degree);
 }
 
 Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree) const {
@@ -95,6 +134,16 @@ Milliseconds CostModel::stage_forward_ms(int begin, int end, int degree) const {
 
 Milliseconds CostModel::stage_backward_ms(int begin, int end, int degree) const {
   const auto& prefix = backward_prefix_[degree_index(degree)];
+  return prefix[end] - prefix[begin];
+}
+
+Milliseconds CostModel::stage_forward_allreduce_ms(int begin, int end, int degree) const {
+  const auto& prefix = forward_allreduce_prefix_[degree_index(degree)];
+  return prefix[end] - prefix[begin];
+}
+
+Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degree) const {
+  const auto& prefix = backward_allreduce_prefix_[degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 

@@ -9,15 +9,24 @@
 // holder's GPUs (one network interface each) carry their shard of it after
 // the all-reduces queued before it. A stage's optimizer step follows the
 // all-reduces of all its layers.
+//
+// Tensor parallelism: a stage at degree t > 1 all-reduces each split layer's
+// output twice per pass among its t GPUs (CostModel::*_allreduce_ms). Each
+// forward or backward op is shown as its compute followed by one
+// tensor-parallel all-reduce op that stands for all of the pass's
+// all-reduces (really interleaved layer by layer, after attention and after
+// the MLP). Grouping them keeps the trace readable and the model simple: the
+// pass still occupies the stage for exactly the cost model's total (one
+// event at its end, as at degree 1), so iteration times are those of the
+// cost model's totals; only the split of each pass is shown. Layer gradients
+// still become ready layer by layer at the layers' total times.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "oobleck/common/chrome_trace.h"
 #include "oobleck/common/one_f_one_b.h"
 #include "oobleck/sim/engine.h"
 
@@ -29,8 +38,11 @@ struct StageState {
   int index = 0;
   Stage stage;
   std::string node;
-  Milliseconds forward_ms = 0;
+  Milliseconds forward_ms = 0;  // per pass, tensor-parallel all-reduces included
   Milliseconds backward_ms = 0;
+  Milliseconds forward_allreduce_ms = 0;  // of which the tensor-parallel all-reduces
+  Milliseconds backward_allreduce_ms = 0;
+  int tp_allreduces_per_pass = 0;
   Milliseconds optimizer_ms = 0;
   std::vector<PipelinePass> order;
   std::size_t next = 0;
@@ -40,6 +52,7 @@ struct StageState {
   int layers_unreduced = 0;
   bool backward_done = false;
   Milliseconds compute_ms = 0;
+  Milliseconds tp_allreduce_ms = 0;
   Milliseconds finished_ms = 0;
 };
 
@@ -118,6 +131,7 @@ class IterationModel {
       state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
       if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
       state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+      set_tensor_parallel(state);
       if (options_.optimizer_bytes_per_s > 0) {
         // Reads and writes the stage's weights and optimizer state once.
         state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) / st.gpus /
@@ -129,6 +143,21 @@ class IterationModel {
       state.layers_unreduced = st.layer_end - st.layer_begin;
       for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
       stages_.push_back(std::move(state));
+    }
+  }
+
+  // The part of each pass that is the stage's tensor-parallel all-reduces,
+  // and how many there are: two per layer whose passes have any (a layer
+  // replicated at the stage's degree has none).
+  void set_tensor_parallel(StageState& state) const {
+    const Stage& st = state.stage;
+    if (st.gpus == 1) return;
+    state.forward_allreduce_ms = cost_.stage_forward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
+    state.backward_allreduce_ms = cost_.stage_backward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
+    for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      const bool split =
+          cost_.layer_forward_allreduce_ms(l, st.gpus) > 0 || cost_.layer_backward_allreduce_ms(l, st.gpus) > 0;
+      if (split) state.tp_allreduces_per_pass += 2;
     }
   }
 
@@ -193,9 +222,16 @@ class IterationModel {
   void finish(int id, PipelinePass op, Milliseconds start) {
     StageState& st = stages_[id];
     st.busy = false;
-    st.compute_ms += engine_.now() - start;
-    record(op.forward ? OpKind::forward : OpKind::backward, st.pipeline, st.index, op.microbatch, start,
-           engine_.now());
+    // The pass's compute, then its tensor-parallel all-reduces (top comment).
+    const Milliseconds allreduce_ms = op.forward ? st.forward_allreduce_ms : st.backward_allreduce_ms;
+    const Milliseconds compute_end = std::max(start, engine_.now() - allreduce_ms);
+    st.compute_ms += compute_end - start;
+    st.tp_allreduce_ms += engine_.now() - compute_end;
+    record(op.forward ? OpKind::forward : OpKind::backward, st.pipeline, st.index, op.microbatch, start, compute_end);
+    if (allreduce_ms > 0) {
+      record(op.forward ? OpKind::tp_allreduce_forward : OpKind::tp_allreduce_backward, st.pipeline, st.index,
+             op.microbatch, compute_end, engine_.now());
+    }
     const Pipeline& pipeline = plan_.pipelines[st.pipeline];
     const int S = static_cast<int>(pipeline.stages.size());
     if (op.forward && st.index + 1 < S) {
@@ -230,8 +266,7 @@ class IterationModel {
     Milliseconds& link = link_free_ms_[2 * static_cast<std::size_t>(from) + (activation ? 0 : 1)];
     const Milliseconds start = std::max(engine_.now(), link);
     link = start + duration;
-    record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start,
-           link);
+    record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start, link);
     engine_.schedule_at(link, [this, to, activation, microbatch] {
       auto& arrived = activation ? stages_[to].activation_arrived : stages_[to].gradient_arrived;
       arrived[microbatch] = 1;
@@ -306,11 +341,14 @@ class IterationModel {
         t.stage = static_cast<int>(s);
         const int node = pipeline.stages[s].node;
         t.node = node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[node] : "";
+        t.node_index = node;
         t.gpus = st.stage.gpus;
         t.microbatches = pipeline.microbatches;
+        t.tp_allreduces_per_pass = st.tp_allreduces_per_pass;
         t.compute_ms = st.compute_ms;
+        t.tp_allreduce_ms = st.tp_allreduce_ms;
         t.optimizer_ms = st.optimizer_ms;
-        t.idle_ms = out.iteration_ms - st.compute_ms - st.optimizer_ms;
+        t.idle_ms = out.iteration_ms - st.compute_ms - st.tp_allreduce_ms - st.optimizer_ms;
         t.finished_ms = st.finished_ms;
         out.stages.push_back(std::move(t));
       }
@@ -326,8 +364,8 @@ class IterationModel {
   Engine engine_;
   std::vector<StageState> stages_;
   std::vector<int> first_stage_ = std::vector<int>(plan_.pipelines.size(), -1);  // of representatives
-  std::vector<int> representative_;  // per pipeline: the one simulated for it
-  std::vector<int> copies_;          // per representative: pipelines it stands for
+  std::vector<int> representative_;        // per pipeline: the one simulated for it
+  std::vector<int> copies_;                // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
   // The gradient all-reduces: the stages holding any of their layers, the
   // bytes they carry, and the holders' last backwards still to come.
@@ -353,100 +391,6 @@ class IterationModel {
 
 IterationResult simulate_iteration(const CostModel& cost, const Plan& plan, const IterationOptions& options) {
   return IterationModel(cost, plan, options).run();
-}
-
-std::string iteration_to_json(const IterationResult& result, const Plan& plan) {
-  using nlohmann::ordered_json;
-  ordered_json out;
-  out["format"] = "oobleck.iteration.v1";
-  out["iteration_ms"] = result.iteration_ms;
-  out["last_backward_ms"] = result.last_backward_ms;
-  out["sync_exposed_ms"] = result.sync_exposed_ms;
-  out["planner_iteration_ms"] = plan.iteration_ms;
-  out["events"] = result.events;
-  ordered_json stages = ordered_json::array();
-  for (const auto& s : result.stages) {
-    const Stage& st = plan.pipelines[s.pipeline].stages[s.stage];
-    stages.push_back({{"pipeline", s.pipeline},
-                      {"stage", s.stage},
-                      {"node", s.node},
-                      {"gpus", s.gpus},
-                      {"layers", {st.layer_begin, st.layer_end}},
-                      {"microbatches", s.microbatches},
-                      {"busy_ms", s.compute_ms + s.optimizer_ms},
-                      {"compute_ms", s.compute_ms},
-                      {"optimizer_ms", s.optimizer_ms},
-                      {"idle_ms", s.idle_ms},
-                      {"finished_ms", s.finished_ms}});
-  }
-  out["stages"] = std::move(stages);
-  return out.dump(2) + "\n";
-}
-
-std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile) {
-  ChromeTrace trace;
-  // One thread per link direction: each carries one transfer at a time.
-  const int forward_links_tid = 1000, backward_links_tid = 2000;
-  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
-    const Pipeline& pipeline = plan.pipelines[p];
-    const int pid = static_cast<int>(p) + 1;
-    trace.name_process(pid, "pipeline " + std::to_string(p) + " (" + std::to_string(pipeline.nodes.size()) +
-                                " nodes, " + std::to_string(pipeline.microbatches) + " microbatches)");
-    trace.sort_process(pid, pid);
-    for (std::size_t s = 0; s < pipeline.stages.size(); ++s) {
-      const Stage& st = pipeline.stages[s];
-      const std::string node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
-      trace.name_thread(pid, static_cast<int>(s),
-                        "stage " + std::to_string(s) + ": layers " + std::to_string(st.layer_begin) + "-" +
-                            std::to_string(st.layer_end - 1) + " on " + node + " (" + std::to_string(st.gpus) +
-                            " GPUs)");
-    }
-    for (std::size_t s = 0; s + 1 < pipeline.stages.size(); ++s) {
-      trace.name_thread(pid, forward_links_tid + static_cast<int>(s),
-                        "activations " + std::to_string(s) + "->" + std::to_string(s + 1));
-      trace.name_thread(pid, backward_links_tid + static_cast<int>(s) + 1,
-                        "gradients " + std::to_string(s + 1) + "->" + std::to_string(s));
-    }
-  }
-  const int allreduce_pid = static_cast<int>(plan.pipelines.size()) + 1;
-  trace.name_process(allreduce_pid, "gradient all-reduce");
-  // All-reduces on different nodes overlap: give each one the first free lane.
-  std::vector<Milliseconds> lanes;
-  for (const auto& op : result.ops) {
-    int pid = op.pipeline + 1, tid = op.stage;
-    std::string name;
-    switch (op.kind) {
-      case OpKind::forward: name = "F" + std::to_string(op.index); break;
-      case OpKind::backward: name = "B" + std::to_string(op.index); break;
-      case OpKind::send_activation:
-        name = "activation " + std::to_string(op.index);
-        tid = forward_links_tid + op.stage;
-        break;
-      case OpKind::send_gradient:
-        name = "gradient " + std::to_string(op.index);
-        tid = backward_links_tid + op.stage;
-        break;
-      case OpKind::optimizer: name = "optimizer"; break;
-      case OpKind::allreduce: {
-        pid = allreduce_pid;
-        std::size_t lane = 0;
-        while (lane < lanes.size() && lanes[lane] > op.start_ms) ++lane;
-        if (lane == lanes.size()) lanes.push_back(0);
-        lanes[lane] = op.end_ms;
-        tid = static_cast<int>(lane);
-        name = "all-reduce " + profile.layers[op.index].name;
-        break;
-      }
-    }
-    const bool compute = op.kind == OpKind::forward || op.kind == OpKind::backward;
-    std::vector<std::pair<std::string, double>> args;
-    if (compute) args.emplace_back("microbatch", op.index);
-    trace.add_span(name, compute ? "compute" : "communication", pid, tid, op.start_ms, op.end_ms, std::move(args));
-  }
-  for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
-    trace.name_thread(allreduce_pid, static_cast<int>(lane), "lane " + std::to_string(lane));
-  }
-  return trace.to_json({{"iteration_ms", result.iteration_ms}, {"planner_iteration_ms", plan.iteration_ms}});
 }
 
 }  // namespace oobleck::sim

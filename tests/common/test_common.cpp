@@ -107,12 +107,13 @@ TEST_CASE("chrome trace: processes, threads and spans in the event format, times
   trace.name_thread(1, 0, "stage 0");
   trace.add_span("F0", "compute", 1, 0, 1.5, 4.0, {{"microbatch", 0}});
   trace.add_span("optimizer", "communication", 1, 0, 4.0, 4.25);
+  trace.add_span("activation 0", "communication", 1, 1000, 4.0, 4.5, {{"microbatch", 0}}, {{"link", "intra-node"}});
   const auto doc = nlohmann::json::parse(trace.to_json({{"iteration_ms", 4.25}, {"source", std::string("x")}}));
   CHECK(doc["displayTimeUnit"] == "ms");
   CHECK(doc["otherData"]["iteration_ms"] == 4.25);
   CHECK(doc["otherData"]["source"] == "x");
   const auto& events = doc["traceEvents"];
-  REQUIRE(events.size() == 5);
+  REQUIRE(events.size() == 6);
   CHECK(events[0] == nlohmann::json::parse(R"({"name":"process_name","ph":"M","pid":1,"args":{"name":"pipeline 0"}})"));
   CHECK(events[1]["args"]["sort_index"] == 1);
   CHECK(events[2] ==
@@ -120,6 +121,7 @@ TEST_CASE("chrome trace: processes, threads and spans in the event format, times
   CHECK(events[3] == nlohmann::json::parse(R"({"name":"F0","cat":"compute","ph":"X","ts":1500.0,"dur":2500.0,
                                               "pid":1,"tid":0,"args":{"microbatch":0.0}})"));
   CHECK(!events[4].contains("args"));
+  CHECK(events[5]["args"] == nlohmann::json::parse(R"({"microbatch":0.0,"link":"intra-node"})"));
 }
 
 TEST_CASE("1F1B: every microbatch forward then backward, warm-up S-s-1, at most min(M, S-s) in flight") {

@@ -42,6 +42,67 @@ TEST_CASE("gradient synchronisation: ring all-reduce of layer 0 across the pipel
   CHECK(cost.gradient_sync_ms(4) == doctest::Approx(2.0 * 3 / 4 * bytes / 10e9 * 1000 + 2 * 3 * 0.01));
 }
 
+TEST_CASE("tensor parallelism: the all-reduce part of a pass, and compute the rest of it") {
+  // Five layers of 3 + 6 ms, 1 MiB outputs, 4 GPUs per node (intra-node
+  // 100 GB/s, latency 0.01 ms). Layers 0 and 4 are replicated at every degree
+  // (measured as fast as at degree 1, as the embedding and LM head are);
+  // layer 2 is measured at degree 2 below the all-reduce estimate; layer 3 is
+  // replicated at degree 2 only; layer 1 has no measurements.
+  Profile profile = test::uniform_profile(5, 4, 3.0, 6.0, 1000, 100, Bytes{1} << 30);
+  for (int t : {2, 4}) {
+    profile.layers[0].tensor_parallel.push_back({t, 3.0, 6.0});
+    profile.layers[4].tensor_parallel.push_back({t, 3.0, 6.0});
+  }
+  profile.layers[2].tensor_parallel.push_back({2, 0.05, 4.0});
+  profile.layers[3].tensor_parallel.push_back({2, 3.5, 6.0});
+  const CostModel cost(profile, 4);
+  const double ring = 2.0 * 1 / 2 * (1 << 20) / 100e9 * 1000 + 2 * 1 * 0.01;  // AR(1 MiB, 2 GPUs)
+  const double ring4 = 2.0 * 3 / 4 * (1 << 20) / 100e9 * 1000 + 2 * 3 * 0.01;
+  REQUIRE(2 * ring > 0.05);
+
+  // Degree 1: nothing to all-reduce.
+  for (int l = 0; l < 5; ++l) CHECK(cost.layer_forward_allreduce_ms(l, 1) == 0);
+  CHECK(cost.stage_backward_allreduce_ms(0, 5, 1) == 0);
+  // Without measurements: two all-reduces per pass; compute is the 1/t share.
+  CHECK(cost.layer_forward_allreduce_ms(1, 2) == doctest::Approx(2 * ring));
+  CHECK(cost.layer_backward_allreduce_ms(1, 4) == doctest::Approx(2 * ring4));
+  CHECK(cost.layer_forward_ms(1, 2) - cost.layer_forward_allreduce_ms(1, 2) == doctest::Approx(1.5));
+  CHECK(cost.layer_backward_ms(1, 4) - cost.layer_backward_allreduce_ms(1, 4) == doctest::Approx(1.5));
+  // Replicated layers: the whole pass is compute, at any degree.
+  for (int t : {2, 4}) {
+    for (int l : {0, 4}) {
+      CHECK(cost.layer_forward_allreduce_ms(l, t) == 0);
+      CHECK(cost.layer_backward_allreduce_ms(l, t) == 0);
+      CHECK(cost.layer_forward_ms(l, t) == 3.0);
+    }
+  }
+  CHECK(cost.layer_forward_allreduce_ms(3, 2) == 0);  // not faster at 2: not split there
+  CHECK(cost.layer_forward_allreduce_ms(3, 4) == doctest::Approx(2 * ring4));
+  // Measured below the estimate: the all-reduce takes the whole measured pass.
+  CHECK(cost.layer_forward_allreduce_ms(2, 2) == 0.05);
+  CHECK(cost.layer_backward_allreduce_ms(2, 2) == doctest::Approx(2 * ring));
+
+  // Stages: sums over their layers; compute plus all-reduce is the total.
+  for (int t : cost.degrees()) {
+    for (int begin = 0; begin < 5; ++begin) {
+      for (int end = begin + 1; end <= 5; ++end) {
+        double forward = 0, backward = 0;
+        for (int l = begin; l < end; ++l) {
+          forward += cost.layer_forward_allreduce_ms(l, t);
+          backward += cost.layer_backward_allreduce_ms(l, t);
+          CHECK(cost.layer_forward_allreduce_ms(l, t) <= cost.layer_forward_ms(l, t));
+          CHECK(cost.layer_backward_allreduce_ms(l, t) <= cost.layer_backward_ms(l, t));
+        }
+        CHECK(cost.stage_forward_allreduce_ms(begin, end, t) == doctest::Approx(forward));
+        CHECK(cost.stage_backward_allreduce_ms(begin, end, t) == doctest::Approx(backward));
+      }
+    }
+  }
+  const double compute2 = 3.0 + 1.5 + 0.0 + 3.5 + 3.0;  // layers 0..4 forward at degree 2, all-reduces aside
+  CHECK(cost.stage_forward_ms(0, 5, 2) - cost.stage_forward_allreduce_ms(0, 5, 2) == doctest::Approx(compute2));
+  CHECK(cost.stage_forward_allreduce_ms(0, 5, 2) == doctest::Approx(2 * ring + 0.05));
+}
+
 // The cost model refers to its profile: a temporary would dangle.
 static_assert(!std::is_constructible_v<CostModel, Profile&&, int>);
 static_assert(std::is_constructible_v<CostModel, const Profile&, int>);

@@ -45,6 +45,21 @@ def test_compare_run_sim_per_stage_and_iteration(tmp_path):
     assert len(summary["stages"]) == 2
 
 
+def test_compare_run_sim_counts_tensor_parallel_all_reduces_in_the_passes(tmp_path):
+    # Stage 1 of the simulated trace as oobleck-sim shows a tensor-parallel
+    # stage: each pass's compute, then its all-reduces (8 + 4 and 20 + 4 ms):
+    # the same passes as above.
+    paths, metrics = inputs(tmp_path, predicted_ms=110.0)
+    sim = json.loads(paths["sim_trace"].read_text())
+    events = [e for e in sim["traceEvents"] if not (e.get("tid") == 1 and e["ph"] == "X")]
+    for name, ts, dur in [("F0", 0, 8), ("TP all-reduce F0", 8, 4), ("B0", 12, 20), ("TP all-reduce B0", 32, 4)]:
+        events.append({"ph": "X", "name": name, "pid": 0, "tid": 1, "ts": ts * 1000, "dur": dur * 1000})
+    paths["sim_trace"].write_text(json.dumps({"traceEvents": events}))
+    result = run_tools("compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2].split()[-3:] == ["36.00", "45.00", "-20.0%"]
+
+
 def test_compare_run_sim_max_error(tmp_path):
     paths, metrics = inputs(tmp_path, predicted_ms=110.0)
     args = ["compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics]

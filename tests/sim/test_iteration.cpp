@@ -21,12 +21,12 @@ struct LayerCost {
 // Layers with the given costs; transfers cost `latency_ms` plus output bytes
 // over the links, gradients are `param_bytes` per layer.
 Profile profile_of(const std::vector<LayerCost>& costs, Bytes output_bytes = 0, double latency_ms = 0,
-                   Bytes param_bytes = 1 << 20) {
+                   Bytes param_bytes = 1 << 20, int gpus_per_node = 1) {
   Profile p;
   p.origin = "test";
   p.model_name = "test";
   p.model_json = "{}";
-  p.hardware = {"test", 1, Bytes{1} << 40, 100e9, 10e9, latency_ms};
+  p.hardware = {"test", gpus_per_node, Bytes{1} << 40, 100e9, 10e9, latency_ms};
   for (std::size_t l = 0; l < costs.size(); ++l) {
     LayerProfile layer;
     layer.name = "layer" + std::to_string(l);
@@ -247,6 +247,7 @@ TEST_CASE("iteration: chrome trace lists every op once, without overlaps on a st
     const std::string name = e["name"];
     if (name[0] == 'F') ++forwards;
     if (name[0] == 'B') ++backwards;
+    CHECK(!name.starts_with("TP"));  // degree 1: no tensor-parallel all-reduces
     by_thread[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(e["ts"].get<double>(),
                                                                         e["ts"].get<double>() + e["dur"].get<double>());
   }
@@ -360,4 +361,150 @@ TEST_CASE("iteration: tied embeddings add the first and last stages' all-reduce;
     const Profile again = parse_profile(profile_to_json(measured), "again.json");
     CHECK(again.hardware.allreduce_bytes_per_s == measured.hardware.allreduce_bytes_per_s);
   }
+}
+
+namespace {
+
+// One pipeline of the given stages on nodes n0, n1, ...
+Plan plan_with_stages(const CostModel& cost, const std::vector<Stage>& stages, int microbatches) {
+  Pipeline pipeline;
+  pipeline.stages = stages;
+  for (int n = 0; n <= stages.back().node; ++n) pipeline.nodes.push_back(std::string("n").append(std::to_string(n)));
+  pipeline.template_nodes = static_cast<int>(pipeline.nodes.size());
+  pipeline.microbatches = microbatches;
+  pipeline.iteration_ms = cost.pipeline_ms(stages, microbatches);
+  Plan plan;
+  plan.global_microbatches = microbatches;
+  plan.pipelines_ms = plan.iteration_ms = pipeline.iteration_ms;
+  plan.pipelines.push_back(std::move(pipeline));
+  return plan;
+}
+
+std::vector<OpRecord> ops_of(const IterationResult& r, OpKind kind) {
+  std::vector<OpRecord> out;
+  std::copy_if(r.ops.begin(), r.ops.end(), std::back_inserter(out),
+               [kind](const OpRecord& op) { return op.kind == kind; });
+  return out;
+}
+
+// Two GPUs per node, four layers of F = 2, B = 4 with 16 MiB outputs, M = 3.
+// Node 0 holds stage 0 (layers 0-1) at degree 2; node 1 holds stages 1 and 2
+// (layers 2 and 3) at degree 1 each. The model: each pass of a stage at
+// degree 2 is its compute (F/2, B/2 per layer), then one TP op for all the
+// pass's all-reduces, two per split layer: 2 x 2 AR(16 MiB, 2 GPUs).
+struct TensorParallelCase {
+  static constexpr int M = 3;
+  static constexpr Bytes output = Bytes{1} << 24;
+  Profile profile = profile_of(std::vector<LayerCost>(4, {2, 4}), output, 0.01, Bytes{1} << 20, 2);
+  CostModel cost{profile, M};
+  Plan plan = plan_with_stages(cost, {{0, 2, 2, 0}, {2, 3, 1, 1}, {3, 4, 1, 1}}, M);
+  IterationOptions options;
+  // One ring all-reduce of a layer's output between the two GPUs of a node.
+  double ring = 2.0 * 1 / 2 * static_cast<double>(output) / 100e9 * 1000 + 2 * 1 * 0.01;
+  double pass_allreduce = 2 * 2 * ring;  // two layers, two all-reduces each
+  TensorParallelCase() { options.record_ops = true; }
+};
+
+}  // namespace
+
+TEST_CASE("iteration: a tensor-parallel stage's passes are compute, then one op with the pass's all-reduces") {
+  const TensorParallelCase c;
+  const int M = c.M;
+  const IterationResult r = simulate_iteration(c.cost, c.plan, c.options);
+  const auto forward_tp = ops_of(r, OpKind::tp_allreduce_forward);
+  const auto backward_tp = ops_of(r, OpKind::tp_allreduce_backward);
+  REQUIRE(forward_tp.size() == M);  // one per pass, on stage 0 only
+  REQUIRE(backward_tp.size() == M);
+  const auto forwards = ops_of(r, OpKind::forward);
+  for (const auto& tp : forward_tp) {
+    CHECK(tp.stage == 0);
+    CHECK(tp.end_ms - tp.start_ms == doctest::Approx(c.pass_allreduce));
+    // Right after its forward's compute (F/2 per layer), on the stage's lane.
+    const auto f = std::find_if(forwards.begin(), forwards.end(),
+                                [&](const OpRecord& op) { return op.stage == 0 && op.index == tp.index; });
+    REQUIRE(f != forwards.end());
+    CHECK(f->end_ms - f->start_ms == doctest::Approx(2.0));
+    CHECK(tp.start_ms == f->end_ms);
+  }
+  for (const auto& tp : backward_tp) CHECK(tp.end_ms - tp.start_ms == doctest::Approx(c.pass_allreduce));
+  CHECK(r.stages[0].tp_allreduces_per_pass == 4);
+  CHECK(r.stages[0].tp_allreduce_ms == doctest::Approx(2 * M * c.pass_allreduce));
+  CHECK(r.stages[0].compute_ms == doctest::Approx(M * (2.0 + 4.0)));
+  CHECK(r.stages[1].tp_allreduce_ms == 0);
+  CHECK(r.stages[0].compute_ms + r.stages[0].tp_allreduce_ms + r.stages[0].idle_ms == doctest::Approx(r.iteration_ms));
+
+  // Iteration time as before the split: the same plan at degree 1 with layers
+  // 0-1 costing their degree-2 totals plays exactly the same schedule.
+  Profile totals = c.profile;
+  for (int l : {0, 1}) {
+    totals.layers[l].forward_ms = 1 + 2 * c.ring;
+    totals.layers[l].backward_ms = 2 + 2 * c.ring;
+  }
+  const CostModel totals_cost(totals, M);
+  CHECK(c.cost.stage_forward_ms(0, 2, 2) == totals_cost.stage_forward_ms(0, 2, 1));
+  const Plan flat = plan_with_stages(totals_cost, {{0, 2, 1, 0}, {2, 3, 1, 1}, {3, 4, 1, 1}}, M);
+  const IterationResult before = simulate_iteration(totals_cost, flat, c.options);
+  CHECK(r.iteration_ms == before.iteration_ms);
+  CHECK(r.events == before.events);
+  CHECK(ops_of(before, OpKind::tp_allreduce_forward).empty());  // degree 1: no TP ops
+  CHECK(ops_of(before, OpKind::tp_allreduce_backward).empty());
+  CHECK(before.stages[0].tp_allreduces_per_pass == 0);
+
+  SUBCASE("a layer the profile shows replicated at degree 2 has no all-reduces") {
+    Profile replicated = c.profile;
+    replicated.layers[0].tensor_parallel.push_back({2, 2, 4});  // as fast as at degree 1: computed whole
+    const CostModel replicated_cost(replicated, M);
+    const IterationResult s = simulate_iteration(replicated_cost, c.plan, c.options);
+    CHECK(s.stages[0].tp_allreduces_per_pass == 2);
+    for (const auto& tp : ops_of(s, OpKind::tp_allreduce_forward)) {
+      CHECK(tp.end_ms - tp.start_ms == doctest::Approx(2 * c.ring));
+    }
+    CHECK(s.stages[0].compute_ms == doctest::Approx(M * (2 + 1 + 4 + 2)));
+  }
+}
+
+TEST_CASE("iteration: stages on one node hand over at the intra-node bandwidth") {
+  const TensorParallelCase c;
+  const IterationResult r = simulate_iteration(c.cost, c.plan, c.options);
+  // Stage 0 -> 1 crosses nodes; stages 1 and 2 share node 1.
+  const double inter = static_cast<double>(c.output) / 10e9 * 1000 + 0.01;
+  const double intra = static_cast<double>(c.output) / 100e9 * 1000 + 0.01;
+  CHECK(c.cost.transfer_ms(3, true) == doctest::Approx(intra));
+  for (const auto& send : ops_of(r, OpKind::send_activation)) {
+    CHECK(send.end_ms - send.start_ms == doctest::Approx(send.stage == 0 ? inter : intra));
+  }
+  for (const auto& send : ops_of(r, OpKind::send_gradient)) {
+    CHECK(send.end_ms - send.start_ms == doctest::Approx(send.stage == 1 ? inter : intra));
+  }
+}
+
+TEST_CASE("iteration: the trace names TP all-reduces and links; the summary shows node, degree, TP time") {
+  const TensorParallelCase c;
+  const IterationResult r = simulate_iteration(c.cost, c.plan, c.options);
+  const auto trace = nlohmann::json::parse(chrome_trace_json(r, c.plan, c.profile));
+  int tp_spans = 0, intra_spans = 0, inter_spans = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string name = e["name"];
+    if (name.starts_with("TP all-reduce ")) {
+      ++tp_spans;
+      CHECK(e["tid"] == 0);
+      CHECK(e["args"]["allreduces"] == 4);
+      const std::string microbatch = std::to_string(e["args"]["microbatch"].get<int>());
+      CHECK((name == "TP all-reduce F" + microbatch || name == "TP all-reduce B" + microbatch));
+    } else if (e["args"].contains("link")) {
+      const bool same_node = e["args"]["link"] == "intra-node";
+      ++(same_node ? intra_spans : inter_spans);
+      CHECK(name.ends_with(same_node ? " (intra-node)" : " (inter-node)"));
+    }
+  }
+  CHECK(tp_spans == 2 * c.M);
+  CHECK(intra_spans == 2 * c.M);  // stage 1 -> 2 activations, 2 -> 1 gradients
+  CHECK(inter_spans == 2 * c.M);
+  const auto json = nlohmann::json::parse(iteration_to_json(r, c.plan));
+  CHECK(json["stages"][2]["node"] == "n1");
+  CHECK(json["stages"][2]["node_index"] == 1);
+  CHECK(json["stages"][0]["tp_degree"] == 2);
+  CHECK(json["stages"][0]["tp_allreduces_per_pass"] == 4);
+  CHECK(json["stages"][0]["tp_allreduce_ms"].get<double>() == doctest::Approx(2 * c.M * c.pass_allreduce));
 }

@@ -18,6 +18,8 @@ from .common import InputError, add_measured_iteration_options, read_json, read_
 
 # Chrome-trace threads from this id up are not stages (communication lanes).
 FIRST_NON_STAGE_THREAD = 1000
+# oobleck-sim's ops of a tensor-parallel stage's all-reduces: "TP all-reduce F3".
+TP_ALLREDUCE_PREFIX = "TP all-reduce "
 
 
 def add_arguments(parser):
@@ -48,9 +50,12 @@ def stages(trace_path):
             s = out.setdefault(key, {"name": names.get(key, ""), "forward_ms": 0.0, "backward_ms": 0.0,
                                      "optimizer_ms": 0.0, "start": e["ts"], "end": e["ts"] + e["dur"]})
             ms = e["dur"] / 1000.0
-            if e["name"].startswith("F"):
+            # The simulator shows a tensor-parallel pass as its compute, then
+            # its all-reduces: both are the pass, as a live run measures it.
+            name = e["name"].removeprefix(TP_ALLREDUCE_PREFIX)
+            if name.startswith("F"):
                 s["forward_ms"] += ms
-            elif e["name"].startswith("B"):
+            elif name.startswith("B"):
                 s["backward_ms"] += ms
             elif e["name"] == "optimizer":
                 s["optimizer_ms"] += ms

@@ -115,6 +115,20 @@ class CostModel {
   [[nodiscard]] Milliseconds stage_compute_ms(int begin, int end, int degree) const;
   [[nodiscard]] Milliseconds stage_forward_ms(int begin, int end, int degree) const;
   [[nodiscard]] Milliseconds stage_backward_ms(int begin, int end, int degree) const;
+  // The tensor-parallel all-reduce part of layer_forward_ms / layer_backward_ms
+  // at `degree`; the rest of the pass (total minus this) is compute. The
+  // estimate is two ring all-reduces of the layer's output among the degree's
+  // GPUs over the intra-node link (after attention and after the MLP). With a
+  // measured timing at `degree` it is capped at the measured total, and it is
+  // 0 when neither measured pass is faster than at degree 1: such a layer is
+  // replicated, not split (every GPU computes it whole, nothing to reduce).
+  // 0 at degree 1.
+  [[nodiscard]] Milliseconds layer_forward_allreduce_ms(int layer, int degree) const;
+  [[nodiscard]] Milliseconds layer_backward_allreduce_ms(int layer, int degree) const;
+  // Those summed over layers [begin, end): the all-reduce part of
+  // stage_forward_ms / stage_backward_ms, in O(1).
+  [[nodiscard]] Milliseconds stage_forward_allreduce_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_backward_allreduce_ms(int begin, int end, int degree) const;
   // C_s: send the output of layer `boundary - 1` to the stage starting at `boundary`.
   [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node) const;
   // Memory per GPU of a stage holding `in_flight` microbatches.
@@ -143,10 +157,14 @@ class CostModel {
   const Profile* profile_;
   int microbatches_;
   std::vector<int> degrees_;
-  // Per degree index: prefix sums over layers of forward, backward, both.
+  // Per degree index: prefix sums over layers of forward, backward, both,
+  // and of the tensor-parallel all-reduce parts of forward and backward.
   std::vector<std::vector<double>> forward_prefix_, backward_prefix_, compute_prefix_;
+  std::vector<std::vector<double>> forward_allreduce_prefix_, backward_allreduce_prefix_;
   std::vector<Bytes> state_prefix_, activation_prefix_;
   [[nodiscard]] int degree_index(int degree) const;
+  // The analytic estimate: two all-reduces of the layer's output in the node.
+  [[nodiscard]] Milliseconds output_allreduces_ms(int layer, int degree) const;
 };
 
 // ---------------------------------------------------------------- templates

@@ -22,8 +22,10 @@ class ChromeTrace {
   void sort_process(int pid, int index);
   void name_thread(int pid, int tid, std::string_view name);
   // A span of work on one thread; times are the trace's own milliseconds.
+  // `labels` are args with text values (after the numeric `args`).
   void add_span(std::string_view name, std::string_view category, int pid, int tid, Milliseconds start_ms,
-                Milliseconds end_ms, std::vector<std::pair<std::string, double>> args = {});
+                Milliseconds end_ms, std::vector<std::pair<std::string, double>> args = {},
+                std::vector<std::pair<std::string, std::string>> labels = {});
   // The whole trace, one line of JSON; `about` goes to otherData.
   [[nodiscard]] std::string to_json(const std::vector<std::pair<std::string, Value>>& about) const;
 

@@ -1,5 +1,6 @@
 // One training iteration of a plan, op by op: every microbatch's forward and
-// backward on every stage in 1F1B order, the stage-to-stage transfers on
+// backward on every stage in 1F1B order (with a tensor-parallel stage's
+// all-reduces inside its node after each), the stage-to-stage transfers on
 // their links, the layer-wise gradient all-reduce across the pipelines that
 // hold each layer, and the optimizer step.
 #pragma once
@@ -33,13 +34,24 @@ struct IterationOptions {
   bool tied_embedding = false;
 };
 
-enum class OpKind : std::uint8_t { forward, backward, send_activation, send_gradient, allreduce, optimizer };
+// tp_allreduce_*: a tensor-parallel stage's all-reduces of one forward or
+// backward pass, among its GPUs, right after the pass's compute.
+enum class OpKind : std::uint8_t {
+  forward,
+  backward,
+  send_activation,
+  send_gradient,
+  allreduce,
+  optimizer,
+  tp_allreduce_forward,
+  tp_allreduce_backward
+};
 
 struct OpRecord {
   OpKind kind = OpKind::forward;
   int pipeline = 0;
-  int stage = 0;       // the sender for sends; -1 for all-reduces
-  int index = 0;       // microbatch, or layer for all-reduces
+  int stage = 0;       // the sender for sends; -1 for (gradient) all-reduces
+  int index = 0;       // microbatch, or layer for (gradient) all-reduces
   Milliseconds start_ms = 0;
   Milliseconds end_ms = 0;
 };
@@ -48,9 +60,14 @@ struct StageTimes {
   int pipeline = 0;
   int stage = 0;
   std::string node;
-  int gpus = 1;
+  int node_index = 0;             // the node's position in the pipeline (Stage::node)
+  int gpus = 1;                   // the tensor-parallel degree
   int microbatches = 0;
-  Milliseconds compute_ms = 0;    // forward and backward work
+  // All-reduces per forward (and per backward) pass: two per layer split
+  // over the GPUs; 0 at degree 1 or when every layer is replicated.
+  int tp_allreduces_per_pass = 0;
+  Milliseconds compute_ms = 0;        // forward and backward work, the tensor-parallel all-reduces aside
+  Milliseconds tp_allreduce_ms = 0;   // the tensor-parallel all-reduces of all its passes
   Milliseconds optimizer_ms = 0;
   Milliseconds idle_ms = 0;       // the rest of the iteration
   Milliseconds finished_ms = 0;   // its optimizer step ends
@@ -69,12 +86,16 @@ struct IterationResult {
 [[nodiscard]] IterationResult simulate_iteration(const CostModel& cost, const Plan& plan,
                                                  const IterationOptions& options = {});
 
-// {"iteration_ms", "last_backward_ms", "sync_exposed_ms", "planner_iteration_ms", "stages": [...]}.
+// {"iteration_ms", "last_backward_ms", "sync_exposed_ms", "planner_iteration_ms", "stages": [...]}; per
+// stage its node (name and node_index), gpus = tp_degree, and busy time as
+// compute_ms + tp_allreduce_ms + optimizer_ms.
 [[nodiscard]] std::string iteration_to_json(const IterationResult& result, const Plan& plan);
 
 // Chrome trace event format (Perfetto opens it): one process per pipeline,
-// one thread per stage, a thread per pipeline for its sends, one process for
-// the all-reduces. Needs the ops recorded.
+// one thread per stage (passes, "TP all-reduce F<m>"/"B<m>", optimizer), a
+// thread per link direction for its sends (each saying "intra-node" or
+// "inter-node"), one process for the gradient all-reduces. Needs the ops
+// recorded.
 [[nodiscard]] std::string chrome_trace_json(const IterationResult& result, const Plan& plan, const Profile& profile);
 
 }  // namespace oobleck::sim
