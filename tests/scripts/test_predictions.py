@@ -60,6 +60,27 @@ def test_compare_run_sim_counts_tensor_parallel_all_reduces_in_the_passes(tmp_pa
     assert result.stdout.splitlines()[2].split()[-3:] == ["36.00", "45.00", "-20.0%"]
 
 
+def test_compare_run_sim_reads_a_live_trace_of_two_gpu_nodes(tmp_path):
+    # oobleck-run on 2-GPU nodes: a thread per worker (stage * 2 + shard);
+    # stage 1 has degree 2 and its all-reduces are drawn nested inside its
+    # passes. Shard 0 stands for the stage; nested spans are not added again.
+    paths, metrics = inputs(tmp_path, predicted_ms=110.0)
+    events = []
+    for tid, passes in [(0, [("F0", 0, 10), ("B0", 10, 20)]),
+                        (2, [("F0", 0, 15), ("TP all-reduce F0", 5, 3), ("B0", 15, 30), ("TP all-reduce B0", 20, 3)]),
+                        (3, [("F0", 0, 99), ("B0", 99, 99)])]:
+        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": f"worker {tid}"}})
+        for name, ts, dur in passes:
+            events.append({"ph": "X", "name": name, "pid": 0, "tid": tid, "ts": ts * 1000, "dur": dur * 1000})
+    paths["live_trace"].write_text(json.dumps({"traceEvents": events,
+                                               "otherData": {"source": "oobleck-run", "gpus_per_node": 2}}))
+    result = run_tools("compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].split()[-3:] == ["30.00", "30.00", "+0.0%"]
+    assert lines[2].split()[-3:] == ["36.00", "45.00", "-20.0%"]
+
+
 def test_compare_run_sim_max_error(tmp_path):
     paths, metrics = inputs(tmp_path, predicted_ms=110.0)
     args = ["compare-run-sim", paths["sim"], paths["sim_trace"], paths["live_trace"], metrics]

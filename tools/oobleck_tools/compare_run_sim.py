@@ -32,12 +32,24 @@ def add_arguments(parser):
 
 
 def stages(trace_path):
-    """(pid, tid) -> that stage's forward, backward and optimizer time in a
-    Chrome trace."""
+    """(pid, stage) -> that stage's forward, backward and optimizer time in a
+    Chrome trace.
+
+    oobleck-sim gives each stage one thread and shows a tensor-parallel pass
+    as its compute followed by its all-reduces. oobleck-run gives each worker
+    one thread, stage * gpus_per_node + shard, and its passes already contain
+    their all-reduces (drawn nested inside them): shard 0 stands for its stage
+    and the nested spans are not counted twice."""
     doc = read_json(trace_path)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise InputError(f"{trace_path}: no traceEvents list")
+    about = doc.get("otherData", {}) if isinstance(doc, dict) else {}
+    live = isinstance(about, dict) and about.get("source") == "oobleck-run"
+    gpus = about.get("gpus_per_node", 1) if live else 1
+    if not isinstance(gpus, (int, float)) or gpus < 1 or gpus != int(gpus):
+        raise InputError(f"{trace_path}: otherData.gpus_per_node: expected a positive integer, got {gpus!r}")
+    gpus = int(gpus)
     names, out = {}, {}
     try:
         for index, e in enumerate(events):
@@ -46,12 +58,14 @@ def stages(trace_path):
         for index, e in enumerate(events):
             if e.get("ph") != "X" or e.get("tid", 0) >= FIRST_NON_STAGE_THREAD:
                 continue
-            key = (e["pid"], e["tid"])
-            s = out.setdefault(key, {"name": names.get(key, ""), "forward_ms": 0.0, "backward_ms": 0.0,
+            if e["tid"] % gpus != 0:
+                continue
+            if live and e["name"].startswith(TP_ALLREDUCE_PREFIX):
+                continue
+            key = (e["pid"], e["tid"] // gpus)
+            s = out.setdefault(key, {"name": names.get((e["pid"], e["tid"]), ""), "forward_ms": 0.0, "backward_ms": 0.0,
                                      "optimizer_ms": 0.0, "start": e["ts"], "end": e["ts"] + e["dur"]})
             ms = e["dur"] / 1000.0
-            # The simulator shows a tensor-parallel pass as its compute, then
-            # its all-reduces: both are the pass, as a live run measures it.
             name = e["name"].removeprefix(TP_ALLREDUCE_PREFIX)
             if name.startswith("F"):
                 s["forward_ms"] += ms

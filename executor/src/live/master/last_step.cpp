@@ -50,7 +50,8 @@ LastStepReport last_step_report(const Plan& plan, int gpus_per_node,
                   t.tensor_parallel_ms, t.wait_ms, t.sync_ms, t.optimizer_ms);
     summary << line;
   }
-  return {trace.to_json({{"iteration_ms", iteration_ms}, {"source", std::string("oobleck-run")}}), summary.str()};
+  return {trace.to_json({{"iteration_ms", iteration_ms}, {"source", std::string("oobleck-run")},
+                        {"gpus_per_node", static_cast<double>(gpus_per_node)}}), summary.str()};
 }
 
 }  // namespace oobleck::executor
