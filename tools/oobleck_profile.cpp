@@ -57,7 +57,13 @@ CLI::App* add_measure(CLI::App& app, MeasureFlags& f) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--device", f.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--dtype", f.dtype, "fp32 (default) or bf16 (CUDA)")->check(CLI::IsMember({"fp32", "bf16"}));
-  cmd->add_option("--threads", f.measure.threads, "Intra-op threads (default: every core)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", f.measure.threads,
+                  "Intra-op threads per worker (default: every core, shared out among --gpus-per-node)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--gpus-per-node", f.measure.gpus_per_node,
+                  "A node of G GPUs (CPU: G worker processes): also time every layer at each tensor-parallel "
+                  "degree dividing G")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--repeats", f.measure.repeats, "Timed runs per layer (the median is kept)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", f.measure.seed, "Weights and inputs");
@@ -88,6 +94,10 @@ void print_measurement(const Measurement& m, const ModelConfig& model, const Mea
     std::printf("  layers summed: %.2f + %.2f ms; whole model: does not fit, not timed\n", m.layers_forward_ms,
                 m.layers_backward_ms);
   }
+  for (const DegreeSums& d : m.node_degrees) {
+    std::printf("  layers summed with the node's %d workers busy, degree %d: %.2f + %.2f ms\n",
+                m.profile.hardware.gpus_per_node, d.degree, d.forward_ms, d.backward_ms);
+  }
   if (m.links_measured) {
     std::printf("  links between two processes (Gloo): %.2f GB/s, %.3f ms one way; all-reduce %.2f GB/s, %.3f ms\n",
                 m.p2p_bytes_per_s / 1e9, m.p2p_latency_ms, m.allreduce_bytes_per_s / 1e9, m.allreduce_latency_ms);
@@ -104,7 +114,8 @@ int run_measure(const MeasureFlags& f) {
   if (f.inter > 0) measure.inter_node_bytes_per_s = f.inter;
   if (f.latency >= 0) measure.latency_ms = f.latency;
   if (f.memory > 0) measure.memory_bytes = f.memory;
-  if (!f.no_links) measure.link_program = std::filesystem::read_symlink("/proc/self/exe").string();
+  measure.program = std::filesystem::read_symlink("/proc/self/exe").string();
+  measure.measure_links = !f.no_links;
   const auto start = std::chrono::steady_clock::now();
   const Measurement m = measure_profile(
       measure, [](std::string_view line) { std::cerr << "oobleck-profile: measuring " << line << "\n"; });
@@ -238,14 +249,21 @@ int main(int argc, char** argv) {
   const auto* measure_cmd = add_measure(app, measure_flags);
   add_analytic(app, analytic_flags);
   const auto* compare_cmd = add_compare(app, compare_flags);
-  int peer_port = 0;
+  int peer_port = 0, node_rank = 0;
   auto* peer_cmd = app.add_subcommand("comm-peer", "(internal) the second process of the link measurement");
   peer_cmd->add_option("--port", peer_port)->required()->check(CLI::Range(1, 65535));
   peer_cmd->group("");  // not listed in --help
+  auto* node_cmd = app.add_subcommand("node-peer", "(internal) another worker of a node's measurement");
+  node_cmd->add_option("--port", peer_port)->required()->check(CLI::Range(1, 65535));
+  node_cmd->add_option("--rank", node_rank)->required()->check(CLI::Range(1, 63));
+  node_cmd->group("");
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
   if (*peer_cmd)
     return cli::run_reporting_errors("oobleck-profile comm-peer", [&] { return run_comm_peer(peer_port); });
+  if (*node_cmd) {
+    return cli::run_reporting_errors("oobleck-profile node-peer", [&] { return run_node_peer(peer_port, node_rank); });
+  }
   return cli::run_reporting_errors("oobleck-profile", [&]() -> int {
     if (*compare_cmd) return run_compare(compare_flags);
     if (*measure_cmd) return run_measure(measure_flags);

@@ -44,10 +44,18 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   }
   state_prefix_.assign(count + 1, 0);
   activation_prefix_.assign(count + 1, 0);
+  replicated_state_prefix_.assign(degrees_.size(), std::vector<Bytes>(count + 1, 0));
+  replicated_activation_prefix_ = replicated_state_prefix_;
   for (int l = 0; l < count; ++l) {
     const auto& layer = profile.layers[l];
     state_prefix_[l + 1] = state_prefix_[l] + layer.param_bytes + layer.optimizer_bytes;
     activation_prefix_[l + 1] = activation_prefix_[l] + layer.activation_bytes;
+    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+      const bool whole = layer_replicated(l, degrees_[d]);
+      replicated_state_prefix_[d][l + 1] =
+          replicated_state_prefix_[d][l] + (whole ? layer.param_bytes + layer.optimizer_bytes : 0);
+      replicated_activation_prefix_[d][l + 1] = replicated_activation_prefix_[d][l] + (whole ? layer.activation_bytes : 0);
+    }
   }
 }
 
@@ -82,6 +90,13 @@ bool replicated(const LayerProfile& layer, const TensorParallelTiming& timing) {
   return timing.forward_ms >= layer.forward_ms && timing.backward_ms >= layer.backward_ms;
 }
 }  // namespace
+
+bool CostModel::layer_replicated(int layer, int degree) const {
+  if (degree == 1) return false;
+  const auto& l = profile_->layers[layer];
+  const auto* m = measured(l, degree);
+  return m != nullptr && replicated(l, *m);
+}
 
 Milliseconds CostModel::output_allreduces_ms(int layer, int degree) const {
   return 2 * allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree,
@@ -153,19 +168,34 @@ Milliseconds CostModel::transfer_ms(int boundary, bool same_node) const {
   return bytes / (same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s) * 1000.0 + hw.latency_ms;
 }
 
+// Every GPU of the stage holds 1/degree of the split layers and all of the
+// replicated ones, so the GPUs together hold split + degree x replicated,
+// and each GPU that divided by degree (the same for all of them).
+std::pair<Bytes, Bytes> CostModel::stage_held_bytes(int begin, int end, int degree) const {
+  const auto d = static_cast<std::size_t>(degree_index(degree));
+  const Bytes replicated_state = replicated_state_prefix_[d][end] - replicated_state_prefix_[d][begin];
+  const Bytes replicated_activation = replicated_activation_prefix_[d][end] - replicated_activation_prefix_[d][begin];
+  return {state_prefix_[end] - state_prefix_[begin] + (degree - 1) * replicated_state,
+          activation_prefix_[end] - activation_prefix_[begin] + (degree - 1) * replicated_activation};
+}
+
+Bytes CostModel::stage_state_bytes_per_gpu(int begin, int end, int degree) const {
+  const Bytes held = stage_held_bytes(begin, end, degree).first;
+  return (held + degree - 1) / degree;
+}
+
 Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight) const {
+  const auto [state, activation] = stage_held_bytes(begin, end, degree);
   // In long double: in_flight x activations can pass 2^63 for absurd M.
-  const long double total = static_cast<long double>(state_prefix_[end] - state_prefix_[begin]) +
-                            static_cast<long double>(in_flight) *
-                                static_cast<long double>(activation_prefix_[end] - activation_prefix_[begin]);
+  const long double total =
+      static_cast<long double>(state) + static_cast<long double>(in_flight) * static_cast<long double>(activation);
   const long double per_gpu = std::ceil(total / degree);
   return per_gpu >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<Bytes>(per_gpu);
 }
 
 int CostModel::stage_max_in_flight(int begin, int end, int degree) const {
   const Bytes capacity = static_cast<Bytes>(degree) * profile_->hardware.gpu_memory_bytes;
-  const Bytes state = state_prefix_[end] - state_prefix_[begin];
-  const Bytes activation = activation_prefix_[end] - activation_prefix_[begin];
+  const auto [state, activation] = stage_held_bytes(begin, end, degree);
   if (state > capacity) return 0;
   if (activation == 0) return INT_MAX;
   return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - state) / activation));

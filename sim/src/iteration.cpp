@@ -134,7 +134,8 @@ class IterationModel {
       set_tensor_parallel(state);
       if (options_.optimizer_bytes_per_s > 0) {
         // Reads and writes the stage's weights and optimizer state once.
-        state.optimizer_ms = 2.0 * static_cast<double>(cost_.state_bytes(st.layer_begin, st.layer_end)) / st.gpus /
+        state.optimizer_ms = 2.0 *
+                             static_cast<double>(cost_.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus)) /
                              options_.optimizer_bytes_per_s * 1000.0;
       }
       state.order = one_f_one_b(s, S, M);

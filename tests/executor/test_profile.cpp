@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "oobleck/executor/analytic.h"
@@ -168,6 +169,69 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
   const auto no_folder = s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
                                s.str("missing/x.json"));
   CHECK(no_folder.status == 2);
+  CHECK_FALSE(std::filesystem::exists(s.path("x.json")));
+}
+
+TEST_CASE("profile: a node of 2 GPUs is measured by 2 worker processes at every degree") {
+  oobleck::test::Scratch s(OOBLECK_PROFILE_BINARY);
+  // gpt-tiny has 4 heads: degrees 1 and 2 of a 2-GPU node split it.
+  const auto measured = s.run("measure --model gpt-tiny --microbatch-size 2 --seq-len 16 --threads 1 --repeats 2 "
+                              "--gpus-per-node 2 --no-links --out " + s.str("node.json"));
+  REQUIRE(measured.status == 0);
+  CHECK(measured.out.find("the node's 2 workers busy, degree 2") != std::string::npos);
+  CHECK(s.run_program("pgrep", "-f 'oobleck-profile [n]ode-peer'").status == 1);  // no process left
+  const Profile p = parse_profile(s.read("node.json"), "node.json");
+  CHECK(p.hardware.gpus_per_node == 2);
+  CHECK(p.hardware.name.find("2 workers of 1 thread") != std::string::npos);
+  const auto doc = nlohmann::json::parse(s.read("node.json"));
+  const auto& degrees = doc["node_layers_sum"]["degrees"];
+  REQUIRE(degrees.size() == 2);
+  double forward[2] = {0, 0}, backward[2] = {0, 0};
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    CAPTURE(i);
+    const LayerProfile& l = p.layers[i];
+    REQUIRE(l.tensor_parallel.size() == 1);
+    const TensorParallelTiming& t = l.tensor_parallel[0];
+    CHECK(t.degree == 2);
+    CHECK(t.forward_ms > 0);
+    CHECK(t.backward_ms > 0);
+    if (i == 0 || i + 1 == p.layers.size()) {  // replicated: degree 1's work, degree 1's times
+      CHECK(t.forward_ms == l.forward_ms);
+      CHECK(t.backward_ms == l.backward_ms);
+    }
+    forward[0] += l.forward_ms;
+    backward[0] += l.backward_ms;
+    forward[1] += t.forward_ms;
+    backward[1] += t.backward_ms;
+  }
+  for (int d = 0; d < 2; ++d) {
+    CHECK(degrees[d]["degree"] == d + 1);
+    CHECK(degrees[d]["forward_ms"].get<double>() == doctest::Approx(forward[d]));
+    CHECK(degrees[d]["backward_ms"].get<double>() == doctest::Approx(backward[d]));
+  }
+  // The planner takes it and lays stages over both GPUs of every node.
+  const auto plan = s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + s.str("node.json") +
+                                                           " --nodes 3 --fault-tolerance 1 --global-microbatches 4 "
+                                                           "--json " + s.str("plan.json"));
+  REQUIRE(plan.status == 0);
+  for (const auto& pipeline : nlohmann::json::parse(s.read("plan.json"))["pipelines"]) {
+    std::map<int, int> gpus;
+    for (const auto& stage : pipeline["stages"]) gpus[stage["node"].get<int>()] += stage["gpus"].get<int>();
+    for (const auto& [node, count] : gpus) CHECK(count == 2);
+  }
+  // A degree that does not divide the heads is left out, and said so.
+  const auto three = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --threads 1 --repeats 1 "
+                           "--gpus-per-node 3 --no-links --out " + s.str("three.json"));
+  REQUIRE(three.status == 0);
+  const Profile p3 = parse_profile(s.read("three.json"), "three.json");
+  CHECK(p3.hardware.gpus_per_node == 3);
+  for (const auto& l : p3.layers) CHECK(l.tensor_parallel.empty());
+  CHECK(s.read("three.json").find("degree 3 not measured: it does not divide the model's 4 heads") !=
+        std::string::npos);
+  const auto zero = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --gpus-per-node 0 --out " +
+                          s.str("x.json"));
+  CHECK(zero.status == 2);
+  CHECK(zero.err.find("--gpus-per-node") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(s.path("x.json")));
 }
 

@@ -1,6 +1,7 @@
 // The cost model's formulas on hand-computed cases.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <type_traits>
 
 #include "oobleck/planner.h"
@@ -101,6 +102,43 @@ TEST_CASE("tensor parallelism: the all-reduce part of a pass, and compute the re
   const double compute2 = 3.0 + 1.5 + 0.0 + 3.5 + 3.0;  // layers 0..4 forward at degree 2, all-reduces aside
   CHECK(cost.stage_forward_ms(0, 5, 2) - cost.stage_forward_allreduce_ms(0, 5, 2) == doctest::Approx(compute2));
   CHECK(cost.stage_forward_allreduce_ms(0, 5, 2) == doctest::Approx(2 * ring + 0.05));
+}
+
+TEST_CASE("tensor parallelism: replicated layers are held whole by every GPU of their stage") {
+  // Four layers, state 1000 and activations 100 bytes each, 4 GPUs per node
+  // with 2000 bytes each. Layer 0 is replicated at degrees 2 and 4 (measured
+  // no faster), layer 3 only at 4; layers 1 and 2 are split.
+  Profile profile = test::uniform_profile(4, 4, 3.0, 6.0, 1000, 100, 2000);
+  for (int t : {2, 4}) profile.layers[0].tensor_parallel.push_back({t, 3.0, 6.0});
+  profile.layers[3].tensor_parallel.push_back({2, 1.0, 2.0});
+  profile.layers[3].tensor_parallel.push_back({4, 3.0, 6.0});
+  const CostModel cost(profile, 4);
+  CHECK_FALSE(cost.layer_replicated(0, 1));
+  CHECK(cost.layer_replicated(0, 2));
+  CHECK_FALSE(cost.layer_replicated(1, 2));
+  CHECK_FALSE(cost.layer_replicated(3, 2));
+  CHECK(cost.layer_replicated(3, 4));
+  // Brute force: per GPU, each layer's bytes whole or divided by the degree.
+  for (int t : cost.degrees()) {
+    for (int begin = 0; begin < 4; ++begin) {
+      for (int end = begin + 1; end <= 4; ++end) {
+        for (int in_flight : {1, 3}) {
+          double per_gpu = 0, state = 0;
+          for (int l = begin; l < end; ++l) {
+            const double share = cost.layer_replicated(l, t) ? 1.0 : 1.0 / t;
+            per_gpu += (1000 + in_flight * 100) * share;
+            state += 1000 * share;
+          }
+          CHECK(cost.stage_memory_bytes(begin, end, t, in_flight) == static_cast<Bytes>(std::ceil(per_gpu - 1e-9)));
+          CHECK(cost.stage_state_bytes_per_gpu(begin, end, t) == static_cast<Bytes>(std::ceil(state - 1e-9)));
+          CHECK(cost.stage_fits(begin, end, t, in_flight) == (per_gpu <= 2000 + 1e-9));
+        }
+      }
+    }
+  }
+  // Layers 0-1 at degree 2: 1000 + 500 bytes of state per GPU, 150 per
+  // microbatch: 3 in flight fit in 2000 bytes, 4 do not.
+  CHECK(cost.stage_max_in_flight(0, 2, 2) == 3);
 }
 
 // The cost model refers to its profile: a temporary would dangle.

@@ -134,6 +134,22 @@ def test_step_times_pools_runs_by_label_and_prints_ratios(tmp_path):
     assert "150.00 ms over   2 steps   ratio  1.500" in lines[1]
 
 
+def test_step_times_puts_predictions_beside_the_medians(tmp_path):
+    metrics = write_lines(tmp_path / "a.jsonl", [step_line(s, 3.0, iteration_ms=ms)
+                                                 for s, ms in enumerate([900.0, 800.0, 100.0, 100.0])])
+    sim = tmp_path / "sim.json"
+    sim.write_text(json.dumps({"iteration_ms": 110.0}))
+    out = tmp_path / "table.json"
+    result = run_tools("step-times", f"one={metrics}", "--predicted", f"one={sim}", "--json", out)
+    assert result.returncode == 0, result.stderr
+    assert "predicted    110.00 ms (+10.0 %)" in result.stdout
+    row = json.loads(out.read_text())["runs"][0]
+    assert row["predicted_ms"] == 110.0 and abs(row["relative_error"] - 0.1) < 1e-12
+    result = run_tools("step-times", f"one={metrics}", "--predicted", f"two={sim}")
+    assert result.returncode == 2 and "no runs labelled two" in result.stderr
+    assert_no_traceback(result)
+
+
 def test_step_times_refuses_a_run_without_a_label(tmp_path):
     result = run_tools("step-times", tmp_path / "x.jsonl")
     assert result.returncode == 2

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "model/host_memory.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/train.h"
@@ -43,6 +44,7 @@ void apply_profile(TrainOptions& options, const Profile& profile, const std::str
 
 std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,
                                               int global_microbatches) {
+  keep_freed_host_memory();
   torch::manual_seed(o.seed);
   // The model as one pipeline stage holding every layer, the tied weight's
   // two copies kept equal as the workers keep them.

@@ -1,9 +1,7 @@
 #include "oobleck/executor/links.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
@@ -13,7 +11,7 @@
 #include <chrono>
 #include <cmath>
 
-extern char** environ;
+#include "profile/helper_processes.h"
 
 namespace oobleck::executor {
 namespace {
@@ -103,31 +101,15 @@ LinkMeasurement measure_local_links(const std::string& program, const Progress& 
   options.timeout = std::chrono::seconds(60);
   auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
   const std::string port = std::to_string(store->getPort());
-  std::vector<std::string> args = {program, "comm-peer", "--port", port};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t child = 0;
-  if (posix_spawn(&child, program.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("cannot start " + program + " for the link measurement");
-  }
+  HelperProcesses peer(program);
+  peer.start({"comm-peer", "--port", port}, "the link measurement");
   if (progress) progress("links: point-to-point and all-reduce with a second process (port " + port + ")");
   LinkMeasurement out;
-  try {
-    auto group = connect(0, store->getPort(), store);
-    const auto [p2p, allreduce] = exchange(*group, 0);
-    out.point_to_point = fit(p2p);
-    out.allreduce = fit(allreduce);
-  } catch (...) {
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-    throw;
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw std::runtime_error("the link measurement's second process failed");
-  }
+  auto group = connect(0, store->getPort(), store);
+  const auto [p2p, allreduce] = exchange(*group, 0);
+  out.point_to_point = fit(p2p);
+  out.allreduce = fit(allreduce);
+  peer.wait("the link measurement");
   return out;
 }
 

@@ -7,15 +7,20 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "model/autocast.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/profiler.h"
+#include "model/host_memory.h"
 #include "profile/bench.h"
+#include "profile/node.h"
 
 #ifdef OOBLECK_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -61,6 +66,14 @@ void check_options(const MeasureOptions& options) {
   if (cuda && !torch::cuda::is_available()) throw InputError("--device cuda: no CUDA device is available here");
   if (options.dtype != "fp32" && options.dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16");
   if (options.dtype == "bf16" && !cuda) throw InputError("--dtype bf16: only on CUDA; the CPU profile is fp32");
+  if (options.gpus_per_node < 1 || options.gpus_per_node > 64) {
+    throw InputError("--gpus-per-node: expected 1 to 64, got " + std::to_string(options.gpus_per_node));
+  }
+  if (options.gpus_per_node > 1 && cuda) {
+    throw InputError("--gpus-per-node " + std::to_string(options.gpus_per_node) +
+                     " with --device cuda: a node of several GPUs is measured on CPU only (as that many worker "
+                     "processes); on CUDA, measure one GPU and let the planner derive tensor-parallel times");
+  }
 }
 
 // What the measurement ran on and when.
@@ -93,10 +106,14 @@ void record_links(Measurement& out, const LinkMeasurement& links) {
 void describe_hardware(Measurement& out, const MeasureOptions& options) {
   const bool cuda = options.device == "cuda";
   Hardware& hw = out.profile.hardware;
-  hw.name = out.device_name + (cuda ? "" : " (" + std::to_string(out.threads) + " threads)");
-  hw.gpus_per_node = 1;  // one worker per node on CPU; per GPU on CUDA
+  const int gpus = options.gpus_per_node;
+  const std::string threads = std::to_string(out.threads) + (out.threads == 1 ? " thread" : " threads");
+  hw.name = out.device_name + (cuda        ? ""
+                               : gpus == 1 ? " (" + threads + ")"
+                                           : " (" + std::to_string(gpus) + " workers of " + threads + ")");
+  hw.gpus_per_node = gpus;  // on CPU, a worker process each
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  Bytes device_memory = static_cast<Bytes>(pages) * page;
+  Bytes device_memory = static_cast<Bytes>(pages) * page / gpus;
 #ifdef OOBLECK_WITH_CUDA
   if (cuda) {
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -105,9 +122,9 @@ void describe_hardware(Measurement& out, const MeasureOptions& options) {
   }
 #endif
   hw.gpu_memory_bytes = options.memory_bytes.value_or(device_memory);
-  // Local processes stand for the nodes of a one-machine cluster: their
-  // measured link is the link between nodes (and, with one worker per
-  // node, inside one too). Given values win.
+  // Local processes stand for the nodes of a one-machine cluster and for
+  // the GPUs of each: their measured link is the link between nodes and
+  // inside one. Given values win.
   const double link = out.links_measured ? out.p2p_bytes_per_s : 1.25e9;
   hw.intra_node_bytes_per_s = options.intra_node_bytes_per_s.value_or(link);
   hw.inter_node_bytes_per_s = options.inter_node_bytes_per_s.value_or(link);
@@ -123,10 +140,49 @@ void describe_hardware(Measurement& out, const MeasureOptions& options) {
   }
 }
 
+// The node's measurement into the profile: degree-1 times with the node
+// busy replace those measured alone; the others become each layer's
+// tensor_parallel entries.
+void record_node(Measurement& out, const std::vector<NodeDegreeTimes>& degrees, const MeasureOptions& options) {
+  for (const NodeDegreeTimes& d : degrees) {
+    DegreeSums sums{d.degree, 0, 0};
+    for (std::size_t i = 0; i < d.layers.size(); ++i) {
+      const auto [forward_ms, backward_ms] = d.layers[i];
+      LayerProfile& layer = out.profile.layers[i];
+      if (d.degree == 1) {
+        layer.forward_ms = forward_ms;
+        layer.backward_ms = backward_ms;
+      } else {
+        layer.tensor_parallel.push_back({d.degree, forward_ms, backward_ms});
+      }
+      sums.forward_ms += forward_ms;
+      sums.backward_ms += backward_ms;
+    }
+    out.node_degrees.push_back(sums);
+  }
+  for (int degree = 2; degree <= options.gpus_per_node; ++degree) {
+    if (options.gpus_per_node % degree == 0 && options.model.heads % degree != 0) {
+      out.profile.notes.push_back("tensor_parallel: degree " + std::to_string(degree) + " not measured: it does not divide the model's " +
+                                  std::to_string(options.model.heads) + " heads");
+    }
+  }
+  out.profile.notes.push_back(
+      "times: measured with the node's " + std::to_string(options.gpus_per_node) + " worker processes (" +
+      std::to_string(out.threads) + (out.threads == 1 ? " thread" : " threads") +
+      " each) all busy, at every tensor-parallel degree dividing it (Gloo all-reduces between them); the "
+      "embedding and the LM head are replicated, so their tensor_parallel entries repeat degree 1's");
+}
+
 }  // namespace
 
-Measurement measure_profile(const MeasureOptions& options, const Progress& progress) {
-  check_options(options);
+Measurement measure_profile(const MeasureOptions& given, const Progress& progress) {
+  check_options(given);
+  keep_freed_host_memory();
+  MeasureOptions options = given;
+  // On CPU a node's workers share the cores.
+  if (options.threads == 0 && options.gpus_per_node > 1) {
+    options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options.gpus_per_node);
+  }
   const CudaAutocast autocast(options.dtype == "bf16");
   if (options.threads > 0) torch::set_num_threads(options.threads);
   Measurement out = describe_run(options.device == "cuda");
@@ -155,7 +211,10 @@ Measurement measure_profile(const MeasureOptions& options, const Progress& progr
   }
   report("device peak");
   bench.time_device_peak(out);
-  if (!options.link_program.empty()) record_links(out, measure_local_links(options.link_program, progress));
+  if (!options.program.empty() && options.measure_links) {
+    record_links(out, measure_local_links(options.program, progress));
+  }
+  if (options.gpus_per_node > 1) record_node(out, measure_node(options, progress), options);
   describe_hardware(out, options);
   return out;
 }
@@ -177,6 +236,15 @@ std::string measurement_to_json(const Measurement& m) {
   doc["date"] = m.date;
   if (whole > 0) doc["whole_model"] = {{"forward_ms", m.whole_forward_ms}, {"backward_ms", m.whole_backward_ms}};
   doc["layers_sum"] = {{"forward_ms", m.layers_forward_ms}, {"backward_ms", m.layers_backward_ms}};
+  if (!m.node_degrees.empty()) {
+    auto degrees = nlohmann::ordered_json::array();
+    for (const DegreeSums& d : m.node_degrees) {
+      degrees.push_back({{"degree", d.degree}, {"forward_ms", d.forward_ms}, {"backward_ms", d.backward_ms}});
+    }
+    doc["node_layers_sum"] = {{"workers", m.profile.hardware.gpus_per_node},
+                              {"threads_per_worker", m.threads},
+                              {"degrees", std::move(degrees)}};
+  }
   if (whole > 0) doc["gap"] = layers_gap(m);
   doc["measured"] = {{"gemm_flops_per_s", m.gemm_flops_per_s}, {"copy_bytes_per_s", m.stream_bytes_per_s}};
   if (m.links_measured) {

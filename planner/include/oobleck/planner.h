@@ -131,6 +131,11 @@ class CostModel {
   [[nodiscard]] Milliseconds stage_backward_allreduce_ms(int begin, int end, int degree) const;
   // C_s: send the output of layer `boundary - 1` to the stage starting at `boundary`.
   [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node) const;
+  // Whether every GPU of a stage at `degree` holds the layer whole: a layer
+  // whose measured timing at `degree` is no faster than at degree 1 (above).
+  // Its state and activations are not divided among the GPUs; the other
+  // layers' are. Without a measurement a layer is split.
+  [[nodiscard]] bool layer_replicated(int layer, int degree) const;
   // Memory per GPU of a stage holding `in_flight` microbatches.
   [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight) const;
   [[nodiscard]] bool stage_fits(int begin, int end, int degree, int in_flight) const;
@@ -139,6 +144,9 @@ class CostModel {
   // Weights plus optimizer state: what a state copy moves.
   [[nodiscard]] Bytes layer_state_bytes(int layer) const { return state_bytes(layer, layer + 1); }
   [[nodiscard]] Bytes state_bytes(int begin, int end) const { return state_prefix_[end] - state_prefix_[begin]; }
+  // Weights plus optimizer state on each GPU of a stage at `degree`: what
+  // its optimizer step reads and writes.
+  [[nodiscard]] Bytes stage_state_bytes_per_gpu(int begin, int end, int degree) const;
   // Exposed gradient synchronisation across `pipelines` replicas.
   [[nodiscard]] Milliseconds gradient_sync_ms(int pipelines) const;
   // Ring all-reduce of `bytes` among `ranks` over links of `bytes_per_s`.
@@ -162,7 +170,13 @@ class CostModel {
   std::vector<std::vector<double>> forward_prefix_, backward_prefix_, compute_prefix_;
   std::vector<std::vector<double>> forward_allreduce_prefix_, backward_allreduce_prefix_;
   std::vector<Bytes> state_prefix_, activation_prefix_;
+  // Per degree index: prefix sums of the replicated layers' state and
+  // activations (counted once more per GPU beyond the first, see below).
+  std::vector<std::vector<Bytes>> replicated_state_prefix_, replicated_activation_prefix_;
   [[nodiscard]] int degree_index(int degree) const;
+  // A stage's state and activations as `degree` GPUs hold them together:
+  // split layers once, replicated ones `degree` times.
+  [[nodiscard]] std::pair<Bytes, Bytes> stage_held_bytes(int begin, int end, int degree) const;
   // The analytic estimate: two all-reduces of the layer's output in the node.
   [[nodiscard]] Milliseconds output_allreduces_ms(int layer, int degree) const;
 };

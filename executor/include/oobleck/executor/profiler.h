@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "oobleck/executor/model_config.h"
 #include "oobleck/planner.h"
@@ -25,15 +26,30 @@ struct MeasureOptions {
   std::optional<double> intra_node_bytes_per_s, inter_node_bytes_per_s;
   std::optional<Milliseconds> latency_ms;
   std::optional<Bytes> memory_bytes;  // per GPU; on CPU the machine's memory
-  // Measure point-to-point and all-reduce among two local processes with
-  // this program (it must accept `comm-peer --port P`); empty: skip.
-  std::string link_program;
+  // A node of this many GPUs. Above 1 (CPU only), as many local worker
+  // processes of `threads` threads each (0: the cores shared out) measure
+  // every layer at every tensor-parallel degree dividing it, all busy at
+  // once as in training.
+  int gpus_per_node = 1;
+  // This program, started again for the measurements that need other
+  // processes: `comm-peer --port P` (links) and `node-peer --port P --rank R`
+  // (a node's other workers). Empty: neither is measured.
+  std::string program;
+  bool measure_links = true;
+};
+
+// Per-layer sums at one tensor-parallel degree, measured with every worker
+// of a node busy.
+struct DegreeSums {
+  int degree = 1;
+  Milliseconds forward_ms = 0, backward_ms = 0;
 };
 
 struct Measurement {
   Profile profile;
   Milliseconds whole_forward_ms = 0, whole_backward_ms = 0;  // the whole model, same run
-  Milliseconds layers_forward_ms = 0, layers_backward_ms = 0;  // sums over layers
+  Milliseconds layers_forward_ms = 0, layers_backward_ms = 0;  // sums over layers, measured alone
+  std::vector<DegreeSums> node_degrees;  // nodes of several GPUs: every degree, the node busy
   std::string device_name;
   std::string library_versions;
   std::string date;  // UTC, ISO 8601
@@ -47,6 +63,10 @@ struct Measurement {
 };
 
 [[nodiscard]] Measurement measure_profile(const MeasureOptions& options, const Progress& progress = {});
+
+// The side of a node measurement that runs in the other worker processes
+// (rank 1..G-1); returns its exit status.
+int run_node_peer(int port, int rank);
 
 // (layers summed - whole model) / whole model, forward and backward
 // together; 0 when the whole model was not timed.

@@ -17,6 +17,7 @@
 #include "generation_groups.h"
 #include "gradient_sync.h"
 #include "inbox.h"
+#include "model/host_memory.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
 #include "pipeline_step.h"
@@ -90,6 +91,7 @@ class LiveWorker {
     o_.seed = welcome.seed;
     o_.learning_rate = welcome.learning_rate;
     torch::set_num_threads(welcome.threads);
+    keep_freed_host_memory();
     torch::manual_seed(o_.seed);
     tokens_ = read_tokens(welcome.data);
     settings_.master_addr = master_addr_;
