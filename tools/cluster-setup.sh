@@ -11,7 +11,8 @@
 #
 #   tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F]
 #                          [--global-microbatches B] [--repeats R (mini)]
-#                          [--gpus-per-node G (tiny; a worker process each)]
+#                          [--gpus-per-node G (a worker process each; mini
+#                          measures its profile as nodes of G)]
 #
 # The programs are build/bin's, or OOBLECK_BIN's when set (another build).
 set -euo pipefail
@@ -30,9 +31,7 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2 ;;
     --fault-tolerance) f=$2 ;;
     --global-microbatches) microbatches=$2 ;;
-    --gpus-per-node)
-      if [ "$model" != tiny ]; then echo "cluster-setup: --gpus-per-node is for tiny (mini's profile is measured)" >&2; exit 2; fi
-      gpus=$2 ;;
+    --gpus-per-node) gpus=$2 ;;
     --repeats)
       if [ "$model" != mini ]; then echo "cluster-setup: --repeats is for mini (tiny's profile is analytic)" >&2; exit 2; fi
       repeats=$2 ;;
@@ -65,7 +64,7 @@ JSON
     --seq-len 32 --dtype fp32 --out "$out/profile.json"
 else
   quietly profile "$bin/oobleck-profile" measure --model gpt-mini --microbatch-size 4 --seq-len 128 --threads 1 \
-    --repeats "$repeats" --memory-bytes 130000000 --out "$out/profile.json"
+    --repeats "$repeats" --gpus-per-node "$gpus" --memory-bytes 130000000 --out "$out/profile.json"
 fi
 quietly plan "$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes "$nodes" --fault-tolerance "$f" \
   --global-microbatches "$microbatches" --json "$out/plan.json"
