@@ -13,18 +13,10 @@
 #include <filesystem>
 #include <random>
 
-#include "checkpoints.h"
-#include "control_server.h"
-#include "injector.h"
-#include "job_inputs.h"
 #include "last_step.h"
+#include "master.h"
 #include "oobleck/common/files.h"
-#include "oobleck/executor/live.h"
-#include "oobleck/recovery/controller.h"
 #include "oobleck/recovery/worker_seats.h"
-#include "process_table.h"
-#include "reporter.h"
-#include "step_ledger.h"
 
 namespace oobleck::executor {
 namespace {
@@ -51,78 +43,7 @@ recovery::ControllerOptions controller_options(const MasterOptions& o, const Job
   return c;
 }
 
-class Master {
- public:
-  explicit Master(const MasterOptions& options);
-  int run();
-
- private:
-  enum class Phase { starting, training, finishing };
-
-  // What comes in.
-  void handle(const ControlServer::Inbound& in);
-  void from_agent(const std::string& node, const protocol::Message& m);
-  void from_worker(const std::string& node, int gpu, const protocol::Message& m);
-  void on_ready(const std::string& node, int gpu, const protocol::Ready& m);
-  void on_recovering();
-  void on_recovered(const protocol::Recovered& m);
-  void lose(const std::string& node, const std::string& reason);
-  [[nodiscard]] int rank_of(const std::string& node) const;
-  [[nodiscard]] int worker_rank(const std::string& node, int gpu) const { return rank_of(node) * gpus_ + gpu; }
-  [[nodiscard]] static std::string worker_name(const std::string& node, int gpu) {
-    return node + " GPU " + std::to_string(gpu);
-  }
-  void send_generation(const recovery::Generation& g, const Plan* base);
-  // The controller's decisions, carried out.
-  void decide(const recovery::Event& event);
-  void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
-  void commit(const recovery::CommitStep& c, bool pause);
-  [[noreturn]] void give_up(const recovery::GiveUp& g);
-  void advance();
-  void finish();
-  // Injections and chaos.
-  Milliseconds inject(Milliseconds wait_ms);
-  void fire(const Injection& event);
-  void kill_node(const std::string& node, const std::string& why, bool hang);
-  [[nodiscard]] ChaosView chaos_view();
-
-  MasterOptions o_;
-  JobInputs in_;
-  CostModel cost_;
-  TemplateSet no_templates_;  // the controller builds them as nodes take part
-  int gpus_;  // per node: a worker each
-  std::string token_;
-  ControlServer server_;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
-  protocol::Welcome welcome_;
-  ProcessTable processes_;
-  recovery::Controller controller_;
-  Reporter reporter_;
-  CheckpointWriter checkpoints_;
-  Injector injector_;
-
-  Phase phase_ = Phase::starting;
-  bool done_ = false;
-  Milliseconds started_ms_ = 0, training_start_ms_ = 0, finish_deadline_ms_ = 0;
-  // The generation in hand.
-  std::shared_ptr<const recovery::Generation> generation_;
-  std::vector<std::string> ranks_;  // nodes; worker rank = node rank x gpus_ + GPU
-  bool established_ = false;
-  RecoveryTiming timing_;
-  // Losses seen since the last recovery that trained, for its report.
-  Milliseconds chain_failure_ms_ = -1, chain_detected_ms_ = -1;
-  std::map<std::string, std::string> loss_reasons_;
-  // What this look at the channel found: decided together.
-  std::vector<std::string> lost_now_, joined_now_;
-  // Steps.
-  StepLedger ledger_;
-  Milliseconds step_start_ms_ = 0, last_iteration_ms_ = 0;
-  std::int64_t samples_ = 0;
-  std::string last_comm_error_;
-  std::map<std::pair<int, std::string>, int> ready_workers_;  // (step, node) -> workers ready
-  std::set<int> done_ranks_;
-  std::map<int, protocol::StepTimeline> timelines_;
-};
+}  // namespace
 
 Master::Master(const MasterOptions& options)
     : o_(options),
@@ -459,79 +380,6 @@ void Master::finish() {
   }
   processes_.wait_for_agents(now_ms() + 10000);
 }
-
-// ---------------------------------------------------------------- injections
-
-// Fires what is due; returns how long the loop may wait for the next.
-Milliseconds Master::inject(Milliseconds wait_ms) {
-  const Milliseconds now = now_ms();
-  for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
-  if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
-  if (const auto due = injector_.chaos_due_ms(now)) {
-    if (now >= *due && established_) {
-      if (const auto event = injector_.next_chaos_event(chaos_view(), now); event && event->kill) {
-        kill_node(event->node, "chaos", false);
-      } else if (event) {
-        std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", event->node.c_str());
-        processes_.start(event->node, now);
-      }
-    } else if (now < *due) {
-      wait_ms = std::min(wait_ms, *due - now);
-    }
-  }
-  return std::max(0.0, wait_ms);
-}
-
-void Master::fire(const Injection& event) {
-  const std::string why = "--inject line " + std::to_string(event.line);
-  if (event.action != Injection::Action::Add) {
-    kill_node(event.node, why, event.action == Injection::Action::Hang);
-    return;
-  }
-  if (const NodeProcess* p = processes_.find(event.node); p != nullptr && p->alive) {
-    std::fprintf(stderr, "oobleck-run: %s: node %s is already running\n", why.c_str(), event.node.c_str());
-    return;
-  }
-  if (phase_ == Phase::finishing) return;
-  std::fprintf(stderr, "oobleck-run: %s: starting node %s\n", why.c_str(), event.node.c_str());
-  processes_.start(event.node, now_ms());
-  if (event.when == Injection::When::DuringStep) decide(recovery::JoinAwaited{event.node});
-}
-
-void Master::kill_node(const std::string& node, const std::string& why, bool hang) {
-  const NodeProcess* p = processes_.find(node);
-  if (p == nullptr || !p->alive) {
-    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to %s\n", why.c_str(), node.c_str(),
-                 hang ? "stop" : "remove");
-    return;
-  }
-  std::fprintf(stderr, "oobleck-run: %s: %s node %s\n", why.c_str(), hang ? "stopping" : "killing", node.c_str());
-  if (!processes_.inject_failure(node, hang, now_ms())) {
-    server_.send(node, Role::agent, hang ? protocol::Message(protocol::Hang{}) : protocol::Message(protocol::Kill{}));
-  }
-}
-
-ChaosView Master::chaos_view() {
-  ChaosView view;
-  for (const auto& n : ranks_) {
-    if (processes_.healthy(n)) view.members.push_back(n);
-  }
-  std::vector<std::string> killed;  // not detected yet
-  for (const auto& [name, p] : processes_.nodes()) {
-    view.healthy_nodes += processes_.healthy(name) ? 1 : 0;
-    if (p.alive && p.killed_ms >= 0) killed.push_back(name);
-  }
-  view.initial_nodes = static_cast<int>(recovery::ranked_nodes(in_.initial_plan).size());
-  view.fault_tolerance = in_.initial_plan.fault_tolerance;
-  view.survivable = [this, killed](const std::string& victim) {
-    auto lost = killed;
-    lost.push_back(victim);
-    return controller_.survives_losing(lost);
-  };
-  return view;
-}
-
-}  // namespace
 
 int run_master(const MasterOptions& options) {
   Master master(options);

@@ -1,0 +1,99 @@
+// The master of a live run (master.cpp): one thread, one event loop,
+// carrying out the recovery controller's decisions. Its injections and
+// chaos are in master_injections.cpp.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "checkpoints.h"
+#include "control_server.h"
+#include "injector.h"
+#include "job_inputs.h"
+#include "oobleck/executor/live.h"
+#include "oobleck/recovery/controller.h"
+#include "process_table.h"
+#include "reporter.h"
+#include "step_ledger.h"
+
+namespace oobleck::executor {
+
+class Master {
+ public:
+  explicit Master(const MasterOptions& options);
+  int run();
+
+ private:
+  enum class Phase { starting, training, finishing };
+
+  // What comes in.
+  void handle(const ControlServer::Inbound& in);
+  void from_agent(const std::string& node, const protocol::Message& m);
+  void from_worker(const std::string& node, int gpu, const protocol::Message& m);
+  void on_ready(const std::string& node, int gpu, const protocol::Ready& m);
+  void on_recovering();
+  void on_recovered(const protocol::Recovered& m);
+  void lose(const std::string& node, const std::string& reason);
+  [[nodiscard]] int rank_of(const std::string& node) const;
+  [[nodiscard]] int worker_rank(const std::string& node, int gpu) const { return rank_of(node) * gpus_ + gpu; }
+  [[nodiscard]] static std::string worker_name(const std::string& node, int gpu) {
+    return node + " GPU " + std::to_string(gpu);
+  }
+  void send_generation(const recovery::Generation& g, const Plan* base);
+  // The controller's decisions, carried out.
+  void decide(const recovery::Event& event);
+  void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
+  void commit(const recovery::CommitStep& c, bool pause);
+  [[noreturn]] void give_up(const recovery::GiveUp& g);
+  void advance();
+  void finish();
+  // Injections and chaos.
+  Milliseconds inject(Milliseconds wait_ms);
+  void fire(const Injection& event);
+  void kill_node(const std::string& node, const std::string& why, bool hang);
+  [[nodiscard]] ChaosView chaos_view();
+
+  MasterOptions o_;
+  JobInputs in_;
+  CostModel cost_;
+  TemplateSet no_templates_;  // the controller builds them as nodes take part
+  int gpus_;  // per node: a worker each
+  std::string token_;
+  ControlServer server_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  protocol::Welcome welcome_;
+  ProcessTable processes_;
+  recovery::Controller controller_;
+  Reporter reporter_;
+  CheckpointWriter checkpoints_;
+  Injector injector_;
+
+  Phase phase_ = Phase::starting;
+  bool done_ = false;
+  Milliseconds started_ms_ = 0, training_start_ms_ = 0, finish_deadline_ms_ = 0;
+  // The generation in hand.
+  std::shared_ptr<const recovery::Generation> generation_;
+  std::vector<std::string> ranks_;  // nodes; worker rank = node rank x gpus_ + GPU
+  bool established_ = false;
+  RecoveryTiming timing_;
+  // Losses seen since the last recovery that trained, for its report.
+  Milliseconds chain_failure_ms_ = -1, chain_detected_ms_ = -1;
+  std::map<std::string, std::string> loss_reasons_;
+  // What this look at the channel found: decided together.
+  std::vector<std::string> lost_now_, joined_now_;
+  // Steps.
+  StepLedger ledger_;
+  Milliseconds step_start_ms_ = 0, last_iteration_ms_ = 0;
+  std::int64_t samples_ = 0;
+  std::string last_comm_error_;
+  std::map<std::pair<int, std::string>, int> ready_workers_;  // (step, node) -> workers ready
+  std::set<int> done_ranks_;
+  std::map<int, protocol::StepTimeline> timelines_;
+};
+
+}  // namespace oobleck::executor
