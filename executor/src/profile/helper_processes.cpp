@@ -10,6 +10,28 @@ extern char** environ;
 
 namespace oobleck::executor {
 
+namespace {
+constexpr char kLoopback[] = "127.0.0.1";
+}  // namespace
+
+c10::intrusive_ptr<c10d::TCPStore> local_store_server(int processes, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = 0;  // any free port
+  options.isServer = true;
+  options.numWorkers = processes;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(kLoopback, options);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> local_store_client(int port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.isServer = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(kLoopback, options);
+}
+
 HelperProcesses::~HelperProcesses() {
   for (pid_t pid : running_) kill(pid, SIGKILL);
   for (pid_t pid : running_) waitpid(pid, nullptr, 0);

@@ -5,11 +5,19 @@
 #pragma once
 
 #include <sys/types.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace oobleck::executor {
+
+// Where a measurement and its helpers meet, on loopback: the server (this
+// process, at a free port) or a helper's client of it (`port`).
+[[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> local_store_server(int processes, std::chrono::milliseconds timeout);
+[[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> local_store_client(int port, std::chrono::milliseconds timeout);
 
 class HelperProcesses {
  public:

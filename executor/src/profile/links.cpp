@@ -22,17 +22,12 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kSizes[] = {1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 25};
 constexpr int kRepeats = 7;
 
-c10::intrusive_ptr<c10d::ProcessGroupGloo> connect(int rank, int port, c10::intrusive_ptr<c10d::TCPStore>& store) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(port);
-  options.isServer = rank == 0;
-  options.numWorkers = 2;
-  options.waitWorkers = rank == 0;
-  options.timeout = std::chrono::seconds(60);
-  if (!store) store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+constexpr std::chrono::seconds kTimeout{60};
+
+c10::intrusive_ptr<c10d::ProcessGroupGloo> connect(int rank, const c10::intrusive_ptr<c10d::TCPStore>& store) {
   auto gloo = c10d::ProcessGroupGloo::Options::create();
   gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  gloo->timeout = std::chrono::seconds(60);
+  gloo->timeout = kTimeout;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, 2, gloo);
 }
 
@@ -93,19 +88,13 @@ LinkFit fit(const std::vector<double>& times_ms) {
 }  // namespace
 
 LinkMeasurement measure_local_links(const std::string& program, const Progress& progress) {
-  c10d::TCPStoreOptions options;
-  options.port = 0;  // any free port
-  options.isServer = true;
-  options.numWorkers = 2;
-  options.waitWorkers = false;
-  options.timeout = std::chrono::seconds(60);
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  auto store = local_store_server(2, kTimeout);
   const std::string port = std::to_string(store->getPort());
   HelperProcesses peer(program);
   peer.start({"comm-peer", "--port", port}, "the link measurement");
   if (progress) progress("links: point-to-point and all-reduce with a second process (port " + port + ")");
   LinkMeasurement out;
-  auto group = connect(0, store->getPort(), store);
+  auto group = connect(0, store);
   const auto [p2p, allreduce] = exchange(*group, 0);
   out.point_to_point = fit(p2p);
   out.allreduce = fit(allreduce);
@@ -115,8 +104,7 @@ LinkMeasurement measure_local_links(const std::string& program, const Progress& 
 
 int run_comm_peer(int port) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the measuring process
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  auto group = connect(1, port, store);
+  auto group = connect(1, local_store_client(port, kTimeout));
   (void)exchange(*group, 1);
   return 0;
 }

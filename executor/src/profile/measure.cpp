@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "model/autocast.h"
+#include "model/host_memory.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/profiler.h"
-#include "model/host_memory.h"
 #include "profile/bench.h"
 #include "profile/node.h"
 

@@ -17,22 +17,20 @@
 // (`node-peer --port P --rank R`) and hands them its options through the
 // rendezvous store.
 #include <sys/prctl.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "model/host_memory.h"
 #include "oobleck/executor/profiler.h"
 #include "profile/bench.h"
-#include "profile/node.h"
 #include "profile/helper_processes.h"
+#include "profile/node.h"
 
 namespace oobleck::executor {
 namespace {
@@ -118,13 +116,7 @@ std::vector<NodeDegreeTimes> measure_node(const MeasureOptions& options, const P
                      "measure one GPU and let the planner derive the tensor-parallel times");
   }
   if (options.program.empty()) throw std::logic_error("measure_node: no program to start the node's workers with");
-  c10d::TCPStoreOptions store_options;
-  store_options.port = 0;  // any free port
-  store_options.isServer = true;
-  store_options.numWorkers = options.gpus_per_node;
-  store_options.waitWorkers = false;
-  store_options.timeout = kTimeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(kHost, store_options);
+  auto store = local_store_server(options.gpus_per_node, kTimeout);
   const std::string text = options_json(options);
   store->set(kOptionsKey, std::vector<std::uint8_t>(text.begin(), text.end()));
   HelperProcesses workers(options.program);
@@ -139,11 +131,7 @@ std::vector<NodeDegreeTimes> measure_node(const MeasureOptions& options, const P
 
 int run_node_peer(int port, int rank) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the measuring process
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(port);
-  store_options.isServer = false;
-  store_options.timeout = kTimeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(kHost, store_options);
+  auto store = local_store_client(port, kTimeout);
   const auto bytes = store->get(kOptionsKey);
   keep_freed_host_memory();
   const MeasureOptions options = options_of(std::string(bytes.begin(), bytes.end()));
