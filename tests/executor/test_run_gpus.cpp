@@ -71,6 +71,27 @@ TEST_CASE("run: 2-GPU nodes with a degree-2 stage and a node of two stages train
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("run: two pipelines of one degree-2 stage sum replicated gradients per shard, as one process trains") {
+  // Every stage holds every layer at degree 2: each shard index sums its
+  // replicated gradients (LayerNorms, the embedding, the head) over the
+  // two pipelines alone, and no copy travels between a stage's shards.
+  LiveSetup setup(2, 1, 12, 2);
+  auto plan = setup.plan();
+  plan["pipelines"] = nlohmann::json::parse(R"([
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0"], "template_nodes": 1,
+     "stages": [{"gpus": 2, "layers": [0, 6], "node": 0}]},
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node1"], "template_nodes": 1,
+     "stages": [{"gpus": 2, "layers": [0, 6], "node": 0}]}])");
+  setup.s.write("plan.json", plan.dump());
+  const auto run = setup.live(20, 3, "live.jsonl", kSmooth);
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(20, 3, kSmooth), kTensorParallelTolerance);
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("run: 2-GPU nodes at degree 1, two stages per node, train bit for bit what one process trains") {
   LiveSetup setup(3, 1, 12, 2);
   for (const auto& p : setup.plan()["pipelines"]) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "live/worker/gradient_sync.h"
 #include "live/worker/state_copies.h"
 #include "model/layer_state.h"
 #include "oobleck/executor/gpt.h"
@@ -192,4 +193,81 @@ TEST_CASE("tensor parallel: shards copied between workers are re-cut to the rece
     layer->optimizer->step();
   }
   for (const auto& item : expected) CHECK(torch::equal(item.value(), gathered[item.key()]));
+}
+
+namespace {
+
+// One seat per GPU: `stages` as (pipeline, degree), each stage holding every
+// layer of `model`, ranks in order.
+std::vector<recovery::WorkerSeat> whole_model_seats(const ModelConfig& model, std::vector<std::pair<int, int>> stages) {
+  std::vector<recovery::WorkerSeat> out;
+  for (const auto& [pipeline, degree] : stages) {
+    const int first = static_cast<int>(out.size());
+    for (int s = 0; s < degree; ++s) {
+      recovery::WorkerSeat seat;
+      seat.pipeline = pipeline;
+      seat.layer_end = pipeline_layers(model);
+      seat.gpu = s;
+      seat.degree = degree;
+      seat.shard = s;
+      seat.first_rank = first;
+      out.push_back(seat);
+    }
+  }
+  return out;
+}
+
+std::vector<GradientSlot> slots_of(const TrainOptions& o, const recovery::WorkerSeat& seat,
+                                   std::map<int, HeldLayer>& held) {
+  for (int l = seat.layer_begin; l < seat.layer_end; ++l) held.emplace(l, initial_layer(o, l, {seat.degree, seat.shard}));
+  return gradient_slots(held, seat.layer_begin, seat.layer_end, o.model.layers + 1);
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallel: replicated gradients are summed per shard where every stage has one degree") {
+  TrainOptions o;
+  o.model = tiny();
+  const int last = o.model.layers + 1;
+  SUBCASE("two pipelines of degree 2: shard s of each, no zeros") {
+    const auto seats = whole_model_seats(o.model, {{0, 2}, {1, 2}});
+    for (int rank = 0; rank < 4; ++rank) {
+      std::map<int, HeldLayer> held;
+      const auto slots = slots_of(o, seats[static_cast<std::size_t>(rank)], held);
+      const auto plan = plan_gradients(seats, rank, slots, o.model);
+      const std::vector<int> mine = rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+      CHECK(plan.copies.empty());
+      CHECK(plan.tied_holders == mine);
+      CHECK(plan.tied_counted == (rank == 0));
+      for (const auto& part : plan.parts) {
+        CAPTURE(slots[part.slot].name);
+        CHECK(part.holders == mine);
+        const bool split = split_layout(o.model, slots[part.slot].label, slots[part.slot].name).split();
+        CHECK(part.counted == (split ? rank < 2 : rank == 0));  // each slice's norm counted once
+      }
+    }
+    const auto groups = gradient_groups(seats, last);
+    CHECK(groups == std::set<std::vector<int>>{{0, 2}, {1, 3}});
+  }
+  SUBCASE("degrees 2 and 1: shard 1 gives zeros, summed over everyone") {
+    const auto seats = whole_model_seats(o.model, {{0, 2}, {1, 1}});
+    std::map<int, HeldLayer> held;
+    const auto slots = slots_of(o, seats[1], held);
+    const auto plan = plan_gradients(seats, 1, slots, o.model);
+    CHECK(plan.tied_holders == std::vector<int>{0, 1, 2});
+    std::size_t replicated = 0;
+    for (const auto& part : plan.parts) {
+      if (split_layout(o.model, slots[part.slot].label, slots[part.slot].name).split()) {
+        CHECK(part.holders == std::vector<int>{1, 2});
+      } else {
+        ++replicated;
+        CHECK(part.holders == std::vector<int>{0, 1, 2});
+        CHECK(std::count(plan.copies.begin(), plan.copies.end(), part.slot) == 1);
+      }
+    }
+    CHECK(plan.copies.size() == replicated + 2);  // and both copies of the tied weight
+    const auto groups = gradient_groups(seats, last);
+    CHECK(groups.count({0, 1, 2}) == 1);
+    CHECK(groups.count({0, 2}) == 1);
+  }
 }

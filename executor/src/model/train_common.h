@@ -74,11 +74,14 @@ struct GradientSlot {
 }
 
 // A step starts from nothing: no sums, and no gradient left from the last step.
+// A parameter's gradient is left undefined between microbatches, so that
+// autograd hands over each microbatch's gradient instead of adding it to a
+// zeroed one (the same values, one pass over memory fewer).
 inline void zero_sums(std::vector<GradientSlot>& slots) {
   torch::NoGradGuard no_grad;
   for (auto& s : slots) {
     s.sum.zero_();
-    if (s.parameter.grad().defined()) s.parameter.mutable_grad().zero_();
+    s.parameter.mutable_grad() = torch::Tensor();
   }
 }
 
@@ -87,8 +90,9 @@ inline void add_microbatch(std::vector<GradientSlot>& slots) {
   torch::NoGradGuard no_grad;
   for (auto& s : slots) {
     auto& grad = s.parameter.mutable_grad();
-    s.sum.add_(grad);  // widened element by element, no float64 copy
-    grad.zero_();
+    if (!grad.defined()) continue;  // no part in this microbatch's loss
+    s.sum.add_(grad);               // widened element by element, no float64 copy
+    grad = torch::Tensor();
   }
 }
 
@@ -105,7 +109,11 @@ inline void add_microbatch(std::vector<GradientSlot>& slots) {
 // the tied weight gets the whole tied gradient `tied_total`.
 inline void write_gradients(std::vector<GradientSlot>& slots, const torch::Tensor& tied_total) {
   torch::NoGradGuard no_grad;
-  for (auto& s : slots) s.parameter.mutable_grad().copy_(s.label == kTied ? tied_total : s.sum);
+  for (auto& s : slots) {
+    auto grad = torch::empty_like(s.parameter);
+    grad.copy_(s.label == kTied ? tied_total : s.sum);
+    s.parameter.mutable_grad() = grad;
+  }
 }
 
 // Squared norms by label (index label + 1: the tied weight first), of the

@@ -1,6 +1,10 @@
-// Timing and sizing one layer, the whole model and the device. Times are
-// medians of several runs after warm-up, on a steady clock with the thread
-// count fixed (CUDA: events). Activation bytes on CPU are what stays
+// Timing and sizing one layer, the whole model and the device. A layer's
+// times are means of several runs after warm-up, not medians: an iteration
+// is a sum of many passes, so its expected time is the sum of their means,
+// and on a busy machine the times are skewed right (a stall now and then,
+// which a tensor-parallel group pays in full at every all-reduce, since
+// its workers wait for the slowest). Steady clock, thread count fixed
+// (CUDA: events). Activation bytes on CPU are what stays
 // allocated after a forward pass with autograd on, less the output: the
 // tensors autograd saves. A counting allocator in front of libtorch's CPU
 // allocator sees them.
@@ -15,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/train_common.h"
 #include "oobleck/executor/gpt.h"
 
 #ifdef OOBLECK_WITH_CUDA
@@ -32,6 +37,17 @@ namespace oobleck::executor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A backward pass is timed as a training step runs it: autograd hands each
+// parameter's gradient over (none is left from the last pass) and it is
+// folded into the step's float64 sum.
+std::vector<GradientSlot> float64_sums(const std::vector<torch::Tensor>& parameters) {
+  std::vector<GradientSlot> out;
+  for (const auto& p : parameters) {
+    out.push_back({0, p, torch::zeros(p.sizes(), p.options().dtype(torch::kFloat64)), ""});
+  }
+  return out;
+}
 
 // Counts live bytes allocated through libtorch's CPU allocator.
 class CountingAllocator final : public c10::Allocator {
@@ -86,6 +102,12 @@ Milliseconds median(std::vector<Milliseconds> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+Milliseconds mean(const std::vector<Milliseconds>& values) {
+  Milliseconds sum = 0;
+  for (Milliseconds v : values) sum += v;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
 class Timer {
@@ -153,8 +175,9 @@ struct Bench::State {
       return last ? language_model_loss(y, targets_) : y;
     };
     Bytes activation = 0, output = 0;
-    const auto [forward_ms, backward_ms] = median_runs([&] {
-      layer->zero_grad();
+    auto slots = float64_sums(layer->parameters());
+    const auto [forward_ms, backward_ms] = mean_runs([&] {
+      zero_sums(slots);
       torch::Tensor input, y;
       sync();
       const std::int64_t before = live_bytes();
@@ -171,6 +194,7 @@ struct Bench::State {
         } else {
           y.backward(grad);
         }
+        add_microbatch(slots);
         sync();
       });
       return std::make_pair(f, b);
@@ -194,8 +218,9 @@ struct Bench::State {
     try {
       Gpt whole(options_.model, options_.seed);
       whole.to(device_, kWeights);
-      std::tie(out.whole_forward_ms, out.whole_backward_ms) = median_runs([&] {
-        for (auto& p : whole.parameters()) p.mutable_grad() = torch::Tensor();
+      auto slots = float64_sums(whole.parameters());
+      std::tie(out.whole_forward_ms, out.whole_backward_ms) = mean_runs([&] {
+        zero_sums(slots);
         torch::Tensor loss;
         const Milliseconds f = timer_.time([&] {
           loss = language_model_loss(whole.forward(tokens_), targets_);
@@ -203,6 +228,7 @@ struct Bench::State {
         });
         const Milliseconds b = timer_.time([&] {
           loss.backward();
+          add_microbatch(slots);
           sync();
         });
         return std::make_pair(f, b);
@@ -245,10 +271,10 @@ struct Bench::State {
 #endif
     return allocator_.live_bytes();
   }
-  // Medians of the forward and backward times `run` returns, over the runs
+  // Means of the forward and backward times `run` returns, over the runs
   // after the warm-up ones.
   template <typename Run>
-  std::pair<Milliseconds, Milliseconds> median_runs(Run&& run) {
+  std::pair<Milliseconds, Milliseconds> mean_runs(Run&& run) {
     std::vector<Milliseconds> forward_ms, backward_ms;
     for (int r = 0; r < options_.warmup + options_.repeats; ++r) {
       const auto [f, b] = run();
@@ -257,7 +283,7 @@ struct Bench::State {
         backward_ms.push_back(b);
       }
     }
-    return {median(forward_ms), median(backward_ms)};
+    return {mean(forward_ms), mean(backward_ms)};
   }
   // The median of five timings after two warm-up ones.
   template <typename Work>

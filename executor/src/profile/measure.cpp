@@ -228,7 +228,7 @@ double layers_gap(const Measurement& m) {
 std::string measurement_to_json(const Measurement& m) {
   auto doc = nlohmann::ordered_json::parse(profile_to_json(m.profile));
   const double whole = m.whole_forward_ms + m.whole_backward_ms;
-  doc["description"] = "Measured by oobleck-profile: every layer built alone and timed (median of repeated runs "
+  doc["description"] = "Measured by oobleck-profile: every layer built alone and timed (mean of repeated runs "
                        "after warm-up), the whole model timed in the same run.";
   doc["device"] = m.device_name;
   doc["threads"] = m.threads;

@@ -19,7 +19,7 @@ struct MeasureOptions {
   std::string dtype = "fp32";   // fp32 | bf16 (bf16 on CUDA only)
   int threads = 0;              // intra-op threads; 0 = every core
   int warmup = 2;
-  int repeats = 7;              // the median of these
+  int repeats = 7;              // a layer's time: the mean of these
   std::uint64_t seed = 1;
   // What cannot be measured on one machine: given, or left at the defaults
   // and listed in the profile's notes.

@@ -6,6 +6,38 @@
 #include "oobleck/executor/gpt.h"
 
 namespace oobleck::executor {
+namespace {
+
+// Whether every stage holding the layer holds it at one degree. Then shard s
+// of each stage computed, from the same inputs, the same replicated
+// gradients as its shard 0: each shard index sums its own over the stages
+// (p.holders[s], as Megatron's data-parallel groups) and no copy travels.
+// Otherwise shard 0 of each stage gives its gradient and the other shards
+// zeros, summed over everyone.
+bool one_degree(const std::vector<recovery::WorkerSeat>& seats, const recovery::LayerPieces& p) {
+  return std::all_of(p.everyone.begin(), p.everyone.end(),
+                     [&](int r) { return seats[static_cast<std::size_t>(r)].degree == p.count; });
+}
+
+// The tied weight's holders (of either end) summed together: per shard index
+// where both ends are held at one degree, else everyone. Empty vectors for
+// shards that do not exist.
+std::vector<std::vector<int>> tied_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
+  const auto first = recovery::layer_pieces(seats, 0), last = recovery::layer_pieces(seats, last_layer);
+  const bool per_shard = one_degree(seats, first) && one_degree(seats, last) && first.count == last.count;
+  std::vector<std::vector<int>> out(per_shard ? static_cast<std::size_t>(first.count) : 1);
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    for (const auto* p : {&first, &last}) {
+      const auto& add = per_shard ? p->holders[s] : p->everyone;
+      out[s].insert(out[s].end(), add.begin(), add.end());
+    }
+    std::sort(out[s].begin(), out[s].end());
+    out[s].erase(std::unique(out[s].begin(), out[s].end()), out[s].end());
+  }
+  return out;
+}
+
+}  // namespace
 
 GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int rank,
                             const std::vector<GradientSlot>& slots, const ModelConfig& model) {
@@ -14,25 +46,28 @@ GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int 
   GradientPlan plan;
   std::map<int, recovery::LayerPieces> pieces;
   for (int l = me.layer_begin; l < me.layer_end; ++l) pieces.emplace(l, recovery::layer_pieces(seats, l));
-  for (int end : {0, last_layer}) {
-    const auto holders = recovery::layer_pieces(seats, end).everyone;
-    plan.tied_holders.insert(plan.tied_holders.end(), holders.begin(), holders.end());
+  const auto tied = tied_groups(seats, last_layer);
+  const bool tied_per_shard = tied.size() > 1;  // then this worker's degree is the ends' when it holds either
+  if (me.holds(0) || me.holds(last_layer)) {
+    plan.tied_holders = tied_per_shard ? tied.at(static_cast<std::size_t>(me.shard)) : tied.front();
   }
-  std::sort(plan.tied_holders.begin(), plan.tied_holders.end());
-  plan.tied_holders.erase(std::unique(plan.tied_holders.begin(), plan.tied_holders.end()), plan.tied_holders.end());
-  plan.tied_counted = !plan.tied_holders.empty() && plan.tied_holders.front() == rank;
+  plan.tied_counted = !tied.front().empty() && tied.front().front() == rank;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const GradientSlot& s = slots[i];
-    const bool copy = me.shard != 0;  // of a replicated parameter: shard 0 computed the same
     if (s.label == kTied) {
-      if (copy) plan.copies.push_back(i);
+      if (!tied_per_shard && me.shard != 0) plan.copies.push_back(i);
       continue;
     }
     const recovery::LayerPieces& p = pieces.at(s.label);
     const SplitLayout layout = split_layout(model, s.label, s.name);
     if (!layout.split()) {
-      if (copy) plan.copies.push_back(i);
-      plan.parts.push_back({i, {}, p.everyone, p.everyone.front() == rank});
+      const bool counted = p.everyone.front() == rank;
+      if (one_degree(seats, p)) {
+        plan.parts.push_back({i, {}, p.holders[static_cast<std::size_t>(me.shard)], counted});
+      } else {
+        if (me.shard != 0) plan.copies.push_back(i);
+        plan.parts.push_back({i, {}, p.everyone, counted});
+      }
       continue;
     }
     const int mine = p.count / me.degree;  // pieces in this shard
@@ -56,19 +91,12 @@ GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int 
 
 std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
   std::set<std::vector<int>> out;
-  std::vector<int> tied;
   for (int l = 0; l <= last_layer; ++l) {
     const recovery::LayerPieces p = recovery::layer_pieces(seats, l);
-    out.insert(p.everyone);
-    if (l == 0 || l == last_layer) {
-      tied.insert(tied.end(), p.everyone.begin(), p.everyone.end());
-    } else {
-      out.insert(p.holders.begin(), p.holders.end());
-    }
+    out.insert(p.holders.begin(), p.holders.end());
+    if (!one_degree(seats, p)) out.insert(p.everyone);
   }
-  std::sort(tied.begin(), tied.end());
-  tied.erase(std::unique(tied.begin(), tied.end()), tied.end());
-  out.insert(tied);
+  for (auto& group : tied_groups(seats, last_layer)) out.insert(std::move(group));
   return out;
 }
 

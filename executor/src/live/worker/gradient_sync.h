@@ -3,11 +3,14 @@
 // layer's pieces (recovery::layer_pieces): a piece's gradient is summed, in
 // float64, over one holder per stage, so that every slice of the gradient
 // counts each replica exactly once. A replicated parameter (LayerNorms,
-// biases added after an all-reduce, the embedding and the head) is summed
-// over every holder, shard 0 of each stage giving its gradient and the
-// other shards, which computed the same gradient, zeros. With every degree
-// 1 this is the plain per-layer all-reduce among the layer's holders, in
-// the same order, so results stay bit for bit those of one process.
+// biases added after an all-reduce, the embedding and the head), where
+// every stage holds its layer at one degree, is summed per shard index over
+// the stages: shard s of a stage computed what its shard 0 did, so no copy
+// travels between the shards. Where the degrees differ it is summed over
+// every holder, shard 0 of each stage giving its gradient and the other
+// shards zeros. With every degree 1 this is the plain per-layer all-reduce
+// among the layer's holders, in the same order, so results stay bit for bit
+// those of one process.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +47,7 @@ struct GradientPart {
 struct GradientPlan {
   std::vector<GradientPart> parts;  // in slot order; tied slots are apart
   std::vector<std::size_t> copies;  // replicated slots this worker holds a copy of: they give zeros
-  std::vector<int> tied_holders;    // of the tied weight: every holder of either end
+  std::vector<int> tied_holders;    // the tied weight's gradient is summed over these (see above)
   bool tied_counted = false;
 };
 
