@@ -140,6 +140,7 @@ Actions Controller::commit(int step) {
   deferred_commit_.reset();
   reports_.erase(step);
   committed_ = step;
+  rolled_back_from_ = -1;
   restarts_without_progress_ = 0;
   communication_deadline_ms_.reset();
   // Every trainer trained the step, so every one had its state.
@@ -176,6 +177,24 @@ Actions Controller::on(const Timer& e) {
                    committed_, lost_since_base_, added_since_base_}};
   }
   return recover(Cause::communication);
+}
+
+// ---------------------------------------------------------------- saves
+
+Actions Controller::on(const StateSaved& e) {
+  if (!saved_step_ || e.step > *saved_step_) saved_step_ = e.step;
+  return {};
+}
+
+bool Controller::roll_back() {
+  if (!options_.saves_reported) return true;
+  if (committed_ < 0) return true;  // nothing trained: the seed is the state
+  if (!saved_step_) return false;
+  if (*saved_step_ < committed_) {
+    rolled_back_from_ = std::max(rolled_back_from_, committed_);
+    committed_ = *saved_step_;
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- planning
@@ -230,8 +249,12 @@ Actions Controller::recover(Cause cause) {
   try {
     r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_);
   } catch (const NoPlanError& e) {
-    if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) return no_plan(e.what(), false);
-    return start_afresh(cause, StateSource::checkpoint, true);
+    if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up || !roll_back()) {
+      return give_up(e.what());
+    }
+    // (Reported saves, none yet: nothing was committed, the seed is the state.)
+    return start_afresh(cause, options_.saves_reported && !saved_step_ ? StateSource::initial : StateSource::checkpoint,
+                        true);
   }
   Generation g;
   g.cause = cause;
@@ -274,8 +297,17 @@ Actions Controller::start_afresh(Cause cause, StateSource source, bool rolled_ba
   return begin(std::move(g));
 }
 
+Actions Controller::give_up(const std::string& why) {
+  finished_ = true;
+  return {GiveUp{GiveUp::Reason::no_plan, why, committed_, lost_since_base_, added_since_base_}};
+}
+
 Actions Controller::begin(Generation g) {
   g.number = ++generations_;
+  if (rolled_back_from_ >= 0) {
+    g.rolled_back = true;
+    g.rolled_back_from = rolled_back_from_;
+  }
   g.lost = lost_since_base_;
   g.added = added_since_base_;
   current_ = std::make_shared<const Generation>(std::move(g));
@@ -296,10 +328,8 @@ Actions Controller::begin(Generation g) {
 }
 
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {
-  if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) {
-    finished_ = true;
-    return {GiveUp{GiveUp::Reason::no_plan, why, committed_, lost_since_base_, added_since_base_}};
-  }
+  if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up) return give_up(why);
+  if (committed_ >= 0 && !roll_back()) return give_up(why);
   // Down until enough nodes join: they start from the checkpoint (or from
   // the seed, when nothing was ever trained). The members wait with them.
   pending_joins_ = members();

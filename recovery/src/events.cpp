@@ -35,7 +35,7 @@ std::string_view cause_name(Cause cause) {
 std::string generation_record(const Generation& g, Milliseconds at_ms) {
   nlohmann::ordered_json pipelines = nlohmann::ordered_json::array();
   for (const auto& p : g.plan.pipelines) pipelines.push_back(p.nodes);
-  const nlohmann::ordered_json record = {{"kind", "generation"},
+  nlohmann::ordered_json record = {{"kind", "generation"},
                                          {"at_ms", at_ms},
                                          {"generation", g.number},
                                          {"cause", cause_name(g.cause)},
@@ -48,6 +48,7 @@ std::string generation_record(const Generation& g, Milliseconds at_ms) {
                                          {"pipelines", pipelines},
                                          {"spare_nodes", g.plan.spare_nodes},
                                          {"copy_bytes", g.copy_bytes}};
+  if (g.rolled_back_from >= 0) record["rolled_back_from"] = g.rolled_back_from;
   return record.dump();
 }
 

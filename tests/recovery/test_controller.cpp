@@ -40,7 +40,9 @@ std::string describe(const Action& action) {
   if (const auto* s = std::get_if<StartGeneration>(&action)) {
     const Generation& g = *s->generation;
     out << "start g" << g.number << " " << cause_name(g.cause) << " from " << source_name(g.source)
-        << (g.rolled_back ? " rolled back" : "") << " at step " << g.resume_step;
+        << (g.rolled_back ? " rolled back" : "");
+    if (g.rolled_back_from >= 0) out << " from step " << g.rolled_back_from;
+    out << " at step " << g.resume_step;
     if (!g.lost.empty()) out << " lost " << list(g.lost);
     if (!g.added.empty()) out << " added " << list(g.added);
     out << ":";
@@ -273,6 +275,39 @@ TEST_CASE("controller, simulator: restarts from the checkpoint and waits when no
         {joined(cluster.nodes(4)), ready(1), completed(1, 0), lost({"node0", "node2"})},
         {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]", "2: commit g1 step 0 establishes",
          "3: start g2 loss from checkpoint rolled back at step 1 lost [node0,node2]: [node1,node3]"}}});
+}
+
+TEST_CASE("controller, live run: past f, back to the newest save; without one, give up") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+  options.saves_reported = true;
+  const Event saved0 = StateSaved{0, 0}, saved1 = StateSaved{1, 0};
+  check_rows(
+      cluster, options,
+      {{"the replicas no longer cover a layer: the steps after the newest save are trained again",
+        {joined(cluster.nodes(4)), ready(1), completed(1, 0), saved0, completed(1, 1), completed(1, 2),
+         lost({"node0", "node2"})},
+        {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]", "2: commit g1 step 0 establishes",
+         "4: commit g1 step 1", "5: commit g1 step 2",
+         "6: start g2 loss from checkpoint rolled back from step 2 at step 1 lost [node0,node2]: [node1,node3]"}},
+       {"a loss during the rollback plans again from the same save",
+        {joined(cluster.nodes(6)), ready(1), completed(1, 0), completed(1, 1), saved1, completed(1, 2),
+         lost({"node0", "node3"}), lost({"node1"})},
+        {"0: start g1 start from initial at step 0: [node0,node1,node2] [node3,node4,node5]",
+         "2: commit g1 step 0 establishes", "3: commit g1 step 1", "5: commit g1 step 2",
+         "6: start g2 loss from checkpoint rolled back from step 2 at step 2 lost [node0,node3]: [node1,node2] [node4,node5]",
+         "7: start g3 loss from checkpoint rolled back from step 2 at step 2 lost [node0,node3,node1]: [node2,node4,node5]"}},
+       {"nothing saved once a step was committed: give up as before",
+        {joined(cluster.nodes(4)), ready(1), completed(1, 0), lost({"node0", "node2"})},
+        {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]", "2: commit g1 step 0 establishes",
+         "3: give up no plan after step 0"}},
+       {"nothing committed yet: start again from the seed",
+        {joined(cluster.nodes(4)), lost({"node0", "node2"})},
+        {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]",
+         "1: start g2 loss from initial at step 0 lost [node0,node2]: [node1,node3]"}}});
 }
 
 TEST_CASE("controller: chaos asks whether a loss would still be survivable") {

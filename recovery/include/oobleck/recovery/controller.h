@@ -28,7 +28,8 @@
 // - When the replicas no longer cover a layer, or too few nodes are left
 //   for any plan, the job gives up, or (when configured) restarts from the
 //   last checkpoint on the nodes present and waits while there are none
-//   that can form a pipeline.
+//   that can form a pipeline. Where saves are reported, the restart rolls
+//   the committed step back to the newest save.
 #pragma once
 
 #include <optional>
@@ -53,6 +54,12 @@ struct ControllerOptions {
   int last_step = -1;                               // its commit ends training; -1: never
   enum class WhenNoPlan { give_up, restart_from_checkpoint };
   WhenNoPlan when_no_plan = WhenNoPlan::give_up;
+  // The driver reports every complete save (StateSaved), as a live run
+  // does: a restart from the checkpoint then resumes after the newest save,
+  // the training since is trained again, and without any save (once a step
+  // was committed) the job gives up. Otherwise (the simulator, which plays
+  // its checkpoints itself) the controller's step count goes on.
+  bool saves_reported = false;
   // After a communication error, how long a loss may take to be detected
   // before the same members start over; and how often that may happen in a
   // row without a commit before the job gives up.
@@ -91,6 +98,7 @@ class Controller {
   Actions on(const StepCompleted& e);
   Actions on(const CommunicationFailed& e);
   Actions on(const Timer& e);
+  Actions on(const StateSaved& e);
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
@@ -103,9 +111,12 @@ class Controller {
   Actions commit(int step);
   Actions recover(Cause cause);
   Actions start_afresh(Cause cause, StateSource source, bool rolled_back);
+  // Past f: back to the newest save (false: there is none to go back to).
+  bool roll_back();
   void rebase();
   Actions begin(Generation generation);
   Actions no_plan(const std::string& why, bool replicas_gone);
+  Actions give_up(const std::string& why);
   Plan plan_for(const std::vector<std::string>& nodes);
   const TemplateSet& templates_for(int nodes);
 
@@ -136,6 +147,9 @@ class Controller {
   std::set<std::string> awaited_joins_;
   std::optional<int> deferred_commit_;            // reported by all, waiting for awaited joins
   std::map<int, std::set<std::string>> reports_;  // step -> trainers that reported it
+
+  std::optional<int> saved_step_;  // the newest StateSaved
+  int rolled_back_from_ = -1;      // for the next generation's record
 
   std::optional<Milliseconds> communication_deadline_ms_;
   int restarts_without_progress_ = 0;

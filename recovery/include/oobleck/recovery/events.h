@@ -69,9 +69,15 @@ struct CommunicationFailed {
 struct Timer {
   Milliseconds at_ms = 0;
 };
+// The state after `step` is saved where no loss of nodes takes it (a
+// checkpoint, complete for every layer): a fall-back past f resumes there.
+struct StateSaved {
+  int step = 0;
+  Milliseconds at_ms = 0;
+};
 
 using Event = std::variant<NodesLost, NodesJoined, NodesChanged, JoinAwaited, GenerationReady, StepReported,
-                           StepCompleted, CommunicationFailed, Timer>;
+                           StepCompleted, CommunicationFailed, Timer, StateSaved>;
 
 // ---------------------------------------------------------------- actions
 
@@ -100,6 +106,10 @@ struct Generation {
   // True when the replicas no longer covered every layer and the training
   // since the checkpoint is lost (source is then checkpoint).
   bool rolled_back = false;
+  // With rolled_back, where the driver reports saves (StateSaved): the last
+  // step committed before; steps resume_step..rolled_back_from are trained
+  // again.
+  int rolled_back_from = -1;
   // With source replicas: the generation whose plan holds the state after
   // step resume_step - 1 (the base; StartGeneration carries its plan), and
   // the copies that complete it, with the planner's estimate of their
@@ -151,7 +161,8 @@ using Actions = std::vector<Action>;
 // A generation as one JSON object, the record both a live run's metrics and
 // the simulator's decision log carry: {kind: "generation", at_ms,
 // generation, cause, source, base_generation, rolled_back, resume_step,
-// lost, added, pipelines: [[node, ...]], spare_nodes, copy_bytes}. `at_ms`: when it was
+// lost, added, pipelines: [[node, ...]], spare_nodes, copy_bytes}, and
+// rolled_back_from where it is known. `at_ms`: when it was
 // decided (since training started, or simulated time).
 [[nodiscard]] std::string generation_record(const Generation& generation, Milliseconds at_ms);
 
