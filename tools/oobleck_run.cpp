@@ -73,6 +73,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every K steps and after the last")
       ->check(CLI::Range(1, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
+  app.add_option("--wait-for-nodes-s", o.wait_for_nodes_s,
+                 "Past f, when too few nodes are left for any pipeline: wait this long for nodes to join "
+                 "(then exit 3)")
+      ->check(CLI::Range(0.0, 31536000.0));
 }
 
 void add_failure_flags(CLI::App& app, RunFlags& f) {

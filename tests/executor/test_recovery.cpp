@@ -111,7 +111,7 @@ TEST_CASE("recovery: a node that stops answering is found by its missing heartbe
   CHECK(setup.s.processes_left() == 0);  // the stopped node was fenced, not left behind
 }
 
-TEST_CASE("recovery: more losses than the replicas cover stop the job and say what a checkpoint needs") {
+TEST_CASE("recovery: more losses than the replicas cover, with no checkpoint, stop the job and say what one needs") {
   LiveSetup setup(6, 2, 12);
   // The first stage of every pipeline: layers [0, 3) have no replica left.
   setup.s.write("inject.csv", "step:2,remove,node0\nstep:2,remove,node2\nstep:2,remove,node4\n");
@@ -125,6 +125,46 @@ TEST_CASE("recovery: more losses than the replicas cover stop the job and say wh
   CHECK(no_plan.back()["resume_step"] == 2);
   CHECK(setup.lines("live.jsonl").back()["kind"] == "no_plan");  // the last word
   CHECK(setup.steps("live.jsonl").size() == 2);  // steps 0 and 1 were committed, nothing after
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: past f, the run rolls back to the newest checkpoint and trains the lost steps again, bit for bit") {
+  LiveSetup setup(6, 2, 12);
+  // The first stage of every pipeline, during step 5: layers [0, 3) have no
+  // replica left. The checkpoint after step 3 is complete by then (every
+  // worker saved it before reporting step 4, which was committed).
+  setup.s.write("inject.csv", "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\n");
+  const auto run = setup.live(12, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                       " --heartbeat-timeout-ms 5000 --checkpoint " +
+                                                       setup.s.str("ck") + " --checkpoint-every 2");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  const auto reference = setup.reference_losses(12, 4);
+  std::vector<int> order;
+  for (const auto& step : steps) {
+    const int k = step["step"].get<int>();
+    order.push_back(k);
+    CAPTURE(k);
+    CHECK(step["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);  // bit for bit
+    CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11});  // step 4 trained again
+  const auto rollbacks = setup.of_kind("live.jsonl", "rollback");
+  REQUIRE(rollbacks.size() == 1);
+  CHECK(rollbacks[0]["from_step"] == 4);
+  CHECK(rollbacks[0]["to_step"] == 3);
+  CHECK(rollbacks[0]["source"] == "checkpoint");
+  // (The three losses may be seen in one look or one after another: the
+  // last generation is the rollback.)
+  const auto generations = setup.of_kind("live.jsonl", "generation");
+  REQUIRE(generations.size() >= 2);
+  CHECK(generations.back()["rolled_back"] == true);
+  CHECK(generations.back()["rolled_back_from"] == 4);
+  CHECK(generations.back()["source"] == "checkpoint");
+  CHECK(generations.back()["resume_step"] == 4);
+  CHECK(names(generations.back()["lost"]) == std::set<std::string>{"node0", "node2", "node4"});
+  CHECK(run.err.find("rolling back from step 4") != std::string::npos);
   CHECK(setup.s.processes_left() == 0);
 }
 

@@ -71,13 +71,14 @@ struct MasterOptions {
   std::string checkpoint_dir;        // with checkpoint_every > 0: save there every K steps
   int checkpoint_every = 0;
   std::string resume_dir;            // start from the checkpoint saved there
+  double wait_for_nodes_s = 600;     // too few nodes for any plan: wait this long for joins, then exit 3
   std::string program;               // this executable: started again as agents and workers
 };
 
 // Trains to the end. Throws InputError for bad input (before anything
-// starts) and NoPlanError when a loss leaves no plan (exit kExitNoPlan, as
-// oobleck-plan: the replicas no longer cover a layer); returns kExitSuccess
-// or kExitFailure.
+// starts) and NoPlanError when a loss leaves no plan and no checkpoint to
+// roll back to, or too few nodes for wait_for_nodes_s (exit kExitNoPlan, as
+// oobleck-plan); returns kExitSuccess or kExitFailure.
 [[nodiscard]] int run_master(const MasterOptions& options);
 
 // The processes the master starts: `node` is the plan's node name, the

@@ -47,13 +47,25 @@ std::optional<protocol::Save> CheckpointWriter::save_for(int step, bool finish,
   return protocol::Save{std::filesystem::absolute(folder).string(), step};
 }
 
-void CheckpointWriter::saved(int step, const std::string& node) {
+bool CheckpointWriter::saved(int step, const std::string& node) {
   auto pending = pending_.find(step);
-  if (pending == pending_.end()) return;
+  if (pending == pending_.end()) return false;
   pending->second.erase(node);
-  if (!pending->second.empty()) return;
+  if (!pending->second.empty()) return false;
   pending_.erase(pending);
   finish(step);
+  return true;
+}
+
+std::string CheckpointWriter::folder(int step) const {
+  return std::filesystem::absolute(std::filesystem::path(dir_) / folder_of(step)).string();
+}
+
+void CheckpointWriter::forget_after(int step) {
+  for (auto it = pending_.upper_bound(step); it != pending_.end();) {
+    remove_tree(std::filesystem::path(dir_) / folder_of(it->first));
+    it = pending_.erase(it);
+  }
 }
 
 // Every layer of the state after `step` is on disk: the manifest makes it a

@@ -34,7 +34,13 @@ class CheckpointWriter {
   // What the commit of `step` asks the workers to save, if anything; the
   // checkpoint is complete once each of `savers` said it saved.
   std::optional<protocol::Save> save_for(int step, bool finish, const std::vector<std::string>& savers);
-  void saved(int step, const std::string& node);
+  // True when this made the checkpoint of `step` complete.
+  bool saved(int step, const std::string& node);
+  // The folder of the checkpoint after `step`.
+  [[nodiscard]] std::string folder(int step) const;
+  // A rollback to the state after `step`: saves of later steps in the
+  // making will not complete (their steps are trained again).
+  void forget_after(int step);
   // The last step whose checkpoint is complete (-1: none).
   [[nodiscard]] int last_complete() const { return last_complete_; }
   [[nodiscard]] bool enabled() const { return every_ > 0; }

@@ -38,7 +38,9 @@ recovery::ControllerOptions controller_options(const MasterOptions& o, const Job
   c.first_source = in.resume ? recovery::StateSource::checkpoint : recovery::StateSource::initial;
   c.first_step = in.resume ? in.resume->step + 1 : 0;
   c.last_step = o.steps - 1;
-  c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::give_up;
+  // Past f, back to the newest checkpoint; without one, exit 3.
+  c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+  c.saves_reported = true;
   c.communication_grace_ms = o.heartbeat_timeout_ms;
   return c;
 }
@@ -60,6 +62,7 @@ Master::Master(const MasterOptions& options)
       injector_(o_.injections, o_.chaos),
       ledger_(in_.initial_plan.global_microbatches * in_.profile.microbatch_size) {
   const int committed = in_.resume ? in_.resume->step : -1;
+  if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ =
       static_cast<std::int64_t>(committed + 1) * in_.initial_plan.global_microbatches * in_.profile.microbatch_size;
   c10d::TCPStoreOptions store_options;
@@ -118,6 +121,10 @@ void Master::advance() {
   if (phase_ == Phase::starting && now - started_ms_ > 120000) {
     throw std::runtime_error("the workers did not all connect within 120 s");
   }
+  if (wait_deadline_ms_ >= 0 && now > wait_deadline_ms_) {
+    throw NoPlanError("no plan for the nodes left (" + wait_why_ + "), and no node joined within " +
+                      std::to_string(static_cast<int>(o_.wait_for_nodes_s)) + " s (--wait-for-nodes-s)");
+  }
   if (phase_ != Phase::finishing) return;
   bool all = true;
   for (int r = 0; r < static_cast<int>(ranks_.size()) * gpus_; ++r) {
@@ -165,7 +172,7 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     // A node takes part once every one of its GPUs has a worker.
     if (phase_ != Phase::finishing && p->all_workers_connected()) joined_now_.push_back(node);
   } else if (const auto* saved = std::get_if<protocol::Saved>(&m)) {  // whatever generation it is in now
-    checkpoints_.saved(saved->step, worker_name(node, gpu));
+    if (checkpoints_.saved(saved->step, worker_name(node, gpu))) decide(recovery::StateSaved{saved->step, now_ms()});
   } else if (const auto* done = std::get_if<protocol::Done>(&m)) {
     const int rank = worker_rank(node, gpu);
     done_ranks_.insert(rank);
@@ -255,7 +262,7 @@ void Master::decide(const recovery::Event& event) {
     } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
       give_up(*g);
     } else {
-      throw std::logic_error("the recovery controller waits for nodes, which a live run does not");
+      wait_for_nodes(std::get<recovery::WaitForNodes>(actions[i]));
     }
   }
 }
@@ -272,6 +279,14 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     std::fprintf(stderr, "oobleck-run: communication failed without a lost node (%s); restarting the step\n",
                  last_comm_error_.c_str());
     chain_failure_ms_ = chain_detected_ms_ = now;
+  }
+  wait_deadline_ms_ = -1;
+  if (g.rolled_back_from >= 0) {
+    // The steps after the save are trained again; saves of them in the
+    // making are moot.
+    checkpoints_.forget_after(g.resume_step - 1);
+    samples_ = static_cast<std::int64_t>(g.resume_step) * in_.initial_plan.global_microbatches *
+               in_.profile.microbatch_size;
   }
   generation_ = std::make_shared<const recovery::Generation>(g);
   ranks_ = recovery::ranked_nodes(g.plan);
@@ -309,7 +324,11 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base) {
       message.copies.push_back({c.layer, c.from, c.to, c.from_degree, c.from_shard});
     }
   }
-  if (g.source == recovery::StateSource::checkpoint) message.checkpoint_folder = in_.resume->folder;
+  if (g.source == recovery::StateSource::checkpoint) {
+    // The newest save, which the controller resumes after.
+    const int step = g.resume_step - 1;
+    message.checkpoint_folder = in_.resume && in_.resume->step == step ? in_.resume->folder : checkpoints_.folder(step);
+  }
   for (const auto& node : ranks_) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       const auto held = holdings.find({node, gpu});
@@ -364,6 +383,13 @@ void Master::give_up(const recovery::GiveUp& g) {
   if (g.reason == recovery::GiveUp::Reason::no_progress) throw std::runtime_error(g.why + ": " + last_comm_error_);
   throw NoPlanError(reporter_.no_plan((generation_ ? generation_->number : 0) + 1, g, cost_.layers(),
                                       cost_.state_bytes(0, cost_.layers()), o_.seed));
+}
+
+void Master::wait_for_nodes(const recovery::WaitForNodes& w) {
+  wait_deadline_ms_ = now_ms() + o_.wait_for_nodes_s * 1000;
+  wait_why_ = w.why;
+  std::fprintf(stderr, "oobleck-run: no plan for the nodes left (%s); waiting up to %.0f s for nodes to join\n",
+               w.why.c_str(), o_.wait_for_nodes_s);
 }
 
 void Master::finish() {

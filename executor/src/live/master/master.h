@@ -50,6 +50,7 @@ class Master {
   void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
   void commit(const recovery::CommitStep& c, bool pause);
   [[noreturn]] void give_up(const recovery::GiveUp& g);
+  void wait_for_nodes(const recovery::WaitForNodes& w);
   void advance();
   void finish();
   // Injections and chaos.
@@ -76,6 +77,9 @@ class Master {
   Phase phase_ = Phase::starting;
   bool done_ = false;
   Milliseconds started_ms_ = 0, training_start_ms_ = 0, finish_deadline_ms_ = 0;
+  // Too few nodes for any plan: until when joins are awaited, and why.
+  Milliseconds wait_deadline_ms_ = -1;
+  std::string wait_why_;
   // The generation in hand.
   std::shared_ptr<const recovery::Generation> generation_;
   std::vector<std::string> ranks_;  // nodes; worker rank = node rank x gpus_ + GPU

@@ -46,6 +46,18 @@ void Reporter::run_started(const std::string& plan_path, const std::string& prof
 
 void Reporter::generation_started(const recovery::Generation& g, Milliseconds elapsed_ms) {
   emit(recovery::generation_record(g, elapsed_ms));
+  if (g.rolled_back_from >= 0) {
+    // Past f: the steps after the save are trained again.
+    emit(ordered_json{{"kind", "rollback"},
+                      {"at_ms", elapsed_ms},
+                      {"generation", g.number},
+                      {"from_step", g.rolled_back_from},
+                      {"to_step", g.resume_step - 1},
+                      {"source", recovery::source_name(g.source)}}
+             .dump());
+    std::fprintf(stderr, "oobleck-run: past f: rolling back from step %d to the %s after step %d\n",
+                 g.rolled_back_from, std::string(recovery::source_name(g.source)).c_str(), g.resume_step - 1);
+  }
   if (g.number == 1) return;
   std::fprintf(stderr, "oobleck-run: generation %d: lost %s, added %s; pipelines %s; resuming at step %d\n", g.number,
                joined(g.lost).c_str(), joined(g.added).c_str(), recovery::pipeline_shape(g.plan).c_str(),

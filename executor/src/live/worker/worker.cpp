@@ -110,6 +110,11 @@ class LiveWorker {
     inbox_.begin(number_);
     const double start = now_ms();
     inbox_.send(protocol::Recovering{number_});
+    if (!g.checkpoint_folder.empty()) {
+      // A restart from a save (past f, a rollback): whatever is held is moot.
+      pending_.reset();
+      held_.clear();
+    }
     settle_step_in_hand(g.resume_step);
     take_plan(g);
     keep_what_is_counted(g);
