@@ -41,10 +41,10 @@ CheckpointWriter::CheckpointWriter(std::string dir, int every, const Profile& pr
 std::optional<protocol::Save> CheckpointWriter::save_for(int step, bool finish,
                                                          const std::vector<std::string>& savers) {
   if (every_ <= 0 || ((step + 1) % every_ != 0 && !finish)) return std::nullopt;
-  const auto folder = std::filesystem::path(dir_) / folder_of(step);
-  std::filesystem::create_directories(folder);
+  protocol::Save save{folder(step), step};
+  std::filesystem::create_directories(save.folder);
   pending_[step] = std::set<std::string>(savers.begin(), savers.end());
-  return protocol::Save{std::filesystem::absolute(folder).string(), step};
+  return save;
 }
 
 bool CheckpointWriter::saved(int step, const std::string& node) {

@@ -60,11 +60,10 @@ Master::Master(const MasterOptions& options)
       reporter_(o_.metrics_path),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
       injector_(o_.injections, o_.chaos),
-      ledger_(in_.initial_plan.global_microbatches * in_.profile.microbatch_size) {
+      ledger_(samples_before(1)) {
   const int committed = in_.resume ? in_.resume->step : -1;
   if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
-  samples_ =
-      static_cast<std::int64_t>(committed + 1) * in_.initial_plan.global_microbatches * in_.profile.microbatch_size;
+  samples_ = samples_before(committed + 1);
   c10d::TCPStoreOptions store_options;
   store_options.port = 0;
   store_options.isServer = true;
@@ -285,8 +284,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     // The steps after the save are trained again; saves of them in the
     // making are moot.
     checkpoints_.forget_after(g.resume_step - 1);
-    samples_ = static_cast<std::int64_t>(g.resume_step) * in_.initial_plan.global_microbatches *
-               in_.profile.microbatch_size;
+    samples_ = samples_before(g.resume_step);
   }
   generation_ = std::make_shared<const recovery::Generation>(g);
   ranks_ = recovery::ranked_nodes(g.plan);

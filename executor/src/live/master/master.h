@@ -41,6 +41,10 @@ class Master {
   void lose(const std::string& node, const std::string& reason);
   [[nodiscard]] int rank_of(const std::string& node) const;
   [[nodiscard]] int worker_rank(const std::string& node, int gpu) const { return rank_of(node) * gpus_ + gpu; }
+  // The samples steps 0 .. step - 1 trained, a global batch each.
+  [[nodiscard]] std::int64_t samples_before(int step) const {
+    return static_cast<std::int64_t>(step) * in_.initial_plan.global_microbatches * in_.profile.microbatch_size;
+  }
   [[nodiscard]] static std::string worker_name(const std::string& node, int gpu) {
     return node + " GPU " + std::to_string(gpu);
   }

@@ -19,9 +19,9 @@ bool one_degree(const std::vector<recovery::WorkerSeat>& seats, const recovery::
                      [&](int r) { return seats[static_cast<std::size_t>(r)].degree == p.count; });
 }
 
-// The tied weight's holders (of either end) summed together: per shard index
-// where both ends are held at one degree, else everyone. Empty vectors for
-// shards that do not exist.
+// The groups the tied weight's gradient is summed over (holders of either
+// end): one per shard index where both ends are held at one degree, else a
+// single group of everyone.
 std::vector<std::vector<int>> tied_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
   const auto first = recovery::layer_pieces(seats, 0), last = recovery::layer_pieces(seats, last_layer);
   const bool per_shard = one_degree(seats, first) && one_degree(seats, last) && first.count == last.count;
@@ -47,7 +47,7 @@ GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int 
   std::map<int, recovery::LayerPieces> pieces;
   for (int l = me.layer_begin; l < me.layer_end; ++l) pieces.emplace(l, recovery::layer_pieces(seats, l));
   const auto tied = tied_groups(seats, last_layer);
-  const bool tied_per_shard = tied.size() > 1;  // then this worker's degree is the ends' when it holds either
+  const bool tied_per_shard = tied.size() > 1;  // a holder of either end then has the ends' degree
   if (me.holds(0) || me.holds(last_layer)) {
     plan.tied_holders = tied_per_shard ? tied.at(static_cast<std::size_t>(me.shard)) : tied.front();
   }
