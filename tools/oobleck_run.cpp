@@ -118,6 +118,7 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
   agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
   agent->add_option("--gpus", node.gpus)->check(CLI::PositiveNumber);
   worker->add_option("--gpu", node.gpu)->check(CLI::NonNegativeNumber);
+  worker->add_option("--snapshot-port", node.snapshot_port)->check(CLI::NonNegativeNumber);
   return {agent, worker};
 }
 

@@ -1,22 +1,34 @@
 // A node's agent: starts the node's workers (one per GPU; on CPU each a
-// process standing for one), sends the master a heartbeat, and reports a
+// process standing for one), sends the master a heartbeat, owns the node's
+// snapshots in host memory (snapshots/snapshot_store.h) and reports a
 // worker's end. It dies with the master: locally through the parent-death
 // signal, remotely when the control channel closes; the workers die with it
-// in both cases. A worker that fails takes its node with it: the agent
-// reports it, stops the others and ends.
+// in both cases.
+//
+// A worker killed by a signal (a crash) is restarted in place: the new one
+// reads its layers back from this agent's memory and the master has the
+// generation's workers start its communicators over. A worker that exits
+// with a failure of its own takes its node with it: the agent reports it,
+// stops the others and ends.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include "launch.h"
 #include "oobleck/executor/live.h"
 #include "protocol/protocol.h"
+#include "snapshots/snapshot_store.h"
 
 namespace oobleck::executor {
 namespace {
+
+constexpr int kRestartsPerWorker = 16;
 
 void kill_all(std::vector<pid_t>& workers, int signal) {
   for (pid_t w : workers) {
@@ -24,66 +36,138 @@ void kill_all(std::vector<pid_t>& workers, int signal) {
   }
 }
 
+// SIGCHLD wakes the loop through a pipe, so that a worker's death is seen
+// at once, not at the next heartbeat.
+int child_pipe[2] = {-1, -1};
+void on_child(int) {
+  const int saved = errno;
+  (void)!::write(child_pipe[1], "c", 1);
+  errno = saved;
+}
+
+void watch_children() {
+  if (::pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("agent: pipe");
+  struct sigaction action {};
+  action.sa_handler = on_child;
+  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &action, nullptr);
+}
+
+class Agent {
+ public:
+  explicit Agent(const NodeProcessOptions& options)
+      : o_(options),
+        channel_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))),
+        snapshots_(options.master_addr == "127.0.0.1" || options.master_addr == "localhost" ? "127.0.0.1" : "0.0.0.0",
+                   options.token, [this](const SnapshotSeal& s, bool mirrored) {
+                     send(protocol::SnapshotStored{s.owner, s.gpu, s.step, s.layer_begin, s.layer_end, s.degree,
+                                                   s.shard, mirrored});
+                   }) {}
+
+  int run() {
+    watch_children();
+    protocol::Hello hello{protocol::Role::agent, o_.node, o_.token, ::getpid(), 0, {}, snapshots_.port()};
+    for (int gpu = 0; gpu < o_.gpus; ++gpu) {
+      workers_.push_back(spawn_worker(gpu));
+      hello.worker_pids.push_back(workers_.back());
+    }
+    restarts_.assign(workers_.size(), 0);
+    send(hello);
+    const auto interval = std::chrono::milliseconds(static_cast<int>(o_.heartbeat_interval_ms));
+    auto next_beat = std::chrono::steady_clock::now();
+    for (;;) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_beat) {
+        send(protocol::Heartbeat{});
+        next_beat = now + interval;
+      }
+      const int wait_ms =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count()) + 1;
+      pollfd watched[2] = {{channel_->fd(), POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
+      ::poll(watched, 2, wait_ms);
+      char drained[64];
+      while (::read(child_pipe[0], drained, sizeof drained) > 0) {
+      }
+      std::vector<protocol::Message> messages;
+      const bool open = protocol::receive(*channel_, messages, std::chrono::milliseconds(0));
+      for (const auto& m : messages) obey(m);
+      if (const auto status = reap()) return *status;
+      if (!open) {
+        kill_all(workers_, SIGKILL);
+        int status = 0;
+        while (::waitpid(-1, &status, 0) > 0) {
+        }
+        return kExitFailure;
+      }
+    }
+  }
+
+ private:
+  pid_t spawn_worker(int gpu) {
+    return spawn_process({o_.program, "worker", "--node", o_.node, "--gpu", std::to_string(gpu), "--master-addr",
+                          o_.master_addr, "--control-port", std::to_string(o_.control_port), "--token", o_.token,
+                          "--parent-pid", std::to_string(::getpid()), "--snapshot-port",
+                          std::to_string(snapshots_.port())});
+  }
+
+  void send(const protocol::Message& m) {
+    const std::lock_guard lock(send_mutex_);
+    protocol::send(*channel_, m);
+  }
+
+  void obey(const protocol::Message& m) {
+    if (const auto* mirror = std::get_if<protocol::MirrorTo>(&m)) {
+      snapshots_.mirror_to(mirror->host, mirror->port);
+    } else if (const auto* crash = std::get_if<protocol::Crash>(&m)) {
+      if (crash->gpu >= 0 && crash->gpu < static_cast<int>(workers_.size()) && workers_[crash->gpu] > 0)
+        ::kill(workers_[crash->gpu], SIGKILL);
+    } else if (std::holds_alternative<protocol::Kill>(m) || std::holds_alternative<protocol::Hang>(m)) {
+      // Failure injection on another host: the workers and this agent stop.
+      const int signal = std::holds_alternative<protocol::Kill>(m) ? SIGKILL : SIGSTOP;
+      kill_all(workers_, signal);
+      ::raise(signal);
+    }
+  }
+
+  // Workers that ended: a crash restarts the worker; a failure of its own
+  // ends the node. Returns the agent's exit status once it must end.
+  std::optional<int> reap() {
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+      const auto it = std::find(workers_.begin(), workers_.end(), pid);
+      if (it == workers_.end()) continue;
+      const int gpu = static_cast<int>(it - workers_.begin());
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (WIFSIGNALED(status) && ++restarts_[static_cast<std::size_t>(gpu)] <= kRestartsPerWorker) {
+        *it = spawn_worker(gpu);
+        send(protocol::WorkerRestarted{gpu, code, *it});
+        continue;
+      }
+      *it = 0;
+      const bool all_done = std::all_of(workers_.begin(), workers_.end(), [](pid_t w) { return w == 0; });
+      if (code != 0 || all_done) send(protocol::WorkerExit{gpu, code});
+      if (code != 0) {
+        kill_all(workers_, SIGKILL);
+        return kExitFailure;
+      }
+      if (all_done) return kExitSuccess;
+    }
+    return std::nullopt;
+  }
+
+  NodeProcessOptions o_;
+  std::unique_ptr<channel::Connection> channel_;
+  std::mutex send_mutex_;  // the loop and the snapshot server's threads
+  SnapshotServer snapshots_;
+  std::vector<pid_t> workers_;  // by GPU; 0 once ended
+  std::vector<int> restarts_;
+};
+
 }  // namespace
 
 int run_agent(const NodeProcessOptions& options) {
-  const auto channel = channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60));
-  std::vector<pid_t> workers;
-  protocol::Hello hello{protocol::Role::agent, options.node, options.token, ::getpid(), 0, {}};
-  for (int gpu = 0; gpu < options.gpus; ++gpu) {
-    workers.push_back(spawn_process({options.program, "worker", "--node", options.node, "--gpu", std::to_string(gpu),
-                                     "--master-addr", options.master_addr, "--control-port",
-                                     std::to_string(options.control_port), "--token", options.token, "--parent-pid",
-                                     std::to_string(::getpid())}));
-    hello.worker_pids.push_back(workers.back());
-  }
-  protocol::send(*channel, hello);
-  const auto interval = std::chrono::milliseconds(static_cast<int>(options.heartbeat_interval_ms));
-  auto next_beat = std::chrono::steady_clock::now();
-  int running = options.gpus;
-  for (;;) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= next_beat) {
-      protocol::send(*channel, protocol::Heartbeat{});
-      next_beat = now + interval;
-    }
-    std::vector<protocol::Message> messages;
-    const bool open = protocol::receive(
-        *channel, messages,
-        std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now) + std::chrono::milliseconds(1));
-    for (const auto& m : messages) {
-      // Failure injection on another host: the workers and this agent stop.
-      const int signal = std::holds_alternative<protocol::Kill>(m)   ? SIGKILL
-                         : std::holds_alternative<protocol::Hang>(m) ? SIGSTOP
-                                                                     : 0;
-      if (signal != 0) {
-        kill_all(workers, signal);
-        ::raise(signal);
-      }
-    }
-    int status = 0;
-    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
-      const auto it = std::find(workers.begin(), workers.end(), pid);
-      if (it == workers.end()) continue;
-      *it = 0;
-      --running;
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code != 0 || running == 0) {
-        protocol::send(*channel, protocol::WorkerExit{static_cast<int>(it - workers.begin()), code});
-      }
-      if (code != 0) {
-        kill_all(workers, SIGKILL);
-        return kExitFailure;
-      }
-      if (running == 0) return kExitSuccess;
-    }
-    if (!open) {
-      kill_all(workers, SIGKILL);
-      while (::waitpid(-1, &status, 0) > 0) {
-      }
-      return kExitFailure;
-    }
-  }
+  Agent agent(options);
+  return agent.run();
 }
 
 }  // namespace oobleck::executor

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <tuple>
 #include <utility>
 
 namespace oobleck::executor::protocol {
@@ -13,9 +14,10 @@ namespace {
 using Json = nlohmann::json;
 
 // The wire names, in the order of Message's alternatives.
-constexpr std::array<std::string_view, 16> kTypeNames = {
-    "hello",  "heartbeat",  "worker_exit", "kill",    "hang",  "welcome",    "generation", "commit",
-    "finish", "recovering", "recovered",   "started", "ready", "comm_error", "saved",      "done"};
+constexpr std::array<std::string_view, 20> kTypeNames = {
+    "hello",  "heartbeat",        "worker_exit",     "kill",     "hang",  "welcome",    "generation",
+    "commit", "finish",           "recovering",      "recovered", "started", "ready",   "comm_error",
+    "saved",  "done",             "crash",           "worker_restarted", "snapshot_stored", "mirror_to"};
 static_assert(kTypeNames.size() == std::variant_size_v<Message>);
 
 template <typename T>
@@ -30,6 +32,7 @@ T field(const Json& j, const char* key) {
 void to_json(Json& j, const Hello& m) {
   j = {{"role", m.role == Role::agent ? "agent" : "worker"}, {"node", m.node}, {"token", m.token}, {"pid", m.pid}};
   if (m.role == Role::agent) j["worker_pids"] = m.worker_pids;
+  if (m.role == Role::agent) j["snapshot_port"] = m.snapshot_port;
   if (m.role == Role::worker) j["gpu"] = m.gpu;
 }
 void from_json(const Json& j, Hello& m) {
@@ -41,6 +44,7 @@ void from_json(const Json& j, Hello& m) {
   m.pid = field<std::int64_t>(j, "pid");
   m.worker_pids = j.value("worker_pids", std::vector<std::int64_t>{});
   m.gpu = j.value("gpu", 0);
+  m.snapshot_port = j.value("snapshot_port", 0);
 }
 
 void to_json(Json& j, const Heartbeat&) { j = Json::object(); }
@@ -58,6 +62,46 @@ void from_json(const Json& j, WorkerExit& m) {
   m.status = field<int>(j, "status");
 }
 
+void to_json(Json& j, const Crash& m) { j = {{"gpu", m.gpu}}; }
+void from_json(const Json& j, Crash& m) { m.gpu = field<int>(j, "gpu"); }
+
+void to_json(Json& j, const WorkerRestarted& m) { j = {{"gpu", m.gpu}, {"status", m.status}, {"pid", m.pid}}; }
+void from_json(const Json& j, WorkerRestarted& m) {
+  m.gpu = field<int>(j, "gpu");
+  m.status = field<int>(j, "status");
+  m.pid = field<std::int64_t>(j, "pid");
+}
+
+void to_json(Json& j, const SnapshotStored& m) {
+  j = {{"owner", m.owner},           {"gpu", m.gpu},     {"step", m.step},
+       {"layers", {m.layer_begin, m.layer_end}}, {"shard", {m.shard, m.degree}}, {"mirrored", m.mirrored}};
+}
+void from_json(const Json& j, SnapshotStored& m) {
+  m.owner = field<std::string>(j, "owner");
+  m.gpu = field<int>(j, "gpu");
+  m.step = field<int>(j, "step");
+  std::tie(m.layer_begin, m.layer_end) = field<std::pair<int, int>>(j, "layers");
+  std::tie(m.shard, m.degree) = field<std::pair<int, int>>(j, "shard");
+  m.mirrored = field<bool>(j, "mirrored");
+}
+
+void to_json(Json& j, const MirrorTo& m) { j = {{"host", m.host}, {"port", m.port}}; }
+void from_json(const Json& j, MirrorTo& m) {
+  m.host = field<std::string>(j, "host");
+  m.port = field<int>(j, "port");
+}
+
+void to_json(Json& j, const SnapshotSource& m) {
+  j = {{"layer", m.layer}, {"shard", {m.shard, m.degree}}, {"owner", m.owner}, {"host", m.host}, {"port", m.port}};
+}
+void from_json(const Json& j, SnapshotSource& m) {
+  m.layer = field<int>(j, "layer");
+  std::tie(m.shard, m.degree) = field<std::pair<int, int>>(j, "shard");
+  m.owner = field<std::string>(j, "owner");
+  m.host = field<std::string>(j, "host");
+  m.port = field<int>(j, "port");
+}
+
 void to_json(Json& j, const Welcome& m) {
   j = {{"profile", m.profile},
        {"profile_origin", m.profile_origin},
@@ -68,7 +112,8 @@ void to_json(Json& j, const Welcome& m) {
        {"store_port", m.store_port},
        {"seed", m.seed},
        {"comm_timeout_ms", m.comm_timeout_ms},
-       {"learning_rate", m.learning_rate}};
+       {"learning_rate", m.learning_rate},
+       {"snapshot_every", m.snapshot_every}};
 }
 void from_json(const Json& j, Welcome& m) {
   m.profile = field<std::string>(j, "profile");
@@ -81,6 +126,7 @@ void from_json(const Json& j, Welcome& m) {
   m.seed = field<std::uint64_t>(j, "seed");
   m.comm_timeout_ms = field<std::int64_t>(j, "comm_timeout_ms");
   m.learning_rate = field<double>(j, "learning_rate");
+  m.snapshot_every = field<int>(j, "snapshot_every");
 }
 
 void to_json(Json& j, const LayerCopy& m) {
@@ -104,6 +150,8 @@ void to_json(Json& j, const NewGeneration& m) {
        {"holds_shard", {m.holds_shard, m.holds_degree}},
        {"copies", m.copies}};
   if (!m.checkpoint_folder.empty()) j["checkpoint"] = m.checkpoint_folder;
+  if (m.snapshot_step >= 0) j["snapshot"] = {{"step", m.snapshot_step}, {"sources", m.snapshot}};
+  if (m.discard_held) j["discard_held"] = true;
 }
 void from_json(const Json& j, NewGeneration& m) {
   m.generation = field<int>(j, "generation");
@@ -118,6 +166,11 @@ void from_json(const Json& j, NewGeneration& m) {
   m.holds_degree = shard.second;
   m.copies = field<std::vector<LayerCopy>>(j, "copies");
   m.checkpoint_folder = j.value("checkpoint", std::string());
+  if (j.contains("snapshot")) {
+    m.snapshot_step = field<int>(j.at("snapshot"), "step");
+    m.snapshot = field<std::vector<SnapshotSource>>(j.at("snapshot"), "sources");
+  }
+  m.discard_held = j.value("discard_held", false);
 }
 
 void to_json(Json& j, const Commit& m) {

@@ -2,8 +2,10 @@
 // the agents and workers, one struct each, and its JSON line on the wire.
 // No message type is spelled anywhere else.
 //
-//   agent  -> master  Hello, Heartbeat, WorkerExit
-//   master -> agent   Kill, Hang (failure injection on other hosts)
+//   agent  -> master  Hello, Heartbeat, WorkerExit, WorkerRestarted,
+//                     SnapshotStored
+//   master -> agent   Kill, Hang, Crash (failure injection on other hosts),
+//                     MirrorTo
 //   worker -> master  Hello, Recovering, Recovered, Started, Ready,
 //                     CommunicationFailed, Saved, Done
 //   master -> worker  Welcome, NewGeneration, Commit, Finish
@@ -31,6 +33,7 @@ struct Hello {
   std::int64_t pid = 0;
   int gpu = 0;                            // a worker's GPU on its node
   std::vector<std::int64_t> worker_pids;  // an agent's workers, by GPU
+  int snapshot_port = 0;                  // an agent's snapshot server
 };
 struct Heartbeat {};
 // The agent's worker of GPU `gpu` ended with `status`.
@@ -40,6 +43,28 @@ struct WorkerExit {
 };
 struct Kill {};
 struct Hang {};
+// Kill the worker of GPU `gpu` alone (SIGKILL); the agent restarts it.
+struct Crash {
+  int gpu = 0;
+};
+// The agent restarted its worker of GPU `gpu`, which had died of `status`
+// (128 + signal); the new one is `pid`.
+struct WorkerRestarted {
+  int gpu = 0, status = 0;
+  std::int64_t pid = 0;
+};
+// A worker's snapshot sealed in this agent's memory (snapshot_store.h):
+// its own node's (mirrored false) or another node's, mirrored here.
+struct SnapshotStored {
+  std::string owner;
+  int gpu = 0, step = 0, layer_begin = 0, layer_end = 0, degree = 1, shard = 0;
+  bool mirrored = false;
+};
+// Forward this node's snapshots to the agent at host:port (0: nowhere).
+struct MirrorTo {
+  std::string host;
+  int port = 0;
+};
 
 // The job's configuration, sent to a worker once it said hello.
 struct Welcome {
@@ -49,6 +74,7 @@ struct Welcome {
   std::uint64_t seed = 0;
   std::int64_t comm_timeout_ms = 0;
   double learning_rate = 3e-3;
+  int snapshot_every = 0;  // steps between snapshots in the agent's memory (0: none)
 };
 
 // One shard of a layer's state (shard from_shard of from_degree) sent from
@@ -58,11 +84,22 @@ struct LayerCopy {
   int from_degree = 1, from_shard = 0;
   friend bool operator==(const LayerCopy&, const LayerCopy&) = default;
 };
+// One shard of a layer in a snapshot server's memory: host:port holds it
+// under `owner`.
+struct SnapshotSource {
+  int layer = 0, degree = 1, shard = 0;
+  std::string owner, host;
+  int port = 0;
+  friend bool operator==(const SnapshotSource&, const SnapshotSource&) = default;
+};
 // A generation: its plan, its nodes in rank order (worker rank = node rank
 // x gpus_per_node + GPU), the step it resumes at, what this worker holds of
 // the state after the step before (shard holds_shard of holds_degree of
 // layers [holds_begin, holds_end)) and the copies that complete it, or the
-// checkpoint to read.
+// snapshot or checkpoint to read. A worker that does not hold its layers
+// (restarted in place) and every worker of a rollback (`discard_held`)
+// reads them from the snapshot of `snapshot_step` in `snapshot`, or from
+// the checkpoint.
 struct NewGeneration {
   int generation = 0;
   std::string plan;  // the plan, as JSON text
@@ -72,6 +109,9 @@ struct NewGeneration {
   int holds_degree = 1, holds_shard = 0;
   std::vector<LayerCopy> copies;
   std::string checkpoint_folder;  // empty: the state is the replicas' (or the seed's)
+  int snapshot_step = -1;
+  std::vector<SnapshotSource> snapshot;
+  bool discard_held = false;
 };
 
 // Save the state after `step` into `folder`, each layer by its first holder.
@@ -136,7 +176,8 @@ struct Done {
 };
 
 using Message = std::variant<Hello, Heartbeat, WorkerExit, Kill, Hang, Welcome, NewGeneration, Commit, Finish,
-                             Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done>;
+                             Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done, Crash,
+                             WorkerRestarted, SnapshotStored, MirrorTo>;
 
 // A line that is not a message of this protocol.
 class ProtocolError : public std::runtime_error {

@@ -93,6 +93,7 @@ struct NodeProcessOptions {
   Milliseconds heartbeat_interval_ms = 200;
   int gpus = 1;              // an agent starts a worker for each
   int gpu = 0;               // a worker's: on CUDA, its device
+  int snapshot_port = 0;     // a worker's: its agent's snapshot server, on this host
 };
 [[nodiscard]] int run_agent(const NodeProcessOptions& options);
 [[nodiscard]] int run_worker(const NodeProcessOptions& options);

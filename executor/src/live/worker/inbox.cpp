@@ -22,7 +22,10 @@ Inbox::~Inbox() {
   if (reader_.joinable()) reader_.join();
 }
 
-bool Inbox::send(const protocol::Message& message) { return protocol::send(*connection_, message); }
+bool Inbox::send(const protocol::Message& message) {
+  const std::lock_guard lock(send_mutex_);  // the training thread and the snapshot taker
+  return protocol::send(*connection_, message);
+}
 
 protocol::Welcome Inbox::welcome() {
   for (;;) {

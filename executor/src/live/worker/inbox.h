@@ -63,6 +63,7 @@ class Inbox {
   void handle(protocol::Message message);
 
   std::unique_ptr<channel::Connection> connection_;
+  std::mutex send_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   protocol::NewGeneration newest_;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "live/snapshots/snapshot_wire.h"
 #include "oobleck/common/files.h"
 
 namespace oobleck::executor {
@@ -66,34 +67,78 @@ std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerC
   return received;
 }
 
-void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
-                            std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node) {
+namespace {
+
+// Shard `shard` of layers [begin, end), each cut from (or gathered across)
+// the `degree(l)` shards that `bytes_of(l, shard)` reads.
+template <typename Degree, typename Bytes>
+void load_stored_layers(int begin, int end, TensorShard shard, std::map<int, HeldLayer>& held,
+                        const TrainOptions& options, Degree degree_of, Bytes bytes_of) {
   for (int l = begin; l < end; ++l) {
-    int degree = 0;
-    for (int t = 1; t <= gpus_per_node && degree == 0; ++t) {
-      if (std::filesystem::exists(layer_file(folder, l, {t, 0}))) degree = t;
-    }
-    if (degree == 0) throw std::runtime_error(folder + ": no file of layer " + std::to_string(l));
+    const int degree = degree_of(l);
     HeldLayer layer = initial_layer(options, l, shard);
     for (int k = 0; k < degree; ++k) {
       const TensorShard from{degree, k};
       if (!recovery::shards_overlap(degree, k, shard.degree, shard.index)) continue;
-      const HeldLayer stored = received_layer(options, l, from, read_text_file(layer_file(folder, l, from)));
+      const HeldLayer stored = received_layer(options, l, from, bytes_of(l, from));
       copy_layer_overlap(stored, layer, options.model, l);
     }
     held[l] = std::move(layer);
   }
 }
 
-void save_checkpoint_layers(const std::string& folder, const std::vector<recovery::WorkerSeat>& seats, int rank,
-                            const std::map<int, HeldLayer>& held) {
+}  // namespace
+
+void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
+                            std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node) {
+  const auto degree_of = [&](int l) {
+    for (int t = 1; t <= gpus_per_node; ++t) {
+      if (std::filesystem::exists(layer_file(folder, l, {t, 0}))) return t;
+    }
+    throw std::runtime_error(folder + ": no file of layer " + std::to_string(l));
+  };
+  const auto bytes_of = [&](int l, TensorShard from) { return read_text_file(layer_file(folder, l, from)); };
+  load_stored_layers(begin, end, shard, held, options, degree_of, bytes_of);
+}
+
+void load_snapshot_layers(const std::vector<protocol::SnapshotSource>& sources, int step, int begin, int end,
+                          TensorShard shard, std::map<int, HeldLayer>& held, const TrainOptions& options,
+                          const std::string& token) {
+  std::map<std::pair<std::string, int>, std::unique_ptr<SnapshotClient>> clients;
+  const auto source_of = [&](int l, int k) -> const protocol::SnapshotSource& {
+    for (const auto& s : sources) {
+      if (s.layer == l && s.shard == k) return s;
+    }
+    throw std::runtime_error("the snapshot of step " + std::to_string(step) + " has no source of layer " +
+                             std::to_string(l));
+  };
+  const auto degree_of = [&](int l) { return source_of(l, 0).degree; };
+  const auto bytes_of = [&](int l, TensorShard from) {
+    const auto& s = source_of(l, from.index);
+    auto& client = clients[{s.host, s.port}];
+    if (!client) client = std::make_unique<SnapshotClient>(s.host, s.port, token, "reader");
+    auto bytes = client->get({s.owner, step, l, from.degree, from.index});
+    if (!bytes) {
+      throw std::runtime_error("the snapshot of step " + std::to_string(step) + " at " + s.host + ":" +
+                               std::to_string(s.port) + " lost layer " + std::to_string(l));
+    }
+    return std::move(*bytes);
+  };
+  load_stored_layers(begin, end, shard, held, options, degree_of, bytes_of);
+}
+
+std::vector<int> layers_saved_by(const std::vector<recovery::WorkerSeat>& seats, int rank) {
   const recovery::WorkerSeat& seat = seats.at(static_cast<std::size_t>(rank));
+  std::vector<int> out;
   for (int l = seat.layer_begin; l < seat.layer_end; ++l) {
     const auto first = std::find_if(seats.begin(), seats.end(), [&](const auto& s) { return s.holds(l); });
-    if (first->first_rank == seat.first_rank) {
-      write_file_atomically(layer_file(folder, l, {seat.degree, seat.shard}), serialize_layer(held.at(l)));
-    }
+    if (first->first_rank == seat.first_rank) out.push_back(l);
   }
+  return out;
+}
+
+void save_layer_file(const std::string& folder, int layer, TensorShard shard, const std::string& bytes) {
+  write_file_atomically(layer_file(folder, layer, shard), bytes);
 }
 
 }  // namespace oobleck::executor

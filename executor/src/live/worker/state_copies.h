@@ -31,9 +31,16 @@ std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerC
 void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
                             std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node);
 
-// The state after a committed step into `folder`: each layer by the GPUs of
-// its first holding stage (the one with the lowest ranks), a file per shard.
-void save_checkpoint_layers(const std::string& folder, const std::vector<recovery::WorkerSeat>& seats, int rank,
-                            const std::map<int, HeldLayer>& held);
+// Shard `shard` of layers [begin, end) from the snapshot of `step` in the
+// agents' memory, whatever degree it was taken at.
+void load_snapshot_layers(const std::vector<protocol::SnapshotSource>& sources, int step, int begin, int end,
+                          TensorShard shard, std::map<int, HeldLayer>& held, const TrainOptions& options,
+                          const std::string& token);
+
+// A checkpoint holds each layer once: the layers `rank` writes are those
+// whose first holding stage (the one with the lowest ranks) is its own.
+[[nodiscard]] std::vector<int> layers_saved_by(const std::vector<recovery::WorkerSeat>& seats, int rank);
+// One shard of a layer (serialize_layer's bytes) into a checkpoint's folder.
+void save_layer_file(const std::string& folder, int layer, TensorShard shard, const std::string& bytes);
 
 }  // namespace oobleck::executor

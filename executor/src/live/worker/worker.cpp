@@ -21,6 +21,7 @@
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
 #include "pipeline_step.h"
+#include "snapshot_taker.h"
 #include "state_copies.h"
 
 namespace oobleck::executor {
@@ -37,7 +38,8 @@ class LiveWorker {
         gpu_(options.gpu),
         master_addr_(options.master_addr),
         token_(options.token),
-        inbox_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))) {}
+        inbox_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))),
+        taker_(options.token, options.snapshot_port) {}
 
   int run() {
     inbox_.send(protocol::Hello{protocol::Role::worker, node_, token_, ::getpid(), gpu_, {}});
@@ -90,6 +92,7 @@ class LiveWorker {
     o_.steps = welcome.steps;
     o_.seed = welcome.seed;
     o_.learning_rate = welcome.learning_rate;
+    snapshot_every_ = welcome.snapshot_every;
     torch::set_num_threads(welcome.threads);
     keep_freed_host_memory();
     torch::manual_seed(o_.seed);
@@ -105,13 +108,14 @@ class LiveWorker {
   // ------------------------------------------------------------ generations
 
   void enter(const protocol::NewGeneration& g) {
+    taker_.wait();
     step_.reset();
     number_ = g.generation;
     inbox_.begin(number_);
     const double start = now_ms();
     inbox_.send(protocol::Recovering{number_});
-    if (!g.checkpoint_folder.empty()) {
-      // A restart from a save (past f, a rollback): whatever is held is moot.
+    if (g.discard_held) {
+      // A rollback past f: whatever is held is newer than the state resumed.
       pending_.reset();
       held_.clear();
     }
@@ -126,13 +130,24 @@ class LiveWorker {
     const double rebuilt = now_ms();
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
-    if (trainer_ && !g.checkpoint_folder.empty()) {
-      load_checkpoint_layers(g.checkpoint_folder, seat().layer_begin, seat().layer_end, shard, held_, o_, gpus_);
-    }
+    if (trainer_) restore_missing_layers(g, shard);
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
     established_ = false;
     inbox_.send(protocol::Recovered{number_, rebuilt - start, now_ms() - rebuilt, copied_bytes});
+  }
+
+  // The seat's layers that no copy brought, from the checkpoint or the
+  // snapshot the generation names (a rollback, or this worker restarted).
+  void restore_missing_layers(const protocol::NewGeneration& g, TensorShard shard) {
+    for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+      if (held_.count(l)) continue;
+      if (!g.checkpoint_folder.empty()) {
+        load_checkpoint_layers(g.checkpoint_folder, l, l + 1, shard, held_, o_, gpus_);
+      } else if (g.snapshot_step >= 0) {
+        load_snapshot_layers(g.snapshot, g.snapshot_step, l, l + 1, shard, held_, o_, token_);
+      }
+    }
   }
 
   void take_plan(const protocol::NewGeneration& g) {
@@ -209,6 +224,7 @@ class LiveWorker {
   // AdamW on this worker's layers. The first commit of a generation makes
   // its plan the one the master counts holdings by: other layers go.
   void apply_step() {
+    taker_.wait();  // the snapshot of the step before reads what AdamW changes
     for (int l = seat().layer_begin; l < seat().layer_end; ++l) held_.at(l).optimizer->step();
     applied_through_ = *pending_;
     pending_.reset();
@@ -244,11 +260,9 @@ class LiveWorker {
       const double applied = now_ms();
       apply_step();
       step_->record_optimizer(applied, now_ms());
-      if (commit.save) {
-        save_checkpoint_layers(commit.save->folder, seats_, settings_.rank, held_);
-        inbox_.send(protocol::Saved{number_, commit.save->step});
-      }
+      snapshot(commit);
       if (commit.finish) {
+        taker_.wait();
         inbox_.send(protocol::Done{number_, step_->timeline()});
         return true;
       }
@@ -257,11 +271,32 @@ class LiveWorker {
     throw std::logic_error("generation " + std::to_string(number_) + " resumes after the last step");
   }
 
+  // The state after the step just applied, in the background: into the
+  // agent's memory every snapshot_every_ steps, and into the checkpoint
+  // when the commit asks for one.
+  void snapshot(const protocol::Commit& commit) {
+    const bool to_memory = snapshot_every_ > 0 && (commit.step + 1) % snapshot_every_ == 0;
+    if (!to_memory && !commit.save) return;
+    SnapshotJob job;
+    job.seal = {node_, gpu_, commit.step, seat().layer_begin, seat().layer_end, seat().degree, seat().shard};
+    job.to_memory = to_memory;
+    if (commit.save) {
+      job.save = commit.save->folder;
+      job.saved_layers = layers_saved_by(seats_, settings_.rank);
+      job.on_saved = [this, generation = number_, step = commit.save->step] {
+        inbox_.send(protocol::Saved{generation, step});
+      };
+    }
+    taker_.start(std::move(job), held_);
+  }
+
   // Identity and job.
   std::string node_;
   int gpu_ = 0, gpus_ = 1;  // this worker's GPU, and the node's count
   std::string master_addr_, token_;
   Inbox inbox_;
+  SnapshotTaker taker_;  // after the inbox: gone first, as its job may send
+  int snapshot_every_ = 0;
   Profile profile_;
   TrainOptions o_;
   std::vector<std::uint16_t> tokens_;

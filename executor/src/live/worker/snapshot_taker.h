@@ -1,0 +1,52 @@
+// A worker's snapshots, taken in the background: after a committed step the
+// training thread hands its layers over and goes on with the next step,
+// while this thread serializes them into the agent's memory (and, when the
+// commit asks for a checkpoint, writes the layers this worker saves). The
+// next optimizer step waits for it (wait()), since it changes the state in
+// place; forward and backward passes only read it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "live/snapshots/snapshot_store.h"
+#include "model/layer_state.h"
+
+namespace oobleck::executor {
+
+struct SnapshotJob {
+  SnapshotSeal seal;                 // what it snapshots (layers, shard, step)
+  bool to_memory = true;             // into the agent's memory
+  std::optional<std::string> save;   // and into this checkpoint folder
+  std::vector<int> saved_layers;     // the layers of it this worker writes there
+  std::function<void()> on_saved;    // once the checkpoint's layers are on disk
+};
+
+class SnapshotTaker {
+ public:
+  SnapshotTaker(std::string token, int port) : token_(std::move(token)), port_(port) {}
+  ~SnapshotTaker() { wait(); }
+  SnapshotTaker(const SnapshotTaker&) = delete;
+  SnapshotTaker& operator=(const SnapshotTaker&) = delete;
+
+  // Starts the job on `held` (which must stay unchanged until wait()).
+  void start(SnapshotJob job, const std::map<int, HeldLayer>& held);
+  // Waits for the job in hand; returns how long it waited (ms).
+  double wait();
+  // Whether the last job's snapshot was sealed in the agent's memory.
+  [[nodiscard]] bool sealed() const { return sealed_; }
+
+ private:
+  void run(const SnapshotJob& job, const std::map<int, HeldLayer>& held);
+
+  std::string token_;
+  int port_;
+  std::thread thread_;
+  bool sealed_ = false;
+};
+
+}  // namespace oobleck::executor
