@@ -72,6 +72,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Save a checkpoint every K steps and after the last")
       ->check(CLI::Range(1, 100000000));
+  app.add_option("--snapshot-every", o.snapshot_every,
+                 "Snapshot the training state into the agents' memory every K steps, in the background, mirrored "
+                 "to another node (0: none): a crashed worker restarts from it, and past f the run rolls back to it")
+      ->check(CLI::Range(0, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
   app.add_option("--wait-for-nodes-s", o.wait_for_nodes_s,
                  "Past f, when too few nodes are left for any pipeline: wait this long for nodes to join "
@@ -81,7 +85,7 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
 
 void add_failure_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--inject", f.inject_path,
-                 "Failures and joins to inject: lines 'when,add|remove|hang,node' where when is milliseconds since "
+                 "Failures and joins to inject: lines 'when,add|remove|hang|crash,node' where when is milliseconds since "
                  "training started, step:N (during step N) or recovery:R (during the R-th reconfiguration)");
   f.chaos = app.add_option("--chaos", f.chaos_seed,
                            "Kill random nodes at random moments (also during recoveries) and start new ones, "

@@ -179,6 +179,21 @@ Actions Controller::on(const Timer& e) {
   return recover(Cause::communication);
 }
 
+// ---------------------------------------------------------------- restarts
+
+// The restarted process holds what it held after the committed step, so
+// the generation's layout of the state stands: only the step in flight is
+// lost. Before the generation committed a step its members may still be
+// receiving copies, which the restarted one lost: that is the driver's to
+// treat as a loss.
+Actions Controller::on(const WorkerRestarted& e) {
+  if (!current_ || !established_ || rank_of(e.node) < 0) return {};
+  reports_.clear();
+  deferred_commit_.reset();
+  communication_deadline_ms_.reset();
+  return {RestartInPlace{current_->number, committed_ + 1, e.node}};
+}
+
 // ---------------------------------------------------------------- saves
 
 Actions Controller::on(const StateSaved& e) {
@@ -186,14 +201,34 @@ Actions Controller::on(const StateSaved& e) {
   return {};
 }
 
+Actions Controller::on(const SnapshotsHeld& e) {
+  snapshots_ = e.snapshots;
+  return {};
+}
+
 bool Controller::roll_back() {
+  rollback_source_ = StateSource::checkpoint;
   if (!options_.saves_reported) return true;
   if (committed_ < 0) return true;  // nothing trained: the seed is the state
-  if (!saved_step_) return false;
-  if (*saved_step_ < committed_) {
-    rolled_back_from_ = std::max(rolled_back_from_, committed_);
-    committed_ = *saved_step_;
+  int step = saved_step_.value_or(-1);
+  const std::vector<std::string> alive = members();
+  for (const auto& snapshot : snapshots_) {
+    if (snapshot.step > committed_ || snapshot.step < step) continue;
+    for (const bool with_mirrors : {false, true}) {
+      if (choose_pieces(snapshot, cost_.layers(), alive, with_mirrors)) {
+        // (At an equal step, the checkpoint comes last.)
+        if (snapshot.step > step || rollback_source_ == StateSource::checkpoint ||
+            (rollback_source_ == StateSource::mirror && !with_mirrors)) {
+          step = snapshot.step;
+          rollback_source_ = with_mirrors ? StateSource::mirror : StateSource::memory;
+        }
+        break;
+      }
+    }
   }
+  if (step < 0) return false;
+  rolled_back_from_ = std::max(rolled_back_from_, committed_);
+  committed_ = step;
   return true;
 }
 
@@ -252,8 +287,8 @@ Actions Controller::recover(Cause cause) {
     if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up || !roll_back()) {
       return give_up(e.what());
     }
-    // (Reported saves, none yet: nothing was committed, the seed is the state.)
-    return start_afresh(cause, options_.saves_reported && !saved_step_ ? StateSource::initial : StateSource::checkpoint,
+    // (Reported saves, nothing committed yet: the seed is the state.)
+    return start_afresh(cause, options_.saves_reported && committed_ < 0 ? StateSource::initial : rollback_source_,
                         true);
   }
   Generation g;
@@ -338,7 +373,7 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
   trainers_ = 0;
   current_.reset();
   established_ = ready_ = false;
-  if (committed_ >= 0) start_source_ = StateSource::checkpoint;
+  if (committed_ >= 0) start_source_ = rollback_source_;
   return {WaitForNodes{why, rolled_back}};
 }
 

@@ -12,6 +12,10 @@ std::string_view source_name(StateSource source) {
       return "initial";
     case StateSource::checkpoint:
       return "checkpoint";
+    case StateSource::memory:
+      return "memory";
+    case StateSource::mirror:
+      return "mirror";
   }
   return "?";
 }

@@ -54,6 +54,8 @@ std::string describe(const Action& action) {
         << (c->finish ? " finish" : "");
   } else if (const auto* w = std::get_if<WaitForNodes>(&action)) {
     out << "wait" << (w->rolled_back ? " rolled back" : "");
+  } else if (const auto* r = std::get_if<RestartInPlace>(&action)) {
+    out << "restart g" << r->generation << " in place at step " << r->resume_step << " for " << r->node;
   } else if (const auto* g = std::get_if<GiveUp>(&action)) {
     out << "give up " << (g->reason == GiveUp::Reason::no_plan ? "no plan" : "no progress") << " after step "
         << g->committed_step;

@@ -16,7 +16,7 @@ bool parse_count(std::string_view text, long long& out) {
 
 std::vector<Injection> parse_injections(std::string_view text, const std::string& origin) {
   std::vector<Injection> out;
-  for_each_event_line(text, origin, "when,add|remove|hang,node", [&](const EventLine& line) {
+  for_each_event_line(text, origin, "when,add|remove|hang|crash,node", [&](const EventLine& line) {
     Injection event;
     event.line = line.line;
     long long value = 0;
@@ -48,8 +48,10 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       event.action = Injection::Action::Add;
     } else if (line.action == "hang") {
       event.action = Injection::Action::Hang;
+    } else if (line.action == "crash") {
+      event.action = Injection::Action::Crash;
     } else {
-      fail_at_line(origin, line.line, quoted_excerpt(line.action) + ": expected add, remove or hang");
+      fail_at_line(origin, line.line, quoted_excerpt(line.action) + ": expected add, remove, hang or crash");
     }
     event.node = std::string(line.node);
     out.push_back(std::move(event));

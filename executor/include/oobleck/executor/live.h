@@ -28,10 +28,13 @@ namespace oobleck::executor {
 // reconfiguration, once the workers have started rebuilding). `remove`
 // kills the node's agent and worker (SIGKILL: connections close at once),
 // `hang` stops them (SIGSTOP: connections stay open, only the heartbeat
-// tells), `add` starts a new node of that name.
+// tells), `add` starts a new node of that name, `crash` kills the node's
+// worker of GPU 0 alone (SIGKILL; its agent restarts it). A crash during
+// step N strikes once the node's snapshot of step N - 1 is in its agent's
+// memory, so that what it exercises is the restart in place.
 struct Injection {
   enum class When { AtTime, DuringStep, DuringRecovery };
-  enum class Action { Remove, Add, Hang };
+  enum class Action { Remove, Add, Hang, Crash };
   When when = When::AtTime;
   Milliseconds time_ms = 0;  // AtTime
   int index = 0;             // the step N or the recovery R
@@ -72,6 +75,7 @@ struct MasterOptions {
   int checkpoint_every = 0;
   std::string resume_dir;            // start from the checkpoint saved there
   double wait_for_nodes_s = 600;     // too few nodes for any plan: wait this long for joins, then exit 3
+  int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   std::string program;               // this executable: started again as agents and workers
 };
 

@@ -79,7 +79,8 @@ Master::Master(const MasterOptions& options)
               store_->getPort(),
               o_.seed,
               static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
-              o_.learning_rate};
+              o_.learning_rate,
+              o_.snapshot_every};
 }
 
 // ---------------------------------------------------------------- the loop
@@ -101,11 +102,15 @@ int Master::run() {
     for (const auto& in : server_.poll(wait, admit)) handle(in);
     processes_.reap();
     for (const auto& [node, reason] : processes_.overdue(now_ms())) lose(node, reason);
+    for (const auto& [node, deadline] : std::map(worker_gone_)) {
+      if (now_ms() > deadline) lose(node, "its worker's connection closed and its agent said nothing of it");
+    }
     if (!lost_now_.empty() || !joined_now_.empty()) {
       recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
       lost_now_.clear();
       joined_now_.clear();
       decide(changed);
+      assign_mirrors();
     }
     if (phase_ == Phase::training) decide(recovery::Timer{now_ms()});
     advance();
@@ -140,6 +145,13 @@ void Master::advance() {
 
 void Master::handle(const ControlServer::Inbound& in) {
   if (std::holds_alternative<ControlServer::Closed>(in.what)) {
+    const NodeProcess* p = processes_.find(in.node);
+    if (in.role == Role::worker && phase_ == Phase::training && p != nullptr && p->alive && p->agent_connected) {
+      // A worker alone: its agent says whether it restarts it (a crash) or
+      // the node leaves; its heartbeat says whether it is there to say so.
+      worker_gone_.try_emplace(in.node, now_ms() + o_.heartbeat_timeout_ms);
+      return;
+    }
     lose(in.node, std::string("its ") + (in.role == Role::agent ? "agent" : "worker") + "'s connection closed");
   } else if (const auto* bad = std::get_if<ControlServer::Malformed>(&in.what)) {
     std::fprintf(stderr, "oobleck-run: a malformed control message (%s)\n", bad->what.c_str());
@@ -157,6 +169,11 @@ void Master::from_agent(const std::string& node, const protocol::Message& m) {
   if (const auto* hello = std::get_if<protocol::Hello>(&m)) {
     p->agent_connected = true;
     p->worker_pids.assign(hello->worker_pids.begin(), hello->worker_pids.end());
+    p->snapshot_port = hello->snapshot_port;
+  } else if (const auto* stored = std::get_if<protocol::SnapshotStored>(&m)) {
+    on_snapshot_stored(node, *stored);
+  } else if (const auto* restarted = std::get_if<protocol::WorkerRestarted>(&m)) {
+    on_worker_restarted(node, *restarted);
   } else if (const auto* exit = std::get_if<protocol::WorkerExit>(&m); exit && exit->status != 0) {
     lose(node, "its worker of GPU " + std::to_string(exit->gpu) + " exited with status " +
                    std::to_string(exit->status));
@@ -165,9 +182,16 @@ void Master::from_agent(const std::string& node, const protocol::Message& m) {
 
 void Master::from_worker(const std::string& node, int gpu, const protocol::Message& m) {
   if (std::holds_alternative<protocol::Hello>(m)) {
+    server_.send_to_worker(node, gpu, welcome_);
+    if (const auto r = restarting_.find({node, gpu}); r != restarting_.end()) {
+      // Restarted in place: it enters the generation of the restart.
+      r->second.connected = true;
+      if (r->second.held) server_.send_to_worker(node, gpu, *r->second.held);
+      if (r->second.held) restarting_.erase(r);
+      return;
+    }
     NodeProcess* p = processes_.find(node);
     ++p->workers_connected;
-    server_.send_to_worker(node, gpu, welcome_);
     // A node takes part once every one of its GPUs has a worker.
     if (phase_ != Phase::finishing && p->all_workers_connected()) joined_now_.push_back(node);
   } else if (const auto* saved = std::get_if<protocol::Saved>(&m)) {  // whatever generation it is in now
@@ -177,7 +201,7 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     done_ranks_.insert(rank);
     if (done->timeline) timelines_[rank] = *done->timeline;
   }
-  const int current = generation_ ? generation_->number : 0;
+  const int current = wire_;
   // Messages about a generation that is over are moot.
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
     on_ready(node, gpu, *r);
@@ -198,7 +222,7 @@ void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m
   ledger_.add(m.step, worker_rank(node, gpu), m);
   if (++ready_workers_[{m.step, node}] < gpus_) return;
   ready_workers_.erase({m.step, node});
-  decide(recovery::StepReported{m.generation, m.step, node, now_ms()});
+  decide(recovery::StepReported{generation_->number, m.step, node, now_ms()});
 }
 
 // The first worker of a recovery started rebuilding: injections aimed at it
@@ -217,7 +241,8 @@ void Master::on_recovered(const protocol::Recovered& m) {
   timing_.copy_bytes += m.copy_bytes;
   if (timing_.recovered < static_cast<int>(ranks_.size()) * gpus_) return;
   step_start_ms_ = now_ms();
-  decide(recovery::GenerationReady{m.generation, step_start_ms_});
+  if (restart_) restart_->restored_ms = step_start_ms_;
+  decide(recovery::GenerationReady{generation_->number, step_start_ms_});
 }
 
 int Master::rank_of(const std::string& node) const {
@@ -228,6 +253,7 @@ int Master::rank_of(const std::string& node) const {
 // and let the controller decide with the rest of this look's changes.
 void Master::lose(const std::string& node, const std::string& reason) {
   NodeProcess* p = processes_.find(node);
+  worker_gone_.erase(node);
   if (p == nullptr || !p->alive) return;
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
@@ -239,6 +265,9 @@ void Master::lose(const std::string& node, const std::string& reason) {
     throw std::runtime_error("node " + node + " failed before training started (" + reason + ")");
   std::fprintf(stderr, "oobleck-run: node %s lost: %s\n", node.c_str(), reason.c_str());
   loss_reasons_[node] = reason;
+  snapshots_.forget_holder(node);
+  std::erase_if(restarting_, [&](const auto& r) { return r.first.first == node; });
+  std::erase_if(pending_crashes_, [&](const PendingCrash& c) { return c.node == node; });
   lost_now_.push_back(node);
   if (std::find(ranks_.begin(), ranks_.end(), node) != ranks_.end()) {
     if (chain_failure_ms_ < 0 || failed < chain_failure_ms_) chain_failure_ms_ = failed;
@@ -258,6 +287,8 @@ void Master::decide(const recovery::Event& event) {
       commit(*c, pause);
     } else if (const auto* s = std::get_if<recovery::StartGeneration>(&actions[i])) {
       start_generation(*s->generation, s->base.get(), plan_ms);
+    } else if (const auto* r = std::get_if<recovery::RestartInPlace>(&actions[i])) {
+      restart_in_place(*r);
     } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
       give_up(*g);
     } else {
@@ -284,9 +315,13 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     // The steps after the save are trained again; saves of them in the
     // making are moot.
     checkpoints_.forget_after(g.resume_step - 1);
+    snapshots_.forget_after(g.resume_step - 1);
     samples_ = samples_before(g.resume_step);
   }
   generation_ = std::make_shared<const recovery::Generation>(g);
+  ++wire_;
+  restart_.reset();
+  restarting_.clear();
   ranks_ = recovery::ranked_nodes(g.plan);
   established_ = false;
   timing_ = RecoveryTiming();
@@ -301,6 +336,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   timing_.plan_ms = plan_ms;
   for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
   send_generation(g, base);
+  assign_mirrors();
   ledger_.clear();
   ready_workers_.clear();
   step_start_ms_ = now;
@@ -311,7 +347,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
 // and every shard copy (each worker picks out its own).
 void Master::send_generation(const recovery::Generation& g, const Plan* base) {
   protocol::NewGeneration message;
-  message.generation = g.number;
+  message.generation = wire_;
   message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
   message.ranks = ranks_;
   message.resume_step = g.resume_step;
@@ -327,6 +363,10 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base) {
     const int step = g.resume_step - 1;
     message.checkpoint_folder = in_.resume && in_.resume->step == step ? in_.resume->folder : checkpoints_.folder(step);
   }
+  if (g.source == recovery::StateSource::memory || g.source == recovery::StateSource::mirror) {
+    add_snapshot_sources(message, g.resume_step - 1, g.source == recovery::StateSource::mirror);
+  }
+  message.discard_held = g.rolled_back;
   for (const auto& node : ranks_) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       const auto held = holdings.find({node, gpu});
@@ -340,8 +380,18 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base) {
         message.holds_degree = s.degree;
         message.holds_shard = s.shard;
       }
-      server_.send_to_worker(node, gpu, message);
+      send_to_worker(node, gpu, message);
     }
+  }
+}
+
+void Master::send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m) {
+  const auto r = restarting_.find({node, gpu});
+  if (r == restarting_.end() || r->second.connected) {
+    server_.send_to_worker(node, gpu, m);
+    if (r != restarting_.end()) restarting_.erase(r);
+  } else {
+    r->second.held = m;
   }
 }
 
@@ -356,12 +406,16 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   for (const auto& node : trainer_nodes) {
     for (int gpu = 0; gpu < gpus_; ++gpu) savers.push_back(worker_name(node, gpu));
   }
-  const protocol::Commit message{c.generation, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
+  const protocol::Commit message{wire_, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   last_iteration_ms_ = now - step_start_ms_;
   step_start_ms_ = now;
   reporter_.step(
       {c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_, now - training_start_ms_});
+  if (restart_) {
+    reporter_.restart(*restart_, now);
+    restart_.reset();
+  }
   if (c.establishes) {
     established_ = true;
     if (c.generation > 1) {

@@ -1,6 +1,7 @@
 // The master of a live run (master.cpp): one thread, one event loop,
 // carrying out the recovery controller's decisions. Its injections and
-// chaos are in master_injections.cpp.
+// chaos are in master_injections.cpp; snapshots, mirrors and in-place
+// restarts in master_snapshots.cpp.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -19,6 +20,7 @@
 #include "oobleck/recovery/controller.h"
 #include "process_table.h"
 #include "reporter.h"
+#include "snapshot_ledger.h"
 #include "step_ledger.h"
 
 namespace oobleck::executor {
@@ -49,6 +51,8 @@ class Master {
     return node + " GPU " + std::to_string(gpu);
   }
   void send_generation(const recovery::Generation& g, const Plan* base);
+  // To a worker, or held back while it restarts (sent once it said hello).
+  void send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m);
   // The controller's decisions, carried out.
   void decide(const recovery::Event& event);
   void start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms);
@@ -61,6 +65,16 @@ class Master {
   Milliseconds inject(Milliseconds wait_ms);
   void fire(const Injection& event);
   void kill_node(const std::string& node, const std::string& why, bool hang);
+  // Snapshots and in-place restarts (master_snapshots.cpp).
+  void on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s);
+  void on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m);
+  void restart_in_place(const recovery::RestartInPlace& r);
+  void assign_mirrors();
+  void crash_worker(const std::string& node, const std::string& why);
+  void fire_due_crashes();
+  // The pieces of the snapshot of `step`, from the holders `source` allows.
+  void add_snapshot_sources(protocol::NewGeneration& m, int step, bool with_mirrors);
+  [[nodiscard]] std::string snapshot_host(const std::string& node) const;
   [[nodiscard]] ChaosView chaos_view();
 
   MasterOptions o_;
@@ -84,8 +98,10 @@ class Master {
   // Too few nodes for any plan: until when joins are awaited, and why.
   Milliseconds wait_deadline_ms_ = -1;
   std::string wait_why_;
-  // The generation in hand.
+  // The generation in hand, and the number its messages carry: one per
+  // start of its communicators (a new generation, or a restart in place).
   std::shared_ptr<const recovery::Generation> generation_;
+  int wire_ = 0;
   std::vector<std::string> ranks_;  // nodes; worker rank = node rank x gpus_ + GPU
   bool established_ = false;
   RecoveryTiming timing_;
@@ -102,6 +118,21 @@ class Master {
   std::map<std::pair<int, std::string>, int> ready_workers_;  // (step, node) -> workers ready
   std::set<int> done_ranks_;
   std::map<int, protocol::StepTimeline> timelines_;
+  // Snapshots and in-place restarts.
+  SnapshotLedger snapshots_;
+  std::map<std::string, std::string> mirror_of_;  // node -> its mirror's node
+  struct PendingCrash {
+    std::string node, why;
+    int step = 0;  // strikes once the node's snapshot of step - 1 is in its agent's memory
+  };
+  std::vector<PendingCrash> pending_crashes_;
+  std::map<std::string, Milliseconds> worker_gone_;  // a worker's connection closed: the agent's word due by then
+  struct Restarting {
+    bool connected = false;                       // the new worker said hello
+    std::optional<protocol::NewGeneration> held;  // what it is sent once it did
+  };
+  std::map<std::pair<std::string, int>, Restarting> restarting_;  // (node, GPU)
+  std::optional<RestartTiming> restart_;
 };
 
 }  // namespace oobleck::executor

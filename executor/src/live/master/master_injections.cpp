@@ -30,6 +30,15 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
 
 void Master::fire(const Injection& event) {
   const std::string why = "--inject line " + std::to_string(event.line);
+  if (event.action == Injection::Action::Crash) {
+    if (event.when != Injection::When::DuringStep) {
+      crash_worker(event.node, why);
+      return;
+    }
+    pending_crashes_.push_back({event.node, why, event.index});
+    fire_due_crashes();
+    return;
+  }
   if (event.action != Injection::Action::Add) {
     kill_node(event.node, why, event.action == Injection::Action::Hang);
     return;

@@ -26,6 +26,8 @@ struct NodeProcess {
   bool alive = true;            // not yet declared lost
   bool agent_connected = false;
   int gpus = 1, workers_connected = 0;
+  int snapshot_port = 0;           // the agent's snapshot server
+  Milliseconds crashed_ms = -1;    // when an injection crashed a worker of it
   [[nodiscard]] bool all_workers_connected() const { return workers_connected == gpus; }
 };
 

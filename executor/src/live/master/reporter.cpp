@@ -55,8 +55,11 @@ void Reporter::generation_started(const recovery::Generation& g, Milliseconds el
                       {"to_step", g.resume_step - 1},
                       {"source", recovery::source_name(g.source)}}
              .dump());
+    const char* where = g.source == recovery::StateSource::memory   ? "snapshot in the agents' memory"
+                        : g.source == recovery::StateSource::mirror ? "snapshot in the agents' memory (mirrors)"
+                                                                    : "checkpoint";
     std::fprintf(stderr, "oobleck-run: past f: rolling back from step %d to the %s after step %d\n",
-                 g.rolled_back_from, std::string(recovery::source_name(g.source)).c_str(), g.resume_step - 1);
+                 g.rolled_back_from, where, g.resume_step - 1);
   }
   if (g.number == 1) return;
   std::fprintf(stderr, "oobleck-run: generation %d: lost %s, added %s; pipelines %s; resuming at step %d\n", g.number,
@@ -110,6 +113,23 @@ void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Millise
         t.rebuild_ms, t.copy_ms, static_cast<long long>(t.copy_bytes), resume_ms, recovery_ms);
   }
   std::fflush(stdout);
+}
+
+void Reporter::restart(const RestartTiming& t, Milliseconds now) {
+  const Milliseconds from = t.crash_ms >= 0 ? t.crash_ms : t.detected_ms;
+  emit(ordered_json{{"kind", "restart"},
+                    {"generation", t.generation},
+                    {"node", t.node},
+                    {"gpu", t.gpu},
+                    {"resume_step", t.resume_step},
+                    {"detect_ms", t.detected_ms - from},
+                    {"restore_ms", t.restored_ms - t.detected_ms},
+                    {"recovery_ms", now - from}}
+           .dump());
+  std::fprintf(stderr,
+               "oobleck-run: %s GPU %d restarted in place: detected in %.0f ms, state and communicators back "
+               "%.0f ms later, step %d done %.0f ms after the crash\n",
+               t.node.c_str(), t.gpu, t.detected_ms - from, t.restored_ms - t.detected_ms, t.resume_step, now - from);
 }
 
 std::string Reporter::no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,

@@ -6,6 +6,9 @@
 //   {kind: "step", step, loss, samples, step_samples, iteration_ms, elapsed_ms, generation}
 //   {kind: "reconfiguration", generation, lost, added, reasons, resume_step, pipelines,
 //    detect_ms, plan_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms, superseded}
+//   {kind: "restart", generation, node, gpu, resume_step, detect_ms, restore_ms, recovery_ms}
+//                                  a worker restarted in place (no new generation)
+//   {kind: "rollback", generation, from_step, to_step, source}   past f
 //   {kind: "no_plan", generation, lost, added, resume_step, checkpoint_bytes, message}
 #pragma once
 
@@ -33,6 +36,15 @@ struct RecoveryTiming {
   std::int64_t copy_bytes = 0;
 };
 
+// How an in-place restart went: from the crash to its detection (the
+// agent's word), to every worker having its state and communicators again,
+// and to the next committed step.
+struct RestartTiming {
+  int generation = 0, gpu = 0, resume_step = 0;
+  std::string node;
+  Milliseconds crash_ms = -1, detected_ms = 0, restored_ms = -1;
+};
+
 struct StepReport {
   int step = 0, generation = 0;
   double loss = 0;
@@ -52,6 +64,7 @@ class Reporter {
   void step(const StepReport& report);
   // A recovery is over: it trained a step, or a newer generation replaced it.
   void reconfiguration(const RecoveryTiming& timing, bool superseded, Milliseconds now_ms);
+  void restart(const RestartTiming& timing, Milliseconds now_ms);
   // What the planner could not recover from, and what a checkpoint would
   // need to hold to go on (the message, also returned).
   std::string no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,

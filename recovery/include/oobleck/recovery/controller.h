@@ -29,7 +29,12 @@
 //   for any plan, the job gives up, or (when configured) restarts from the
 //   last checkpoint on the nodes present and waits while there are none
 //   that can form a pipeline. Where saves are reported, the restart rolls
-//   the committed step back to the newest save.
+//   the committed step back to the newest save the nodes left can restore:
+//   a snapshot in their agents' memory (read from the nodes that took it,
+//   else from mirrors) or the checkpoint, in that order at equal steps.
+// - A process restarted in place on a live node, once the generation has
+//   committed a step: the generation goes on (RestartInPlace), the step in
+//   flight is trained again; nothing is re-planned.
 #pragma once
 
 #include <optional>
@@ -99,6 +104,8 @@ class Controller {
   Actions on(const CommunicationFailed& e);
   Actions on(const Timer& e);
   Actions on(const StateSaved& e);
+  Actions on(const SnapshotsHeld& e);
+  Actions on(const WorkerRestarted& e);
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
@@ -149,6 +156,8 @@ class Controller {
   std::map<int, std::set<std::string>> reports_;  // step -> trainers that reported it
 
   std::optional<int> saved_step_;  // the newest StateSaved
+  std::vector<Snapshot> snapshots_;  // the newest SnapshotsHeld
+  StateSource rollback_source_ = StateSource::checkpoint;
   int rolled_back_from_ = -1;      // for the next generation's record
 
   std::optional<Milliseconds> communication_deadline_ms_;

@@ -11,6 +11,7 @@
 
 #include "oobleck/planner.h"
 #include "oobleck/recovery/seats.h"
+#include "oobleck/recovery/snapshots.h"
 
 namespace oobleck::recovery {
 
@@ -76,8 +77,24 @@ struct StateSaved {
   Milliseconds at_ms = 0;
 };
 
+// The complete snapshots in the agents' memory now (each replaces what was
+// said before): a fall-back past f restores the newest the nodes left hold.
+struct SnapshotsHeld {
+  std::vector<Snapshot> snapshots;
+  Milliseconds at_ms = 0;
+};
+// A process of `node` died and was restarted in place (its node and agent
+// live), and holds the state after the committed step again, from its
+// agent's memory. (The driver tells this only when that holds; otherwise
+// the node is lost.)
+struct WorkerRestarted {
+  std::string node;
+  Milliseconds at_ms = 0;
+};
+
 using Event = std::variant<NodesLost, NodesJoined, NodesChanged, JoinAwaited, GenerationReady, StepReported,
-                           StepCompleted, CommunicationFailed, Timer, StateSaved>;
+                           StepCompleted, CommunicationFailed, Timer, StateSaved, SnapshotsHeld,
+                           WorkerRestarted>;
 
 // ---------------------------------------------------------------- actions
 
@@ -86,6 +103,8 @@ enum class StateSource {
   replicas,    // the nodes hold it (the base plan's layers); missing layers are copied
   initial,     // nothing trained yet: every layer's state is (seed, layer)
   checkpoint,  // the last checkpoint, read by every trainer
+  memory,      // a snapshot in the agents' memory, each piece from a node that took it
+  mirror,      // a snapshot in the agents' memory, some pieces from mirrors
 };
 
 // Why a generation starts.
@@ -103,8 +122,8 @@ struct Generation {
   Plan plan;
   int resume_step = 0;  // the first step it trains
   StateSource source = StateSource::initial;
-  // True when the replicas no longer covered every layer and the training
-  // since the checkpoint is lost (source is then checkpoint).
+  // True when the replicas no longer covered every layer and the state
+  // comes from a save (source checkpoint, memory or mirror).
   bool rolled_back = false;
   // With rolled_back, where the driver reports saves (StateSaved): the last
   // step committed before; steps resume_step..rolled_back_from are trained
@@ -152,7 +171,17 @@ struct GiveUp {
   std::vector<std::string> lost, added;  // since the base
 };
 
-using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp>;
+// The generation goes on with its plan, members and state where they are:
+// its workers start its communicators over and train `resume_step` again,
+// the restarted node's from its own memory. No re-plan, no state moves
+// between nodes.
+struct RestartInPlace {
+  int generation = 0;
+  int resume_step = 0;
+  std::string node;
+};
+
+using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp, RestartInPlace>;
 using Actions = std::vector<Action>;
 
 [[nodiscard]] std::string_view source_name(StateSource source);

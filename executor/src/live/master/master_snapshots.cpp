@@ -1,0 +1,166 @@
+// The master's side of snapshots: the ledger of what the agents hold, the
+// mirrors it assigns, the crashes it injects and the restarts in place it
+// carries out.
+#include <signal.h>
+
+#include <cstdio>
+
+#include "master.h"
+#include "oobleck/recovery/worker_seats.h"
+
+namespace oobleck::executor {
+
+using protocol::Role;
+
+void Master::on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s) {
+  snapshots_.stored(holder, s);
+  decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
+  fire_due_crashes();
+}
+
+std::string Master::snapshot_host(const std::string& node) const {
+  const auto it = processes_.nodes().find(node);
+  return it == processes_.nodes().end() || it->second.local ? std::string("127.0.0.1") : node;
+}
+
+// Each node of the generation mirrors to the next one in rank order: never
+// itself, and a neighbour in its pipeline holds other layers, so that the
+// loss of every replica of a layer leaves its mirrors.
+void Master::assign_mirrors() {
+  if (o_.snapshot_every == 0) return;
+  std::vector<std::string> nodes;
+  for (const auto& n : ranks_) {
+    if (const NodeProcess* p = processes_.find(n); p != nullptr && p->alive && p->agent_connected) nodes.push_back(n);
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const std::string mirror = nodes.size() > 1 ? nodes[(i + 1) % nodes.size()] : std::string();
+    auto& current = mirror_of_[nodes[i]];
+    if (current == mirror) continue;
+    current = mirror;
+    const NodeProcess* m = mirror.empty() ? nullptr : processes_.find(mirror);
+    server_.send(nodes[i], Role::agent,
+                 protocol::MirrorTo{mirror.empty() ? "" : snapshot_host(mirror), m ? m->snapshot_port : 0});
+  }
+}
+
+void Master::add_snapshot_sources(protocol::NewGeneration& message, int step, bool with_mirrors) {
+  for (const auto& snapshot : snapshots_.complete(cost_.layers())) {
+    if (snapshot.step != step) continue;
+    const auto pieces = recovery::choose_pieces(snapshot, cost_.layers(), ranks_, with_mirrors);
+    if (!pieces) break;
+    message.snapshot_step = step;
+    for (const auto& p : *pieces) {
+      message.snapshot.push_back({p.layer, p.degree, p.shard, snapshots_.owner_of(p.holder, step, p),
+                                  snapshot_host(p.holder), processes_.find(p.holder)->snapshot_port});
+    }
+    return;
+  }
+  throw std::logic_error("the snapshot after step " + std::to_string(step) + " is not complete on the nodes left");
+}
+
+// ---------------------------------------------------------------- crashes
+
+void Master::crash_worker(const std::string& node, const std::string& why) {
+  NodeProcess* p = processes_.find(node);
+  if (p == nullptr || !p->alive || p->worker_pids.empty()) {
+    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to crash\n", why.c_str(), node.c_str());
+    return;
+  }
+  std::fprintf(stderr, "oobleck-run: %s: crashing the worker of GPU 0 of node %s\n", why.c_str(), node.c_str());
+  p->crashed_ms = now_ms();
+  if (p->local) {
+    ::kill(static_cast<pid_t>(p->worker_pids[0]), SIGKILL);
+  } else {
+    server_.send(node, Role::agent, protocol::Crash{0});
+  }
+}
+
+void Master::fire_due_crashes() {
+  const int committed = controller_.committed_step();
+  std::erase_if(pending_crashes_, [&](const PendingCrash& c) {
+    const bool due = o_.snapshot_every == 0 || committed >= c.step || snapshots_.holds_own(c.node, 0, c.step - 1);
+    if (due) crash_worker(c.node, c.why);
+    return due;
+  });
+}
+
+// ---------------------------------------------------------------- restarts
+
+// The agent restarted a worker that died. In place when the generation has
+// committed a step and the node's agent holds the worker's snapshot of the
+// last one; otherwise the node is lost, as before.
+void Master::on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m) {
+  NodeProcess* p = processes_.find(node);
+  worker_gone_.erase(node);
+  if (m.gpu >= 0 && m.gpu < static_cast<int>(p->worker_pids.size())) p->worker_pids[m.gpu] = m.pid;
+  if (phase_ == Phase::finishing) return;
+  const int committed = controller_.committed_step();
+  const bool member = std::find(ranks_.begin(), ranks_.end(), node) != ranks_.end();
+  const bool trains = controller_.trains(node);
+  const std::string why = "its worker of GPU " + std::to_string(m.gpu) + " died (status " + std::to_string(m.status) +
+                          ")";
+  if (phase_ != Phase::training || !established_ || !member || restarting_.count({node, m.gpu}) ||
+      (trains && !snapshots_.holds_own(node, m.gpu, committed))) {
+    lose(node, why + (established_ && member && trains
+                          ? " and its agent does not hold its snapshot of step " + std::to_string(committed)
+                          : ""));
+    return;
+  }
+  std::fprintf(stderr, "oobleck-run: node %s: %s; restarting it in place from its snapshot of step %d\n",
+               node.c_str(), why.c_str(), committed);
+  restarting_[{node, m.gpu}] = Restarting{};
+  RestartTiming timing;
+  timing.node = node;
+  timing.gpu = m.gpu;
+  timing.crash_ms = p->crashed_ms;
+  timing.detected_ms = now_ms();
+  p->crashed_ms = -1;
+  restart_ = timing;
+  decide(recovery::WorkerRestarted{node, now_ms()});
+}
+
+// The same plan, ranks and state: every worker starts the communicators
+// over (a new wire number) and trains the step in flight again; the
+// restarted ones read their layers from their own agent's memory.
+void Master::restart_in_place(const recovery::RestartInPlace& r) {
+  ++wire_;
+  const recovery::Generation& g = *generation_;
+  protocol::NewGeneration message;
+  message.generation = wire_;
+  message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
+  message.ranks = ranks_;
+  message.resume_step = r.resume_step;
+  const int step = r.resume_step - 1;
+  const auto holdings = recovery::seats_by_node(g.plan, gpus_);
+  message.snapshot_step = step;
+  for (const auto& [worker, seat] : holdings) {
+    if (!restarting_.count(worker)) continue;
+    for (int l = seat.layer_begin; l < seat.layer_end; ++l) {
+      message.snapshot.push_back({l, seat.degree, seat.shard, worker.first, snapshot_host(worker.first),
+                                  processes_.find(worker.first)->snapshot_port});
+    }
+  }
+  for (const auto& node : ranks_) {
+    for (int gpu = 0; gpu < gpus_; ++gpu) {
+      const auto held = holdings.find({node, gpu});
+      protocol::NewGeneration m = message;
+      if (held != holdings.end() && !restarting_.count({node, gpu})) {
+        m.holds_begin = held->second.layer_begin;
+        m.holds_end = held->second.layer_end;
+        m.holds_degree = held->second.degree;
+        m.holds_shard = held->second.shard;
+      }
+      send_to_worker(node, gpu, m);
+    }
+  }
+  if (restart_) {
+    restart_->generation = g.number;
+    restart_->resume_step = r.resume_step;
+  }
+  ledger_.clear();
+  ready_workers_.clear();
+  timing_.recovered = 0;
+  step_start_ms_ = now_ms();
+}
+
+}  // namespace oobleck::executor

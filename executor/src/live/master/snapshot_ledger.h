@@ -1,0 +1,37 @@
+// The master's view of the snapshots in the agents' memory: which agent
+// holds which worker's snapshot of which step, as the agents reported them
+// sealed, less those of agents lost. Each agent keeps a worker's newest two
+// sealed snapshots, and so does this ledger.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "oobleck/recovery/snapshots.h"
+#include "protocol/protocol.h"
+
+namespace oobleck::executor {
+
+class SnapshotLedger {
+ public:
+  void stored(const std::string& holder, const protocol::SnapshotStored& s);
+  // The holder's agent is gone, and its memory with it.
+  void forget_holder(const std::string& holder);
+  // A rollback to the state after `step`: later snapshots are of steps that
+  // will be trained again.
+  void forget_after(int step);
+  // Whether `node`'s own agent holds its GPU's snapshot of `step`.
+  [[nodiscard]] bool holds_own(const std::string& node, int gpu, int step) const;
+  // Whose snapshot (the node that took it) `holder` keeps `piece` of.
+  [[nodiscard]] std::string owner_of(const std::string& holder, int step, const recovery::PieceSource& piece) const;
+  // The snapshots complete for layers [0, layers) across the holders, newest first.
+  [[nodiscard]] std::vector<recovery::Snapshot> complete(int layers) const;
+
+ private:
+  // (holder, owner, GPU) -> sealed snapshots, newest last
+  std::map<std::tuple<std::string, std::string, int>, std::vector<protocol::SnapshotStored>> held_;
+};
+
+}  // namespace oobleck::executor
