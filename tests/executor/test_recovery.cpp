@@ -132,11 +132,12 @@ TEST_CASE("recovery: past f, the run rolls back to the newest checkpoint and tra
   LiveSetup setup(6, 2, 12);
   // The first stage of every pipeline, during step 5: layers [0, 3) have no
   // replica left. The checkpoint after step 3 is complete by then (every
-  // worker saved it before reporting step 4, which was committed).
+  // worker saved it before applying step 4, which was committed). No
+  // snapshots in memory: the checkpoint is all there is.
   setup.s.write("inject.csv", "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\n");
   const auto run = setup.live(12, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
                                                        " --heartbeat-timeout-ms 5000 --checkpoint " +
-                                                       setup.s.str("ck") + " --checkpoint-every 2");
+                                                       setup.s.str("ck") + " --checkpoint-every 2 --snapshot-every 0");
   INFO(run.err);
   REQUIRE(run.status == 0);
   const auto steps = setup.steps("live.jsonl");
@@ -165,6 +166,65 @@ TEST_CASE("recovery: past f, the run rolls back to the newest checkpoint and tra
   CHECK(generations.back()["resume_step"] == 4);
   CHECK(names(generations.back()["lost"]) == std::set<std::string>{"node0", "node2", "node4"});
   CHECK(run.err.find("rolling back from step 4") != std::string::npos);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: past f, the run rolls back to the snapshot in the mirrors' memory, bit for bit") {
+  LiveSetup setup(6, 2, 12);
+  // As above, with snapshots every step: the first stages' own snapshots
+  // die with them, their mirrors (the next node in rank order) survive.
+  // The snapshot of step 4 may still be in the making at the kill; that of
+  // step 3 was sealed before step 4 was applied.
+  setup.s.write("inject.csv", "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\n");
+  const auto run = setup.live(12, 4, "live.jsonl",
+                              "--inject " + setup.s.str("inject.csv") + " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto rollbacks = setup.of_kind("live.jsonl", "rollback");
+  REQUIRE(rollbacks.size() == 1);
+  CHECK(rollbacks[0]["from_step"] == 4);
+  const int to = rollbacks[0]["to_step"].get<int>();
+  CHECK((to == 3 || to == 4));
+  CHECK(rollbacks[0]["source"] == "mirror");
+  const auto reference = setup.reference_losses(12, 4);
+  std::vector<int> order, expected;
+  for (int k = 0; k <= 4; ++k) expected.push_back(k);
+  for (int k = to + 1; k < 12; ++k) expected.push_back(k);
+  for (const auto& step : setup.steps("live.jsonl")) {
+    const int k = step["step"].get<int>();
+    order.push_back(k);
+    CAPTURE(k);
+    CHECK(step["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);  // bit for bit
+    CHECK(step["step_samples"] == 24);
+  }
+  CHECK(order == expected);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: a crashed worker restarts in place, with no new generation, bit for bit") {
+  LiveSetup setup(4, 1, 8);
+  setup.s.write("inject.csv", "step:3,crash,node1\nstep:6,crash,node2\n");
+  const auto run = setup.live(9, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv"));
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  std::vector<int> order;
+  for (const auto& step : steps) {
+    order.push_back(step["step"].get<int>());
+    CHECK(step["generation"] == 1);
+    CHECK(step["step_samples"] == 16);
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8});  // nothing committed twice
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(9, 4), 0);
+  CHECK(setup.of_kind("live.jsonl", "generation").size() == 1);
+  CHECK(setup.reconfigurations("live.jsonl").empty());
+  const auto restarts = setup.of_kind("live.jsonl", "restart");
+  REQUIRE(restarts.size() == 2);
+  CHECK(restarts[0]["node"] == "node1");
+  CHECK(restarts[0]["resume_step"] == 3);
+  CHECK(restarts[1]["node"] == "node2");
+  CHECK(restarts[1]["resume_step"] == 6);
+  for (const auto& r : restarts) CHECK(r["recovery_ms"].get<double>() >= r["detect_ms"].get<double>());
   CHECK(setup.s.processes_left() == 0);
 }
 
