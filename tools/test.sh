@@ -12,4 +12,6 @@ if [ -x build/bin/oobleck-run ]; then
   STEPS=5 tools/bench-run-vs-sim.sh
   echo "== live recovery against a checkpoint restart (short: 1 restart; run tools/bench-recovery.sh for more)"
   REPEATS=1 tools/bench-recovery.sh
+  echo "== snapshots: step time with and without, a crash against a loss (short: 1 round; run tools/bench-snapshots.sh for more)"
+  ROUNDS=1 STEPS=6 tools/bench-snapshots.sh
 fi

@@ -111,12 +111,12 @@ TEST_CASE("recovery: a node that stops answering is found by its missing heartbe
   CHECK(setup.s.processes_left() == 0);  // the stopped node was fenced, not left behind
 }
 
-TEST_CASE("recovery: more losses than the replicas cover, with no checkpoint, stop the job and say what one needs") {
+TEST_CASE("recovery: more losses than the replicas cover, with no snapshot or checkpoint, stop the job and say what one needs") {
   LiveSetup setup(6, 2, 12);
   // The first stage of every pipeline: layers [0, 3) have no replica left.
   setup.s.write("inject.csv", "step:2,remove,node0\nstep:2,remove,node2\nstep:2,remove,node4\n");
   const auto run = setup.live(6, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
-                                                      " --heartbeat-timeout-ms 5000");
+                                                      " --heartbeat-timeout-ms 5000 --snapshot-every 0");
   CHECK(run.status == 3);
   CHECK(run.err.find("no surviving replica") != std::string::npos);
   CHECK(run.err.find("checkpoint must hold the state after step 1") != std::string::npos);

@@ -312,6 +312,80 @@ TEST_CASE("controller, live run: past f, back to the newest save; without one, g
          "1: start g2 loss from initial at step 0 lost [node0,node2]: [node1,node3]"}}});
 }
 
+TEST_CASE("controller, live run: past f, the newest snapshot the nodes left hold; memory, then mirrors, then disk") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+  options.saves_reported = true;
+  const int layers = cluster.cost.layers();
+  // Two pipelines [node0,node1] [node2,node3]; each node's snapshot is
+  // mirrored by the next one in rank order. `split` is where the stages meet.
+  const auto snapshot = [&](int step) {
+    const int split = layers / 2;
+    Snapshot s{step, {}};
+    for (int l = 0; l < layers; ++l) {
+      SnapshotPiece p{l, 1, 0, {}, {}};
+      p.own = l < split ? std::vector<std::string>{"node0", "node2"} : std::vector<std::string>{"node1", "node3"};
+      p.mirrors = l < split ? std::vector<std::string>{"node1", "node3"} : std::vector<std::string>{"node2", "node0"};
+      s.pieces.push_back(p);
+    }
+    return s;
+  };
+  const Event held = SnapshotsHeld{{snapshot(2), snapshot(1)}, 0};
+  Snapshot unmirrored = snapshot(2);
+  for (auto& p : unmirrored.pieces) p.mirrors.clear();
+  const Event held_unmirrored = SnapshotsHeld{{unmirrored}, 0};
+  Snapshot by_node0 = unmirrored;
+  for (auto& p : by_node0.pieces) p.own = {"node0"};
+  const Event held_by_node0 = SnapshotsHeld{{by_node0}, 0};
+  const Event saved0 = StateSaved{0, 0}, saved2 = StateSaved{2, 0};
+  const std::vector<Event> started = {joined(cluster.nodes(4)), ready(1), completed(1, 0), saved0, completed(1, 1),
+                                      completed(1, 2), completed(1, 3)};
+  const std::vector<std::string> start = {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]",
+                                          "2: commit g1 step 0 establishes", "4: commit g1 step 1",
+                                          "5: commit g1 step 2", "6: commit g1 step 3"};
+  const auto row = [&](const char* name, std::vector<Event> more, const std::string& expected) {
+    std::vector<Event> events = started;
+    events.insert(events.end(), more.begin(), more.end());
+    std::vector<std::string> out = start;
+    out.push_back(expected);
+    return Row{name, events, out};
+  };
+  check_rows(cluster, options,
+             {row("the first stages lost: their mirrors hold the newest snapshot", {held, lost({"node0", "node2"})},
+                  "8: start g2 loss from mirror rolled back from step 3 at step 3 lost [node0,node2]: [node1,node3]"),
+              row("a disk checkpoint as new as the snapshot comes after it", {held, saved2, lost({"node0", "node2"})},
+                  "9: start g2 loss from mirror rolled back from step 3 at step 3 lost [node0,node2]: [node1,node3]"),
+              row("the second stages lost: their mirrors", {held, lost({"node1", "node3"})},
+                  "8: start g2 loss from mirror rolled back from step 3 at step 3 lost [node1,node3]: [node0,node2]"),
+              row("a snapshot of an older plan, whose holders survive: every piece from them",
+                  {held_by_node0, lost({"node1", "node3"})},
+                  "8: start g2 loss from memory rolled back from step 3 at step 3 lost [node1,node3]: [node0,node2]"),
+              row("a snapshot no node left holds: the checkpoint", {held_unmirrored, lost({"node0", "node2"})},
+                  "8: start g2 loss from checkpoint rolled back from step 3 at step 1 lost [node0,node2]: [node1,node3]"),
+              row("no snapshot reported: the checkpoint", {lost({"node0", "node2"})},
+                  "7: start g2 loss from checkpoint rolled back from step 3 at step 1 lost [node0,node2]: [node1,node3]")});
+}
+
+TEST_CASE("controller, live run: a process restarted in place keeps the generation") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  const Event restarted = WorkerRestarted{"node1", 0};
+  check_rows(cluster, options,
+             {{"once a step is committed: the same generation trains the next step again",
+               {joined(cluster.nodes(4)), ready(1), completed(1, 0), reported(1, 1, "node0"), restarted,
+                reported(1, 1, "node0"), reported(1, 1, "node1"), reported(1, 1, "node2"), reported(1, 1, "node3")},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]",
+                "2: commit g1 step 0 establishes", "4: restart g1 in place at step 1 for node1", "8: commit g1 step 1"}},
+              {"before any commit of the generation: nothing (the driver treats it as a loss)",
+               {joined(cluster.nodes(4)), restarted},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3]"}}});
+}
+
 TEST_CASE("controller: chaos asks whether a loss would still be survivable") {
   const Cluster cluster;
   ControllerOptions options;
