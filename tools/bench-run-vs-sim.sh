@@ -21,8 +21,11 @@ tools/oobleck-tools sim-scenario "$out/profile.json" "$out/scenario.json"
 "$bin/oobleck-sim" iteration --plan "$out/plan.json" --profile "$out/profile.json" \
   --scenario "$out/scenario.json" --tied-embedding --gradient-scale 2 \
   --json "$out/sim.json" --chrome-trace "$out/sim-trace.json" > /dev/null
+# (Without snapshots, which the iteration does not model: tools/bench-snapshots.sh
+# measures what they cost.)
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" \
-  --steps "$steps" --threads 1 --metrics "$out/metrics.jsonl" --chrome-trace "$out/run-trace.json" > "$out/run.txt"
+  --steps "$steps" --threads 1 --snapshot-every 0 --metrics "$out/metrics.jsonl" --chrome-trace "$out/run-trace.json" \
+  > "$out/run.txt"
 
 tools/oobleck-tools run-vs-sim "$out/plan.json" "$out/sim.json" "$out/metrics.jsonl"
 echo "Chrome traces to open side by side: $out/run-trace.json and $out/sim-trace.json"

@@ -37,7 +37,7 @@ for round in $(seq 1 "$rounds"); do
   for name in degree1 degree2; do
     echo "bench-tensor-parallel: round $round, $name" >&2
     "$bin/oobleck-run" --plan "$out/$name.json" --profile "$out/profile.json" --data "$out/tokens.bin" \
-      --steps "$steps" --threads 1 --metrics "$out/$name-$round.jsonl" \
+      --steps "$steps" --threads 1 --snapshot-every 0 --metrics "$out/$name-$round.jsonl" \
       --chrome-trace "$out/$name-$round-trace.json" > "$out/$name-$round.txt" 2>&1
     runs+=("$name=$out/$name-$round.jsonl")
   done
