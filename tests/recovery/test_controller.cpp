@@ -98,6 +98,16 @@ void check_rows(const Cluster& cluster, const ControllerOptions& options, const 
   }
 }
 
+// A live run's: f = 1, and past f back to what was saved.
+ControllerOptions live_past_f_options() {
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
+  options.saves_reported = true;
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, no plan") {
@@ -281,11 +291,7 @@ TEST_CASE("controller, simulator: restarts from the checkpoint and waits when no
 
 TEST_CASE("controller, live run: past f, back to the newest save; without one, give up") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 1;
-  options.global_microbatches = 12;
-  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
-  options.saves_reported = true;
+  const ControllerOptions options = live_past_f_options();
   const Event saved0 = StateSaved{0, 0}, saved1 = StateSaved{1, 0};
   check_rows(
       cluster, options,
@@ -314,11 +320,7 @@ TEST_CASE("controller, live run: past f, back to the newest save; without one, g
 
 TEST_CASE("controller, live run: past f, the newest snapshot the nodes left hold; memory, then mirrors, then disk") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 1;
-  options.global_microbatches = 12;
-  options.when_no_plan = ControllerOptions::WhenNoPlan::restart_from_checkpoint;
-  options.saves_reported = true;
+  const ControllerOptions options = live_past_f_options();
   const int layers = cluster.cost.layers();
   // Two pipelines [node0,node1] [node2,node3]; each node's snapshot is
   // mirrored by the next one in rank order. `split` is where the stages meet.

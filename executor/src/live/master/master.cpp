@@ -105,6 +105,11 @@ int Master::run() {
     for (const auto& [node, deadline] : std::map(worker_gone_)) {
       if (now_ms() > deadline) lose(node, "its worker's connection closed and its agent said nothing of it");
     }
+    // Before this look's losses: a rollback they cause restores from these.
+    if (snapshots_changed_) {
+      snapshots_changed_ = false;
+      decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
+    }
     if (!lost_now_.empty() || !joined_now_.empty()) {
       recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
       lost_now_.clear();
@@ -266,6 +271,7 @@ void Master::lose(const std::string& node, const std::string& reason) {
   std::fprintf(stderr, "oobleck-run: node %s lost: %s\n", node.c_str(), reason.c_str());
   loss_reasons_[node] = reason;
   snapshots_.forget_holder(node);
+  snapshots_changed_ = true;
   std::erase_if(restarting_, [&](const auto& r) { return r.first.first == node; });
   std::erase_if(pending_crashes_, [&](const PendingCrash& c) { return c.node == node; });
   lost_now_.push_back(node);
@@ -316,6 +322,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     // making are moot.
     checkpoints_.forget_after(g.resume_step - 1);
     snapshots_.forget_after(g.resume_step - 1);
+    snapshots_changed_ = true;
     samples_ = samples_before(g.resume_step);
   }
   generation_ = std::make_shared<const recovery::Generation>(g);

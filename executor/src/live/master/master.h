@@ -120,6 +120,7 @@ class Master {
   std::map<int, protocol::StepTimeline> timelines_;
   // Snapshots and in-place restarts.
   SnapshotLedger snapshots_;
+  bool snapshots_changed_ = false;  // since the controller was last told (SnapshotsHeld)
   std::map<std::string, std::string> mirror_of_;  // node -> its mirror's node
   struct PendingCrash {
     std::string node, why;

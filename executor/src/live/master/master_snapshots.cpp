@@ -14,7 +14,7 @@ using protocol::Role;
 
 void Master::on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s) {
   snapshots_.stored(holder, s);
-  decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
+  snapshots_changed_ = true;  // told to the controller once this look is read
   fire_due_crashes();
 }
 
