@@ -127,12 +127,17 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
   cmd->add_option("--fault-tolerance", flags.fault_tolerance, "f: node failures the oobleck plan survives")
       ->required()
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--policy", flags.policies, "oobleck,checkpoint,inmemory,bamboo or all");
+  cmd->add_option("--policy", flags.policies,
+                  "oobleck,checkpoint,inmemory,bamboo,oobleck-snapshots or all (oobleck-snapshots: oobleck whose "
+                  "fall-back past f restores in-memory snapshots, own or mirrored, before the disk checkpoint; "
+                  "scenario overrides snapshot_every_iterations, mirror_every_iterations, snapshot_stall_ms, "
+                  "snapshot_restore_{memory,mirror,disk}_ms)");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,
-                  "Write the oobleck policy's decisions here: a JSON line per generation it started, the record a "
-                  "live run's --metrics has for each of its generations");
+                  "Write the oobleck policy's decisions here (oobleck-snapshots' when --policy leaves oobleck "
+                  "out): a JSON line per generation it started, the record a live run's --metrics has for each of "
+                  "its generations");
   return cmd;
 }
 
@@ -277,9 +282,11 @@ int run_replay(const ReplayFlags& flags) {
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
   options.record_decisions = !flags.decisions_out.empty();
-  if (options.record_decisions &&
-      std::find(options.policies.begin(), options.policies.end(), Policy::oobleck) == options.policies.end()) {
-    throw InputError("--decisions: the oobleck policy's, but --policy leaves it out");
+  const auto runs = [&](Policy p) {
+    return std::find(options.policies.begin(), options.policies.end(), p) != options.policies.end();
+  };
+  if (options.record_decisions && !runs(Policy::oobleck) && !runs(Policy::oobleck_snapshots)) {
+    throw InputError("--decisions: the oobleck or oobleck-snapshots policy's, but --policy leaves both out");
   }
   if (traces.runs == 1) {
     if (replay_one(flags, in, traces.trace_for_run(0), options)) return 0;

@@ -24,6 +24,7 @@ std::string_view policy_name(Policy policy) {
     case Policy::checkpoint: return "checkpoint";
     case Policy::inmemory: return "inmemory";
     case Policy::bamboo: return "bamboo";
+    case Policy::oobleck_snapshots: return "oobleck-snapshots";
   }
   return "?";
 }
@@ -44,7 +45,8 @@ std::vector<Policy> parse_policies(std::string_view list) {
     }
     if (!found) {
       throw InputError("--policy: unknown policy \"" + std::string(name) +
-                       "\"; expected a comma-separated list of oobleck, checkpoint, inmemory, bamboo, or all");
+                       "\"; expected a comma-separated list of oobleck, checkpoint, inmemory, bamboo, "
+                       "oobleck-snapshots, or all");
     }
     start = comma + 1;
   }
@@ -75,6 +77,7 @@ ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOpti
       case Policy::checkpoint: out.policies[i] = detail::run_checkpoint(job); break;
       case Policy::inmemory: out.policies[i] = detail::run_inmemory(job); break;
       case Policy::bamboo: out.policies[i] = detail::run_bamboo(job); break;
+      case Policy::oobleck_snapshots: out.policies[i] = detail::run_oobleck_snapshots(job); break;
     }
   };
   if (options.parallel && options.policies.size() > 1 && std::thread::hardware_concurrency() > 1) {

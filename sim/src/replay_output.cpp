@@ -48,6 +48,14 @@ std::string replay_to_json(const ReplayResult& result) {
     entry["unrecoverable"] = p.unrecoverable;
     entry["checkpoint_interval_iterations"] = p.checkpoint_interval_iterations;
     entry["checkpoint_save_s"] = p.checkpoint_save_ms / 1000.0;
+    if (p.policy == Policy::oobleck_snapshots) {
+      entry["snapshot_every_iterations"] = p.snapshot_every_iterations;
+      entry["mirror_every_iterations"] = p.mirror_every_iterations;
+      // Where each rollback past f (unrecoverable) took its state from.
+      entry["rollbacks"] = {{"memory", p.rollbacks_from_memory},
+                            {"mirror", p.rollbacks_from_mirror},
+                            {"checkpoint", p.rollbacks_from_checkpoint}};
+    }
     policies[std::string(policy_name(p.policy))] = std::move(entry);
   }
   out["policies"] = std::move(policies);
@@ -67,26 +75,39 @@ std::string timeline_csv(const ReplayResult& result) {
 }
 
 std::string summary_table(const ReplayResult& result) {
+  // The policy column fits the longest name (10 wide when all are short).
+  int width = 10;
+  for (const auto& p : result.policies) width = std::max(width, static_cast<int>(policy_name(p.policy).size()));
   std::ostringstream out;
-  out << "policy      samples/s  goodput  training  reconfig  restart  checkpoint  lost work  waiting   failures  "
+  out << std::string("policy") + std::string(static_cast<std::size_t>(width) - 4, ' ')
+      << "samples/s  goodput  training  reconfig  restart  checkpoint  lost work  waiting   failures  "
          "reconfigs  restarts  unrecoverable\n";
   auto hours = [](Milliseconds ms) { return fixed(ms / 3.6e6, 2) + "h"; };
+  std::string notes;
   for (const auto& p : result.policies) {
     char line[512];
+    const std::string name(policy_name(p.policy));
     if (!p.runnable) {
-      std::snprintf(line, sizeof line, "%-10s  cannot run: %s\n", std::string(policy_name(p.policy)).c_str(),
-                    p.reason.c_str());
+      std::snprintf(line, sizeof line, "%-*s  cannot run: %s\n", width, name.c_str(), p.reason.c_str());
       out << line;
       continue;
     }
-    std::snprintf(line, sizeof line, "%-10s  %9.2f  %6.1f%%  %8s  %8s  %7s  %10s  %9s  %7s  %8d  %9d  %8d  %13d\n",
-                  std::string(policy_name(p.policy)).c_str(), p.samples_per_s, 100 * p.goodput,
-                  hours(p.time.training_ms).c_str(), hours(p.time.reconfiguration_ms).c_str(),
-                  hours(p.time.restart_ms).c_str(), hours(p.time.checkpoint_ms).c_str(),
-                  hours(p.time.lost_work_ms).c_str(), hours(p.time.waiting_ms).c_str(), p.failures,
-                  p.reconfigurations, p.restarts, p.unrecoverable);
+    std::snprintf(line, sizeof line, "%-*s  %9.2f  %6.1f%%  %8s  %8s  %7s  %10s  %9s  %7s  %8d  %9d  %8d  %13d\n",
+                  width, name.c_str(), p.samples_per_s, 100 * p.goodput, hours(p.time.training_ms).c_str(),
+                  hours(p.time.reconfiguration_ms).c_str(), hours(p.time.restart_ms).c_str(),
+                  hours(p.time.checkpoint_ms).c_str(), hours(p.time.lost_work_ms).c_str(),
+                  hours(p.time.waiting_ms).c_str(), p.failures, p.reconfigurations, p.restarts, p.unrecoverable);
     out << line;
+    if (p.policy == Policy::oobleck_snapshots) {
+      std::snprintf(line, sizeof line,
+                    "%s: snapshots every %d iterations, mirrored every %d; rollbacks past f to memory %d, to "
+                    "mirrors %d, to the checkpoint %d\n",
+                    name.c_str(), p.snapshot_every_iterations, p.mirror_every_iterations, p.rollbacks_from_memory,
+                    p.rollbacks_from_mirror, p.rollbacks_from_checkpoint);
+      notes += line;
+    }
   }
+  out << notes;
   return out.str();
 }
 
@@ -215,8 +236,8 @@ void svg_nodes(std::ostream& svg, const SvgFrame& f, const std::vector<TimelineP
 // `index`-th from the top.
 void svg_policy(std::ostream& svg, const SvgFrame& f, const PolicyResult& p, const std::vector<double>& rates,
                 std::size_t index) {
-  const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
-  const char* colour = colours[index % 4];
+  const char* colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
+  const char* colour = colours[index % 5];
   if (p.runnable) {
     std::ostringstream d;
     for (int b = 0; b < f.bins; ++b) {
@@ -261,9 +282,16 @@ std::string timeline_svg(const ReplayResult& result, const std::string& title) {
 }
 
 std::string decisions_jsonl(const ReplayResult& result) {
+  // One policy's: generation numbers are per policy.
+  const PolicyResult* chosen = nullptr;
+  for (Policy wanted : {Policy::oobleck, Policy::oobleck_snapshots}) {
+    for (const auto& p : result.policies) {
+      if (!chosen && p.policy == wanted && !p.decisions.empty()) chosen = &p;
+    }
+  }
   std::string out;
-  for (const auto& p : result.policies) {
-    for (const auto& line : p.decisions) out.append(line).append("\n");
+  if (chosen) {
+    for (const auto& line : chosen->decisions) out.append(line).append("\n");
   }
   return out;
 }

@@ -122,6 +122,7 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
     c.number("communicator_ms", k.communicator_ms);
     c.number("host_copy_bytes_per_s", k.host_copy_bytes_per_s, false);
     c.number("device_memory_bytes_per_s", k.device_memory_bytes_per_s);
+    c.number("network_bytes_per_s", k.network_bytes_per_s, false);
     c.finish();
   }
   if (doc.contains("overrides")) {
@@ -136,7 +137,20 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
     o.number("inmemory_restore_ms", v.inmemory_restore_ms);
     o.number("bamboo_slowdown", v.bamboo_slowdown, false);
     o.number("bamboo_failover_ms", v.bamboo_failover_ms);
+    o.integer("snapshot_every_iterations", v.snapshot_every_iterations);
+    o.integer("mirror_every_iterations", v.mirror_every_iterations);
+    o.number("snapshot_stall_ms", v.snapshot_stall_ms);
+    o.number("snapshot_restore_memory_ms", v.snapshot_restore_memory_ms);
+    o.number("snapshot_restore_mirror_ms", v.snapshot_restore_mirror_ms);
+    o.number("snapshot_restore_disk_ms", v.snapshot_restore_disk_ms);
     o.finish();
+    // Only snapshots taken are mirrored (as oobleck-run --mirror-every).
+    const int every = v.snapshot_every_iterations.value_or(kDefaultSnapshotEveryIterations);
+    const int mirror = v.mirror_every_iterations.value_or(kDefaultMirrorEveryIterations);
+    if (every > 0 && mirror > 0 && mirror % every != 0) {
+      throw InputError(origin + ": overrides.mirror_every_iterations: expected 0 or a multiple of " +
+                       "snapshot_every_iterations (" + std::to_string(every) + "), got " + std::to_string(mirror));
+    }
   }
   return scenario;
 }

@@ -71,7 +71,7 @@ TEST_CASE("cli: replay writes JSON, timeline and plot; same inputs give the same
   CHECK(doc["format"] == "oobleck.replay.v1");
   const double duration = doc["duration_s"];
   CHECK(duration == doctest::Approx(40920.0));
-  for (const char* name : {"oobleck", "checkpoint", "inmemory", "bamboo"}) {
+  for (const char* name : {"oobleck", "checkpoint", "inmemory", "bamboo", "oobleck-snapshots"}) {
     CAPTURE(name);
     const json& p = doc["policies"][name];
     double total = 0;
@@ -96,6 +96,41 @@ TEST_CASE("cli: replay writes JSON, timeline and plot; same inputs give the same
   CHECK(human.status == 0);
   CHECK(human.out.find("oobleck") != std::string::npos);
   CHECK(human.out.find("goodput") != std::string::npos);
+}
+
+TEST_CASE("cli: replay --policy oobleck-snapshots, alone and in all") {
+  Scratch s(kSim);
+  const std::string args = "replay --trace " + kP3 + " --profile " + kProfile +
+                           " --fault-tolerance 1 --global-microbatches 64";
+  const Run one = s.run(args + " --policy oobleck-snapshots --json " + s.str("one.json") + " --decisions " +
+                        s.str("d.jsonl"));
+  REQUIRE(one.status == 0);
+  const json doc = json::parse(s.read("one.json"));
+  REQUIRE(doc["policies"].size() == 1);
+  const json& p = doc["policies"]["oobleck-snapshots"];
+  CHECK(p["runnable"] == true);
+  CHECK(p["samples"].get<double>() > 0);
+  CHECK(p["snapshot_every_iterations"] == 1);
+  CHECK(p["mirror_every_iterations"] == 4);
+  for (const char* source : {"memory", "mirror", "checkpoint"}) CHECK(p["rollbacks"].contains(source));
+  // Its decisions, one generation record a line.
+  std::istringstream lines(s.read("d.jsonl"));
+  int generations = 0;
+  for (std::string line; std::getline(lines, line); ++generations) CHECK(json::parse(line)["kind"] == "generation");
+  CHECK(generations == p["restarts"].get<int>() + p["reconfigurations"].get<int>());
+
+  const Run all = s.run(args + " --policy all");
+  REQUIRE(all.status == 0);
+  CHECK(all.out.find("\noobleck-snapshots ") != std::string::npos);
+  CHECK(all.out.find("oobleck-snapshots: snapshots every 1 iterations, mirrored every 4") != std::string::npos);
+
+  s.write("s.json", R"({"overrides": {"snapshot_every_iterations": 2, "mirror_every_iterations": 5}})");
+  const Run bad = s.run(args + " --policy oobleck-snapshots --scenario " + s.str("s.json"));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("s.json: overrides.mirror_every_iterations") != std::string::npos);
+  const Run no_decisions = s.run(args + " --policy checkpoint --decisions " + s.str("d2.jsonl"));
+  CHECK(no_decisions.status == 2);
+  CHECK(no_decisions.err.find("--decisions") != std::string::npos);
 }
 
 TEST_CASE("cli: generated traces, seeds and sweeps") {

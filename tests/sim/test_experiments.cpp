@@ -220,7 +220,7 @@ TEST_CASE("experiments: Monte Carlo gives the same summary on one thread or seve
     runs.push_back(replay(gpt3_1_3b_a100(), generate_trace(poisson_spec(), seed, 8), options));
   }
   CHECK(one == summarize_seeds(runs, 11));
-  REQUIRE(one.policies.size() == 4);
+  REQUIRE(one.policies.size() == std::size(kAllPolicies));
   CHECK(one.policies[0].samples_per_s.median > 0);
   CHECK(one.policies[0].samples_per_s.p5 <= one.policies[0].samples_per_s.median);
   CHECK(one.policies[0].samples_per_s.median <= one.policies[0].samples_per_s.p95);

@@ -56,7 +56,7 @@ TEST_CASE("replay: every policy's time adds up to the trace's duration, on the b
     options.fault_tolerance = 1;
     options.global_microbatches = 64;
     const ReplayResult result = replay(gpt3_1_3b(), trace, options);
-    REQUIRE(result.policies.size() == 4);
+    REQUIRE(result.policies.size() == std::size(kAllPolicies));
     check_books(result);
     for (const auto& p : result.policies) {
       CHECK(p.runnable);
@@ -252,7 +252,10 @@ TEST_CASE("replay: scenario files") {
 }
 
 TEST_CASE("replay: policy lists") {
-  CHECK(parse_policies("all").size() == 4);
+  CHECK(parse_policies("all").size() == 5);
+  CHECK(parse_policies("all").back() == Policy::oobleck_snapshots);
+  CHECK(parse_policies("oobleck-snapshots,oobleck") == std::vector<Policy>{Policy::oobleck_snapshots, Policy::oobleck});
+  CHECK(policy_name(Policy::oobleck_snapshots) == "oobleck-snapshots");
   CHECK(parse_policies("bamboo,oobleck") == std::vector<Policy>{Policy::bamboo, Policy::oobleck});
   CHECK_THROWS_AS((void)parse_policies("oobleck,varuna"), InputError);
   CHECK_THROWS_AS((void)parse_policies(""), InputError);

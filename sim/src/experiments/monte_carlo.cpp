@@ -2,6 +2,7 @@
 // summary as JSON and as a table.
 #include "oobleck/sim/monte_carlo.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -78,9 +79,14 @@ std::string seeds_to_json(const SeedsSummary& summary) {
 std::string seeds_summary_table(const SeedsSummary& summary) {
   using experiment_internal::formatted;
   std::string out = formatted("%zu generated traces: median [5th, 95th percentile]\n", summary.seeds);
-  out += formatted("%-10s  %-32s  %-28s\n", "policy", "samples/s", "goodput");
+  // The policy column fits the longest name (10 wide when all are short).
+  int width = 10;
   for (const PolicySpread& p : summary.policies) {
-    out += formatted("%-10s  %9.2f [%9.2f, %9.2f]  %6.1f%% [%6.1f%%, %6.1f%%]\n",
+    width = std::max(width, static_cast<int>(policy_name(p.policy).size()));
+  }
+  out += formatted("%-*s  %-32s  %-28s\n", width, "policy", "samples/s", "goodput");
+  for (const PolicySpread& p : summary.policies) {
+    out += formatted("%-*s  %9.2f [%9.2f, %9.2f]  %6.1f%% [%6.1f%%, %6.1f%%]\n", width,
                      std::string(policy_name(p.policy)).c_str(), p.samples_per_s.median, p.samples_per_s.p5,
                      p.samples_per_s.p95, 100 * p.goodput.median, 100 * p.goodput.p5, 100 * p.goodput.p95);
   }

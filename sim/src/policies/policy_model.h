@@ -101,5 +101,6 @@ class PolicyModel {
 [[nodiscard]] PolicyResult run_checkpoint(const Job& job);
 [[nodiscard]] PolicyResult run_inmemory(const Job& job);
 [[nodiscard]] PolicyResult run_bamboo(const Job& job);
+[[nodiscard]] PolicyResult run_oobleck_snapshots(const Job& job);
 
 }  // namespace oobleck::sim::detail

@@ -15,8 +15,12 @@
 
 namespace oobleck::sim {
 
-enum class Policy { oobleck, checkpoint, inmemory, bamboo };
-inline constexpr Policy kAllPolicies[] = {Policy::oobleck, Policy::checkpoint, Policy::inmemory, Policy::bamboo};
+// oobleck_snapshots: oobleck whose fall-back past f restores the newest
+// snapshot in the nodes' host memory (own, then mirrored) before the disk
+// checkpoint, as the live executor does.
+enum class Policy { oobleck, checkpoint, inmemory, bamboo, oobleck_snapshots };
+inline constexpr Policy kAllPolicies[] = {Policy::oobleck, Policy::checkpoint, Policy::inmemory, Policy::bamboo,
+                                          Policy::oobleck_snapshots};
 [[nodiscard]] std::string_view policy_name(Policy policy);
 // "oobleck,checkpoint" or "all"; the message names the flag on a bad name.
 [[nodiscard]] std::vector<Policy> parse_policies(std::string_view list);
@@ -29,7 +33,12 @@ struct Cluster {
   Milliseconds communicator_ms = 5'000;     // building the collective communicators
   double host_copy_bytes_per_s = 20e9;      // device to host, per GPU (each over its own PCIe link)
   double device_memory_bytes_per_s = 1.5e12;  // streams the optimizer state
+  double network_bytes_per_s = 25e9;        // per node, host memory to another node's (snapshot mirrors)
 };
+
+// The live executor's defaults (oobleck-run --snapshot-every, --mirror-every).
+inline constexpr int kDefaultSnapshotEveryIterations = 1;
+inline constexpr int kDefaultMirrorEveryIterations = 4;
 
 // Overrides of derived constants; unset ones are derived.
 struct Overrides {
@@ -42,6 +51,14 @@ struct Overrides {
   std::optional<Milliseconds> inmemory_restore_ms;
   std::optional<double> bamboo_slowdown;                    // iteration time factor of redundant computation
   std::optional<Milliseconds> bamboo_failover_ms;
+  // oobleck-snapshots: snapshots into host memory every K iterations (0:
+  // none), mirrored to the next node every M (a multiple of K; 0: never).
+  std::optional<int> snapshot_every_iterations;
+  std::optional<int> mirror_every_iterations;
+  std::optional<Milliseconds> snapshot_stall_ms;            // per iteration, instead of the derived stall
+  std::optional<Milliseconds> snapshot_restore_memory_ms;   // a rollback to snapshots in the nodes' own memory
+  std::optional<Milliseconds> snapshot_restore_mirror_ms;   // ... with pieces from mirrors
+  std::optional<Milliseconds> snapshot_restore_disk_ms;     // ... to the disk checkpoint
 };
 
 struct Scenario {
@@ -60,7 +77,7 @@ struct ReplayOptions {
   std::vector<Policy> policies = {std::begin(kAllPolicies), std::end(kAllPolicies)};
   // When false, policies run one after another (results are identical).
   bool parallel = true;
-  // Keep the oobleck policy's decisions (PolicyResult::decisions).
+  // Keep the oobleck policies' decisions (PolicyResult::decisions).
   bool record_decisions = false;
 };
 
@@ -95,12 +112,17 @@ struct PolicyResult {
   int failures = 0;          // losses of nodes that were training
   int reconfigurations = 0;
   int restarts = 0;
-  int unrecoverable = 0;     // losses that forced a fall back to a checkpoint
+  int unrecoverable = 0;     // losses that forced a fall back to a checkpoint (or a snapshot)
   int checkpoint_interval_iterations = 0;  // 0: none taken
   Milliseconds checkpoint_save_ms = 0;
+  // oobleck-snapshots: the snapshot intervals, and where each rollback
+  // past f (counted in `unrecoverable`) took its state from.
+  int snapshot_every_iterations = 0, mirror_every_iterations = 0;
+  int rollbacks_from_memory = 0, rollbacks_from_mirror = 0, rollbacks_from_checkpoint = 0;
   std::vector<TimelinePoint> timeline;
-  // oobleck, with ReplayOptions::record_decisions: every generation it
-  // started, as the JSON record a live run's metrics carry too.
+  // oobleck and oobleck-snapshots, with ReplayOptions::record_decisions:
+  // every generation it started, as the JSON record a live run's metrics
+  // carry too.
   std::vector<std::string> decisions;
 };
 
@@ -118,8 +140,9 @@ struct ReplayResult {
 [[nodiscard]] std::string timeline_csv(const ReplayResult& result);
 // Throughput and node count over time for every policy, self-contained SVG.
 [[nodiscard]] std::string timeline_svg(const ReplayResult& result, const std::string& title);
-// The oobleck policy's decisions (with ReplayOptions::record_decisions): one
-// JSON line per generation it started.
+// The oobleck policy's decisions (with ReplayOptions::record_decisions), or
+// oobleck-snapshots' when oobleck did not run: one JSON line per generation
+// it started.
 [[nodiscard]] std::string decisions_jsonl(const ReplayResult& result);
 // The human summary: one row per policy.
 [[nodiscard]] std::string summary_table(const ReplayResult& result);
