@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Snapshots in the agents' memory, measured side by side in one run: GPT-tiny
 # on six CPU-like nodes, three 2-node pipelines (f = 2).
-#   overhead:  the same job with --snapshot-every 1 and 0, alternated ROUNDS
-#              times (default 3), STEPS steps each (default 12); the mean
-#              iteration of steps 2.. of each, and their ratio.
+#   overhead:  the same job with --snapshot-every 1 (mirrored every 4th, the
+#              default), with every snapshot mirrored too, and without,
+#              alternated ROUNDS times (default 3), STEPS steps each (default
+#              24); the mean and median iteration of the steady state, steps
+#              WARM.. (default 12: the agents make their snapshot memory in
+#              the first snapshots, and fresh pages cost far more than the
+#              copies into them), and their ratios.
 #   restarts:  one run with a worker crash (restarted in place) and a node
 #              loss (reconfigured): failure to the next completed step for
 #              each, from the metrics.
@@ -13,18 +17,22 @@ cd "$(dirname "$0")/.."
 out=${OUT_DIR:-build/bench-snapshots}
 bin=build/bin
 rounds=${ROUNDS:-3}
-steps=${STEPS:-12}
+steps=${STEPS:-24}
+warm=${WARM:-12}
 rm -rf "$out" && mkdir -p "$out"
 
 tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microbatches 12
 common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --seed 1
         --heartbeat-timeout-ms 5000)
 
+configs=("snapshots:--snapshot-every 1" "mirrored:--snapshot-every 1 --mirror-every 1" "none:--snapshot-every 0")
 for round in $(seq 1 "$rounds"); do
-  for every in 1 0; do
-    echo "round $round/$rounds: --snapshot-every $every" >&2
-    "$bin/oobleck-run" "${common[@]}" --steps "$steps" --snapshot-every "$every" \
-      --metrics "$out/overhead-$every-$round.jsonl" > /dev/null 2> "$out/overhead-$every-$round.err"
+  for config in "${configs[@]}"; do
+    name=${config%%:*} flags=${config#*:}
+    echo "round $round/$rounds: $flags" >&2
+    # shellcheck disable=SC2086  # the flags are words
+    "$bin/oobleck-run" "${common[@]}" --steps "$steps" $flags \
+      --metrics "$out/overhead-$name-$round.jsonl" > /dev/null 2> "$out/overhead-$name-$round.err"
   done
 done
 
@@ -36,31 +44,38 @@ echo "crash and loss" >&2
 "$bin/oobleck-run" "${common[@]}" --steps 12 --inject "$out/inject.csv" --metrics "$out/restarts.jsonl" \
   > /dev/null 2> "$out/restarts.err"
 
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" "$warm" <<'PY'
 import json, sys, statistics
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def lines(path):
     return [json.loads(l) for l in open(path)]
-def mean_step(path):
-    steps = [l["iteration_ms"] for l in lines(path) if l["kind"] == "step" and l["step"] >= 2]
-    return statistics.mean(steps)
-on = [mean_step(f"{out}/overhead-1-{r}.jsonl") for r in range(1, rounds + 1)]
-off = [mean_step(f"{out}/overhead-0-{r}.jsonl") for r in range(1, rounds + 1)]
-m_on, m_off = statistics.mean(on), statistics.mean(off)
+def steady(name):
+    return [l["iteration_ms"] for r in range(1, rounds + 1) for l in lines(f"{out}/overhead-{name}-{r}.jsonl")
+            if l["kind"] == "step" and l["step"] >= warm]
+on, mirrored, off = steady("snapshots"), steady("mirrored"), steady("none")
+m_on, m_mirrored, m_off = statistics.mean(on), statistics.mean(mirrored), statistics.mean(off)
+med_on, med_mirrored, med_off = statistics.median(on), statistics.median(mirrored), statistics.median(off)
 r = lines(f"{out}/restarts.jsonl")
 restart = next(l for l in r if l["kind"] == "restart")
 loss = next(l for l in r if l["kind"] == "reconfiguration" and not l["superseded"])
 result = {
-    "format": "oobleck.bench-snapshots.v1",
-    "step_ms_snapshots": m_on, "step_ms_none": m_off, "overhead": m_on / m_off - 1,
-    "rounds_snapshots_ms": on, "rounds_none_ms": off,
+    "format": "oobleck.bench-snapshots.v2",
+    "steady_from_step": warm, "rounds": rounds,
+    "step_ms_snapshots": m_on, "step_ms_mirrored_every_step": m_mirrored, "step_ms_none": m_off,
+    "overhead": m_on / m_off - 1, "overhead_mirrored_every_step": m_mirrored / m_off - 1,
+    "median_step_ms_snapshots": med_on, "median_step_ms_mirrored_every_step": med_mirrored,
+    "median_step_ms_none": med_off, "median_overhead": med_on / med_off - 1,
     "crash_recovery_ms": restart["recovery_ms"], "crash_detect_ms": restart["detect_ms"],
     "crash_restore_ms": restart["restore_ms"],
     "loss_recovery_ms": loss["recovery_ms"], "loss_detect_ms": loss["detect_ms"],
 }
 json.dump(result, open(f"{out}/result.json", "w"), indent=1)
-print(f"step with snapshots every step: {m_on:.1f} ms, without: {m_off:.1f} ms "
-      f"(overhead {100 * (m_on / m_off - 1):+.1f} %, {rounds} rounds alternated)")
+print(f"steady step (steps {warm}.., {rounds} rounds alternated), mean / median:\n"
+      f"  without snapshots:                             {m_off:.1f} / {med_off:.1f} ms\n"
+      f"  snapshots every step, mirrored every 4th:      {m_on:.1f} / {med_on:.1f} ms "
+      f"({100 * (m_on / m_off - 1):+.1f} % / {100 * (med_on / med_off - 1):+.1f} %)\n"
+      f"  snapshots every step, every one mirrored:      {m_mirrored:.1f} / {med_mirrored:.1f} ms "
+      f"({100 * (m_mirrored / m_off - 1):+.1f} % / {100 * (med_mirrored / med_off - 1):+.1f} %)")
 print(f"worker crash -> next step: {restart['recovery_ms']:.0f} ms (detect {restart['detect_ms']:.0f}, "
       f"restart and restore {restart['restore_ms']:.0f}); node loss -> next step: {loss['recovery_ms']:.0f} ms "
       f"(detect {loss['detect_ms']:.0f})")

@@ -76,6 +76,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "Snapshot the training state into the agents' memory every K steps, in the background, mirrored "
                  "to another node (0: none): a crashed worker restarts from it, and past f the run rolls back to it")
       ->check(CLI::Range(0, 100000000));
+  app.add_option("--mirror-every", o.mirror_every,
+                 "Mirror every M-th step's snapshot to another node (a multiple of --snapshot-every): past f a "
+                 "rollback goes back at most M steps, and mirroring every step costs its copy over the network")
+      ->check(CLI::Range(1, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
   app.add_option("--wait-for-nodes-s", o.wait_for_nodes_s,
                  "Past f, when too few nodes are left for any pipeline: wait this long for nodes to join "
@@ -86,7 +90,8 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
 void add_failure_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--inject", f.inject_path,
                  "Failures and joins to inject: lines 'when,add|remove|hang|crash,node' where when is milliseconds since "
-                 "training started, step:N (during step N) or recovery:R (during the R-th reconfiguration)");
+                 "training started, step:N (during step N), recovery:R (during the R-th reconfiguration) or "
+                 "rollback:R (during the R-th rollback past f)");
   f.chaos = app.add_option("--chaos", f.chaos_seed,
                            "Kill random nodes at random moments (also during recoveries) and start new ones, "
                            "from this seed");

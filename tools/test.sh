@@ -13,5 +13,5 @@ if [ -x build/bin/oobleck-run ]; then
   echo "== live recovery against a checkpoint restart (short: 1 restart; run tools/bench-recovery.sh for more)"
   REPEATS=1 tools/bench-recovery.sh
   echo "== snapshots: step time with and without, a crash against a loss (short: 1 round; run tools/bench-snapshots.sh for more)"
-  ROUNDS=1 STEPS=6 tools/bench-snapshots.sh
+  ROUNDS=1 STEPS=6 WARM=2 tools/bench-snapshots.sh
 fi

@@ -276,7 +276,15 @@ Actions Controller::try_start() {
 }
 
 Actions Controller::recover(Cause cause) {
-  if (!base_) return start_afresh(cause, start_source_, false);
+  if (!base_) {
+    // A rollback not ready yet reads a snapshot from the nodes it had: with
+    // some of them lost, choose again among what the others hold.
+    if (cause == Cause::loss && (start_source_ == StateSource::memory || start_source_ == StateSource::mirror)) {
+      if (!roll_back()) return give_up("past f, and no snapshot or checkpoint the nodes left can restore");
+      return start_afresh(cause, rollback_source_, true);
+    }
+    return start_afresh(cause, start_source_, false);
+  }
   for (const auto& node : pending_joins_) added_since_base_.push_back(node);
   const int survivors =
       node_count(*base_) + static_cast<int>(added_since_base_.size()) - static_cast<int>(lost_since_base_.size());

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "oobleck/executor/gpt.h"
+#include "model/layer_state.h"
 #include "oobleck/executor/model_config.h"
 
 using namespace oobleck;
@@ -151,4 +152,40 @@ TEST_CASE("model: every preset is a valid config") {
     CHECK_NOTHROW(validate(preset, preset.name));
     CHECK(load_model_config(preset.name).hidden == preset.hidden);
   }
+}
+
+TEST_CASE("model: packed layer state reads back bit for bit, and a layer of another shape refuses it") {
+  TrainOptions options;
+  options.model = tiny();
+  HeldLayer trained = initial_layer(options, 1);
+  // Two AdamW steps on a made-up loss: both moments and the step count set.
+  for (int step = 0; step < 2; ++step) {
+    trained.optimizer->zero_grad();
+    torch::Tensor loss = torch::zeros({});
+    for (const auto& p : trained.module->parameters()) loss = loss + (p * p).sum() * (step + 1);
+    loss.backward();
+    trained.optimizer->step();
+  }
+  const std::string bytes = pack_layer(trained);
+  CHECK(bytes.size() == packed_layer_bytes(trained));
+  CHECK(is_packed_layer(bytes));
+  HeldLayer restored = initial_layer(options, 1);
+  unpack_layer(restored, bytes);
+  // The same archive bytes: weights, both moments and the step count equal.
+  CHECK(serialize_layer(restored).size() == serialize_layer(trained).size());
+  const auto a = trained.module->parameters(), b = restored.module->parameters();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+  // One more step from each: still equal, so the optimizer state came along.
+  for (HeldLayer* layer : {&trained, &restored}) {
+    layer->optimizer->zero_grad();
+    torch::Tensor loss = torch::zeros({});
+    for (const auto& p : layer->module->parameters()) loss = loss + p.sum();
+    loss.backward();
+    layer->optimizer->step();
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+  HeldLayer other = initial_layer(options, 0);  // the embedding: other parameters
+  CHECK_THROWS_WITH_AS(unpack_layer(other, bytes), doctest::Contains("does not fit"), std::runtime_error);
+  CHECK_THROWS_AS(unpack_layer(restored, std::string_view(bytes).substr(0, bytes.size() - 4)), std::runtime_error);
 }

@@ -369,6 +369,23 @@ TEST_CASE("controller, live run: past f, the newest snapshot the nodes left hold
                   "8: start g2 loss from checkpoint rolled back from step 3 at step 1 lost [node0,node2]: [node1,node3]"),
               row("no snapshot reported: the checkpoint", {lost({"node0", "node2"})},
                   "7: start g2 loss from checkpoint rolled back from step 3 at step 1 lost [node0,node2]: [node1,node3]")});
+  // A loss during the rollback, before its generation is ready, chooses
+  // again among what the nodes left hold: the mirrors went too.
+  Snapshot after_loss = snapshot(2);
+  for (auto& p : after_loss.pieces) {
+    std::erase_if(p.own, [](const std::string& n) { return n == "node0" || n == "node2"; });
+    std::erase_if(p.mirrors, [](const std::string& n) { return n == "node0" || n == "node2"; });
+  }
+  std::vector<Event> events = started;
+  for (const Event& e : {held, lost({"node0", "node2"}), Event{SnapshotsHeld{{after_loss}, 0}},
+                         Event{NodesChanged{{"node1", "node3"}, {"node4", "node5"}, 0}}})
+    events.push_back(e);
+  std::vector<std::string> expected = start;
+  expected.push_back("8: start g2 loss from mirror rolled back from step 3 at step 3 lost [node0,node2]: [node1,node3]");
+  expected.push_back(
+      "10: start g3 loss from checkpoint rolled back from step 3 at step 1 lost [node0,node2,node1,node3] added "
+      "[node4,node5]: [node4,node5]");
+  check_rows(cluster, options, {{"the mirrors lost during the rollback: the checkpoint", events, expected}});
 }
 
 TEST_CASE("controller, live run: a process restarted in place keeps the generation") {

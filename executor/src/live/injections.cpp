@@ -31,16 +31,21 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       event.index = static_cast<int>(value);
       return true;
     };
-    if (!indexed("step:", Injection::When::DuringStep) && !indexed("recovery:", Injection::When::DuringRecovery)) {
+    if (!indexed("step:", Injection::When::DuringStep) && !indexed("recovery:", Injection::When::DuringRecovery) &&
+        !indexed("rollback:", Injection::When::DuringRollback)) {
       if (!parse_count(when, value) || value > (1LL << 53)) {
         fail_at_line(origin, line.line,
-                     quoted_excerpt(when) + ": expected milliseconds since training started, step:N or recovery:N");
+                     quoted_excerpt(when) +
+                         ": expected milliseconds since training started, step:N, recovery:N or rollback:N");
       }
       event.when = Injection::When::AtTime;
       event.time_ms = static_cast<Milliseconds>(value);
     }
     if (event.when == Injection::When::DuringRecovery && event.index < 1) {
       fail_at_line(origin, line.line, "recovery:N counts reconfigurations from 1");
+    }
+    if (event.when == Injection::When::DuringRollback && event.index < 1) {
+      fail_at_line(origin, line.line, "rollback:N counts rollbacks from 1");
     }
     if (line.action == "remove") {
       event.action = Injection::Action::Remove;

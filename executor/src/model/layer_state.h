@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/train.h"
@@ -32,5 +33,20 @@ void copy_layer_overlap(const HeldLayer& from, HeldLayer& to, const ModelConfig&
 // into a layer built by initial_layer. Exact: the bytes are the tensors'.
 [[nodiscard]] std::string serialize_layer(const HeldLayer& layer);
 void deserialize_layer(HeldLayer& layer, const std::string& bytes);
+
+// The same state packed raw, for snapshots and copies between workers,
+// where libtorch's archive (a zip of pickles) costs far more than the
+// copy itself: a header (magic "OOBLKST1", the parameter count, and per
+// parameter its element count, type, whether it has optimizer state and
+// its step count), then per parameter its weights and, with state, both
+// AdamW moments, as the tensors' bytes. Only a layer built the same way
+// (same index, same shard) reads it back.
+[[nodiscard]] std::size_t packed_layer_bytes(const HeldLayer& layer);
+// Packs into `out`, which has packed_layer_bytes(layer) bytes.
+void pack_layer_into(const HeldLayer& layer, char* out);
+[[nodiscard]] std::string pack_layer(const HeldLayer& layer);
+[[nodiscard]] bool is_packed_layer(std::string_view bytes);
+// Throws std::runtime_error when the bytes do not fit the layer.
+void unpack_layer(HeldLayer& layer, std::string_view bytes);
 
 }  // namespace oobleck::executor

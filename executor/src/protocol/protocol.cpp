@@ -85,10 +85,11 @@ void from_json(const Json& j, SnapshotStored& m) {
   m.mirrored = field<bool>(j, "mirrored");
 }
 
-void to_json(Json& j, const MirrorTo& m) { j = {{"host", m.host}, {"port", m.port}}; }
+void to_json(Json& j, const MirrorTo& m) { j = {{"host", m.host}, {"port", m.port}, {"every", m.every}}; }
 void from_json(const Json& j, MirrorTo& m) {
   m.host = field<std::string>(j, "host");
   m.port = field<int>(j, "port");
+  m.every = field<int>(j, "every");
 }
 
 void to_json(Json& j, const SnapshotSource& m) {

@@ -64,6 +64,7 @@ struct SnapshotStored {
 struct MirrorTo {
   std::string host;
   int port = 0;
+  int every = 1;  // the snapshots of steps s with (s + 1) % every == 0
 };
 
 // The job's configuration, sent to a worker once it said hello.

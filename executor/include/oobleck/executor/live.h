@@ -24,20 +24,23 @@ namespace oobleck::executor {
 
 // One scripted event of --inject, in the trace format `when,action,node`.
 // `when` is milliseconds since training started, `step:N` (during step N,
-// once its first forward pass has run) or `recovery:R` (during the R-th
-// reconfiguration, once the workers have started rebuilding). `remove`
+// once its first forward pass has run), `recovery:R` (during the R-th
+// reconfiguration, once the workers have started rebuilding) or
+// `rollback:R` (during the R-th generation that rolls back past f, once its
+// workers have started restoring). `remove`
 // kills the node's agent and worker (SIGKILL: connections close at once),
 // `hang` stops them (SIGSTOP: connections stay open, only the heartbeat
 // tells), `add` starts a new node of that name, `crash` kills the node's
-// worker of GPU 0 alone (SIGKILL; its agent restarts it). A crash during
-// step N strikes once the node's snapshot of step N - 1 is in its agent's
-// memory, so that what it exercises is the restart in place.
+// worker of GPU 0 alone (SIGKILL; its agent restarts it). With snapshots,
+// a crash, removal or hang during step N strikes once the snapshots before
+// N are in the agents' memory and mirrors, and step N is not committed
+// before it struck, whatever the timing.
 struct Injection {
-  enum class When { AtTime, DuringStep, DuringRecovery };
+  enum class When { AtTime, DuringStep, DuringRecovery, DuringRollback };
   enum class Action { Remove, Add, Hang, Crash };
   When when = When::AtTime;
   Milliseconds time_ms = 0;  // AtTime
-  int index = 0;             // the step N or the recovery R
+  int index = 0;             // the step N, the recovery R or the rollback R
   Action action = Action::Remove;
   std::string node;
   int line = 0;  // in the file, for messages
@@ -76,6 +79,7 @@ struct MasterOptions {
   std::string resume_dir;            // start from the checkpoint saved there
   double wait_for_nodes_s = 600;     // too few nodes for any plan: wait this long for joins, then exit 3
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
+  int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
   std::string program;               // this executable: started again as agents and workers
 };
 

@@ -40,6 +40,10 @@ std::vector<Injection> Injector::at_recovery(int recovery) {
   return take([&](const Injection& e) { return e.when == Injection::When::DuringRecovery && e.index == recovery; });
 }
 
+std::vector<Injection> Injector::at_rollback(int rollback) {
+  return take([&](const Injection& e) { return e.when == Injection::When::DuringRollback && e.index == rollback; });
+}
+
 std::optional<Milliseconds> Injector::chaos_due_ms(Milliseconds now) {
   if (!chaos_.enabled || chaos_left_ <= 0) return std::nullopt;
   if (!chaos_next_ms_) {

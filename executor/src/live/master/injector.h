@@ -35,10 +35,11 @@ class Injector {
   // next one is due (in the same time base).
   std::vector<Injection> due(Milliseconds since_start_ms);
   [[nodiscard]] std::optional<Milliseconds> next_due_ms() const;
-  // Scripted events of a step (once its first forward ran) and of the R-th
-  // recovery (once its workers started rebuilding).
+  // Scripted events of a step (once its first forward ran), of the R-th
+  // recovery and of the R-th rollback (once its workers started rebuilding).
   std::vector<Injection> at_step(int step);
   std::vector<Injection> at_recovery(int recovery);
+  std::vector<Injection> at_rollback(int rollback);
 
   // When the next chaos event is due, on the caller's clock (none when
   // chaos is off or done).

@@ -97,6 +97,10 @@ JobInputs load_job_inputs(const MasterOptions& o) {
     throw InputError("--checkpoint " + o.checkpoint_dir + ": needs --checkpoint-every K");
   }
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw InputError("--checkpoint-every needs --checkpoint DIR");
+  if (o.snapshot_every > 0 && (o.mirror_every < 1 || o.mirror_every % o.snapshot_every != 0)) {
+    throw InputError("--mirror-every " + std::to_string(o.mirror_every) + ": expected a multiple of --snapshot-every " +
+                     std::to_string(o.snapshot_every));
+  }
   if (!o.resume_dir.empty()) in.resume = read_latest_checkpoint(o.resume_dir, in.profile, o.seed);
   const int first_step = in.resume ? in.resume->step + 1 : 0;
   if (first_step >= o.steps) throw InputError("--steps " + std::to_string(o.steps) + ": nothing left to train");

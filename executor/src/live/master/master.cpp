@@ -151,6 +151,10 @@ void Master::advance() {
 void Master::handle(const ControlServer::Inbound& in) {
   if (std::holds_alternative<ControlServer::Closed>(in.what)) {
     const NodeProcess* p = processes_.find(in.node);
+    if (in.role == Role::worker && closes_expected_[{in.node, in.gpu}] > 0) {
+      --closes_expected_[{in.node, in.gpu}];
+      return;
+    }
     if (in.role == Role::worker && phase_ == Phase::training && p != nullptr && p->alive && p->agent_connected) {
       // A worker alone: its agent says whether it restarts it (a crash) or
       // the node leaves; its heartbeat says whether it is there to say so.
@@ -224,6 +228,11 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
 
 // A node has finished a step once all its workers have.
 void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m) {
+  if (std::any_of(pending_step_events_.begin(), pending_step_events_.end(),
+                  [&](const PendingStepEvent& e) { return e.event.index <= m.step; })) {
+    held_ready_.emplace_back(node, gpu, m);
+    return;
+  }
   ledger_.add(m.step, worker_rank(node, gpu), m);
   if (++ready_workers_[{m.step, node}] < gpus_) return;
   ready_workers_.erase({m.step, node});
@@ -235,6 +244,9 @@ void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m
 void Master::on_recovering() {
   if (generation_->number < 2 || timing_.recovered > 0) return;
   for (const auto& e : injector_.at_recovery(generation_->number - 1)) fire(e);
+  if (generation_->rolled_back_from >= 0) {
+    for (const auto& e : injector_.at_rollback(rollbacks_)) fire(e);
+  }
   if (auto victim = injector_.chaos_victim_in_recovery(chaos_view()))
     kill_node(*victim, "chaos, during a recovery", false);
 }
@@ -273,7 +285,8 @@ void Master::lose(const std::string& node, const std::string& reason) {
   snapshots_.forget_holder(node);
   snapshots_changed_ = true;
   std::erase_if(restarting_, [&](const auto& r) { return r.first.first == node; });
-  std::erase_if(pending_crashes_, [&](const PendingCrash& c) { return c.node == node; });
+  std::erase_if(pending_step_events_, [&](const PendingStepEvent& e) { return e.event.node == node; });
+  std::erase_if(closes_expected_, [&](const auto& c) { return c.first.first == node; });
   lost_now_.push_back(node);
   if (std::find(ranks_.begin(), ranks_.end(), node) != ranks_.end()) {
     if (chain_failure_ms_ < 0 || failed < chain_failure_ms_) chain_failure_ms_ = failed;
@@ -318,6 +331,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   }
   wait_deadline_ms_ = -1;
   if (g.rolled_back_from >= 0) {
+    ++rollbacks_;
     // The steps after the save are trained again; saves of them in the
     // making are moot.
     checkpoints_.forget_after(g.resume_step - 1);

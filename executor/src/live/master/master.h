@@ -64,6 +64,7 @@ class Master {
   // Injections and chaos.
   Milliseconds inject(Milliseconds wait_ms);
   void fire(const Injection& event);
+  void strike(const Injection& event, const std::string& why);
   void kill_node(const std::string& node, const std::string& why, bool hang);
   // Snapshots and in-place restarts (master_snapshots.cpp).
   void on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s);
@@ -71,7 +72,9 @@ class Master {
   void restart_in_place(const recovery::RestartInPlace& r);
   void assign_mirrors();
   void crash_worker(const std::string& node, const std::string& why);
-  void fire_due_crashes();
+  // Injections during a step wait for the snapshots before it (step_events_due).
+  void fire_due_step_events();
+  [[nodiscard]] bool snapshots_caught_up(int step) const;
   // The pieces of the snapshot of `step`, from the holders `source` allows.
   void add_snapshot_sources(protocol::NewGeneration& m, int step, bool with_mirrors);
   [[nodiscard]] std::string snapshot_host(const std::string& node) const;
@@ -122,12 +125,23 @@ class Master {
   SnapshotLedger snapshots_;
   bool snapshots_changed_ = false;  // since the controller was last told (SnapshotsHeld)
   std::map<std::string, std::string> mirror_of_;  // node -> its mirror's node
-  struct PendingCrash {
-    std::string node, why;
-    int step = 0;  // strikes once the node's snapshot of step - 1 is in its agent's memory
+  // An injection during step N (crash, remove, hang) strikes once the
+  // snapshots before N are where they go (snapshots_caught_up), and step N
+  // is not committed before its node was lost or restarted (Ready messages
+  // wait in held_ready_), so that it strikes during step N whatever the
+  // timing.
+  // Once struck, it stays until its node was lost or restarted.
+  struct PendingStepEvent {
+    Injection event;
+    std::string why;
+    Milliseconds since_ms = 0;
+    bool struck = false;
   };
-  std::vector<PendingCrash> pending_crashes_;
-  std::map<std::string, Milliseconds> worker_gone_;  // a worker's connection closed: the agent's word due by then
+  std::vector<PendingStepEvent> pending_step_events_;
+  int rollbacks_ = 0;  // generations started that roll back
+  std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
+  std::map<std::string, Milliseconds> worker_gone_;
+  std::map<std::pair<std::string, int>, int> closes_expected_;  // (node, GPU): restarted before its close was seen  // a worker's connection closed: the agent's word due by then
   struct Restarting {
     bool connected = false;                       // the new worker said hello
     std::optional<protocol::NewGeneration> held;  // what it is sent once it did

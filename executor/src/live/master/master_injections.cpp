@@ -11,6 +11,7 @@ using protocol::Role;
 // Fires what is due; returns how long the loop may wait for the next.
 Milliseconds Master::inject(Milliseconds wait_ms) {
   const Milliseconds now = now_ms();
+  fire_due_step_events();
   for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
   if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
   if (const auto due = injector_.chaos_due_ms(now)) {
@@ -30,13 +31,17 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
 
 void Master::fire(const Injection& event) {
   const std::string why = "--inject line " + std::to_string(event.line);
+  if (event.action != Injection::Action::Add && event.when == Injection::When::DuringStep && o_.snapshot_every > 0) {
+    pending_step_events_.push_back({event, why, now_ms()});
+    fire_due_step_events();
+    return;
+  }
+  strike(event, why);
+}
+
+void Master::strike(const Injection& event, const std::string& why) {
   if (event.action == Injection::Action::Crash) {
-    if (event.when != Injection::When::DuringStep) {
-      crash_worker(event.node, why);
-      return;
-    }
-    pending_crashes_.push_back({event.node, why, event.index});
-    fire_due_crashes();
+    crash_worker(event.node, why);
     return;
   }
   if (event.action != Injection::Action::Add) {

@@ -15,7 +15,7 @@ using protocol::Role;
 void Master::on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s) {
   snapshots_.stored(holder, s);
   snapshots_changed_ = true;  // told to the controller once this look is read
-  fire_due_crashes();
+  fire_due_step_events();
 }
 
 std::string Master::snapshot_host(const std::string& node) const {
@@ -39,7 +39,8 @@ void Master::assign_mirrors() {
     current = mirror;
     const NodeProcess* m = mirror.empty() ? nullptr : processes_.find(mirror);
     server_.send(nodes[i], Role::agent,
-                 protocol::MirrorTo{mirror.empty() ? "" : snapshot_host(mirror), m ? m->snapshot_port : 0});
+                 protocol::MirrorTo{mirror.empty() ? "" : snapshot_host(mirror), m ? m->snapshot_port : 0,
+                                    o_.mirror_every});
   }
 }
 
@@ -75,13 +76,53 @@ void Master::crash_worker(const std::string& node, const std::string& why) {
   }
 }
 
-void Master::fire_due_crashes() {
-  const int committed = controller_.committed_step();
-  std::erase_if(pending_crashes_, [&](const PendingCrash& c) {
-    const bool due = o_.snapshot_every == 0 || committed >= c.step || snapshots_.holds_own(c.node, 0, c.step - 1);
-    if (due) crash_worker(c.node, c.why);
-    return due;
-  });
+// Every trainer's own snapshot of the newest snapshot step before `step`,
+// and its mirror's copy of the newest mirrored step, are reported (steps
+// the current generation trained only: earlier plans' snapshots may never
+// be complete on its nodes).
+bool Master::snapshots_caught_up(int step) const {
+  const int first = generation_ ? generation_->resume_step : 0;
+  const auto newest = [&](int every) {
+    const int s = ((step) / every) * every - 1;  // the newest s < step with (s + 1) % every == 0
+    return s >= first ? s : -1;
+  };
+  const int own = newest(o_.snapshot_every), mirrored = newest(o_.mirror_every);
+  for (const auto& node : ranks_) {
+    if (!controller_.trains(node)) continue;
+    const auto mirror = mirror_of_.find(node);
+    for (int gpu = 0; gpu < gpus_; ++gpu) {
+      if (own >= 0 && !snapshots_.holds_own(node, gpu, own)) return false;
+      if (mirrored >= 0 && mirror != mirror_of_.end() && !mirror->second.empty() &&
+          !snapshots_.holds(mirror->second, node, gpu, mirrored))
+        return false;
+    }
+  }
+  return true;
+}
+
+void Master::fire_due_step_events() {
+  // A snapshot that never comes (an agent failing) holds nothing up for long.
+  const Milliseconds now = now_ms();
+  for (std::size_t i = 0; i < pending_step_events_.size(); ++i) {
+    auto& e = pending_step_events_[i];
+    if (e.struck || !(snapshots_caught_up(e.event.index) || now - e.since_ms > 10000)) continue;
+    e.struck = true;
+    const NodeProcess* p = processes_.find(e.event.node);
+    if (p != nullptr && p->alive) {
+      const auto event = e.event;  // (striking may change the list)
+      const std::string why = e.why;
+      strike(event, why);
+    } else {
+      pending_step_events_.erase(pending_step_events_.begin() + static_cast<std::ptrdiff_t>(i--));
+    }
+  }
+  if (!pending_step_events_.empty() || held_ready_.empty()) return;
+  auto held = std::move(held_ready_);
+  held_ready_.clear();
+  for (const auto& [node, gpu, m] : held) {
+    const NodeProcess* p = processes_.find(node);
+    if (m.generation == wire_ && p != nullptr && p->alive) on_ready(node, gpu, m);
+  }
 }
 
 // ---------------------------------------------------------------- restarts
@@ -91,7 +132,10 @@ void Master::fire_due_crashes() {
 // last one; otherwise the node is lost, as before.
 void Master::on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m) {
   NodeProcess* p = processes_.find(node);
-  worker_gone_.erase(node);
+  // The dead worker's connection may close after its agent's word: that
+  // close is no news.
+  if (worker_gone_.erase(node) == 0) ++closes_expected_[{node, m.gpu}];
+  std::erase_if(pending_step_events_, [&](const PendingStepEvent& e) { return e.struck && e.event.node == node; });
   if (m.gpu >= 0 && m.gpu < static_cast<int>(p->worker_pids.size())) p->worker_pids[m.gpu] = m.pid;
   if (phase_ == Phase::finishing) return;
   const int committed = controller_.committed_step();

@@ -21,8 +21,8 @@ void SnapshotLedger::forget_after(int step) {
   for (auto& [who, list] : held_) std::erase_if(list, [&](const auto& s) { return s.step > step; });
 }
 
-bool SnapshotLedger::holds_own(const std::string& node, int gpu, int step) const {
-  const auto it = held_.find({node, node, gpu});
+bool SnapshotLedger::holds(const std::string& holder, const std::string& owner, int gpu, int step) const {
+  const auto it = held_.find({holder, owner, gpu});
   return it != held_.end() &&
          std::any_of(it->second.begin(), it->second.end(), [&](const auto& s) { return s.step == step; });
 }

@@ -22,8 +22,12 @@ class SnapshotLedger {
   // A rollback to the state after `step`: later snapshots are of steps that
   // will be trained again.
   void forget_after(int step);
+  // Whether `holder`'s agent holds `owner`'s GPU's snapshot of `step`.
+  [[nodiscard]] bool holds(const std::string& holder, const std::string& owner, int gpu, int step) const;
   // Whether `node`'s own agent holds its GPU's snapshot of `step`.
-  [[nodiscard]] bool holds_own(const std::string& node, int gpu, int step) const;
+  [[nodiscard]] bool holds_own(const std::string& node, int gpu, int step) const {
+    return holds(node, node, gpu, step);
+  }
   // Whose snapshot (the node that took it) `holder` keeps `piece` of.
   [[nodiscard]] std::string owner_of(const std::string& holder, int step, const recovery::PieceSource& piece) const;
   // The snapshots complete for layers [0, layers) across the holders, newest first.

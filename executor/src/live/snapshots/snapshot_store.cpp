@@ -12,6 +12,22 @@
 
 namespace oobleck::executor {
 
+namespace {
+
+// Bytes received over a connection.
+SnapshotMemory::Blob owned_blob(std::string bytes) {
+  struct Owned {
+    std::string bytes;
+    std::string_view view;
+  };
+  auto owned = std::make_shared<Owned>();
+  owned->bytes = std::move(bytes);
+  owned->view = owned->bytes;
+  return {owned, &owned->view};
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- memory
 
 void SnapshotMemory::put(const Key& key, Blob blob) {
@@ -115,6 +131,7 @@ void SnapshotServer::serve(int fd) {
     const auto hello = split_words(stream.read_line());
     if (hello.size() != 3 || hello[0] != "hello" || hello[1] != token_) throw std::runtime_error("not of this job");
     const bool from_worker = hello[2] == "worker", from_mirror = hello[2] == "mirror";
+    if (from_worker || from_mirror) run_this_thread_when_idle();
     for (;;) {
       const auto w = split_words(stream.read_line());
       const auto number = [&](std::size_t i) { return std::stoi(w.at(i)); };
@@ -123,20 +140,46 @@ void SnapshotServer::serve(int fd) {
         if (bytes > (1ull << 38)) throw std::runtime_error("a blob over 256 GiB");
         std::string blob(bytes, '\0');
         stream.read_exact(blob.data(), blob.size());
-        memory_.put({w[1], number(2), number(3), number(4), number(5)},
-                    std::make_shared<const std::string>(std::move(blob)));
+        memory_.put({w[1], number(2), number(3), number(4), number(5)}, owned_blob(std::move(blob)));
       } else if (w.size() == 8 && w[0] == "seal" && (from_worker || from_mirror)) {
-        const SnapshotSeal s{w[1], number(2), number(3), number(4), number(5), number(6), number(7)};
-        const bool sealed = memory_.seal(s);
-        stream.write_all(sealed ? "ok\n" : "missing\n");
-        if (!sealed) continue;
-        if (on_sealed_) on_sealed_(s, from_mirror);
-        if (from_worker) {
-          const std::lock_guard lock(forward_mutex_);
-          local_.insert({s.owner, s.gpu});
-          to_forward_.push_back(s);
-          forward_wake_.notify_all();
+        finish_seal({w[1], number(2), number(3), number(4), number(5), number(6), number(7)}, from_mirror, stream);
+      } else if (w.size() == 4 && w[0] == "claim" && from_worker) {
+        try {
+          const auto slot = slots_.claim(w[1], number(2), std::stoull(w[3]));
+          stream.write_all("slot " + std::to_string(slot.id) + ' ' + std::to_string(::getpid()) + ' ' +
+                           std::to_string(slot.fd) + ' ' + std::to_string(slot.bytes) + '\n');
+        } catch (const std::runtime_error&) {
+          stream.write_all("unavailable\n");  // the worker puts its bytes instead
         }
+      } else if (w.size() >= 9 && w[0] == "adopt" && from_worker) {
+        const SnapshotSeal s{w[2], number(3), number(4), number(5), number(6), number(7), number(8)};
+        std::vector<std::size_t> sizes;
+        for (std::size_t i = 9; i < w.size(); ++i) sizes.push_back(std::stoull(w[i]));
+        if (static_cast<int>(sizes.size()) != s.layer_end - s.layer_begin) throw std::runtime_error("sizes");
+        std::vector<SnapshotMemory::Blob> blobs;
+        try {
+          blobs = slots_.adopt(s.owner, s.gpu, number(1), sizes);
+        } catch (const std::runtime_error&) {
+          stream.write_all("missing\n");  // claimed again since, by a restarted worker
+          continue;
+        }
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          memory_.put({s.owner, s.step, l, s.degree, s.shard}, blobs[static_cast<std::size_t>(l - s.layer_begin)]);
+        }
+        finish_seal(s, false, stream);
+      } else if (w.size() >= 8 && w[0] == "mirror" && from_mirror) {
+        const SnapshotSeal s{w[1], number(2), number(3), number(4), number(5), number(6), number(7)};
+        std::vector<std::size_t> sizes;
+        std::size_t total = 0;
+        for (std::size_t i = 8; i < w.size(); ++i) total += sizes.emplace_back(std::stoull(w[i]));
+        if (static_cast<int>(sizes.size()) != s.layer_end - s.layer_begin) throw std::runtime_error("sizes");
+        const auto slot = slots_.claim(s.owner, s.gpu, total);
+        stream.read_exact(slot.address, total);
+        const auto blobs = slots_.adopt(s.owner, s.gpu, slot.id, sizes);
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          memory_.put({s.owner, s.step, l, s.degree, s.shard}, blobs[static_cast<std::size_t>(l - s.layer_begin)]);
+        }
+        finish_seal(s, true, stream);
       } else if (w.size() == 6 && w[0] == "get") {
         const auto blob = memory_.get({w[1], number(2), number(3), number(4), number(5)});
         stream.write_all(blob ? std::to_string(blob->size()) + '\n' : std::string("none\n"));
@@ -154,8 +197,22 @@ void SnapshotServer::serve(int fd) {
   served_.notify_all();
 }
 
-void SnapshotServer::mirror_to(const std::string& host, int port) {
+void SnapshotServer::finish_seal(const SnapshotSeal& s, bool from_mirror, WireStream& stream) {
+  const bool sealed = memory_.seal(s);
+  stream.write_all(sealed ? "ok\n" : "missing\n");
+  if (!sealed) return;
+  if (on_sealed_) on_sealed_(s, from_mirror);
+  if (from_mirror) return;
   const std::lock_guard lock(forward_mutex_);
+  local_.insert({s.owner, s.gpu});
+  if ((s.step + 1) % mirror_every_ != 0) return;
+  to_forward_.push_back(s);
+  forward_wake_.notify_all();
+}
+
+void SnapshotServer::mirror_to(const std::string& host, int port, int every) {
+  const std::lock_guard lock(forward_mutex_);
+  mirror_every_ = std::max(1, every);
   if (host == mirror_host_ && port == mirror_port_) return;
   mirror_host_ = host;
   mirror_port_ = port;
@@ -172,6 +229,7 @@ void SnapshotServer::mirror_to(const std::string& host, int port) {
 }
 
 void SnapshotServer::forward_loop() {
+  run_this_thread_when_idle();
   std::unique_ptr<SnapshotClient> client;
   std::string host;
   int port = 0;
@@ -192,10 +250,7 @@ void SnapshotServer::forward_loop() {
     if (blobs.empty()) continue;  // superseded meanwhile
     try {
       if (!client) client = std::make_unique<SnapshotClient>(host, port, token_, "mirror");
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        client->put({s.owner, s.step, l, s.degree, s.shard}, *blobs[static_cast<std::size_t>(l - s.layer_begin)]);
-      }
-      (void)client->seal(s);
+      (void)client->mirror(s, blobs);
     } catch (const std::exception&) {
       // The mirror is gone or going: this snapshot has none. The master
       // names a new mirror once it has seen the loss.

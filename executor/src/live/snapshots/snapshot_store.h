@@ -6,7 +6,7 @@
 //
 // A snapshot of one worker (owner node, GPU, step) is its layers
 // [layer_begin, layer_end) as shard `shard` of `degree`, one blob per layer
-// in the durable checkpoint's format (serialize_layer), and counts once its
+// packed raw (pack_layer), and counts once its
 // worker *sealed* it, after putting every layer: an incomplete one is never
 // read. Each worker's newest two sealed snapshots are kept (a rollback may
 // need the older one when a newer one is incomplete elsewhere); blobs of
@@ -15,6 +15,10 @@
 // Every sealed snapshot of this node's own workers is forwarded to one other
 // node's agent, the mirror, which keeps it under the same owner: one node
 // lost never takes a snapshot and its mirror together.
+//
+// A worker hands its snapshot over without a copy: it packs its layers into
+// a slot of memory the agent lends it (snapshot_slots.h), and the agent
+// adopts the slot. Mirrors and readers get the bytes over TCP.
 //
 // The server speaks a small protocol over TCP (snapshot_wire.h); the first
 // line of every connection carries the job's token.
@@ -31,11 +35,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "protocol/channel.h"
+#include "snapshot_slots.h"
 
 namespace oobleck::executor {
 
@@ -51,7 +57,8 @@ struct SnapshotSeal {
 // The blobs and seals, thread-safe.
 class SnapshotMemory {
  public:
-  using Blob = std::shared_ptr<const std::string>;
+  // One layer's bytes, kept alive by what owns them (a string, a mapping).
+  using Blob = std::shared_ptr<const std::string_view>;
   struct Key {
     std::string owner;
     int step = 0, layer = 0, degree = 1, shard = 0;
@@ -75,6 +82,8 @@ class SnapshotMemory {
   std::map<std::tuple<std::string, int>, std::vector<SnapshotSeal>> sealed_;  // (owner, GPU) -> newest last
 };
 
+class WireStream;
+
 // The agent's server. `on_sealed` is called (from a server thread) for
 // every snapshot sealed here, `mirrored` true for one forwarded by another
 // node's agent.
@@ -87,18 +96,22 @@ class SnapshotServer {
   SnapshotServer& operator=(const SnapshotServer&) = delete;
 
   [[nodiscard]] int port() const { return listener_.port(); }
-  // Where this node's sealed snapshots are forwarded from now on (port 0:
-  // nowhere). The newest sealed snapshot of each GPU goes there at once.
-  void mirror_to(const std::string& host, int port);
+  // Where this node's sealed snapshots of steps s with (s + 1) % every == 0
+  // are forwarded from now on (port 0: nowhere). The newest sealed snapshot
+  // of each GPU goes there at once.
+  void mirror_to(const std::string& host, int port, int every);
   [[nodiscard]] const SnapshotMemory& memory() const { return memory_; }
 
  private:
   void accept_loop();
   void serve(int fd);
+  // The end of a seal or an adoption: the answer, the callback, the mirror.
+  void finish_seal(const SnapshotSeal& s, bool from_mirror, WireStream& stream);
   void forward_loop();
 
   std::string token_;
   OnSealed on_sealed_;
+  SnapshotSlots slots_;
   SnapshotMemory memory_;
   channel::Listener listener_;
   std::atomic<bool> stop_{false};
@@ -113,6 +126,7 @@ class SnapshotServer {
   std::deque<SnapshotSeal> to_forward_;
   std::string mirror_host_;
   int mirror_port_ = 0;
+  int mirror_every_ = 1;
   std::set<std::tuple<std::string, int>> local_;  // (owner, GPU) of this node's workers
   std::thread forwarder_;
 };

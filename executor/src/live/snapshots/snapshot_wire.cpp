@@ -1,5 +1,7 @@
 #include "snapshot_wire.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +11,11 @@
 #include <stdexcept>
 
 namespace oobleck::executor {
+
+void run_this_thread_when_idle() {
+  sched_param none{};
+  (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
+}
 
 std::vector<std::string> split_words(std::string_view line) {
   std::vector<std::string> words;
@@ -68,6 +75,11 @@ std::string key_words(const SnapshotMemory::Key& k) {
          ' ' + std::to_string(k.shard);
 }
 
+std::string seal_words(const SnapshotSeal& s) {
+  return s.owner + ' ' + std::to_string(s.gpu) + ' ' + std::to_string(s.step) + ' ' + std::to_string(s.layer_begin) +
+         ' ' + std::to_string(s.layer_end) + ' ' + std::to_string(s.degree) + ' ' + std::to_string(s.shard);
+}
+
 }  // namespace
 
 SnapshotClient::SnapshotClient(const std::string& host, int port, const std::string& token, const std::string& role)
@@ -81,9 +93,29 @@ void SnapshotClient::put(const SnapshotMemory::Key& key, std::string_view bytes)
 }
 
 bool SnapshotClient::seal(const SnapshotSeal& s) {
-  stream_.write_all("seal " + s.owner + ' ' + std::to_string(s.gpu) + ' ' + std::to_string(s.step) + ' ' +
-                    std::to_string(s.layer_begin) + ' ' + std::to_string(s.layer_end) + ' ' +
-                    std::to_string(s.degree) + ' ' + std::to_string(s.shard) + '\n');
+  stream_.write_all("seal " + seal_words(s) + '\n');
+  return stream_.read_line() == "ok";
+}
+
+std::optional<SnapshotClient::Slot> SnapshotClient::claim(const std::string& owner, int gpu, std::size_t bytes) {
+  stream_.write_all("claim " + owner + ' ' + std::to_string(gpu) + ' ' + std::to_string(bytes) + '\n');
+  const auto w = split_words(stream_.read_line());
+  if (w.size() != 5 || w[0] != "slot") return std::nullopt;
+  return Slot{std::stoi(w[1]), "/proc/" + w[2] + "/fd/" + w[3], std::stoull(w[4])};
+}
+
+bool SnapshotClient::adopt(int slot, const SnapshotSeal& s, const std::vector<std::size_t>& sizes) {
+  std::string line = "adopt " + std::to_string(slot) + ' ' + seal_words(s);
+  for (std::size_t size : sizes) line += ' ' + std::to_string(size);
+  stream_.write_all(line + '\n');
+  return stream_.read_line() == "ok";
+}
+
+bool SnapshotClient::mirror(const SnapshotSeal& s, const std::vector<SnapshotMemory::Blob>& layers) {
+  std::string line = "mirror " + seal_words(s);
+  for (const auto& layer : layers) line += ' ' + std::to_string(layer->size());
+  stream_.write_all(line + '\n');
+  for (const auto& layer : layers) stream_.write_all(*layer);
   return stream_.read_line() == "ok";
 }
 

@@ -5,6 +5,15 @@
 //                                                  mirror or reader)
 //   put OWNER STEP LAYER DEGREE SHARD BYTES       + BYTES of payload
 //   seal OWNER GPU STEP BEGIN END DEGREE SHARD    -> "ok" | "missing"
+//   claim OWNER GPU BYTES                         -> "slot ID PID FD BYTES" | "unavailable"
+//       (a worker's slot of memory: the agent's file /proc/PID/fd/FD)
+//   adopt ID OWNER GPU STEP BEGIN END DEGREE SHARD SIZE...
+//                                                 -> "ok" | "missing"
+//       (slot ID holds the layers, SIZE bytes each, one after another;
+//        adopting seals them)
+//   mirror OWNER GPU STEP BEGIN END DEGREE SHARD SIZE...
+//                                 + the layers' bytes -> "ok" | "missing"
+//       (a sealed snapshot of another node's worker, whole)
 //   get OWNER STEP LAYER DEGREE SHARD             -> "BYTES" + payload | "none"
 //
 // Node names are words (no spaces), as plans and hostfiles have them.
@@ -43,12 +52,27 @@ class SnapshotClient {
   SnapshotClient(const std::string& host, int port, const std::string& token, const std::string& role);
   void put(const SnapshotMemory::Key& key, std::string_view bytes);
   [[nodiscard]] bool seal(const SnapshotSeal& seal);
+  struct Slot {
+    int id = 0;
+    std::string path;  // the agent's memory file, to map
+    std::size_t bytes = 0;
+  };
+  // Nothing when the agent has no memory to lend.
+  [[nodiscard]] std::optional<Slot> claim(const std::string& owner, int gpu, std::size_t bytes);
+  [[nodiscard]] bool adopt(int slot, const SnapshotSeal& seal, const std::vector<std::size_t>& sizes);
+  // A sealed snapshot, whole, to the mirror: its layers' blobs in order.
+  [[nodiscard]] bool mirror(const SnapshotSeal& seal, const std::vector<SnapshotMemory::Blob>& layers);
   [[nodiscard]] std::optional<std::string> get(const SnapshotMemory::Key& key);
 
  private:
   std::unique_ptr<channel::Connection> connection_;
   WireStream stream_;
 };
+
+// Snapshot work runs only on CPU time that training leaves over: the
+// calling thread moves to SCHED_IDLE (where the system refuses, nothing
+// changes). Where cores are spare, as beside GPUs, it runs at once.
+void run_this_thread_when_idle();
 
 // The words of a request line.
 [[nodiscard]] std::vector<std::string> split_words(std::string_view line);

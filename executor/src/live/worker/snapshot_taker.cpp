@@ -1,13 +1,37 @@
 #include "snapshot_taker.h"
 
-#include <algorithm>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 
-#include "live/snapshots/snapshot_wire.h"
 #include "state_copies.h"
 
 namespace oobleck::executor {
+
+// A slot of the agent's memory, mapped for writing while the worker lives.
+struct SnapshotTaker::MappedSlot {
+  void* address = MAP_FAILED;
+  std::size_t bytes = 0;
+
+  MappedSlot(const std::string& path, std::size_t size) : bytes(size) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open the agent's memory " + path);
+    address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (address == MAP_FAILED) throw std::runtime_error("cannot map the agent's memory " + path);
+  }
+  ~MappedSlot() { ::munmap(address, bytes); }
+  MappedSlot(const MappedSlot&) = delete;
+  MappedSlot& operator=(const MappedSlot&) = delete;
+};
+
+SnapshotTaker::SnapshotTaker(std::string token, int port) : token_(std::move(token)), port_(port) {}
+
+SnapshotTaker::~SnapshotTaker() { wait(); }
 
 void SnapshotTaker::start(SnapshotJob job, const std::map<int, HeldLayer>& held) {
   wait();
@@ -24,43 +48,49 @@ double SnapshotTaker::wait() {
 
 void SnapshotTaker::run(const SnapshotJob& job, const std::map<int, HeldLayer>& held) {
   const SnapshotSeal& s = job.seal;
-  const TensorShard shard{s.degree, s.shard};
-  // The checkpoint's layers are written whatever becomes of the snapshot.
-  std::unique_ptr<SnapshotClient> client;
-  const auto drop_client = [&](const std::exception& e) {
-    // Abandoned by a new generation, or the agent is going: this snapshot
-    // stays incomplete and is never read.
-    std::fprintf(stderr, "oobleck-run worker %s GPU %d: the snapshot of step %d is incomplete: %s\n",
-                 s.owner.c_str(), s.gpu, s.step, e.what());
-    client.reset();
-  };
-  try {
-    if (job.to_memory && port_ > 0) client = std::make_unique<SnapshotClient>("127.0.0.1", port_, token_, "worker");
-  } catch (const std::exception& e) {
-    drop_client(e);
-  }
-  bool memory_complete = client != nullptr;
-  for (int l = s.layer_begin; l < s.layer_end; ++l) {
-    const bool to_disk =
-        job.save && std::find(job.saved_layers.begin(), job.saved_layers.end(), l) != job.saved_layers.end();
-    if (!client && !to_disk) continue;
-    const std::string bytes = serialize_layer(held.at(l));
-    if (to_disk) save_layer_file(*job.save, l, shard, bytes);
-    if (!client) continue;
+  run_this_thread_when_idle();
+  if (job.to_memory && port_ > 0) {
     try {
-      client->put({s.owner, s.step, l, s.degree, s.shard}, bytes);
+      sealed_ = to_memory(s, held);
     } catch (const std::exception& e) {
-      drop_client(e);
-      memory_complete = false;
+      // Abandoned by a new generation, or the agent is going: this snapshot
+      // stays incomplete and is never read.
+      std::fprintf(stderr, "oobleck-run worker %s GPU %d: the snapshot of step %d is incomplete: %s\n",
+                   s.owner.c_str(), s.gpu, s.step, e.what());
+      client_.reset();
     }
   }
-  if (job.save && job.on_saved) job.on_saved();
-  if (!memory_complete) return;
-  try {
-    sealed_ = client->seal(s);
-  } catch (const std::exception& e) {
-    drop_client(e);
+  if (!job.save) return;
+  // The checkpoint, in its durable format, whatever became of the snapshot.
+  for (int l : job.saved_layers) save_layer_file(*job.save, l, {s.degree, s.shard}, serialize_layer(held.at(l)));
+  if (job.on_saved) job.on_saved();
+}
+
+bool SnapshotTaker::to_memory(const SnapshotSeal& s, const std::map<int, HeldLayer>& held) {
+  if (!client_) client_ = std::make_unique<SnapshotClient>("127.0.0.1", port_, token_, "worker");
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) total += sizes.emplace_back(packed_layer_bytes(held.at(l)));
+  const auto size_of = [&](int l) { return sizes[static_cast<std::size_t>(l - s.layer_begin)]; };
+  if (use_slots_) {
+    if (const auto slot = client_->claim(s.owner, s.gpu, total)) {
+      auto& mapped = mapped_[slot->id];
+      if (!mapped) mapped = std::make_unique<MappedSlot>(slot->path, slot->bytes);
+      // Slots the agent has let go of are never claimed again.
+      while (mapped_.size() > 4) mapped_.erase(mapped_.begin());
+      char* at = static_cast<char*>(mapped->address);
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        pack_layer_into(held.at(l), at);
+        at += size_of(l);
+      }
+      return client_->adopt(slot->id, s, sizes);
+    }
+    use_slots_ = false;  // the agent has no memory to lend: send the bytes from now on
   }
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    client_->put({s.owner, s.step, l, s.degree, s.shard}, pack_layer(held.at(l)));
+  }
+  return client_->seal(s);
 }
 
 }  // namespace oobleck::executor

@@ -1,19 +1,21 @@
 // A worker's snapshots, taken in the background: after a committed step the
 // training thread hands its layers over and goes on with the next step,
-// while this thread serializes them into the agent's memory (and, when the
-// commit asks for a checkpoint, writes the layers this worker saves). The
+// while this thread packs them into a slot of the agent's memory
+// (snapshot_slots.h), and, when the commit asks for a checkpoint, writes
+// the layers this worker saves in the durable format. The
 // next optimizer step waits for it (wait()), since it changes the state in
 // place; forward and backward passes only read it.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "live/snapshots/snapshot_store.h"
+#include "live/snapshots/snapshot_wire.h"
 #include "model/layer_state.h"
 
 namespace oobleck::executor {
@@ -28,8 +30,8 @@ struct SnapshotJob {
 
 class SnapshotTaker {
  public:
-  SnapshotTaker(std::string token, int port) : token_(std::move(token)), port_(port) {}
-  ~SnapshotTaker() { wait(); }
+  SnapshotTaker(std::string token, int port);
+  ~SnapshotTaker();
   SnapshotTaker(const SnapshotTaker&) = delete;
   SnapshotTaker& operator=(const SnapshotTaker&) = delete;
 
@@ -42,9 +44,15 @@ class SnapshotTaker {
 
  private:
   void run(const SnapshotJob& job, const std::map<int, HeldLayer>& held);
+  // True when the agent sealed it.
+  bool to_memory(const SnapshotSeal& seal, const std::map<int, HeldLayer>& held);
 
   std::string token_;
   int port_;
+  struct MappedSlot;
+  std::unique_ptr<SnapshotClient> client_;  // to this node's agent, kept between snapshots
+  std::map<int, std::unique_ptr<MappedSlot>> mapped_;  // the agent's slots this worker mapped, by id
+  bool use_slots_ = true;  // false: the agent lends no memory, the bytes go over the connection
   std::thread thread_;
   bool sealed_ = false;
 };

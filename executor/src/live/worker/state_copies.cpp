@@ -1,6 +1,5 @@
 #include "state_copies.h"
 
-#include <cstring>
 #include <filesystem>
 
 #include "live/snapshots/snapshot_wire.h"
@@ -16,9 +15,14 @@ std::string layer_file(const std::string& folder, int layer, TensorShard shard) 
   return name + ".pt";
 }
 
+// Packed bytes (copies, snapshots) or libtorch's archive (checkpoints).
 HeldLayer received_layer(const TrainOptions& options, int layer, TensorShard shard, const std::string& bytes) {
   HeldLayer out = initial_layer(options, layer, shard);
-  deserialize_layer(out, bytes);
+  if (is_packed_layer(bytes)) {
+    unpack_layer(out, bytes);
+  } else {
+    deserialize_layer(out, bytes);
+  }
   return out;
 }
 
@@ -30,10 +34,10 @@ std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerC
   std::vector<std::unique_ptr<PendingOp>> sends;
   for (const auto& c : copies) {
     if (c.from != rank || c.to == rank) continue;
-    const std::string bytes = serialize_layer(held.at(c.layer));
-    auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())}, torch::kLong);
-    auto payload = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
-    std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+    const auto bytes = static_cast<std::int64_t>(packed_layer_bytes(held.at(c.layer)));
+    auto size = torch::tensor({bytes}, torch::kLong);
+    auto payload = torch::empty({bytes}, torch::kUInt8);
+    pack_layer_into(held.at(c.layer), static_cast<char*>(payload.data_ptr()));
     sends.push_back(world.send(size, c.to, 2 * c.layer));
     sends.push_back(world.send(payload, c.to, 2 * c.layer + 1));
   }
@@ -44,7 +48,7 @@ std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerC
     const TensorShard from{c.from_degree, c.from_shard};
     HeldLayer incoming;
     if (c.from == rank) {
-      incoming = received_layer(options, c.layer, from, serialize_layer(held.at(c.layer)));
+      incoming = received_layer(options, c.layer, from, pack_layer(held.at(c.layer)));
     } else {
       auto size = torch::zeros({1}, torch::kLong);
       world.recv(size, c.from, 2 * c.layer);
