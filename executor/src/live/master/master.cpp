@@ -151,8 +151,9 @@ void Master::advance() {
 void Master::handle(const ControlServer::Inbound& in) {
   if (std::holds_alternative<ControlServer::Closed>(in.what)) {
     const NodeProcess* p = processes_.find(in.node);
-    if (in.role == Role::worker && closes_expected_[{in.node, in.gpu}] > 0) {
-      --closes_expected_[{in.node, in.gpu}];
+    if (const auto expected = closes_expected_.find({in.node, in.gpu});
+        in.role == Role::worker && expected != closes_expected_.end() && expected->second > 0) {
+      if (--expected->second == 0) closes_expected_.erase(expected);
       return;
     }
     if (in.role == Role::worker && phase_ == Phase::training && p != nullptr && p->alive && p->agent_connected) {

@@ -76,11 +76,4 @@ std::vector<SnapshotSlots::Blob> SnapshotSlots::adopt(const std::string& owner, 
   return out;
 }
 
-std::size_t SnapshotSlots::slot_count() const {
-  const std::lock_guard lock(mutex_);
-  std::size_t n = 0;
-  for (const auto& [worker, slots] : slots_) n += slots.size();
-  return n;
-}
-
 }  // namespace oobleck::executor

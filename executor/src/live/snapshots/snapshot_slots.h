@@ -46,7 +46,6 @@ class SnapshotSlots {
   // The claimed slot `id`, written: one blob per layer of `sizes`, in order.
   // Throws std::runtime_error when `id` is not that worker's claimed slot.
   std::vector<Blob> adopt(const std::string& owner, int gpu, int id, const std::vector<std::size_t>& sizes);
-  [[nodiscard]] std::size_t slot_count() const;
 
  private:
   struct Mapping;  // one memory file, mapped

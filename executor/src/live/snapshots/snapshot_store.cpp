@@ -88,13 +88,6 @@ std::vector<SnapshotSeal> SnapshotMemory::seals() const {
   return out;
 }
 
-std::int64_t SnapshotMemory::bytes() const {
-  const std::lock_guard lock(mutex_);
-  std::int64_t total = 0;
-  for (const auto& [key, blob] : blobs_) total += static_cast<std::int64_t>(blob->size());
-  return total;
-}
-
 // ---------------------------------------------------------------- server
 
 SnapshotServer::SnapshotServer(const std::string& bind_address, std::string token, OnSealed on_sealed)

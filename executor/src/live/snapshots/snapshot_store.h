@@ -57,8 +57,8 @@ struct SnapshotSeal {
 // The blobs and seals, thread-safe.
 class SnapshotMemory {
  public:
-  // One layer's bytes, kept alive by what owns them (a string, a mapping).
-  using Blob = std::shared_ptr<const std::string_view>;
+  // One layer's bytes, kept alive by what owns them (a string, a slot).
+  using Blob = SnapshotSlots::Blob;
   struct Key {
     std::string owner;
     int step = 0, layer = 0, degree = 1, shard = 0;
@@ -72,7 +72,6 @@ class SnapshotMemory {
   // The blobs of a sealed snapshot, in layer order (empty: not sealed here).
   [[nodiscard]] std::vector<Blob> blobs_of(const SnapshotSeal& seal) const;
   [[nodiscard]] std::vector<SnapshotSeal> seals() const;
-  [[nodiscard]] std::int64_t bytes() const;
 
  private:
   void drop_old(const std::string& owner);
@@ -100,7 +99,6 @@ class SnapshotServer {
   // are forwarded from now on (port 0: nowhere). The newest sealed snapshot
   // of each GPU goes there at once.
   void mirror_to(const std::string& host, int port, int every);
-  [[nodiscard]] const SnapshotMemory& memory() const { return memory_; }
 
  private:
   void accept_loop();

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <stdexcept>
 
 #include "state_copies.h"
@@ -74,10 +75,13 @@ bool SnapshotTaker::to_memory(const SnapshotSeal& s, const std::map<int, HeldLay
   const auto size_of = [&](int l) { return sizes[static_cast<std::size_t>(l - s.layer_begin)]; };
   if (use_slots_) {
     if (const auto slot = client_->claim(s.owner, s.gpu, total)) {
+      // Slots the agent has let go of are never claimed again: the oldest
+      // others go.
+      for (auto it = mapped_.begin(); mapped_.size() > 4 && it != mapped_.end();) {
+        it = it->first == slot->id ? std::next(it) : mapped_.erase(it);
+      }
       auto& mapped = mapped_[slot->id];
       if (!mapped) mapped = std::make_unique<MappedSlot>(slot->path, slot->bytes);
-      // Slots the agent has let go of are never claimed again.
-      while (mapped_.size() > 4) mapped_.erase(mapped_.begin());
       char* at = static_cast<char*>(mapped->address);
       for (int l = s.layer_begin; l < s.layer_end; ++l) {
         pack_layer_into(held.at(l), at);
