@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "plot-live": "plot_live",
     "soak-check": "soak_check",
     "bench-recovery": "bench_recovery",
+    "bench-torchrun": "bench_torchrun",
     "compare-run-sim": "compare_run_sim",
     "run-vs-sim": "run_vs_sim",
     "sim-scenario": "sim_scenario",

@@ -1,0 +1,266 @@
+"""GPT training as users run it today: PyTorch DDP under torchrun's elastic
+agent, with a checkpoint after every step. The baseline oobleck's live
+recovery is compared with (tools/bench-vs-torchrun.sh).
+
+  torchrun --standalone --nproc_per_node=6 --max_restarts=N --monitor_interval=S \
+      tools/torchrun_gpt_ddp.py --profile PROFILE.json --plan PLAN.json --data tokens.bin --out DIR [--steps K]
+
+The same job as oobleck-run trains from that profile and plan: the profile's
+model (oobleck's GPT, executor/src/model/gpt.cpp: pre-norm blocks, causal
+attention, tanh GELU, the head tied to the token embedding), its microbatch
+size, the plan's global microbatches spread evenly over the processes, step
+k's sequences drawn from the token file as oobleck draws them
+(executor/src/model/data.cpp), the mean token loss over the global batch,
+global-norm clipping at 1 and AdamW (learning rate 3e-3, weight decay 0.1).
+The initial weights are oobleck's too: drawn from the same generator per
+(seed, layer), in the same order. So step 0's loss equals oobleck-run
+--single-process's (to 1e-7), and the first ten steps' agree within 1e-4
+(gradients summed in float32 here, in float64 there). Gloo on CPU, one
+thread per process.
+
+Every step rank 0 saves a checkpoint (DIR/checkpoint.pt, written beside and
+renamed, so a kill never leaves half of one) and appends a line to
+DIR/metrics.jsonl:
+  {"kind": "start", "restart": R, "launched": T, "imported": T, "ready": T, "resume_step": K}
+      once per start of the workers: launched is when the process began
+      (before importing torch), imported when torch is loaded, ready when
+      the process group, the model and the checkpoint are in place;
+  {"kind": "step", "step": K, "loss": L, "time": T, "step_ms": MS, "restart": R}
+      after step K's checkpoint is saved.
+Times are wall-clock seconds (time.time()); R is torchrun's restart count.
+A started job resumes from DIR/checkpoint.pt when it is there. Every rank
+writes its process id to DIR/pids/rank-N.json, so that a driver can kill
+one during a step.
+"""
+import time
+
+LAUNCHED = time.time()  # before the imports: loading torch is part of a restart's cost
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+IMPORTED = time.time()
+
+LEARNING_RATE = 3e-3  # oobleck's TrainOptions defaults
+WEIGHT_DECAY = 0.1
+CLIP_NORM = 1.0
+UINT64 = (1 << 64) - 1
+
+
+def fail(message):
+    print(f"torchrun_gpt_ddp: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as error:
+        fail(f"{path}: cannot read {what} ({error})")
+
+
+def positive_integer(document, key, where):
+    value = document.get(key) if isinstance(document, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        fail(f"{where}: \"{key}\" must be a positive integer")
+    return value
+
+
+def mix(z):
+    """splitmix64's finaliser, as executor/src/model/data.cpp mixes."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & UINT64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & UINT64
+    return z ^ (z >> 31)
+
+
+def layer_generator(seed, index):
+    """The generator oobleck draws layer INDEX's weights from
+    (executor/src/model/gpt.cpp): seeded by (seed, index), mixed."""
+    generator = torch.Generator()
+    generator.manual_seed(mix((seed * 0x9E3779B97F4A7C15 + index + 0x632BE59BD9B4E019) & UINT64))
+    return generator
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, heads, layers, generator):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.fc = nn.Linear(hidden, 4 * hidden)
+        self.out = nn.Linear(4 * hidden, hidden)
+        residual_std = 0.02 / math.sqrt(2 * layers)
+        with torch.no_grad():
+            for linear, std in ((self.qkv, 0.02), (self.proj, residual_std), (self.fc, 0.02), (self.out, residual_std)):
+                linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
+                linear.bias.zero_()
+
+    def forward(self, x):
+        batch, length, hidden = x.shape
+        head_dim = hidden // self.heads
+        qkv = self.qkv(self.ln1(x)).view(batch, length, 3, self.heads, head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        future = torch.ones(length, length, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+        attended = (torch.softmax(scores, -1) @ v).permute(0, 2, 1, 3).reshape(batch, length, hidden)
+        h = x + self.proj(attended)
+        return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, layers, hidden, heads, vocab, seq_len, seed):
+        super().__init__()
+        embedding = layer_generator(seed, 0)
+        self.token = nn.Parameter(torch.randn(vocab, hidden, generator=embedding) * 0.02)
+        self.position = nn.Parameter(torch.randn(seq_len, hidden, generator=embedding) * 0.01)
+        self.blocks = nn.ModuleList(Block(hidden, heads, layers, layer_generator(seed, i + 1)) for i in range(layers))
+        self.ln_f = nn.LayerNorm(hidden)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1))
+        x = F.embedding(tokens, self.token) + F.embedding(positions, self.position).unsqueeze(0)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x) @ self.token.t()  # the head's weight is the token embedding
+
+
+def step_sequences(tokens, seed, step, first, count, seq_len):
+    """Inputs and targets of samples FIRST..FIRST+COUNT-1 of step STEP: the
+    windows oobleck's step_sequences picks."""
+    windows = tokens.numel() - seq_len
+    starts = [mix((mix((seed * 0x9E3779B97F4A7C15 + step) & UINT64) + j) & UINT64) % windows
+              for j in range(first, first + count)]
+    rows = torch.stack([tokens[s:s + seq_len + 1] for s in starts])
+    return rows[:, :-1], rows[:, 1:]
+
+
+def read_tokens(path, seq_len):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        fail(f"{path}: cannot read the tokens ({error.strerror})")
+    if len(data) % 2:
+        fail(f"{path}: {len(data)} bytes; expected little-endian uint16 tokens (an even size)")
+    if len(data) // 2 < seq_len + 2:
+        fail(f"{path}: {len(data) // 2} tokens; expected at least seq_len + 2 = {seq_len + 2}")
+    little = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(-1, 2).long()
+    return little[:, 0] | (little[:, 1] << 8)
+
+
+def append_line(path, line):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def write_text(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def write_atomically(path, write):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="GPT under DDP with a checkpoint every step (run by torchrun)")
+    parser.add_argument("--profile", required=True, help="oobleck-profile output: the model and microbatch size")
+    parser.add_argument("--plan", required=True, help="oobleck-plan output: the global microbatches per step")
+    parser.add_argument("--data", required=True, help="little-endian uint16 tokens (oobleck-run tokenize)")
+    parser.add_argument("--out", required=True, help="folder of the checkpoint, the metrics and the process ids")
+    parser.add_argument("--steps", type=int, default=20, help="steps to train (default: 20)")
+    parser.add_argument("--seed", type=int, default=1, help="weights and data order, as oobleck-run --seed "
+                                                             "(default: 1)")
+    args = parser.parse_args()
+    if args.steps < 1:
+        fail("--steps must be at least 1")
+    if "RANK" not in os.environ:
+        fail("run me under torchrun (RANK, WORLD_SIZE and the rendezvous come from it)")
+
+    profile = read_json(args.profile, "the profile")
+    model_doc = profile.get("model") if isinstance(profile, dict) else None
+    where = f"{args.profile}: model"
+    layers, hidden, heads, vocab, seq_len = (positive_integer(model_doc, key, where)
+                                             for key in ("layers", "hidden", "heads", "vocab", "seq_len"))
+    if hidden % heads:
+        fail(f"{where}: {heads} heads do not divide hidden = {hidden}")
+    microbatch = positive_integer(profile, "microbatch_size", args.profile)
+    global_microbatches = positive_integer(read_json(args.plan, "the plan"), "global_microbatches", args.plan)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if global_microbatches % world:
+        fail(f"{args.plan}: {global_microbatches} global microbatches do not split evenly over {world} processes")
+    local_microbatches = global_microbatches // world
+    tokens = read_tokens(args.data, seq_len)
+    if int(tokens.max()) >= vocab:
+        fail(f"{args.data}: token {int(tokens.max())} outside the model's vocabulary of {vocab}")
+
+    checkpoint_path = os.path.join(args.out, "checkpoint.pt")
+    metrics_path = os.path.join(args.out, "metrics.jsonl")
+    pid_folder = os.path.join(args.out, "pids")
+    os.makedirs(pid_folder, exist_ok=True)
+
+    model = Gpt(layers, hidden, heads, vocab, seq_len, args.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    first_step = 0
+    if os.path.exists(checkpoint_path):
+        state = torch.load(checkpoint_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        first_step = state["step"] + 1
+    ddp = DistributedDataParallel(model)
+
+    write_atomically(os.path.join(pid_folder, f"rank-{rank}.json"),
+                     lambda p: write_text(p, json.dumps({"pid": os.getpid(), "restart": restart})))
+    if rank == 0:
+        append_line(metrics_path, {"kind": "start", "restart": restart, "launched": LAUNCHED, "imported": IMPORTED,
+                                   "ready": time.time(),
+                                   "resume_step": first_step})
+
+    for step in range(first_step, args.steps):
+        began = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros(())
+        for m in range(local_microbatches):
+            first = (rank * local_microbatches + m) * microbatch
+            inputs, targets = step_sequences(tokens, args.seed, step, first, microbatch, seq_len)
+            last = m == local_microbatches - 1
+            # Gradients are all-reduced once, with the last microbatch's backward.
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                logits = ddp(inputs)
+                loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)) / local_microbatches
+                loss.backward()
+            loss_sum += loss.detach()
+        nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        dist.all_reduce(loss_sum)
+        if rank == 0:
+            write_atomically(checkpoint_path, lambda p: torch.save(
+                {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, p))
+            append_line(metrics_path, {"kind": "step", "step": step, "loss": loss_sum.item() / world,
+                                       "time": time.time(), "step_ms": (time.perf_counter() - began) * 1000,
+                                       "restart": restart})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
