@@ -99,6 +99,13 @@ void add_failure_flags(CLI::App& app, RunFlags& f) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--chaos-mean-ms", f.master.chaos.mean_interval_ms, "With --chaos: mean time between events")
       ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--chaos-crashes", f.master.chaos.crash_share,
+                 "With --chaos: the share of failures that crash a node's worker alone (needs --snapshot-every > 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--chaos-past-f", f.master.chaos.past_f_share,
+                 "With --chaos: the share of failures that kill several nodes at once, past f (a rollback follows; "
+                 "needs snapshots or --checkpoint-every)")
+      ->check(CLI::Range(0.0, 1.0));
 }
 
 struct TokenizeFlags {

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Soak test of live recovery (not part of the default test run): GPT-tiny on
 # six CPU-like nodes, three 2-node pipelines (f = 2), with --chaos killing
-# random nodes at random moments (some during recoveries) and starting new
-# ones. Then checks what must hold however the failures fell
-# (oobleck-tools soak-check):
-#   - at least MIN_FAILURES removals and MIN_JOINS joins happened;
+# random nodes at random moments (some during recoveries), crashing workers
+# alone (a share CRASHES of the failures), killing several nodes at once past
+# f (a share PAST_F: the run rolls back to a snapshot in memory, a mirror or
+# the checkpoint saved every 5 steps) and starting new nodes. Then checks
+# what must hold however the failures fell (oobleck-tools soak-check):
+#   - at least MIN_FAILURES removals, MIN_JOINS joins, MIN_CRASHES restarts
+#     in place and MIN_ROLLBACKS rollbacks happened;
 #   - every step's loss equals the failure-free single-process run's
-#     (relative difference <= 1e-4);
+#     (relative difference <= 1e-4), steps trained again included;
 #   - every step trained the whole global batch, each sample exactly once,
-#     and the steps ran 0..STEPS-1, each once;
+#     and the steps ran 0..STEPS-1, each once, but for the steps a rollback
+#     trains again;
 #   - no process of the run is left.
-# Usage: tools/soak-live.sh [SEED]; STEPS, EVENTS, MEAN_MS, MIN_FAILURES,
-# MIN_JOINS override the defaults. Outputs in build/soak/ (OUT_DIR overrides
-# it; the folder is emptied first).
+# Usage: tools/soak-live.sh [SEED]; STEPS, EVENTS, MEAN_MS, CRASHES, PAST_F
+# and the MIN_ counts override the defaults. Outputs in build/soak/ (OUT_DIR
+# overrides it; the folder is emptied first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seed=${1:-1}
@@ -29,6 +33,8 @@ common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/token
 tag="soak-$$-$RANDOM"  # marks every process of the run (and only those), to find leftovers
 start=$(date +%s)
 OOBLECK_SOAK_TAG=$tag "$bin/oobleck-run" "${common[@]}" --chaos "$seed" --chaos-events "$events" --chaos-mean-ms "$mean_ms" \
+  --chaos-crashes "${CRASHES:-0.2}" --chaos-past-f "${PAST_F:-0.15}" --snapshot-every 1 \
+  --checkpoint "$out/checkpoint" --checkpoint-every 5 \
   --heartbeat-timeout-ms 5000 --metrics "$out/live.jsonl" > "$out/live.txt" 2> "$out/live.err"
 echo "soak: live run done in $(( $(date +%s) - start )) s"
 "$bin/oobleck-run" "${common[@]}" --single-process --metrics "$out/reference.jsonl" > /dev/null
@@ -36,7 +42,8 @@ sleep 1  # lets the run's last processes exit before they are counted
 
 status=0
 tools/oobleck-tools soak-check "$out/live.jsonl" "$out/reference.jsonl" "$out/plan.json" --steps "$steps" \
-  --process-tag "$tag" --min-failures "${MIN_FAILURES:-40}" --min-joins "${MIN_JOINS:-40}" || status=$?
+  --process-tag "$tag" --min-failures "${MIN_FAILURES:-40}" --min-joins "${MIN_JOINS:-40}" \
+  --min-crashes "${MIN_CRASHES:-5}" --min-rollbacks "${MIN_ROLLBACKS:-3}" || status=$?
 # Plotted whatever the checks found, to see what happened (Debian's python3
 # has matplotlib; tools/setup.sh installs it).
 plot=0

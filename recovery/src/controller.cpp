@@ -206,30 +206,44 @@ Actions Controller::on(const SnapshotsHeld& e) {
   return {};
 }
 
+// The newest state `alive` can restore completely: a snapshot held by
+// them (their own copies first, then with mirrors), else the newest save.
+std::optional<Controller::Restorable> Controller::newest_restorable(const std::vector<std::string>& alive) const {
+  std::optional<Restorable> best;
+  if (saved_step_) best = Restorable{*saved_step_, StateSource::checkpoint};
+  for (const auto& snapshot : snapshots_) {
+    if (snapshot.step > committed_ || (best && snapshot.step < best->step)) continue;
+    for (const bool with_mirrors : {false, true}) {
+      if (!choose_pieces(snapshot, cost_.layers(), alive, with_mirrors)) continue;
+      const StateSource source = with_mirrors ? StateSource::mirror : StateSource::memory;
+      // (At an equal step, the checkpoint comes last.)
+      if (!best || snapshot.step > best->step || best->source == StateSource::checkpoint ||
+          (best->source == StateSource::mirror && !with_mirrors)) {
+        best = Restorable{snapshot.step, source};
+      }
+      break;
+    }
+  }
+  return best;
+}
+
 bool Controller::roll_back() {
   rollback_source_ = StateSource::checkpoint;
   if (!options_.saves_reported) return true;
   if (committed_ < 0) return true;  // nothing trained: the seed is the state
-  int step = saved_step_.value_or(-1);
-  const std::vector<std::string> alive = members();
-  for (const auto& snapshot : snapshots_) {
-    if (snapshot.step > committed_ || snapshot.step < step) continue;
-    for (const bool with_mirrors : {false, true}) {
-      if (choose_pieces(snapshot, cost_.layers(), alive, with_mirrors)) {
-        // (At an equal step, the checkpoint comes last.)
-        if (snapshot.step > step || rollback_source_ == StateSource::checkpoint ||
-            (rollback_source_ == StateSource::mirror && !with_mirrors)) {
-          step = snapshot.step;
-          rollback_source_ = with_mirrors ? StateSource::mirror : StateSource::memory;
-        }
-        break;
-      }
-    }
-  }
-  if (step < 0) return false;
+  const auto restorable = newest_restorable(members());
+  if (!restorable) return false;
+  rollback_source_ = restorable->source;
   rolled_back_from_ = std::max(rolled_back_from_, committed_);
-  committed_ = step;
+  committed_ = restorable->step;
   return true;
+}
+
+bool Controller::can_roll_back_losing(const std::vector<std::string>& nodes) const {
+  if (!options_.saves_reported || committed_ < 0) return true;
+  std::vector<std::string> left = members();
+  for (const auto& node : nodes) erase_from(left, node);
+  return newest_restorable(left).has_value();
 }
 
 // ---------------------------------------------------------------- planning

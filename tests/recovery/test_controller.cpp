@@ -388,6 +388,36 @@ TEST_CASE("controller, live run: past f, the newest snapshot the nodes left hold
   check_rows(cluster, options, {{"the mirrors lost during the rollback: the checkpoint", events, expected}});
 }
 
+TEST_CASE("controller, live run: chaos asks whether a rollback past f would find a complete state") {
+  const Cluster cluster;
+  const ControllerOptions options = live_past_f_options();
+  const int split = cluster.cost.layers() / 2;
+  // [node0,node1] [node2,node3]; the first stages' snapshot of step 1 is
+  // held by node0 and node2 and mirrored by node1; the second stages' by
+  // node1 and node3, unmirrored.
+  Snapshot s{1, {}};
+  for (int l = 0; l < cluster.cost.layers(); ++l) {
+    SnapshotPiece p{l, 1, 0, {}, {}};
+    p.own = l < split ? std::vector<std::string>{"node0", "node2"} : std::vector<std::string>{"node1", "node3"};
+    if (l < split) p.mirrors = {"node1"};
+    s.pieces.push_back(p);
+  }
+  Controller controller(cluster.cost, cluster.templates, options);
+  CHECK(controller.can_roll_back_losing({"node0", "node1", "node2", "node3"}));  // nothing trained: the seed
+  for (const Event& e : {joined(cluster.nodes(4)), ready(1), completed(1, 0), completed(1, 1)}) {
+    (void)controller.handle(e);
+  }
+  CHECK(!controller.can_roll_back_losing({"node0", "node2"}));  // no snapshot reported, nothing saved
+  (void)controller.handle(SnapshotsHeld{{s}, 0});
+  CHECK(controller.can_roll_back_losing({"node0", "node2"}));   // node1's mirror
+  CHECK(!controller.can_roll_back_losing({"node0", "node1", "node2"}));
+  CHECK(!controller.can_roll_back_losing({"node1", "node3"}));  // the second stages were not mirrored
+  (void)controller.handle(StateSaved{0, 0});
+  CHECK(controller.can_roll_back_losing({"node1", "node3"}));   // the checkpoint of step 0
+  CHECK(controller.can_roll_back_losing({"node0", "node1", "node2", "node3"}));
+  CHECK(controller.committed_step() == 1);  // asking changes nothing
+}
+
 TEST_CASE("controller, live run: a process restarted in place keeps the generation") {
   const Cluster cluster;
   ControllerOptions options;

@@ -88,3 +88,42 @@ def test_leftover_processes_fail(soak):
         leftover.kill()
         leftover.wait()
     assert check(soak, live_lines(), "--process-tag", tag).returncode == 0
+
+
+def rollback_line(from_step, to_step, source="mirror"):
+    return {"kind": "rollback", "at_ms": 50.0, "generation": 3, "from_step": from_step, "to_step": to_step,
+            "source": source}
+
+
+def restart_line(node="node3"):
+    return {"kind": "restart", "generation": 1, "node": node, "gpu": 0, "resume_step": 2, "detect_ms": 4.0,
+            "restore_ms": 300.0, "recovery_ms": 400.0}
+
+
+def test_steps_trained_again_after_a_rollback_pass(soak):
+    lines = live_lines()
+    at = next(i for i, line in enumerate(lines) if line.get("kind") == "step" and line["step"] == 4)
+    # Steps 2 and 3 trained, then rolled back to the snapshot after step 1.
+    lines[at:at] = [rollback_line(3, 1), step_line(2, 4.8, batch=BATCH), step_line(3, 4.7, batch=BATCH),
+                    restart_line()]
+    result = check(soak, lines, "--min-rollbacks", 1, "--min-crashes", 1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "soak: 1 workers restarted in place; 1 rollbacks past f (2 steps trained again; from mirror)" \
+        in result.stdout
+    assert check(soak, lines, "--min-rollbacks", 2).returncode == 1
+    assert "only 1 workers restarted in place (want 2)" in check(soak, lines, "--min-crashes", 2).stdout
+
+
+def test_a_rollback_whose_steps_are_not_trained_again_fails(soak):
+    lines = live_lines()
+    at = next(i for i, line in enumerate(lines) if line.get("kind") == "step" and line["step"] == 4)
+    lines[at:at] = [rollback_line(3, 1)]  # steps 2 and 3 never trained again
+    result = check(soak, lines)
+    assert result.returncode == 1
+    assert "steps are not 0..STEPS-1, each once" in result.stdout
+
+
+def test_a_malformed_rollback_is_bad_input(soak):
+    result = check(soak, live_lines() + [rollback_line(1, 3)])
+    assert result.returncode == 2
+    assert "a rollback record needs integers from_step > to_step" in result.stderr

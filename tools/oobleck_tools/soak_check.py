@@ -1,23 +1,28 @@
 """Checks a soak run of live recovery (tools/soak-live.sh).
 
 What must hold however the failures fell:
-  - at least --min-failures removals and --min-joins joins happened;
+  - at least --min-failures removals and --min-joins joins happened, and at
+    least --min-crashes workers restarted in place and --min-rollbacks
+    rollbacks past f;
   - every step's loss equals the failure-free single-process run's
-    (relative difference <= --tolerance);
-  - the steps ran 0..STEPS-1, each once; every step trained the whole global
-    batch, each sample exactly once, and the sample count grew by each step's
-    samples;
+    (relative difference <= --tolerance), steps trained again after a
+    rollback included;
+  - the steps ran 0..STEPS-1, each once, except that a rollback record from
+    step F to step T is followed by steps T+1, T+2, ... again (T < F); every
+    step trained the whole global batch, each sample exactly once, and the
+    sample count is that of the steps up to it;
   - no process of the run is left (those whose environment holds
     OOBLECK_SOAK_TAG=TAG).
 Prints a summary; exits 1 on any problem.
 
   oobleck-tools soak-check LIVE.jsonl REFERENCE.jsonl PLAN.json --steps N [--process-tag TAG]
-                           [--min-failures 50] [--min-joins 50] [--tolerance 1e-4]
+                           [--min-failures 50] [--min-joins 50] [--min-crashes 0] [--min-rollbacks 0]
+                           [--tolerance 1e-4]
 """
 import glob
 import os
 
-from .common import InputError, read_json, read_metrics, relative_difference, require
+from .common import InputError, read_json, read_json_lines, read_metrics, relative_difference, require
 
 TAG_VARIABLE = "OOBLECK_SOAK_TAG"
 
@@ -32,6 +37,10 @@ def add_arguments(parser):
                         help=f"count the processes whose environment holds {TAG_VARIABLE}=TAG as left over")
     parser.add_argument("--min-failures", type=int, default=50, help="removals wanted (default: %(default)s)")
     parser.add_argument("--min-joins", type=int, default=50, help="joins wanted (default: %(default)s)")
+    parser.add_argument("--min-crashes", type=int, default=0,
+                        help="workers restarted in place wanted (default: %(default)s)")
+    parser.add_argument("--min-rollbacks", type=int, default=0,
+                        help="rollbacks past f wanted (default: %(default)s)")
     parser.add_argument("--tolerance", type=float, default=1e-4,
                         help="largest relative loss difference accepted (default: %(default)g)")
 
@@ -55,21 +64,48 @@ def tagged_processes(tag):
     return found
 
 
-def problems_of(steps, reference, batch, wanted_steps):
-    """What is wrong with the run's step lines, as short sentences."""
+def rollbacks_of(path):
+    """The rollback records of a metrics file, in order: (line number,
+    from_step, to_step, source)."""
+    out = []
+    for number, line in read_json_lines(path):
+        if line.get("kind") != "rollback":
+            continue
+        fields = [line.get(k) for k in ("from_step", "to_step")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields) or fields[1] >= fields[0]:
+            raise InputError(f"{path}:{number}: a rollback record needs integers from_step > to_step")
+        out.append((number, fields[0], fields[1], str(line.get("source", "?"))))
+    return out
+
+
+def expected_steps(path, wanted_steps):
+    """The step numbers the metrics' step lines must show, in order: 0, 1, ...
+    and after each rollback from F to T, T+1 again (taken from the file, so
+    rollbacks interleave with steps as they happened)."""
+    order, next_step = [], 0
+    for _, line in read_json_lines(path):
+        if line.get("kind") == "rollback" and isinstance(line.get("to_step"), int):
+            next_step = line["to_step"] + 1
+        elif line.get("kind") == "step":
+            order.append(next_step)
+            next_step += 1
+    return order, next_step == wanted_steps
+
+
+def problems_of(steps, reference, batch, wanted_steps, expected=None):
+    """What is wrong with the run's step lines, as short sentences.
+    `expected`: (step numbers in order, whether they end at the last step),
+    as expected_steps gives; without it, 0..STEPS-1 each once."""
     problems = []
-    if [s["step"] for s in steps] != list(range(wanted_steps)):
-        problems.append("steps are not 0..STEPS-1, each once")
+    order, complete = expected if expected else (list(range(wanted_steps)), True)
+    if [s["step"] for s in steps] != order or not complete:
+        problems.append("steps are not 0..STEPS-1, each once (a rollback's steps again)")
     if any(s["step_samples"] != batch for s in steps):
         problems.append("a step did not train the whole batch once")
-    counted = 0
     for s in steps:
-        counted += s["step_samples"]
-        if s["samples"] != counted:
-            problems.append(f"sample count {s['samples']} at step {s['step']}, expected {counted}")
+        if s["samples"] != (s["step"] + 1) * batch:
+            problems.append(f"sample count {s['samples']} at step {s['step']}, expected {(s['step'] + 1) * batch}")
             break
-    if steps and steps[-1]["samples"] != wanted_steps * batch:
-        problems.append("sample count is off")
     missing = [s["step"] for s in steps if s["step"] not in reference]
     if missing:
         problems.append(f"the reference has no step {missing[0]}")
@@ -95,13 +131,19 @@ def run(args):
                 default=0.0)
     left = len(tagged_processes(args.process_tag)) if args.process_tag else 0
 
-    problems = problems_of(steps, reference, batch, args.steps)
+    rollbacks = rollbacks_of(args.live)
+    crashes = sum(1 for _, line in read_json_lines(args.live) if line.get("kind") == "restart")
+    problems = problems_of(steps, reference, batch, args.steps, expected_steps(args.live, args.steps))
     if worst > args.tolerance:
         problems.append(f"losses differ from the reference by {worst:.2e}")
     if failures < args.min_failures:
         problems.append(f"only {failures} failures (want {args.min_failures})")
     if joins < args.min_joins:
         problems.append(f"only {joins} joins (want {args.min_joins})")
+    if crashes < args.min_crashes:
+        problems.append(f"only {crashes} workers restarted in place (want {args.min_crashes})")
+    if len(rollbacks) < args.min_rollbacks:
+        problems.append(f"only {len(rollbacks)} rollbacks (want {args.min_rollbacks})")
     if left:
         problems.append(f"{left} processes left")
 
@@ -109,6 +151,11 @@ def run(args):
     superseded = len(live.reconfigurations) - len(established)
     print(f"soak: {args.steps} steps, {failures} failures and {joins} joins in {len(established)} reconfigurations "
           f"({superseded} superseded by a newer failure mid-recovery)")
+    if crashes or rollbacks:
+        sources = sorted({r[3] for r in rollbacks})
+        retrained = sum(r[1] - r[2] for r in rollbacks)
+        print(f"soak: {crashes} workers restarted in place; {len(rollbacks)} rollbacks past f "
+              f"({retrained} steps trained again; from {', '.join(sources) or 'nowhere'})")
     if recovery:
         print(f"soak: recovery after a failure: median {recovery[len(recovery) // 2]:.0f} ms, "
               f"max {recovery[-1]:.0f} ms")

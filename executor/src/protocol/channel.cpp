@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -162,7 +164,25 @@ std::unique_ptr<Connection> connect_to(const std::string& address, int port, std
   }
 }
 
+namespace {
+
+std::mutex spared_mutex;
+std::set<int> spared_fds;
+
+}  // namespace
+
+SparedSocket::SparedSocket(int fd) : fd_(fd) {
+  const std::lock_guard lock(spared_mutex);
+  spared_fds.insert(fd_);
+}
+
+SparedSocket::~SparedSocket() {
+  const std::lock_guard lock(spared_mutex);
+  spared_fds.erase(fd_);
+}
+
 int abandon_sockets(const std::vector<int>& keep, bool keep_listening) {
+  const std::lock_guard lock(spared_mutex);
   DIR* folder = ::opendir("/proc/self/fd");
   if (folder == nullptr) return 0;
   int count = 0;
@@ -170,7 +190,7 @@ int abandon_sockets(const std::vector<int>& keep, bool keep_listening) {
   while (const dirent* entry = ::readdir(folder)) {
     if (entry->d_name[0] == '.') continue;
     const int fd = std::atoi(entry->d_name);
-    if (fd == own || std::find(keep.begin(), keep.end(), fd) != keep.end()) continue;
+    if (fd == own || std::find(keep.begin(), keep.end(), fd) != keep.end() || spared_fds.count(fd)) continue;
     struct stat info {};
     if (::fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
     int listening = 0;

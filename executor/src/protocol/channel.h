@@ -66,4 +66,18 @@ class Listener {
 // are. The descriptors stay open for their owners to close.
 int abandon_sockets(const std::vector<int>& keep, bool keep_listening);
 
+// A socket abandon_sockets leaves alone for as long as this lives: one that
+// carries no communication of a generation (a worker's snapshots to its
+// agent), which a new generation must not cut halfway.
+class SparedSocket {
+ public:
+  explicit SparedSocket(int fd);
+  ~SparedSocket();
+  SparedSocket(const SparedSocket&) = delete;
+  SparedSocket& operator=(const SparedSocket&) = delete;
+
+ private:
+  int fd_;
+};
+
 }  // namespace oobleck::executor::channel

@@ -51,12 +51,19 @@ struct Injection {
 
 // --chaos: random removals and joins. Removals only of nodes whose loss the
 // planner can still recover from (the replicas cover it), some of them timed
-// to land during a recovery; joins bring new nodes named chaos-1, chaos-2, ...
+// to land during a recovery, unless a share of them crash a worker alone or
+// kill several nodes past f; joins bring new nodes named chaos-1, chaos-2, ...
 struct ChaosOptions {
   bool enabled = false;
   std::uint64_t seed = 0;
   int events = 20;                   // removals and joins in all
   Milliseconds mean_interval_ms = 1500;  // exponential gaps between events
+  // Of the failures: the share that crash a node's worker alone (its agent
+  // lives), and the share that kill several nodes at once, enough to leave
+  // some layer without a replica (past f; a rollback follows). The rest
+  // kill one node a recovery survives.
+  double crash_share = 0;
+  double past_f_share = 0;
 };
 
 struct MasterOptions {

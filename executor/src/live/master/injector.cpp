@@ -57,9 +57,27 @@ std::optional<std::string> Injector::survivable_victim(const ChaosView& view) {
   std::vector<std::string> candidates = view.members;
   std::shuffle(candidates.begin(), candidates.end(), rng_);
   for (const auto& victim : candidates) {
-    if (view.survivable(victim)) return victim;
+    if (view.survivable({victim})) return victim;
   }
   return std::nullopt;
+}
+
+// The fewest victims found in a few random orders: nodes added one by one
+// until a recovery would find no plan.
+std::optional<std::vector<std::string>> Injector::victims_past_f(const ChaosView& view) {
+  std::optional<std::vector<std::string>> fewest;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::vector<std::string> candidates = view.members, victims;
+    std::shuffle(candidates.begin(), candidates.end(), rng_);
+    for (const auto& victim : candidates) {
+      victims.push_back(victim);
+      if (fewest && victims.size() >= fewest->size()) break;
+      if (view.survivable(victims)) continue;
+      if (view.restorable(victims)) fewest = victims;
+      break;
+    }
+  }
+  return fewest;
 }
 
 std::optional<ChaosEvent> Injector::next_chaos_event(const ChaosView& view, Milliseconds now) {
@@ -67,19 +85,40 @@ std::optional<ChaosEvent> Injector::next_chaos_event(const ChaosView& view, Mill
   std::exponential_distribution<double> gap(1.0 / chaos_.mean_interval_ms);
   // Keep the node count between initial - f and initial, and otherwise
   // kills and joins even, so that a long run has as many of each.
-  const bool kill = view.healthy_nodes >= view.initial_nodes                        ? true
+  const bool kill = view.waiting_for_nodes                                          ? false
+                    : view.healthy_nodes >= view.initial_nodes                        ? true
                     : view.healthy_nodes <= view.initial_nodes - view.fault_tolerance ? false
                     : kills_ != joins_                                               ? kills_ < joins_
                                                                                      : unit(rng_) < 0.5;
+  // Kills only as many as the events left can bring back with joins.
+  const auto can_lose = [&](std::size_t victims) {
+    const int short_of = view.initial_nodes - view.fault_tolerance - (view.healthy_nodes - static_cast<int>(victims));
+    return chaos_left_ - 1 >= short_of;
+  };
   std::optional<ChaosEvent> event;
   if (kill) {
-    if (auto victim = survivable_victim(view)) {
-      ++kills_;
-      kill_in_recovery_ = unit(rng_) < 0.25;
-      event = ChaosEvent{true, *victim};
+    const double draw = unit(rng_);
+    if (draw < chaos_.crash_share) {
+      // A crash leaves the node count as it is; should the restart fail,
+      // the node is lost, which must leave a plan.
+      if (auto victim = survivable_victim(view)) event = ChaosEvent{ChaosEvent::Kind::crash, false, {*victim}};
+    } else if (draw < chaos_.crash_share + chaos_.past_f_share) {
+      if (auto victims = victims_past_f(view); victims && can_lose(victims->size())) {
+        kills_ += static_cast<int>(victims->size());
+        event = ChaosEvent{ChaosEvent::Kind::kill, true, *victims};
+      }
+    }
+    if (!event && can_lose(1)) {
+      if (auto victim = survivable_victim(view)) {
+        ++kills_;
+        kill_in_recovery_ = unit(rng_) < 0.25 && can_lose(2);
+        event = ChaosEvent{ChaosEvent::Kind::kill, false, {*victim}};
+      }
     }
   }
-  if (!event && view.healthy_nodes < view.initial_nodes) event = ChaosEvent{false, "chaos-" + std::to_string(++joins_)};
+  if (!event && view.healthy_nodes < view.initial_nodes) {
+    event = ChaosEvent{ChaosEvent::Kind::join, false, {"chaos-" + std::to_string(++joins_)}};
+  }
   if (event) --chaos_left_;
   // Nothing done: look again soon, once the nodes starting may have joined.
   const Milliseconds next = event ? gap(rng_) : chaos_.mean_interval_ms / 4;

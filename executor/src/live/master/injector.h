@@ -19,12 +19,17 @@ struct ChaosView {
   int healthy_nodes = 0;             // members, and nodes starting or waiting to join
   int initial_nodes = 0;
   int fault_tolerance = 0;
-  std::function<bool(const std::string&)> survivable;  // a recovery would find a plan without it
+  bool waiting_for_nodes = false;    // past f with too few nodes: joins only
+  // With these nodes lost too, a recovery would find a plan; a rollback
+  // would find a complete state.
+  std::function<bool(const std::vector<std::string>&)> survivable, restorable;
 };
 
 struct ChaosEvent {
-  bool kill = false;
-  std::string node;  // the victim, or the new node's name
+  enum class Kind { kill, crash, join };
+  Kind kind = Kind::join;
+  bool past_f = false;             // a kill meant to leave no plan
+  std::vector<std::string> nodes;  // the victims (several only past f), or the new node's name
 };
 
 class Injector {
@@ -46,9 +51,13 @@ class Injector {
   [[nodiscard]] std::optional<Milliseconds> chaos_due_ms(Milliseconds now_ms);
   // The next chaos event: kills and joins even, the node count between
   // initial - f and initial, victims only among nodes whose loss leaves a
-  // plan; some kills are followed by one during the next recovery. None
-  // when a kill is due but no loss would leave a plan and the nodes
-  // starting already make up the count: their joins come first.
+  // plan; some kills are followed by one during the next recovery. Of the
+  // failures, the asked shares are crashes (one worker, any node a loss
+  // would leave a plan without) and kills past f (the fewest random nodes
+  // whose loss leaves no plan, when a rollback would find a state; else
+  // a kill within f). None when a kill is due but no loss would leave a
+  // plan and the nodes starting already make up the count: their joins
+  // come first.
   std::optional<ChaosEvent> next_chaos_event(const ChaosView& view, Milliseconds now_ms);
   // The kill planned for a recovery, if any.
   std::optional<std::string> chaos_victim_in_recovery(const ChaosView& view);
@@ -56,6 +65,7 @@ class Injector {
  private:
   std::vector<Injection> take(const std::function<bool(const Injection&)>& pick);
   std::optional<std::string> survivable_victim(const ChaosView& view);
+  std::optional<std::vector<std::string>> victims_past_f(const ChaosView& view);
 
   std::vector<Injection> script_;
   std::vector<bool> fired_;

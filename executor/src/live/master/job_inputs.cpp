@@ -101,6 +101,16 @@ JobInputs load_job_inputs(const MasterOptions& o) {
     throw InputError("--mirror-every " + std::to_string(o.mirror_every) + ": expected a multiple of --snapshot-every " +
                      std::to_string(o.snapshot_every));
   }
+  const ChaosOptions& chaos = o.chaos;
+  if (chaos.enabled && chaos.crash_share + chaos.past_f_share > 1) {
+    throw InputError("--chaos-crashes and --chaos-past-f: expected shares adding up to at most 1");
+  }
+  if (chaos.enabled && chaos.crash_share > 0 && o.snapshot_every == 0) {
+    throw InputError("--chaos-crashes: a crashed worker restarts from its snapshot; needs --snapshot-every > 0");
+  }
+  if (chaos.enabled && chaos.past_f_share > 0 && o.snapshot_every == 0 && o.checkpoint_every == 0) {
+    throw InputError("--chaos-past-f: a rollback needs snapshots (--snapshot-every > 0) or --checkpoint-every");
+  }
   if (!o.resume_dir.empty()) in.resume = read_latest_checkpoint(o.resume_dir, in.profile, o.seed);
   const int first_step = in.resume ? in.resume->step + 1 : 0;
   if (first_step >= o.steps) throw InputError("--steps " + std::to_string(o.steps) + ": nothing left to train");

@@ -15,18 +15,37 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
   for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
   if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
   if (const auto due = injector_.chaos_due_ms(now)) {
-    if (now >= *due && established_) {
-      if (const auto event = injector_.next_chaos_event(chaos_view(), now); event && event->kill) {
-        kill_node(event->node, "chaos", false);
-      } else if (event) {
-        std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", event->node.c_str());
-        processes_.start(event->node, now);
+    if (now >= *due && (established_ || wait_deadline_ms_ >= 0)) {
+      if (const auto event = injector_.next_chaos_event(chaos_view(), now)) {
+        const char* why = event->past_f ? "chaos, past f" : "chaos";
+        for (const auto& node : event->nodes) {
+          if (event->kind == ChaosEvent::Kind::kill) kill_node(node, why, false);
+          if (event->kind == ChaosEvent::Kind::crash) crash_during_next_step(node, why);
+          if (event->kind == ChaosEvent::Kind::join) {
+            std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", node.c_str());
+            processes_.start(node, now);
+          }
+        }
       }
     } else if (now < *due) {
       wait_ms = std::min(wait_ms, *due - now);
     }
   }
   return std::max(0.0, wait_ms);
+}
+
+// A crash restarts in place only once the worker's snapshot of the last
+// committed step is in its agent's memory (before that, the node is lost and
+// the replicas stand in): like a scripted step:N crash, a chaos crash
+// strikes during the next step once the snapshots before it are in.
+void Master::crash_during_next_step(const std::string& node, const std::string& why) {
+  Injection crash;
+  crash.when = Injection::When::DuringStep;
+  crash.index = controller_.committed_step() + 1;
+  crash.action = Injection::Action::Crash;
+  crash.node = node;
+  pending_step_events_.push_back({crash, why, now_ms()});
+  fire_due_step_events();
 }
 
 void Master::fire(const Injection& event) {
@@ -83,10 +102,17 @@ ChaosView Master::chaos_view() {
   }
   view.initial_nodes = static_cast<int>(recovery::ranked_nodes(in_.initial_plan).size());
   view.fault_tolerance = in_.initial_plan.fault_tolerance;
-  view.survivable = [this, killed](const std::string& victim) {
+  view.waiting_for_nodes = wait_deadline_ms_ >= 0;
+  const auto with_killed = [killed](const std::vector<std::string>& victims) {
     auto lost = killed;
-    lost.push_back(victim);
-    return controller_.survives_losing(lost);
+    lost.insert(lost.end(), victims.begin(), victims.end());
+    return lost;
+  };
+  view.survivable = [this, with_killed](const std::vector<std::string>& victims) {
+    return controller_.survives_losing(with_killed(victims));
+  };
+  view.restorable = [this, with_killed](const std::vector<std::string>& victims) {
+    return controller_.can_roll_back_losing(with_killed(victims));
   };
   return view;
 }

@@ -106,6 +106,8 @@ void Master::fire_due_step_events() {
   for (std::size_t i = 0; i < pending_step_events_.size(); ++i) {
     auto& e = pending_step_events_[i];
     if (e.struck || !(snapshots_caught_up(e.event.index) || now - e.since_ms > 10000)) continue;
+    // A crash restarts in place only in a generation that trains.
+    if (e.event.action == Injection::Action::Crash && !established_) continue;
     e.struck = true;
     const NodeProcess* p = processes_.find(e.event.node);
     if (p != nullptr && p->alive) {

@@ -124,7 +124,6 @@ void SnapshotServer::serve(int fd) {
     const auto hello = split_words(stream.read_line());
     if (hello.size() != 3 || hello[0] != "hello" || hello[1] != token_) throw std::runtime_error("not of this job");
     const bool from_worker = hello[2] == "worker", from_mirror = hello[2] == "mirror";
-    if (from_worker || from_mirror) run_this_thread_when_idle();
     for (;;) {
       const auto w = split_words(stream.read_line());
       const auto number = [&](std::size_t i) { return std::stoi(w.at(i)); };
@@ -221,8 +220,10 @@ void SnapshotServer::mirror_to(const std::string& host, int port, int every) {
   forward_wake_.notify_all();
 }
 
+// (The agent's threads keep their priority: a killed process closes its
+// sockets only once every thread has run to its end, and the agent's
+// connection closing is how its node's loss is seen at once.)
 void SnapshotServer::forward_loop() {
-  run_this_thread_when_idle();
   std::unique_ptr<SnapshotClient> client;
   std::string host;
   int port = 0;

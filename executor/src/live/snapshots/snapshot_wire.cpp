@@ -1,7 +1,6 @@
 #include "snapshot_wire.h"
 
-#include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,8 +12,7 @@
 namespace oobleck::executor {
 
 void run_this_thread_when_idle() {
-  sched_param none{};
-  (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
+  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
 }
 
 std::vector<std::string> split_words(std::string_view line) {
@@ -84,6 +82,7 @@ std::string seal_words(const SnapshotSeal& s) {
 
 SnapshotClient::SnapshotClient(const std::string& host, int port, const std::string& token, const std::string& role)
     : connection_(channel::connect_to(host, port, std::chrono::seconds(5))), stream_(connection_->fd()) {
+  if (role == "worker") spared_.emplace(connection_->fd());
   stream_.write_all("hello " + token + ' ' + role + '\n');
 }
 

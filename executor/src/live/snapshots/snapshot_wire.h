@@ -66,12 +66,15 @@ class SnapshotClient {
 
  private:
   std::unique_ptr<channel::Connection> connection_;
+  std::optional<channel::SparedSocket> spared_;  // a worker's: not cut by a new generation
   WireStream stream_;
 };
 
-// Snapshot work runs only on CPU time that training leaves over: the
-// calling thread moves to SCHED_IDLE (where the system refuses, nothing
-// changes). Where cores are spare, as beside GPUs, it runs at once.
+// A worker's snapshot copies take CPU time that training leaves over: the
+// calling thread gets the lowest priority (nice 19). Not SCHED_IDLE: an
+// idle-class thread may wait seconds for a core on a busy node, and a
+// killed process ends only once every thread has run. Where cores are
+// spare, as beside GPUs, it runs at once.
 void run_this_thread_when_idle();
 
 // The words of a request line.

@@ -92,6 +92,9 @@ class Controller {
   [[nodiscard]] bool commit_wanted() const;
   // Whether a recovery would still find a plan if `nodes` were lost too.
   [[nodiscard]] bool survives_losing(const std::vector<std::string>& nodes);
+  // Whether, past f, a rollback would find a complete state if `nodes`
+  // were lost too.
+  [[nodiscard]] bool can_roll_back_losing(const std::vector<std::string>& nodes) const;
 
  private:
   Actions on(const NodesLost& e);
@@ -120,6 +123,11 @@ class Controller {
   Actions start_afresh(Cause cause, StateSource source, bool rolled_back);
   // Past f: back to the newest save (false: there is none to go back to).
   bool roll_back();
+  struct Restorable {
+    int step;
+    StateSource source;
+  };
+  [[nodiscard]] std::optional<Restorable> newest_restorable(const std::vector<std::string>& alive) const;
   void rebase();
   Actions begin(Generation generation);
   Actions no_plan(const std::string& why, bool replicas_gone);
