@@ -126,4 +126,4 @@ def test_a_rollback_whose_steps_are_not_trained_again_fails(soak):
 def test_a_malformed_rollback_is_bad_input(soak):
     result = check(soak, live_lines() + [rollback_line(1, 3)])
     assert result.returncode == 2
-    assert "a rollback record needs integers from_step > to_step" in result.stderr
+    assert "a rollback record needs integers from_step >= to_step" in result.stderr

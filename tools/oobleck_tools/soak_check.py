@@ -8,7 +8,7 @@ What must hold however the failures fell:
     (relative difference <= --tolerance), steps trained again after a
     rollback included;
   - the steps ran 0..STEPS-1, each once, except that a rollback record from
-    step F to step T is followed by steps T+1, T+2, ... again (T < F); every
+    step F to step T is followed by steps T+1, T+2, ... again (T <= F); every
     step trained the whole global batch, each sample exactly once, and the
     sample count is that of the steps up to it;
   - no process of the run is left (those whose environment holds
@@ -72,8 +72,8 @@ def rollbacks_of(path):
         if line.get("kind") != "rollback":
             continue
         fields = [line.get(k) for k in ("from_step", "to_step")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields) or fields[1] >= fields[0]:
-            raise InputError(f"{path}:{number}: a rollback record needs integers from_step > to_step")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields) or fields[1] > fields[0]:
+            raise InputError(f"{path}:{number}: a rollback record needs integers from_step >= to_step")
         out.append((number, fields[0], fields[1], str(line.get("source", "?"))))
     return out
 

@@ -60,14 +60,10 @@ class Agent {
         channel_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))),
         snapshots_(options.master_addr == "127.0.0.1" || options.master_addr == "localhost" ? "127.0.0.1" : "0.0.0.0",
                    options.token, [this](const SnapshotSeal& s, bool mirrored) {
-                     const protocol::SnapshotStored stored{s.owner,  s.gpu,    s.step, s.layer_begin,
-                                                           s.layer_end, s.degree, s.shard, mirrored};
-                     if (mirrored) {
-                       send(stored);  // rare (every --mirror-every steps), and what a rollback past f needs
-                     } else {
-                       const std::lock_guard lock(send_mutex_);
-                       stored_.push_back(stored);
-                     }
+                     // At once: the master's ledger must not fall behind
+                     // what this agent keeps (kSnapshotsKept).
+                     send(protocol::SnapshotStored{s.owner, s.gpu, s.step, s.layer_begin, s.layer_end, s.degree,
+                                                   s.shard, mirrored});
                    }) {}
 
   int run() {
@@ -116,13 +112,8 @@ class Agent {
                           std::to_string(snapshots_.port())});
   }
 
-  // This node's snapshots stored since the last message go first, all at
-  // once: the master learns of them at the next heartbeat or before anything
-  // newer (a restarted worker), without a message of their own each step.
   void send(const protocol::Message& m) {
     const std::lock_guard lock(send_mutex_);
-    for (const auto& s : stored_) protocol::send(*channel_, s);
-    stored_.clear();
     protocol::send(*channel_, m);
   }
 
@@ -169,7 +160,6 @@ class Agent {
   NodeProcessOptions o_;
   std::unique_ptr<channel::Connection> channel_;
   std::mutex send_mutex_;  // the loop and the snapshot server's threads
-  std::vector<protocol::SnapshotStored> stored_;  // not yet told, under send_mutex_
   SnapshotServer snapshots_;
   std::vector<pid_t> workers_;  // by GPU; 0 once ended
   std::vector<int> restarts_;

@@ -35,9 +35,19 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
     if (const auto* hello = std::get_if<protocol::Hello>(&m); hello && !owners_.count(fd)) {
       // Not of this job, or not admitted: refused.
       const Owner owner{hello->node, hello->role, hello->role == protocol::Role::worker ? hello->gpu : 0};
-      if (hello->token != token_ || fd_of_.count(owner.key()) || !admit(*hello)) {
+      if (hello->token != token_ || !admit(*hello)) {
         drop(fd);
         return;
+      }
+      if (const auto old = fd_of_.find(owner.key()); old != fd_of_.end()) {
+        // A worker its agent restarted, before the dead one's close was
+        // read: that close comes first. (Another agent of a node is refused.)
+        if (owner.role != protocol::Role::worker) {
+          drop(fd);
+          return;
+        }
+        out.push_back({owner.node, owner.role, owner.gpu, Closed{}});
+        drop(old->second);
       }
       owners_[fd] = owner;
       fd_of_[owner.key()] = fd;

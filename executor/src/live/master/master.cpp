@@ -110,6 +110,8 @@ int Master::run() {
       snapshots_changed_ = false;
       decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
     }
+    // A worker restarting in place has no state for a new plan to count on.
+    if (!lost_now_.empty()) for (const auto& n : restarting_nodes()) lose(n, "it was restarting a worker in place");
     if (!lost_now_.empty() || !joined_now_.empty()) {
       recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
       lost_now_.clear();
@@ -201,6 +203,8 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
       return;
     }
     NodeProcess* p = processes_.find(node);
+    // A worker restarted in place, the restart overtaken by a new generation.
+    if (p->all_workers_connected()) return lose(node, "its worker restarted after a new generation began");
     ++p->workers_connected;
     // A node takes part once every one of its GPUs has a worker.
     if (phase_ != Phase::finishing && p->all_workers_connected()) joined_now_.push_back(node);
@@ -230,7 +234,9 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
 // A node has finished a step once all its workers have.
 void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m) {
   if (std::any_of(pending_step_events_.begin(), pending_step_events_.end(),
-                  [&](const PendingStepEvent& e) { return e.event.index <= m.step; })) {
+                  [&](const PendingStepEvent& e) {
+                    return e.event.index <= m.step && (established_ || e.event.action != Injection::Action::Crash);
+                  })) {
     held_ready_.emplace_back(node, gpu, m);
     return;
   }
@@ -387,6 +393,7 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base) {
   }
   if (g.source == recovery::StateSource::memory || g.source == recovery::StateSource::mirror) {
     add_snapshot_sources(message, g.resume_step - 1, g.source == recovery::StateSource::mirror);
+    snapshots_.pin(g.resume_step - 1);  // a loss before it trains may choose it again
   }
   message.discard_held = g.rolled_back;
   for (const auto& node : ranks_) {
@@ -440,6 +447,7 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   }
   if (c.establishes) {
     established_ = true;
+    snapshots_.pin(std::nullopt);
     if (c.generation > 1) {
       reporter_.reconfiguration(timing_, false, now);
       chain_failure_ms_ = chain_detected_ms_ = -1;
@@ -462,6 +470,8 @@ void Master::give_up(const recovery::GiveUp& g) {
 void Master::wait_for_nodes(const recovery::WaitForNodes& w) {
   wait_deadline_ms_ = now_ms() + o_.wait_for_nodes_s * 1000;
   wait_why_ = w.why;
+  // What the nodes that join will start from, past f: it stays named.
+  if (w.rolled_back) snapshots_.pin(controller_.committed_step());
   std::fprintf(stderr, "oobleck-run: no plan for the nodes left (%s); waiting up to %.0f s for nodes to join\n",
                w.why.c_str(), o_.wait_for_nodes_s);
 }

@@ -105,9 +105,13 @@ void Master::fire_due_step_events() {
   const Milliseconds now = now_ms();
   for (std::size_t i = 0; i < pending_step_events_.size(); ++i) {
     auto& e = pending_step_events_[i];
+    // A crash restarts in place only in a generation that trains: one due
+    // before it did strikes during the step after its first commit.
+    if (e.event.action == Injection::Action::Crash && !e.struck) {
+      if (!established_) continue;
+      e.event.index = std::max(e.event.index, controller_.committed_step() + 1);
+    }
     if (e.struck || !(snapshots_caught_up(e.event.index) || now - e.since_ms > 10000)) continue;
-    // A crash restarts in place only in a generation that trains.
-    if (e.event.action == Injection::Action::Crash && !established_) continue;
     e.struck = true;
     const NodeProcess* p = processes_.find(e.event.node);
     if (p != nullptr && p->alive) {
@@ -163,6 +167,14 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
   p->crashed_ms = -1;
   restart_ = timing;
   decide(recovery::WorkerRestarted{node, now_ms()});
+}
+
+std::vector<std::string> Master::restarting_nodes() const {
+  std::vector<std::string> nodes;
+  for (const auto& [worker, r] : restarting_) {
+    if (nodes.empty() || nodes.back() != worker.first) nodes.push_back(worker.first);
+  }
+  return nodes;
 }
 
 // The same plan, ranks and state: every worker starts the communicators

@@ -10,7 +10,11 @@ void SnapshotLedger::stored(const std::string& holder, const protocol::SnapshotS
   auto& list = held_[{holder, s.owner, s.gpu}];
   std::erase_if(list, [&](const auto& old) { return old.step >= s.step; });
   list.push_back(s);
-  if (list.size() > 2) list.erase(list.begin());
+  // The oldest goes, unless pinned: then the oldest other.
+  if (list.size() > kSnapshotsKept - 1) {
+    const auto pinned = std::find_if(list.begin(), list.end(), [&](const auto& old) { return old.step == pinned_; });
+    list.erase(pinned == list.begin() && list.size() > 1 ? list.begin() + 1 : list.begin());
+  }
 }
 
 void SnapshotLedger::forget_holder(const std::string& holder) {

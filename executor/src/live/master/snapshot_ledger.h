@@ -1,14 +1,17 @@
 // The master's view of the snapshots in the agents' memory: which agent
 // holds which worker's snapshot of which step, as the agents reported them
-// sealed, less those of agents lost. Each agent keeps a worker's newest two
-// sealed snapshots, and so does this ledger.
+// sealed, less those of agents lost. Each agent keeps a worker's newest
+// kSnapshotsKept sealed snapshots and tells each seal at once; this ledger
+// keeps one fewer, so that what it names is still there.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "live/snapshots/snapshot_store.h"
 #include "oobleck/recovery/snapshots.h"
 #include "protocol/protocol.h"
 
@@ -22,6 +25,9 @@ class SnapshotLedger {
   // A rollback to the state after `step`: later snapshots are of steps that
   // will be trained again.
   void forget_after(int step);
+  // The step a rollback restores, until its generation trains (none: no
+  // such rollback): its snapshots stay named, however many newer ones come.
+  void pin(std::optional<int> step) { pinned_ = step; }
   // Whether `holder`'s agent holds `owner`'s GPU's snapshot of `step`.
   [[nodiscard]] bool holds(const std::string& holder, const std::string& owner, int gpu, int step) const;
   // Whether `node`'s own agent holds its GPU's snapshot of `step`.
@@ -36,6 +42,7 @@ class SnapshotLedger {
  private:
   // (holder, owner, GPU) -> sealed snapshots, newest last
   std::map<std::tuple<std::string, std::string, int>, std::vector<protocol::SnapshotStored>> held_;
+  std::optional<int> pinned_;
 };
 
 }  // namespace oobleck::executor

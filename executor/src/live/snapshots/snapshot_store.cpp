@@ -43,7 +43,7 @@ bool SnapshotMemory::seal(const SnapshotSeal& s) {
   auto& list = sealed_[{s.owner, s.gpu}];
   std::erase_if(list, [&](const SnapshotSeal& old) { return old.step >= s.step; });
   list.push_back(s);
-  if (list.size() > 2) list.erase(list.begin());
+  if (list.size() > kSnapshotsKept) list.erase(list.begin());
   drop_old(s.owner);
   return true;
 }

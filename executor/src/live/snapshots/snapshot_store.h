@@ -8,9 +8,9 @@
 // [layer_begin, layer_end) as shard `shard` of `degree`, one blob per layer
 // packed raw (pack_layer), and counts once its
 // worker *sealed* it, after putting every layer: an incomplete one is never
-// read. Each worker's newest two sealed snapshots are kept (a rollback may
-// need the older one when a newer one is incomplete elsewhere); blobs of
-// steps older than those go.
+// read. Each worker's newest kSnapshotsKept sealed snapshots are kept (a
+// rollback may need an older one when a newer one is incomplete elsewhere);
+// blobs of steps older than those go.
 //
 // Every sealed snapshot of this node's own workers is forwarded to one other
 // node's agent, the mirror, which keeps it under the same owner: one node
@@ -44,6 +44,11 @@
 #include "snapshot_slots.h"
 
 namespace oobleck::executor {
+
+// Sealed snapshots an agent keeps of each worker. The master's ledger names
+// one fewer: it learns of each seal a moment after the agent made it, so it
+// may be a seal behind, and must never name one the agent dropped.
+inline constexpr std::size_t kSnapshotsKept = 3;
 
 // One worker's snapshot, as its seal describes it.
 struct SnapshotSeal {
