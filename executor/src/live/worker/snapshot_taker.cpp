@@ -63,7 +63,15 @@ void SnapshotTaker::run(const SnapshotJob& job, const std::map<int, HeldLayer>& 
   }
   if (!job.save) return;
   // The checkpoint, in its durable format, whatever became of the snapshot.
-  for (int l : job.saved_layers) save_layer_file(*job.save, l, {s.degree, s.shard}, serialize_layer(held.at(l)));
+  try {
+    for (int l : job.saved_layers) save_layer_file(*job.save, l, {s.degree, s.shard}, serialize_layer(held.at(l)));
+  } catch (const std::exception& e) {
+    // Its folder removed by a rollback to an earlier step, or the disk
+    // failing: this checkpoint stays incomplete and is never read.
+    std::fprintf(stderr, "oobleck-run worker %s GPU %d: the checkpoint of step %d is incomplete: %s\n",
+                 s.owner.c_str(), s.gpu, s.step, e.what());
+    return;
+  }
   if (job.on_saved) job.on_saved();
 }
 
@@ -77,7 +85,7 @@ bool SnapshotTaker::to_memory(const SnapshotSeal& s, const std::map<int, HeldLay
     if (const auto slot = client_->claim(s.owner, s.gpu, total)) {
       // Slots the agent has let go of are never claimed again: the oldest
       // others go.
-      for (auto it = mapped_.begin(); mapped_.size() > 4 && it != mapped_.end();) {
+      for (auto it = mapped_.begin(); mapped_.size() > kSnapshotsKept + 1 && it != mapped_.end();) {
         it = it->first == slot->id ? std::next(it) : mapped_.erase(it);
       }
       auto& mapped = mapped_[slot->id];
