@@ -292,8 +292,9 @@ Actions Controller::try_start() {
 Actions Controller::recover(Cause cause) {
   if (!base_) {
     // A rollback not ready yet reads a snapshot from the nodes it had: with
-    // some of them lost, choose again among what the others hold.
-    if (cause == Cause::loss && (start_source_ == StateSource::memory || start_source_ == StateSource::mirror)) {
+    // some of them lost, or a piece found missing (a communication failure),
+    // choose again among what the others hold.
+    if (start_source_ == StateSource::memory || start_source_ == StateSource::mirror) {
       if (!roll_back()) return give_up("past f, and no snapshot or checkpoint the nodes left can restore");
       return start_afresh(cause, rollback_source_, true);
     }

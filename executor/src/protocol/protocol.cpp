@@ -220,10 +220,20 @@ void from_json(const Json& j, Ready& m) {
   }
 }
 
-void to_json(Json& j, const CommunicationFailed& m) { j = {{"generation", m.generation}, {"what", m.what}}; }
+void to_json(Json& j, const CommunicationFailed& m) {
+  j = {{"generation", m.generation}, {"what", m.what}};
+  if (m.missing_snapshot_step >= 0) {
+    j["missing_snapshot_step"] = m.missing_snapshot_step;
+    j["missing_snapshot_port"] = m.missing_snapshot_port;
+  }
+}
 void from_json(const Json& j, CommunicationFailed& m) {
   m.generation = field<int>(j, "generation");
   m.what = field<std::string>(j, "what");
+  if (j.contains("missing_snapshot_step")) {
+    m.missing_snapshot_step = field<int>(j, "missing_snapshot_step");
+    m.missing_snapshot_port = field<int>(j, "missing_snapshot_port");
+  }
 }
 
 void to_json(Json& j, const Saved& m) { j = {{"generation", m.generation}, {"step", m.step}}; }

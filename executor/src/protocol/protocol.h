@@ -153,6 +153,10 @@ struct Ready {
 struct CommunicationFailed {
   int generation = 0;
   std::string what;
+  // A snapshot the worker was to read is not at its holder: the step, and
+  // the holder's snapshot port (-1, 0: not this kind of failure).
+  int missing_snapshot_step = -1;
+  int missing_snapshot_port = 0;
 };
 struct Saved {
   int generation = 0, step = 0;

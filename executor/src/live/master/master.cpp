@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "last_step.h"
 #include "master.h"
@@ -227,6 +228,7 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     on_recovered(*d);
   } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == current) {
     last_comm_error_ = node + ": " + f->what;
+    if (f->missing_snapshot_step >= 0) forget_missing_snapshot(f->missing_snapshot_step, f->missing_snapshot_port);
     decide(recovery::CommunicationFailed{f->generation, now_ms()});
   }
 }
@@ -350,6 +352,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   ++wire_;
   restart_.reset();
   restarting_.clear();
+  unrestored_.clear();
   ranks_ = recovery::ranked_nodes(g.plan);
   established_ = false;
   timing_ = RecoveryTiming();
@@ -441,10 +444,8 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   step_start_ms_ = now;
   reporter_.step(
       {c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_, now - training_start_ms_});
-  if (restart_) {
-    reporter_.restart(*restart_, now);
-    restart_.reset();
-  }
+  unrestored_.clear();
+  if (restart_) reporter_.restart(*std::exchange(restart_, std::nullopt), now);
   if (c.establishes) {
     established_ = true;
     snapshots_.pin(std::nullopt);

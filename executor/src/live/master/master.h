@@ -72,6 +72,7 @@ class Master {
   void restart_in_place(const recovery::RestartInPlace& r);
   void crash_during_next_step(const std::string& node, const std::string& why);
   [[nodiscard]] std::vector<std::string> restarting_nodes() const;
+  void forget_missing_snapshot(int step, int port);
   void assign_mirrors();
   void crash_worker(const std::string& node, const std::string& why);
   // Injections during a step wait for the snapshots before it (step_events_due).
@@ -149,6 +150,8 @@ class Master {
     std::optional<protocol::NewGeneration> held;  // what it is sent once it did
   };
   std::map<std::pair<std::string, int>, Restarting> restarting_;  // (node, GPU)
+  // Restarted in place, their layers not read back before the next commit.
+  std::set<std::pair<std::string, int>> unrestored_;
   std::optional<RestartTiming> restart_;
 };
 

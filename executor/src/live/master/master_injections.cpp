@@ -1,5 +1,6 @@
 // The master's injections: scripted failures and joins (--inject) and
 // random ones (--chaos), fired from its loop.
+#include <algorithm>
 #include <cstdio>
 
 #include "master.h"
@@ -15,7 +16,13 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
   for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
   if (const auto next = injector_.next_due_ms()) wait_ms = std::min(wait_ms, training_start_ms_ + *next - now);
   if (const auto due = injector_.chaos_due_ms(now)) {
-    if (now >= *due && (established_ || wait_deadline_ms_ >= 0)) {
+    // (Not while a worker crashes and restarts in place, so that restarts
+    // are seen to end; a kill that lands in one is a scripted case.)
+    const bool crashing = restart_.has_value() || std::any_of(pending_step_events_.begin(), pending_step_events_.end(),
+                                                              [](const PendingStepEvent& e) {
+                                                                return e.event.action == Injection::Action::Crash;
+                                                              });
+    if (now >= *due && (established_ || wait_deadline_ms_ >= 0) && !crashing) {
       if (const auto event = injector_.next_chaos_event(chaos_view(), now)) {
         const char* why = event->past_f ? "chaos, past f" : "chaos";
         for (const auto& node : event->nodes) {

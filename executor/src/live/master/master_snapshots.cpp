@@ -59,6 +59,16 @@ void Master::add_snapshot_sources(protocol::NewGeneration& message, int step, bo
   throw std::logic_error("the snapshot after step " + std::to_string(step) + " is not complete on the nodes left");
 }
 
+// A rollback's worker found a piece of the snapshot missing at its holder:
+// the ledger forgets what that holder had of the step, and the controller,
+// told at once, chooses again when the generation starts over.
+void Master::forget_missing_snapshot(int step, int port) {
+  for (const auto& [node, p] : processes_.nodes()) {
+    if (p.alive && p.snapshot_port == port) snapshots_.forget(node, step);
+  }
+  decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
+}
+
 // ---------------------------------------------------------------- crashes
 
 void Master::crash_worker(const std::string& node, const std::string& why) {
@@ -159,6 +169,7 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
   std::fprintf(stderr, "oobleck-run: node %s: %s; restarting it in place from its snapshot of step %d\n",
                node.c_str(), why.c_str(), committed);
   restarting_[{node, m.gpu}] = Restarting{};
+  unrestored_.insert({node, m.gpu});
   RestartTiming timing;
   timing.node = node;
   timing.gpu = m.gpu;
@@ -171,7 +182,7 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
 
 std::vector<std::string> Master::restarting_nodes() const {
   std::vector<std::string> nodes;
-  for (const auto& [worker, r] : restarting_) {
+  for (const auto& worker : unrestored_) {
     if (nodes.empty() || nodes.back() != worker.first) nodes.push_back(worker.first);
   }
   return nodes;
@@ -192,7 +203,7 @@ void Master::restart_in_place(const recovery::RestartInPlace& r) {
   const auto holdings = recovery::seats_by_node(g.plan, gpus_);
   message.snapshot_step = step;
   for (const auto& [worker, seat] : holdings) {
-    if (!restarting_.count(worker)) continue;
+    if (!unrestored_.count(worker)) continue;
     for (int l = seat.layer_begin; l < seat.layer_end; ++l) {
       message.snapshot.push_back({l, seat.degree, seat.shard, worker.first, snapshot_host(worker.first),
                                   processes_.find(worker.first)->snapshot_port});
@@ -202,7 +213,7 @@ void Master::restart_in_place(const recovery::RestartInPlace& r) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       const auto held = holdings.find({node, gpu});
       protocol::NewGeneration m = message;
-      if (held != holdings.end() && !restarting_.count({node, gpu})) {
+      if (held != holdings.end() && !unrestored_.count({node, gpu})) {
         m.holds_begin = held->second.layer_begin;
         m.holds_end = held->second.layer_end;
         m.holds_degree = held->second.degree;

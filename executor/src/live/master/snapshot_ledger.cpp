@@ -21,6 +21,12 @@ void SnapshotLedger::forget_holder(const std::string& holder) {
   std::erase_if(held_, [&](const auto& entry) { return std::get<0>(entry.first) == holder; });
 }
 
+void SnapshotLedger::forget(const std::string& holder, int step) {
+  for (auto& [who, list] : held_) {
+    if (std::get<0>(who) == holder) std::erase_if(list, [&](const auto& s) { return s.step == step; });
+  }
+}
+
 void SnapshotLedger::forget_after(int step) {
   for (auto& [who, list] : held_) std::erase_if(list, [&](const auto& s) { return s.step > step; });
 }

@@ -25,6 +25,8 @@ class SnapshotLedger {
   // A rollback to the state after `step`: later snapshots are of steps that
   // will be trained again.
   void forget_after(int step);
+  // What `holder` had of `step` is not there after all.
+  void forget(const std::string& holder, int step);
   // The step a rollback restores, until its generation trains (none: no
   // such rollback): its snapshots stay named, however many newer ones come.
   void pin(std::optional<int> step) { pinned_ = step; }

@@ -123,8 +123,9 @@ void load_snapshot_layers(const std::vector<protocol::SnapshotSource>& sources, 
     if (!client) client = std::make_unique<SnapshotClient>(s.host, s.port, token, "reader");
     auto bytes = client->get({s.owner, step, l, from.degree, from.index});
     if (!bytes) {
-      throw std::runtime_error("the snapshot of step " + std::to_string(step) + " at " + s.host + ":" +
-                               std::to_string(s.port) + " lost layer " + std::to_string(l));
+      throw SnapshotMissing("the snapshot of step " + std::to_string(step) + " at " + s.host + ":" +
+                                std::to_string(s.port) + " lost layer " + std::to_string(l),
+                            step, s.port);
     }
     return std::move(*bytes);
   };

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,14 @@
 #include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::executor {
+
+// A piece of a snapshot a rollback reads is not at its holder (dropped
+// there since the master chose it): the master chooses again.
+struct SnapshotMissing : std::runtime_error {
+  SnapshotMissing(const std::string& what, int missing_step, int holder_port)
+      : std::runtime_error(what), step(missing_step), port(holder_port) {}
+  int step, port;
+};
 
 // The copies of the generation, by ranks of `world`: every sender posts
 // its sends, then every receiver receives, so no order of the list can

@@ -78,6 +78,10 @@ class LiveWorker {
       inbox_.send(protocol::CommunicationFailed{number_, std::string(e.what()).substr(0, 300)});
       return true;
     }
+    if (const auto* missing = dynamic_cast<const SnapshotMissing*>(&e)) {
+      inbox_.send(protocol::CommunicationFailed{number_, missing->what(), missing->step, missing->port});
+      return true;
+    }
     std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
     step_.reset();
     groups_.release(true);
