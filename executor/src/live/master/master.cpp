@@ -229,7 +229,7 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
   } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == current) {
     last_comm_error_ = node + ": " + f->what;
     if (f->missing_snapshot_step >= 0) forget_missing_snapshot(f->missing_snapshot_step, f->missing_snapshot_port);
-    decide(recovery::CommunicationFailed{f->generation, now_ms()});
+    decide(recovery::CommunicationFailed{generation_->number, now_ms()});  // (f: the wire number)
   }
 }
 
