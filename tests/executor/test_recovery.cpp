@@ -264,8 +264,11 @@ TEST_CASE("recovery: past f, a node killed during the rollback: a newer decision
   REQUIRE(killed != generations.begin());
   CHECK((*(killed - 1))["rolled_back"] == true);  // the rollback, replaced before it trained
   CHECK((*killed)["rolled_back"] == true);
-  CHECK(generations.back()["rolled_back"] == true);
-  CHECK(generations.back()["source"] == "mirror");
+  // node6 joins in the last rollback or at a commit after it, as fast as it
+  // starts: the last rollback read the mirrors either way.
+  const auto last = std::find_if(generations.rbegin(), generations.rend(),
+                                 [](const json& g) { return g["rolled_back"] == true; });
+  CHECK(last->at("source") == "mirror");
   bool superseded = false;
   for (const auto& e : setup.reconfigurations("live.jsonl")) superseded = superseded || e["superseded"].get<bool>();
   CHECK(superseded);
