@@ -267,7 +267,7 @@ void Master::on_recovered(const protocol::Recovered& m) {
   timing_.copy_bytes += m.copy_bytes;
   if (timing_.recovered < static_cast<int>(ranks_.size()) * gpus_) return;
   step_start_ms_ = now_ms();
-  if (restart_) restart_->restored_ms = step_start_ms_;
+  for (auto& r : restarts_) r.restored_ms = step_start_ms_;
   decide(recovery::GenerationReady{generation_->number, step_start_ms_});
 }
 
@@ -350,7 +350,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   }
   generation_ = std::make_shared<const recovery::Generation>(g);
   ++wire_;
-  restart_.reset();
+  restarts_.clear();
   restarting_.clear();
   unrestored_.clear();
   ranks_ = recovery::ranked_nodes(g.plan);
@@ -445,7 +445,7 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   reporter_.step(
       {c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_, now - training_start_ms_});
   unrestored_.clear();
-  if (restart_) reporter_.restart(*std::exchange(restart_, std::nullopt), now);
+  for (const auto& r : std::exchange(restarts_, {})) reporter_.restart(r, now);
   if (c.establishes) {
     established_ = true;
     snapshots_.pin(std::nullopt);

@@ -152,7 +152,7 @@ class Master {
   std::map<std::pair<std::string, int>, Restarting> restarting_;  // (node, GPU)
   // Restarted in place, their layers not read back before the next commit.
   std::set<std::pair<std::string, int>> unrestored_;
-  std::optional<RestartTiming> restart_;
+  std::vector<RestartTiming> restarts_;  // in place since the last commit
 };
 
 }  // namespace oobleck::executor

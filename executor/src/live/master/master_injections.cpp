@@ -18,7 +18,7 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
   if (const auto due = injector_.chaos_due_ms(now)) {
     // (Not while a worker crashes and restarts in place, so that restarts
     // are seen to end; a kill that lands in one is a scripted case.)
-    const bool crashing = restart_.has_value() || std::any_of(pending_step_events_.begin(), pending_step_events_.end(),
+    const bool crashing = !restarts_.empty() || std::any_of(pending_step_events_.begin(), pending_step_events_.end(),
                                                               [](const PendingStepEvent& e) {
                                                                 return e.event.action == Injection::Action::Crash;
                                                               });

@@ -176,7 +176,7 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
   timing.crash_ms = p->crashed_ms;
   timing.detected_ms = now_ms();
   p->crashed_ms = -1;
-  restart_ = timing;
+  restarts_.push_back(timing);
   decide(recovery::WorkerRestarted{node, now_ms()});
 }
 
@@ -222,9 +222,9 @@ void Master::restart_in_place(const recovery::RestartInPlace& r) {
       send_to_worker(node, gpu, m);
     }
   }
-  if (restart_) {
-    restart_->generation = g.number;
-    restart_->resume_step = r.resume_step;
+  for (auto& restart : restarts_) {  // (concurrent restarts redo the same step)
+    restart.generation = g.number;
+    restart.resume_step = r.resume_step;
   }
   ledger_.clear();
   ready_workers_.clear();
