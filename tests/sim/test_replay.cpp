@@ -8,6 +8,7 @@
 #include "oobleck/planner.h"
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
+#include "scenario_errors.h"
 
 using namespace oobleck;
 using namespace oobleck::sim;
@@ -232,14 +233,7 @@ TEST_CASE("replay: scenario files") {
   CHECK(s.overrides.iteration_ms == 2500);
   CHECK_FALSE(s.overrides.checkpoint_save_ms);
 
-  auto message = [](const std::string& text) {
-    try {
-      (void)parse_scenario(text, "bad.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](const std::string& text) { return scenario_error(text, "bad.json"); };
   CHECK(message(R"({"cluster": {"detection": 3}})").find("bad.json: cluster.detection: unknown field") == 0);
   CHECK(message(R"({"cluster": {"detection_ms": "3"}})").find("bad.json: cluster.detection_ms: expected a number") == 0);
   CHECK(message(R"({"cluster": {"storage_bytes_per_s": 0}})").find("expected a positive number") != std::string::npos);
@@ -386,14 +380,7 @@ TEST_CASE("replay: oobleck says why when f cannot be met even at the peak") {
 }
 
 TEST_CASE("replay: scenario values that would make times infinite are refused") {
-  auto message = [](const std::string& text) {
-    try {
-      (void)parse_scenario(text, "s.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](const std::string& text) { return scenario_error(text, "s.json"); };
   CHECK(message(R"({"cluster": {"detection_ms": 1e400}})").find("s.json") == 0);
   CHECK(message(R"({"cluster": {"storage_bytes_per_s": 1e-300}})").find("at least 1 byte/s") != std::string::npos);
   CHECK(message(R"({"cluster": {"restart_ms": 1e20}})").find("at most 1e12 ms") != std::string::npos);

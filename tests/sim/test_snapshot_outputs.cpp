@@ -1,6 +1,7 @@
 // The oobleck-snapshots policy's costs, scenario keys and outputs.
 #include <cmath>
 
+#include "scenario_errors.h"
 #include "snapshot_cases.h"
 
 using namespace oobleck;
@@ -45,14 +46,7 @@ TEST_CASE("oobleck-snapshots: derived costs, and scenario overrides of them") {
   CHECK(honoured.snapshot_every_iterations == 2);
   CHECK(honoured.mirror_every_iterations == 6);
 
-  auto message = [](const std::string& text) {
-    try {
-      (void)parse_scenario(text, "bad.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](const std::string& text) { return scenario_error(text, "bad.json"); };
   CHECK(message(R"({"overrides": {"snapshot_stall_ms": -1}})")
             .find("bad.json: overrides.snapshot_stall_ms: expected a non-negative number") == 0);
   CHECK(message(R"({"overrides": {"snapshot_restore_disk_ms": "4"}})")

@@ -64,11 +64,11 @@ def tagged_processes(tag):
     return found
 
 
-def rollbacks_of(path):
-    """The rollback records of a metrics file, in order: (line number,
-    from_step, to_step, source)."""
+def rollbacks_of(path, lines):
+    """The rollback records among a metrics file's (line number, object)
+    LINES, in order: (line number, from_step, to_step, source)."""
     out = []
-    for number, line in read_json_lines(path):
+    for number, line in lines:
         if line.get("kind") != "rollback":
             continue
         fields = [line.get(k) for k in ("from_step", "to_step")]
@@ -78,12 +78,13 @@ def rollbacks_of(path):
     return out
 
 
-def expected_steps(path, wanted_steps):
+def expected_steps(lines, wanted_steps):
     """The step numbers the metrics' step lines must show, in order: 0, 1, ...
-    and after each rollback from F to T, T+1 again (taken from the file, so
-    rollbacks interleave with steps as they happened)."""
+    and after each rollback from F to T, T+1 again (taken from the file's
+    (line number, object) LINES, so rollbacks interleave with steps as they
+    happened)."""
     order, next_step = [], 0
-    for _, line in read_json_lines(path):
+    for _, line in lines:
         if line.get("kind") == "rollback" and isinstance(line.get("to_step"), int):
             next_step = line["to_step"] + 1
         elif line.get("kind") == "step":
@@ -131,9 +132,10 @@ def run(args):
                 default=0.0)
     left = len(tagged_processes(args.process_tag)) if args.process_tag else 0
 
-    rollbacks = rollbacks_of(args.live)
-    crashes = sum(1 for _, line in read_json_lines(args.live) if line.get("kind") == "restart")
-    problems = problems_of(steps, reference, batch, args.steps, expected_steps(args.live, args.steps))
+    lines = read_json_lines(args.live)
+    rollbacks = rollbacks_of(args.live, lines)
+    crashes = sum(1 for _, line in lines if line.get("kind") == "restart")
+    problems = problems_of(steps, reference, batch, args.steps, expected_steps(lines, args.steps))
     if worst > args.tolerance:
         problems.append(f"losses differ from the reference by {worst:.2e}")
     if failures < args.min_failures:

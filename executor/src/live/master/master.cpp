@@ -112,7 +112,7 @@ int Master::run() {
       decide(recovery::SnapshotsHeld{snapshots_.complete(cost_.layers()), now_ms()});
     }
     // A worker restarting in place has no state for a new plan to count on.
-    if (!lost_now_.empty()) for (const auto& n : restarting_nodes()) lose(n, "it was restarting a worker in place");
+    if (!lost_now_.empty()) for (const auto& n : unrestored_nodes()) lose(n, "it was restarting a worker in place");
     if (!lost_now_.empty() || !joined_now_.empty()) {
       recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
       lost_now_.clear();

@@ -71,7 +71,7 @@ class Master {
   void on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m);
   void restart_in_place(const recovery::RestartInPlace& r);
   void crash_during_next_step(const std::string& node, const std::string& why);
-  [[nodiscard]] std::vector<std::string> restarting_nodes() const;
+  [[nodiscard]] std::vector<std::string> unrestored_nodes() const;
   void forget_missing_snapshot(int step, int port);
   void assign_mirrors();
   void crash_worker(const std::string& node, const std::string& why);

@@ -180,7 +180,7 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
   decide(recovery::WorkerRestarted{node, now_ms()});
 }
 
-std::vector<std::string> Master::restarting_nodes() const {
+std::vector<std::string> Master::unrestored_nodes() const {
   std::vector<std::string> nodes;
   for (const auto& worker : unrestored_) {
     if (nodes.empty() || nodes.back() != worker.first) nodes.push_back(worker.first);
