@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "gloo_loop_ticker.h"
 
 namespace oobleck::executor {
 namespace {
@@ -28,6 +29,7 @@ class GlooCommunicator final : public Communicator {
       options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                               : c10d::ProcessGroupGloo::createDeviceForHostname(host));
       options->timeout = timeout;
+      const GlooLoopTicker ticker(options->devices.front());  // while the pairs connect
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store),
                                                            rank, size, options);
     });

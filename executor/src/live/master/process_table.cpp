@@ -62,10 +62,12 @@ bool ProcessTable::inject_failure(const std::string& node, bool hang, Millisecon
   p.killed_ms = now;
   if (!p.local) return false;
   const int signal = hang ? SIGSTOP : SIGKILL;
+  // The agent first: its connection closing is how the master learns of a
+  // node's loss, and a process takes tens of milliseconds to die here.
+  if (children_.count(p.agent_pid)) ::kill(p.agent_pid, signal);
   if (p.workers_connected > 0) {  // connected: alive, the pids are theirs
     for (pid_t w : p.worker_pids) ::kill(w, signal);
   }
-  if (children_.count(p.agent_pid)) ::kill(p.agent_pid, signal);
   return true;
 }
 
