@@ -116,7 +116,7 @@ bool Engine::step() {
   return false;
 }
 
-void Engine::run_until(TimeMs until) {
+void Engine::run_through(TimeMs until, bool inclusive) {
   while (!heap_.empty()) {
     const Entry& front = heap_.front();
     if (!slots_[front.slot()].live) {
@@ -125,7 +125,7 @@ void Engine::run_until(TimeMs until) {
       release(slot);
       continue;
     }
-    if (front.time() > until) break;
+    if (front.time() > until || (!inclusive && front.time() == until)) break;
     step();
   }
   now_ = std::max(now_, until);

@@ -3,6 +3,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <unordered_set>
 
 #include "policy_model.h"
 
@@ -222,37 +223,40 @@ class BambooPolicy final : public PolicyModel {
     }
   }
 
-  std::vector<std::string> spares() const {
-    std::set<std::string_view> used;
+  // The first `count` nodes present that hold no position, in order of
+  // arrival: O(members + count), however many nodes are present (the
+  // members are among the nodes present, or just lost).
+  [[nodiscard]] std::vector<std::string> spares(std::size_t count) const {
+    std::unordered_set<std::string_view> used;
     for (const auto& row : members_) used.insert(row.begin(), row.end());
     std::vector<std::string> out;
-    for (const auto& n : present_) {
+    present_.for_each([&](const std::string& n) {
+      if (out.size() == count) return false;
       if (!used.count(n)) out.push_back(n);
-    }
+      return true;
+    });
     return out;
   }
 
-  bool degraded_now() const {
-    for (const auto& row : failed_) {
-      for (bool f : row) {
-        if (f) return true;
-      }
-    }
-    return false;
+  [[nodiscard]] std::size_t failed_positions() const {
+    std::size_t count = 0;
+    for (const auto& row : failed_) count += static_cast<std::size_t>(std::count(row.begin(), row.end(), true));
+    return count;
   }
+  [[nodiscard]] bool degraded_now() const { return failed_positions() > 0; }
 
   void use_arrivals_at_next_iteration() {
     at_next_iteration([this] {
-      auto free_nodes = spares();
-      if (degraded_now() && !free_nodes.empty()) {
+      const auto free_nodes = spares(failed_positions());
+      if (!free_nodes.empty()) {
         // Replace lost nodes: each newcomer receives its position's layers
         // (and the successor's, for redundancy) from the neighbours.
         Bytes copied = 0;
-        for (std::size_t i = 0; i < members_.size() && !free_nodes.empty(); ++i) {
-          for (std::size_t r = 0; r < members_[i].size() && !free_nodes.empty(); ++r) {
+        std::size_t next = 0;
+        for (std::size_t i = 0; i < members_.size() && next < free_nodes.size(); ++i) {
+          for (std::size_t r = 0; r < members_[i].size() && next < free_nodes.size(); ++r) {
             if (!failed_[i][r]) continue;
-            members_[i][r] = free_nodes.front();
-            free_nodes.erase(free_nodes.begin());
+            members_[i][r] = free_nodes[next++];
             failed_[i][r] = false;
             Bytes node_bytes = 0;
             for (const auto& st : layout_->pipeline->stages) {
@@ -291,8 +295,9 @@ class BambooPolicy final : public PolicyModel {
       return;
     }
     const int d = layout_->pipeline->nodes;
+    const std::vector<std::string> nodes = present_.first(static_cast<std::size_t>(layout_->pipelines * d));
     for (int i = 0; i < layout_->pipelines; ++i) {
-      members_.emplace_back(present_.begin() + i * d, present_.begin() + (i + 1) * d);
+      members_.emplace_back(nodes.begin() + i * d, nodes.begin() + (i + 1) * d);
       failed_.emplace_back(d, false);
     }
     ++result_.restarts;
@@ -303,7 +308,7 @@ class BambooPolicy final : public PolicyModel {
 
   void train() {
     start_training(layout_iteration_ms(*layout_, failed_), layout_->pipelines);
-    if (!spares().empty()) use_arrivals_at_next_iteration();
+    if (!spares(1).empty()) use_arrivals_at_next_iteration();
   }
 
   static constexpr std::size_t kSimulatedDepths = 4;

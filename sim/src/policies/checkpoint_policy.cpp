@@ -17,11 +17,9 @@ class CheckpointPolicy final : public RestartingPolicy {
   Milliseconds load_ms(const CountPlan&) override { return iterations_done_ > 0 ? checkpoint_load_ms_ : 0; }
 
   void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override {
-    bool member_lost = false;
-    for (const auto& n : lost) member_lost = member_lost || contains(members_, n);
-    if (member_lost) {
-      result_.failures +=
-          static_cast<int>(std::count_if(lost.begin(), lost.end(), [&](auto& n) { return contains(members_, n); }));
+    const std::size_t members_lost = members_among(lost).size();
+    if (members_lost > 0) {
+      result_.failures += static_cast<int>(members_lost);
       interrupt();
       roll_back_to_checkpoint();
       running_ = nullptr;

@@ -46,10 +46,7 @@ class InMemoryPolicy final : public RestartingPolicy {
   }
 
   void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override {
-    std::vector<std::string> lost_members;
-    for (const auto& n : lost) {
-      if (contains(members_, n)) lost_members.push_back(n);
-    }
+    const std::vector<std::string> lost_members = members_among(lost);
     if (!lost_members.empty()) {
       result_.failures += static_cast<int>(lost_members.size());
       for (const auto& n : lost_members) lost_since_training_.insert(n);

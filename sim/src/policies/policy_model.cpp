@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
 
 namespace oobleck::sim::detail {
 
@@ -14,6 +16,13 @@ namespace oobleck::sim::detail {
 Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& options_in, const Scenario& scenario_in,
          const Progress& progress_in)
     : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in), progress(progress_in) {
+  if (trace.events.size() >= kNoEvent) throw InputError(trace.origin + ": too many events to replay");
+  node_of_event.reserve(trace.events.size());
+  std::unordered_map<std::string_view, std::uint32_t> number;  // views into the trace, which outlives the job
+  for (const TraceEvent& e : trace.events) {
+    node_of_event.push_back(number.try_emplace(e.node, static_cast<std::uint32_t>(number.size())).first->second);
+  }
+  node_count = number.size();
   // Templates for the most nodes the trace ever has, as the planner would
   // make them for that cluster; every policy plans with them.
   const int peak = std::max(1, trace.peak_nodes());
@@ -59,7 +68,8 @@ Milliseconds Job::mean_time_between_bursts(int losses) const {
 
 // ---------------------------------------------------------------- base model
 
-PolicyModel::PolicyModel(const Job& job, Policy policy) : job_(job) {
+PolicyModel::PolicyModel(const Job& job, Policy policy)
+    : job_(job), present_(job.trace.events, job.node_count), batch_slot_(job.node_count, kNoEvent) {
   result_.policy = policy;
   const Cluster& c = job.scenario.cluster;
   const Overrides& o = job.scenario.overrides;
@@ -127,43 +137,15 @@ PolicyResult PolicyModel::run() {
     result_.time.waiting_ms = job_.trace.duration_ms();
     return result_;
   }
-  for (const auto& e : job_.trace.events) {
-    engine_.schedule_at(e.time_ms, [this, &e] {
-      if (job_.progress && job_.trace.duration_ms() > 0) {
-        const int tenth = static_cast<int>(10 * e.time_ms / job_.trace.duration_ms());
-        if (tenth > reported_tenths_) {
-          reported_tenths_ = tenth;
-          job_.progress(std::string(policy_name(result_.policy)) + ": " + std::to_string(10 * tenth) +
-                        "% of the trace replayed");
-        }
-      }
-      if (e.change == NodeChange::add) {
-        present_.push_back(e.node);
-        batch_added_.push_back(e.node);
-      } else {
-        present_.erase(std::find(present_.begin(), present_.end(), e.node));
-        auto it = std::find(batch_added_.begin(), batch_added_.end(), e.node);
-        if (it != batch_added_.end()) {
-          batch_added_.erase(it);
-        } else {
-          batch_lost_.push_back(e.node);
-        }
-      }
-      if (!batch_pending_) {
-        // Runs after every trace event of this millisecond: they were all
-        // scheduled before it.
-        batch_pending_ = true;
-        engine_.schedule_after(0, [this] {
-          batch_pending_ = false;
-          const auto added = std::move(batch_added_);
-          const auto lost = std::move(batch_lost_);
-          batch_added_.clear();
-          batch_lost_.clear();
-          record_point();
-          on_change(added, lost);
-        });
-      }
-    });
+  // The trace's events are not queued on the engine, where a long trace
+  // would sit whole in every policy's queue: at each time of the trace the
+  // engine runs what lies before it, then the trace's events there apply,
+  // ahead of the engine's own events at that time, as if queued first.
+  const auto& events = job_.trace.events;
+  for (std::size_t i = 0; i < events.size();) {
+    const Milliseconds at = events[i].time_ms;
+    engine_.run_before(at);
+    for (; i < events.size() && events[i].time_ms == at; ++i) apply_trace_event(static_cast<std::uint32_t>(i));
   }
   engine_.run_until(job_.trace.duration_ms());
   // Close the books at the end of the trace; work not yet checkpointed
@@ -175,6 +157,56 @@ PolicyResult PolicyModel::run() {
   out.samples_per_s = duration_s > 0 ? out.samples / duration_s : 0;
   out.goodput = job_.trace.duration_ms() > 0 ? out.time.training_ms / job_.trace.duration_ms() : 0;
   return out;
+}
+
+void PolicyModel::apply_trace_event(std::uint32_t event) {
+  const TraceEvent& e = job_.trace.events[event];
+  if (job_.progress && job_.trace.duration_ms() > 0) {
+    const int tenth = static_cast<int>(10 * e.time_ms / job_.trace.duration_ms());
+    if (tenth > reported_tenths_) {
+      reported_tenths_ = tenth;
+      job_.progress(std::string(policy_name(result_.policy)) + ": " + std::to_string(10 * tenth) +
+                    "% of the trace replayed");
+    }
+  }
+  const std::uint32_t node = job_.node_of_event[event];
+  if (e.change == NodeChange::add) {
+    present_.add(node, event);
+    batch_slot_[node] = static_cast<std::uint32_t>(batch_added_.size());
+    batch_added_.push_back(event);
+  } else {
+    present_.remove(node);
+    if (const std::uint32_t slot = batch_slot_[node]; slot != kNoEvent) {
+      batch_added_[slot] = kNoEvent;  // came and went within the batch: neither added nor lost
+      batch_slot_[node] = kNoEvent;
+    } else {
+      batch_lost_.push_back(event);
+    }
+  }
+  if (!batch_pending_) {
+    // Runs after every trace event of this millisecond: they all apply
+    // before the engine runs anything at this time.
+    batch_pending_ = true;
+    engine_.schedule_after(0, [this] { end_batch(); });
+  }
+}
+
+void PolicyModel::end_batch() {
+  batch_pending_ = false;
+  const auto& events = job_.trace.events;
+  std::vector<std::string> added, lost;
+  added.reserve(batch_added_.size());
+  lost.reserve(batch_lost_.size());
+  for (const std::uint32_t event : batch_added_) {
+    if (event == kNoEvent) continue;
+    added.push_back(events[event].node);
+    batch_slot_[job_.node_of_event[event]] = kNoEvent;
+  }
+  for (const std::uint32_t event : batch_lost_) lost.push_back(events[event].node);
+  batch_added_.clear();
+  batch_lost_.clear();
+  record_point();
+  on_change(added, lost);
 }
 
 // Accounting. Time since `since_` belongs to the current activity; training

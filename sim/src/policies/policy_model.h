@@ -14,6 +14,7 @@
 #include "oobleck/sim/engine.h"
 #include "oobleck/sim/iteration.h"
 #include "oobleck/sim/replay.h"
+#include "present_nodes.h"
 
 namespace oobleck::sim::detail {
 
@@ -32,6 +33,10 @@ struct Job {
   std::optional<CostModel> cost;
   int samples_per_iteration = 0;
   Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
+  // Each trace event's node as a number, 0 .. node_count - 1 in order of
+  // first appearance: policies keep per-node state in arrays, not by name.
+  std::vector<std::uint32_t> node_of_event;
+  std::size_t node_count = 0;
   // Mean time between bursts of `losses` node losses close enough together
   // to hit one recovery; 0 when the trace loses no node.
   [[nodiscard]] Milliseconds mean_time_between_bursts(int losses) const;
@@ -72,7 +77,7 @@ class PolicyModel {
   const Job& job_;
   Engine engine_;
   PolicyResult result_;
-  std::vector<std::string> present_;  // nodes in the cluster, in order of arrival
+  PresentNodes present_;
   Activity activity_ = Activity::waiting;
   Milliseconds since_ = 0;
   Milliseconds current_iteration_ms_ = 0;
@@ -90,8 +95,14 @@ class PolicyModel {
   std::function<void()> deferred_;  // waits for the running checkpoint to end
 
  private:
+  void apply_trace_event(std::uint32_t event);
+  void end_batch();
+
   std::map<std::vector<double>, Milliseconds> iteration_cache_;
-  std::vector<std::string> batch_added_, batch_lost_;
+  // The trace's changes since the last batch, as event indices: adds (kNoEvent
+  // where the node left again within the batch) and removes.
+  std::vector<std::uint32_t> batch_added_, batch_lost_;
+  std::vector<std::uint32_t> batch_slot_;  // node -> its entry in batch_added_, or kNoEvent
   bool batch_pending_ = false;
   int reported_tenths_ = 0;
 };

@@ -44,11 +44,13 @@ const RestartingPolicy::CountPlan& RestartingPolicy::plan_for(int count) {
 void RestartingPolicy::restart(Milliseconds extra_downtime) {
   const CountPlan& cp = plan_for(static_cast<int>(present_.size()));
   members_.clear();
+  member_set_.clear();
   if (!cp.exists) {
     enter(Activity::waiting);
     return;
   }
-  members_.assign(present_.begin(), present_.begin() + cp.used);
+  members_ = present_.first(static_cast<std::size_t>(cp.used));
+  member_set_.insert(members_.begin(), members_.end());
   ++result_.restarts;
   const Cluster& c = job_.scenario.cluster;
   const CountPlan* chosen = &cp;  // map entries never move
@@ -66,6 +68,14 @@ bool RestartingPolicy::growth_helps() {
   return cp.exists && cp.used > static_cast<int>(members_.size()) &&
          cp.iteration_ms + save_per_iteration_ms(cp) <
              (running_->iteration_ms + save_per_iteration_ms(*running_)) * (1 - 1e-9);
+}
+
+std::vector<std::string> RestartingPolicy::members_among(const std::vector<std::string>& nodes) const {
+  std::vector<std::string> out;
+  for (const auto& node : nodes) {
+    if (member_set_.count(node)) out.push_back(node);
+  }
+  return out;
 }
 
 }  // namespace oobleck::sim::detail

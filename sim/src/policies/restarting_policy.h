@@ -4,18 +4,14 @@
 // present, in order of arrival, run it.
 #pragma once
 
-#include <algorithm>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "policy_model.h"
 
 namespace oobleck::sim::detail {
-
-inline bool contains(const std::vector<std::string>& list, const std::string& name) {
-  return std::find(list.begin(), list.end(), name) != list.end();
-}
 
 class RestartingPolicy : public PolicyModel {
  protected:
@@ -41,11 +37,15 @@ class RestartingPolicy : public PolicyModel {
   // Whether the nodes present would train faster than the running plan.
   bool growth_helps();
 
+  // Those of `nodes` that run the plan, in the order given.
+  [[nodiscard]] std::vector<std::string> members_among(const std::vector<std::string>& nodes) const;
+
   std::vector<std::string> members_;  // nodes running the plan, ring order for in-memory peers
   const CountPlan* running_ = nullptr;
 
  private:
   std::map<int, CountPlan> plans_;
+  std::unordered_set<std::string> member_set_;  // members_, to look nodes up by name
 };
 
 }  // namespace oobleck::sim::detail

@@ -110,7 +110,11 @@ class Engine {
     }
   }
   // Runs every event at or before `until`, then sets the clock to `until`.
-  void run_until(TimeMs until);
+  void run_until(TimeMs until) { run_through(until, true); }
+  // Runs every event strictly before `until`, then sets the clock to
+  // `until`: a driver can then act at `until` ahead of the events pending
+  // there, as if it had scheduled its action first.
+  void run_before(TimeMs until) { run_through(until, false); }
 
  private:
   // 16 bytes, so a node's four children share a cache line: the insertion
@@ -133,6 +137,7 @@ class Engine {
     bool live = false;
   };
 
+  void run_through(TimeMs until, bool inclusive);
   void push(Entry entry);
   void pop_front();
   void release(std::uint32_t slot);
