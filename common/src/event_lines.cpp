@@ -1,5 +1,6 @@
 #include "oobleck/common/event_lines.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "oobleck/common.h"
@@ -46,12 +47,35 @@ std::string_view trim_blanks(std::string_view text) {
   return text;
 }
 
+std::string excerpt(std::string_view text) {
+  std::size_t shown = std::min(text.size(), kExcerptBytes);
+  // Not through the middle of a UTF-8 sequence: back up over continuation bytes.
+  while (shown < text.size() && shown > 0 && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80) --shown;
+  std::string out;
+  for (const char c : text.substr(0, shown)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < ' ' || u == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    } else {
+      out += c;
+    }
+  }
+  if (shown < text.size()) out += "...";
+  return out;
+}
+
 std::string quoted_excerpt(std::string_view text) {
-  constexpr std::size_t kShown = 40;
   std::string out = "\"";
-  out += text.substr(0, kShown);
-  if (text.size() > kShown) out += "...";
-  return out + "\"";
+  out += excerpt(text);
+  out += '"';
+  return out;
 }
 
 void fail_at_line(const std::string& origin, int line, const std::string& what) {

@@ -4,14 +4,15 @@
 #include <set>
 #include <sstream>
 
-#include "json_fields.h"
+#include "oobleck/common/event_lines.h"
+#include "oobleck/common/json_input.h"
 #include "oobleck/planner.h"
 
 namespace oobleck {
 namespace {
 
-using detail::FieldPath;
-using detail::json;
+using json_input::FieldPath;
+using json_input::json;
 
 constexpr std::string_view kPlanFormat = "oobleck.plan.v1";
 constexpr std::string_view kTemplatesFormat = "oobleck.templates.v1";
@@ -86,7 +87,7 @@ class NodeNames {
     if (!value.is_string() || value.get<std::string>().empty()) throw at.error("expected a node name");
     const std::string name = value.get<std::string>();
     if (name.find_first_of(", \t\r\n") != std::string::npos) throw at.error("node names cannot hold commas or spaces");
-    if (!names_.insert(name).second) throw at.error("node \"" + name + "\" appears twice in the plan");
+    if (!names_.insert(name).second) throw at.error("node " + quoted_excerpt(name) + " appears twice in the plan");
     return name;
   }
 
@@ -113,13 +114,13 @@ std::string check_made_for(const json& root, const FieldPath& where, const Profi
 // A stage's own fields: layers within the profile, a GPU count within a node,
 // a node within the pipeline.
 Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, int nodes) {
-  const json& range = detail::require_array(value, "layers", at);
+  const json& range = json_input::require_array(value, "layers", at);
   if (range.size() != 2) throw (at / "layers").error("expected [begin, end)");
   Stage stage;
-  stage.layer_begin = static_cast<int>(detail::as_integer(range[0], (at / "layers")[0], 0, layers));
-  stage.layer_end = static_cast<int>(detail::as_integer(range[1], (at / "layers")[1], 0, layers));
-  stage.gpus = static_cast<int>(detail::require_integer(value, "gpus", at, 1, gpus));
-  stage.node = static_cast<int>(detail::require_integer(value, "node", at, 0, nodes - 1));
+  stage.layer_begin = static_cast<int>(json_input::as_integer(range[0], (at / "layers")[0], 0, layers));
+  stage.layer_end = static_cast<int>(json_input::as_integer(range[1], (at / "layers")[1], 0, layers));
+  stage.gpus = static_cast<int>(json_input::require_integer(value, "gpus", at, 1, gpus));
+  stage.node = static_cast<int>(json_input::require_integer(value, "node", at, 0, nodes - 1));
   return stage;
 }
 
@@ -128,7 +129,7 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
 std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const Profile& profile, int nodes) {
   const int layers = static_cast<int>(profile.layers.size());
   const int gpus = profile.hardware.gpus_per_node;
-  const json& stages = detail::require_array(pipeline, "stages", at);
+  const json& stages = json_input::require_array(pipeline, "stages", at);
   if (stages.empty()) throw (at / "stages").error("expected at least one stage");
   std::vector<Stage> out;
   std::vector<int> gpus_on_node(nodes, 0);
@@ -167,10 +168,10 @@ std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const
 
 Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& profile, NodeNames& names) {
   Pipeline p;
-  p.template_nodes = static_cast<int>(detail::require_integer(value, "template_nodes", at, 1, 1 << 20));
-  p.microbatches = static_cast<int>(detail::require_integer(value, "microbatches", at, 1, 1000000));
+  p.template_nodes = static_cast<int>(json_input::require_integer(value, "template_nodes", at, 1, 1 << 20));
+  p.microbatches = static_cast<int>(json_input::require_integer(value, "microbatches", at, 1, 1000000));
   if (auto it = value.find("iteration_ms"); it != value.end() && it->is_number()) p.iteration_ms = it->get<double>();
-  const json& nodes = detail::require_array(value, "nodes", at);
+  const json& nodes = json_input::require_array(value, "nodes", at);
   if (static_cast<int>(nodes.size()) != p.template_nodes) {
     throw (at / "nodes")
         .error("expected " + std::to_string(p.template_nodes) + " node names (template_nodes), got " +
@@ -216,16 +217,16 @@ std::string reconfiguration_to_json(const Reconfiguration& result, const Templat
 }
 
 Plan parse_plan(std::string_view json_text, const std::string& origin, const Profile& profile) {
-  const json root = detail::parse_json(json_text, origin);
+  const json root = json_input::parse(json_text, origin);
   const FieldPath where(origin);
-  detail::require_format(root, kPlanFormat, where);
+  json_input::require_format(root, kPlanFormat, where);
   Plan plan;
-  plan.fault_tolerance = static_cast<int>(detail::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
-  plan.global_microbatches = static_cast<int>(detail::require_integer(root, "global_microbatches", where, 1, 1000000));
-  plan.template_microbatches = static_cast<int>(detail::require_integer(root, "microbatches", where, 1, 100000000));
+  plan.fault_tolerance = static_cast<int>(json_input::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
+  plan.global_microbatches = static_cast<int>(json_input::require_integer(root, "global_microbatches", where, 1, 1000000));
+  plan.template_microbatches = static_cast<int>(json_input::require_integer(root, "microbatches", where, 1, 100000000));
   plan.profile_fingerprint = check_made_for(root, where, profile);
   NodeNames names;
-  const json& pipelines = detail::require_array(root, "pipelines", where);
+  const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
   long long total_microbatches = 0;
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
@@ -261,14 +262,14 @@ std::vector<std::string> parse_hostfile(std::string_view text, const std::string
     std::string host, word;
     if (!(words >> host)) continue;
     if (host.find_first_of(",=") != std::string::npos) {
-      throw InputError(where + ": expected a host name first, got \"" + host + "\"");
+      throw InputError(where + ": expected a host name first, got " + quoted_excerpt(host));
     }
     int slots = gpus_per_node;
     while (words >> word) {
       const auto eq = word.find('=');
       const std::string key = word.substr(0, eq);
       if (eq == std::string::npos || (key != "slots" && key != "max_slots" && key != "max-slots")) {
-        throw InputError(where + ": expected \"slots=N\" after the host name, got \"" + word + "\"");
+        throw InputError(where + ": expected \"slots=N\" after the host name, got " + quoted_excerpt(word));
       }
       int value = 0;
       try {
@@ -278,15 +279,15 @@ std::vector<std::string> parse_hostfile(std::string_view text, const std::string
       } catch (const std::exception&) {
         value = 0;
       }
-      if (value < 1) throw InputError(where + ": expected a positive number in \"" + word + "\"");
+      if (value < 1) throw InputError(where + ": expected a positive number in " + quoted_excerpt(word));
       if (key == "slots") slots = value;
     }
     if (slots != gpus_per_node) {
-      throw InputError(where + ": host " + host + " has slots=" + std::to_string(slots) +
+      throw InputError(where + ": host " + excerpt(host) + " has slots=" + std::to_string(slots) +
                        " but the profile's nodes have " + std::to_string(gpus_per_node) +
                        " GPUs (hardware.gpus_per_node); templates need identical nodes");
     }
-    if (!seen.insert(host).second) throw InputError(where + ": host " + host + " is listed twice");
+    if (!seen.insert(host).second) throw InputError(where + ": host " + excerpt(host) + " is listed twice");
     hosts.push_back(host);
   }
   if (hosts.empty()) throw InputError(origin + ": no hosts (expected lines like \"node0 slots=" +

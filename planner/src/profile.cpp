@@ -8,14 +8,14 @@
 #include <regex>
 
 #include "oobleck/common/files.h"
-#include "json_fields.h"
+#include "oobleck/common/json_input.h"
 #include "oobleck/planner.h"
 
 namespace oobleck {
 namespace {
 
-using detail::FieldPath;
-using detail::json;
+using json_input::FieldPath;
+using json_input::json;
 
 constexpr std::string_view kProfileFormat = "oobleck.profile.v1";
 // Limits that keep every sum the planner forms far from overflow.
@@ -26,14 +26,14 @@ constexpr std::size_t kMaxLayers = 10000;
 
 Hardware parse_hardware(const json& hw, const FieldPath& where) {
   Hardware out;
-  out.name = detail::require_string(hw, "name", where);
-  out.gpus_per_node = static_cast<int>(detail::require_integer(hw, "gpus_per_node", where, 1, 1024));
-  out.gpu_memory_bytes = detail::require_integer(hw, "gpu_memory_bytes", where, 1, kMaxBytes);
-  out.intra_node_bytes_per_s = detail::require_number(hw, "intra_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
-  out.inter_node_bytes_per_s = detail::require_number(hw, "inter_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
-  out.latency_ms = detail::require_number(hw, "latency_ms", where, 0, kMaxMs);
+  out.name = json_input::require_string(hw, "name", where);
+  out.gpus_per_node = static_cast<int>(json_input::require_integer(hw, "gpus_per_node", where, 1, 1024));
+  out.gpu_memory_bytes = json_input::require_integer(hw, "gpu_memory_bytes", where, 1, kMaxBytes);
+  out.intra_node_bytes_per_s = json_input::require_number(hw, "intra_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  out.inter_node_bytes_per_s = json_input::require_number(hw, "inter_node_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  out.latency_ms = json_input::require_number(hw, "latency_ms", where, 0, kMaxMs);
   if (hw.contains("allreduce_bytes_per_s")) {
-    out.allreduce_bytes_per_s = detail::require_number(hw, "allreduce_bytes_per_s", where, 1, kMaxBytesPerSecond);
+    out.allreduce_bytes_per_s = json_input::require_number(hw, "allreduce_bytes_per_s", where, 1, kMaxBytesPerSecond);
   }
   return out;
 }
@@ -50,8 +50,8 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
       throw at.error("expected a degree key that divides hardware.gpus_per_node (" +
                      std::to_string(gpus_per_node) + ") and is at least 2");
     }
-    out.push_back({degree, detail::require_number(entry, "forward_ms", at, 0, kMaxMs),
-                   detail::require_number(entry, "backward_ms", at, 0, kMaxMs)});
+    out.push_back({degree, json_input::require_number(entry, "forward_ms", at, 0, kMaxMs),
+                   json_input::require_number(entry, "backward_ms", at, 0, kMaxMs)});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.degree < b.degree; });
   return out;
@@ -59,13 +59,13 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
 
 LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per_node) {
   LayerProfile out;
-  out.name = detail::require_string(layer, "name", where);
-  out.forward_ms = detail::require_number(layer, "forward_ms", where, 0, kMaxMs);
-  out.backward_ms = detail::require_number(layer, "backward_ms", where, 0, kMaxMs);
-  out.param_bytes = detail::require_integer(layer, "param_bytes", where, 0, kMaxBytes);
-  out.optimizer_bytes = detail::require_integer(layer, "optimizer_bytes", where, 0, kMaxBytes);
-  out.activation_bytes = detail::require_integer(layer, "activation_bytes", where, 0, kMaxBytes);
-  out.output_bytes = detail::require_integer(layer, "output_bytes", where, 0, kMaxBytes);
+  out.name = json_input::require_string(layer, "name", where);
+  out.forward_ms = json_input::require_number(layer, "forward_ms", where, 0, kMaxMs);
+  out.backward_ms = json_input::require_number(layer, "backward_ms", where, 0, kMaxMs);
+  out.param_bytes = json_input::require_integer(layer, "param_bytes", where, 0, kMaxBytes);
+  out.optimizer_bytes = json_input::require_integer(layer, "optimizer_bytes", where, 0, kMaxBytes);
+  out.activation_bytes = json_input::require_integer(layer, "activation_bytes", where, 0, kMaxBytes);
+  out.output_bytes = json_input::require_integer(layer, "output_bytes", where, 0, kMaxBytes);
   if (auto it = layer.find("tensor_parallel"); it != layer.end() && !it->is_null()) {
     out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node);
   }
@@ -143,7 +143,7 @@ std::optional<Fit> fit_allreduce(const std::vector<std::array<double, 3>>& point
 }
 
 json read_json_file(const std::filesystem::path& path) {
-  return detail::parse_json(read_text_file(path), path.string());
+  return json_input::parse(read_text_file(path), path.string());
 }
 
 std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, const std::vector<LayerProfile>& layers,
@@ -165,7 +165,7 @@ std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, cons
       } catch (const std::exception&) {
       }
       if (group < 1) throw (root[i] / key).error("expected a positive group size as key");
-      const double ms = detail::as_number(value, root[i] / key, 0, 1e12);
+      const double ms = json_input::as_number(value, root[i] / key, 0, 1e12);
       if (largest_group) *largest_group = std::max(*largest_group, group);
       if (group < 2 || layers[i].param_bytes <= 0) continue;
       const double k = group;
@@ -219,12 +219,12 @@ std::vector<LayerProfile> read_oobleck_layers(const std::filesystem::path& mb_pa
     const FieldPath at = mb_where[i];
     LayerProfile layer;
     layer.name = "layer" + std::to_string(i);
-    layer.forward_ms = detail::require_number(mb[i], "forward", at, 0, kMaxMs);
-    layer.backward_ms = detail::require_number(mb[i], "backward", at, 0, kMaxMs);
-    const json& memory = detail::require_array(mb[i], "mem_required", at);
+    layer.forward_ms = json_input::require_number(mb[i], "forward", at, 0, kMaxMs);
+    layer.backward_ms = json_input::require_number(mb[i], "backward", at, 0, kMaxMs);
+    const json& memory = json_input::require_array(mb[i], "mem_required", at);
     if (memory.size() != 2) throw (at / "mem_required").error("expected [param_bytes, activation_bytes]");
-    layer.param_bytes = detail::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
-    layer.activation_bytes = detail::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
+    layer.param_bytes = json_input::as_integer(memory[0], (at / "mem_required")[0], 0, kMaxBytes);
+    layer.activation_bytes = json_input::as_integer(memory[1], (at / "mem_required")[1], 0, kMaxBytes);
     const double optimizer = static_cast<double>(layer.param_bytes) * optimizer_bytes_per_param_byte;
     if (!(optimizer >= 0 && optimizer <= static_cast<double>(kMaxBytes))) {
       throw (at / "mem_required").error("param_bytes x optimizer_bytes_per_param_byte is out of range");
@@ -295,18 +295,18 @@ void fit_across_node_links(Profile& profile, const std::filesystem::path& across
 }  // namespace
 
 Profile parse_profile(std::string_view json_text, const std::string& origin) {
-  const json root = detail::parse_json(json_text, origin);
+  const json root = json_input::parse(json_text, origin);
   const FieldPath where(origin);
-  detail::require_format(root, kProfileFormat, where);
+  json_input::require_format(root, kProfileFormat, where);
   Profile profile;
   profile.origin = origin;
   if (auto it = root.find("source"); it != root.end() && it->is_string()) profile.source = it->get<std::string>();
-  const json& model = detail::require_object(root, "model", where);
+  const json& model = json_input::require_object(root, "model", where);
   if (auto it = model.find("name"); it != model.end() && it->is_string()) profile.model_name = it->get<std::string>();
   profile.model_json = model.dump();
-  profile.hardware = parse_hardware(detail::require_object(root, "hardware", where), where / "hardware");
-  profile.microbatch_size = static_cast<int>(detail::require_integer(root, "microbatch_size", where, 1, 1 << 24));
-  const json& layers = detail::require_array(root, "layers", where);
+  profile.hardware = parse_hardware(json_input::require_object(root, "hardware", where), where / "hardware");
+  profile.microbatch_size = static_cast<int>(json_input::require_integer(root, "microbatch_size", where, 1, 1 << 24));
+  const json& layers = json_input::require_array(root, "layers", where);
   if (layers.empty()) throw (where / "layers").error("expected at least one layer");
   if (layers.size() > kMaxLayers) {
     throw (where / "layers").error("expected at most " + std::to_string(kMaxLayers) + " layers");

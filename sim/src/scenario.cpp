@@ -2,27 +2,16 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <nlohmann/json.hpp>
 
+#include "oobleck/common/event_lines.h"
+#include "oobleck/common/json_input.h"
 #include "oobleck/sim/replay.h"
 
 namespace oobleck::sim {
 namespace {
 
-using nlohmann::json;
-
-std::string line_column(std::string_view text, std::size_t byte) {
-  std::size_t line = 1, column = 1;
-  for (std::size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return std::to_string(line) + ":" + std::to_string(column);
-}
+using json_input::json;
+using json_input::value_excerpt;
 
 class Section {
  public:
@@ -38,12 +27,18 @@ class Section {
   void number(const char* key, std::optional<double>& target, bool allow_zero = true) {
     if (const json* v = take(key)) target = checked(key, *v, allow_zero);
   }
+  // Iteration counts: up to 1e9, far beyond any run.
   void integer(const char* key, std::optional<int>& target) {
     if (const json* v = take(key)) {
-      if (!v->is_number_integer() || v->get<long long>() < 0 || v->get<long long>() > 1'000'000'000) {
-        throw error(path(key), "expected a non-negative integer, got " + v->dump());
+      constexpr std::int64_t kMost = 1'000'000'000;
+      const bool fits = v->is_number_integer() && (v->is_number_unsigned() ? v->get<std::uint64_t>() <= kMost
+                                                                            : v->get<std::int64_t>() >= 0 &&
+                                                                                  v->get<std::int64_t>() <= kMost);
+      if (!fits) {
+        throw error(path(key), "expected a non-negative integer of at most " + std::to_string(kMost) + ", got " +
+                                   value_excerpt(*v));
       }
-      target = v->get<int>();
+      target = static_cast<int>(v->get<std::int64_t>());
     }
   }
   // Every key must have been read.
@@ -70,22 +65,23 @@ class Section {
   // (`_bytes_per_s`) from 1 byte/s, other numbers (factors) up to 1e6: every
   // derived time stays finite.
   double checked(const char* key, const json& v, bool allow_zero) const {
-    if (!v.is_number()) throw error(path(key), "expected a number, got " + v.dump());
+    if (!v.is_number()) throw error(path(key), "expected a number, got " + value_excerpt(v));
     const double x = v.get<double>();
     if (!std::isfinite(x) || x < 0 || (!allow_zero && x == 0)) {
       throw error(path(key), std::string("expected a ") + (allow_zero ? "non-negative" : "positive") +
-                                 " number, got " + v.dump());
+                                 " number, got " + value_excerpt(v));
     }
     const std::string_view name = key;
     const bool bandwidth = name.ends_with("_bytes_per_s");
     const bool duration = name.ends_with("_ms");
-    if (bandwidth && x != 0 && x < 1) throw error(path(key), "expected at least 1 byte/s, got " + v.dump());
-    if (duration && x > 1e12) throw error(path(key), "expected at most 1e12 ms, got " + v.dump());
-    if (duration && !allow_zero && x < 1e-3) throw error(path(key), "expected at least 0.001 ms, got " + v.dump());
-    if (!bandwidth && !duration && x > 1e6) throw error(path(key), "expected at most 1e6, got " + v.dump());
+    if (bandwidth && x != 0 && x < 1) throw error(path(key), "expected at least 1 byte/s, got " + value_excerpt(v));
+    if (duration && x > 1e12) throw error(path(key), "expected at most 1e12 ms, got " + value_excerpt(v));
+    if (duration && !allow_zero && x < 1e-3) throw error(path(key), "expected at least 0.001 ms, got " + value_excerpt(v));
+    if (!bandwidth && !duration && x > 1e6) throw error(path(key), "expected at most 1e6, got " + value_excerpt(v));
     return x;
   }
-  std::string path(const std::string& key) const { return name_.empty() ? key : name_ + "." + key; }
+  // Keys come from the file: cut short like any quoted value.
+  std::string path(const std::string& key) const { return (name_.empty() ? "" : name_ + ".") + excerpt(key); }
   InputError error(const std::string& field, const std::string& what) const {
     return InputError(origin_ + ": " + field + ": " + what);
   }
@@ -99,19 +95,12 @@ class Section {
 }  // namespace
 
 Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
-  json doc;
-  try {
-    doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    throw InputError(origin + ":" + line_column(json_text, e.byte) + ": not valid JSON (" + e.what() + ")");
-  } catch (const json::exception& e) {  // e.g. a number beyond double's range
-    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  json doc = json_input::parse(json_text, origin);
   Scenario scenario;
   Section top(doc, origin, "");
   top.finish({"cluster", "overrides", "format", "description"});
   if (doc.contains("format") && doc["format"] != "oobleck.scenario.v1") {
-    throw InputError(origin + ": format: expected \"oobleck.scenario.v1\", got " + doc["format"].dump());
+    throw InputError(origin + ": format: expected \"oobleck.scenario.v1\", got " + value_excerpt(doc["format"]));
   }
   if (doc.contains("cluster")) {
     Section c(doc["cluster"], origin, "cluster");

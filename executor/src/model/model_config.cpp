@@ -1,7 +1,7 @@
+#include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
+#include "oobleck/common/json_input.h"
 #include "oobleck/executor/model_config.h"
-
-#include <nlohmann/json.hpp>
 
 namespace oobleck::executor {
 
@@ -45,15 +45,10 @@ void validate(const ModelConfig& c, const std::string& origin) {
 }
 
 ModelConfig parse_model_config(std::string_view text, const std::string& origin) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json doc = json_input::parse(text, origin);
   if (!doc.is_object()) throw InputError(origin + ": expected a JSON object {layers, hidden, heads, vocab, seq_len}");
   ModelConfig c;
-  c.name = doc.value("name", std::string("custom"));
+  c.name = json_input::optional_string(doc, "name", json_input::FieldPath(origin), "custom");
   for (const auto& [key, value] : doc.items()) {
     // A profile's model section carries these too; `parameters` is checked below.
     if (key == "name" || key == "description" || key == "dtype" || key == "parameters") continue;
@@ -64,10 +59,15 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
                  : key == "seq_len" ? &c.seq_len
                                     : nullptr;
     if (!field) {
-      throw InputError(origin + ": " + key + ": unknown field; expected layers, hidden, heads, vocab, seq_len, name");
+      throw InputError(origin + ": " + excerpt(key) +
+                       ": unknown field; expected layers, hidden, heads, vocab, seq_len, name");
     }
-    if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > (1 << 24)) {
-      throw InputError(origin + ": " + key + ": expected a positive integer, got " + value.dump());
+    // validate() narrows each field further.
+    constexpr std::int64_t kMost = 1 << 24;
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMost ||
+        (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(kMost))) {
+      throw InputError(origin + ": " + key + ": expected a positive integer of at most " + std::to_string(kMost) +
+                       ", got " + json_input::value_excerpt(value));
     }
     *field = value.get<int>();
   }
@@ -77,7 +77,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   validate(c, origin);
   if (doc.contains("parameters") &&
       (!doc["parameters"].is_number_integer() || doc["parameters"].get<std::int64_t>() != model_parameters(c))) {
-    throw InputError(origin + ": parameters: " + doc["parameters"].dump() + " does not match the " +
+    throw InputError(origin + ": parameters: " + json_input::value_excerpt(doc["parameters"]) + " does not match the " +
                      std::to_string(model_parameters(c)) + " that layers, hidden, vocab and seq_len give");
   }
   return c;

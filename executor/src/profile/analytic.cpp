@@ -1,9 +1,12 @@
 // Analytic profiles from FLOP and byte counts, the fit of their efficiencies
 // to measured profiles, comparisons of the two, and their JSON documents.
+#include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
+#include "oobleck/common/json_input.h"
 #include "oobleck/executor/analytic.h"
 
 #include <array>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -12,6 +15,17 @@
 #include <nlohmann/json.hpp>
 
 namespace oobleck::executor {
+namespace {
+
+// Limits of a hardware description: beyond any machine, and within the
+// ranges of a profile (oobleck.profile.v1), so that the planner takes the
+// profile written from it.
+constexpr double kMostPerSecond = 1e18;  // FLOP/s, memory bytes/s
+constexpr double kMostLinkBytesPerSecond = 1e15;
+constexpr double kMostMs = 1e9;
+constexpr double kMostEfficiency = 1e6;  // a fit may exceed 1 where the peak given is low
+
+}  // namespace
 
 const std::vector<HardwareDescription>& hardware_presets() {
   static const std::vector<HardwareDescription> presets = {
@@ -47,40 +61,40 @@ HardwareDescription load_hardware(const std::string& name_or_path) {
                      "\"; expected a100-80gb, h100-80gb, h200 or a description JSON file");
   }
   const std::string origin = name_or_path;
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(read_text_file(name_or_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(origin + ": not valid JSON (" + e.what() + ")");
-  }
+  const nlohmann::json doc = json_input::parse(read_text_file(name_or_path), origin);
+  const json_input::FieldPath where(origin);
+  if (!doc.is_object()) throw where.error("expected a JSON object {gpus_per_node, gpu_memory_bytes, ...}");
   HardwareDescription h;
   h.key = name_or_path;
-  auto number = [&](const char* key, double& target, bool required) {
+  // Positive, and small enough that oobleck-plan takes the profile written.
+  auto number = [&](const char* key, double& target, bool required, double most) {
     if (!doc.contains(key)) {
-      if (required) throw InputError(origin + ": " + key + ": missing");
+      if (required) throw (where / key).error("missing");
       return;
     }
-    if (!doc[key].is_number() || !(doc[key].get<double>() > 0) || !std::isfinite(doc[key].get<double>())) {
-      throw InputError(origin + ": " + key + ": expected a positive number, got " + doc[key].dump());
+    const nlohmann::json& value = doc.at(key);
+    if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > most) {
+      char most_text[32];
+      std::snprintf(most_text, sizeof most_text, "%g", most);
+      throw (where / key).error("expected a positive number of at most " + std::string(most_text) + ", got " +
+                                json_input::value_excerpt(value));
     }
-    target = doc[key].get<double>();
+    target = value.get<double>();
   };
-  h.name = doc.value("name", name_or_path);
-  h.source = doc.value("source", std::string("given"));
-  double gpus = 1, memory = 0;
-  number("gpus_per_node", gpus, true);
-  number("gpu_memory_bytes", memory, true);
-  h.gpus_per_node = static_cast<int>(gpus);
-  h.gpu_memory_bytes = static_cast<Bytes>(memory);
-  number("peak_fp32_flops_per_s", h.peak_fp32_flops_per_s, true);
-  number("peak_bf16_flops_per_s", h.peak_bf16_flops_per_s, false);
-  number("memory_bytes_per_s", h.memory_bytes_per_s, true);
-  number("compute_efficiency", h.compute_efficiency, false);
-  number("memory_efficiency", h.memory_efficiency, false);
-  number("intra_node_bytes_per_s", h.intra_node_bytes_per_s, true);
-  number("inter_node_bytes_per_s", h.inter_node_bytes_per_s, true);
-  number("latency_ms", h.latency_ms, false);
-  number("layer_overhead_ms", h.layer_overhead_ms, false);
+  h.name = json_input::optional_string(doc, "name", where, name_or_path);
+  h.source = json_input::optional_string(doc, "source", where, "given");
+  // The ranges of a profile's hardware (oobleck.profile.v1).
+  h.gpus_per_node = static_cast<int>(json_input::require_integer(doc, "gpus_per_node", where, 1, 1024));
+  h.gpu_memory_bytes = json_input::require_integer(doc, "gpu_memory_bytes", where, 1, Bytes{1} << 46);
+  number("peak_fp32_flops_per_s", h.peak_fp32_flops_per_s, true, kMostPerSecond);
+  number("peak_bf16_flops_per_s", h.peak_bf16_flops_per_s, false, kMostPerSecond);
+  number("memory_bytes_per_s", h.memory_bytes_per_s, true, kMostPerSecond);
+  number("compute_efficiency", h.compute_efficiency, false, kMostEfficiency);
+  number("memory_efficiency", h.memory_efficiency, false, kMostEfficiency);
+  number("intra_node_bytes_per_s", h.intra_node_bytes_per_s, true, kMostLinkBytesPerSecond);
+  number("inter_node_bytes_per_s", h.inter_node_bytes_per_s, true, kMostLinkBytesPerSecond);
+  number("latency_ms", h.latency_ms, false, kMostMs);
+  number("layer_overhead_ms", h.layer_overhead_ms, false, kMostMs);
   return h;
 }
 
@@ -286,21 +300,23 @@ std::string comparison_to_json(const ProfileComparison& comparison, const Profil
 }
 
 HardwareDescription hardware_of_measurement(std::string_view measured_json, const Profile& measured) {
-  const auto doc = nlohmann::json::parse(measured_json.begin(), measured_json.end());
+  const nlohmann::json doc = json_input::parse(measured_json, measured.origin);
+  const json_input::FieldPath where(measured.origin);
   HardwareDescription h;
   h.key = "cpu";
   h.name = measured.hardware.name;
-  h.source = "measured by oobleck-profile (" + doc.value("date", std::string("?")) +
+  h.source = "measured by oobleck-profile (" + json_input::optional_string(doc, "date", where, "?") +
              "): a 1024x1024 fp32 matrix product and a 256 MiB copy";
   h.gpus_per_node = measured.hardware.gpus_per_node;
   h.gpu_memory_bytes = measured.hardware.gpu_memory_bytes;
-  if (!doc.contains("measured") || !doc["measured"].contains("gemm_flops_per_s")) {
+  const auto section = doc.find("measured");
+  if (section == doc.end() || !section->is_object() || !section->contains("gemm_flops_per_s")) {
     throw InputError(measured.origin +
                      ": measured.gemm_flops_per_s: missing; expected a profile from "
                      "oobleck-profile measure");
   }
-  h.peak_fp32_flops_per_s = doc["measured"]["gemm_flops_per_s"].get<double>();
-  h.memory_bytes_per_s = doc["measured"]["copy_bytes_per_s"].get<double>();
+  h.peak_fp32_flops_per_s = json_input::require_number(*section, "gemm_flops_per_s", where / "measured", 1, kMostPerSecond);
+  h.memory_bytes_per_s = json_input::require_number(*section, "copy_bytes_per_s", where / "measured", 1, kMostPerSecond);
   h.intra_node_bytes_per_s = measured.hardware.intra_node_bytes_per_s;
   h.inter_node_bytes_per_s = measured.hardware.inter_node_bytes_per_s;
   h.latency_ms = measured.hardware.latency_ms;
@@ -321,8 +337,12 @@ FittedHardware fit_to_measured(const std::optional<HardwareDescription>& hw,
     if (!hw && inputs.empty()) out.hardware = hardware_of_measurement(text, measured.back());
     const auto model_doc = nlohmann::json::parse(measured.back().model_json, nullptr, false);
     const bool described = model_doc.is_object() && model_doc.contains("layers");
-    inputs.push_back({nullptr, described ? model_of_profile(measured.back()) : fallback,
-                      described ? model_doc.value("dtype", "fp32") : "fp32"});
+    const json_input::FieldPath model_where = json_input::FieldPath(path) / "model";
+    const std::string dtype = described ? json_input::optional_string(model_doc, "dtype", model_where, "fp32") : "fp32";
+    if (dtype != "fp32" && dtype != "bf16") {
+      throw (model_where / "dtype").error("expected \"fp32\" or \"bf16\", got " + quoted_excerpt(dtype));
+    }
+    inputs.push_back({nullptr, described ? model_of_profile(measured.back()) : fallback, dtype});
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i].measured = &measured[i];
   out.fit = fit_efficiency(inputs, out.hardware, terms);

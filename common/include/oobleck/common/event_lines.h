@@ -18,8 +18,12 @@ void for_each_line(std::string_view text, const std::function<void(int, std::str
 // Spaces, tabs and a CR (of CRLF) trimmed from both ends.
 [[nodiscard]] std::string_view trim_blanks(std::string_view text);
 
-// Bad input shown in a message: quoted and cut short, so that a binary file
-// or a megabyte-long field cannot flood it.
+// Bad input shown in a message: cut short (at a character boundary) and
+// with control characters escaped, so that a binary file or a megabyte-long
+// field cannot flood or garble it. `excerpt` for names inside a field path,
+// `quoted_excerpt` for a value.
+inline constexpr std::size_t kExcerptBytes = 40;
+[[nodiscard]] std::string excerpt(std::string_view text);
 [[nodiscard]] std::string quoted_excerpt(std::string_view text);
 
 [[noreturn]] void fail_at_line(const std::string& origin, int line, const std::string& what);
