@@ -127,8 +127,10 @@ class StrictBuilder {
     for (std::size_t i = 0; i < levels; ++i) {
       const Open& level = open_[i];
       if (level.value->is_array()) {
+        // An array that holds an open one has placed it already.
+        const bool holds_open = i + 1 < open_.size();
         path += '[';
-        path += std::to_string(level.value->size());
+        path += std::to_string(level.value->size() - (holds_open ? 1 : 0));
         path += ']';
       } else {
         if (!path.empty()) path += '.';
