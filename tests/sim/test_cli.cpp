@@ -224,3 +224,43 @@ TEST_CASE("cli: bad input gets a clear message, exit 2 and no output file") {
   }
   CHECK_FALSE(fs::exists(s.str("out.json")));
 }
+
+TEST_CASE("cli: hostile scenarios exit 2 with a short message naming the file and where, and write nothing") {
+  Scratch s(kSim);
+  const std::string tail =
+      " --profile " + kProfile + " --fault-tolerance 1 --global-microbatches 64 --json " + s.str("out.json");
+  const std::string megabyte(1 << 20, 'z');
+  const auto nested = [](std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  struct Case {
+    const char* name;
+    std::string text, message;  // the message after the file's path
+  };
+  const Case cases[] = {
+      // The scenario that once overflowed the stack, and one ten times shallower.
+      {"deep.json", R"({"cluster": {"detection_ms": )" + nested(100000) + "}}",
+       ":1:92: arrays and objects nested deeper than 64 levels; expected at most 64"},
+      {"deep10k.json", R"({"cluster": {"detection_ms": )" + nested(10000) + "}}",
+       ":1:92: arrays and objects nested deeper than 64 levels; expected at most 64"},
+      {"twice.json", "{\"cluster\": {\"detection_ms\": 1,\n \"detection_ms\": 2}}",
+       ":2:2: cluster: key \"detection_ms\" appears twice in one object; expected each key once"},
+      {"long-value.json", R"({"cluster": {"detection_ms": ")" + megabyte + "\"}}",
+       ": cluster.detection_ms: expected a number, got \"zzzz"},
+      {"long-key.json", R"({"cluster": {")" + megabyte + "\": 1}}", ": cluster.zzzz"},
+      {"wraps.json", R"({"overrides": {"snapshot_every_iterations": 18446744073709551615}})",
+       ": overrides.snapshot_every_iterations: expected a non-negative integer of at most 1000000000, got "
+       "18446744073709551615"},
+      {"infinite.json", R"({"overrides": {"snapshot_stall_ms": -1e999}})",
+       ":1:37: overrides.snapshot_stall_ms: expected a number between -1.8e308 and 1.8e308, got -1e999"},
+      {"digits.json", R"({"overrides": {"iteration_ms": )" + std::string(400, '9') + "}}",
+       ":1:32: overrides.iteration_ms: expected a number between -1.8e308 and 1.8e308, got 9999"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    s.write(c.name, c.text);
+    const Run r = s.run("replay --trace " + kP3 + " --scenario " + s.str(c.name) + tail);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("oobleck-sim: error: " + s.str(c.name) + c.message, 0) == 0);
+    CHECK(r.err.size() < 400 + s.str(c.name).size());
+    CHECK_FALSE(fs::exists(s.path("out.json")));
+  }
+}
