@@ -108,9 +108,8 @@ class StrictBuilder {
   bool open(json&& container) {
     ++brackets_;
     if (open_.size() >= static_cast<std::size_t>(kMaxDepth)) {
-      fail(offset_of(text_, false, brackets_), "arrays and objects nested deeper than " +
-                                                   std::to_string(kMaxDepth) + " levels; expected at most " +
-                                                   std::to_string(kMaxDepth));
+      fail(offset_of(text_, false, brackets_), "arrays and objects nested deeper than " + std::to_string(kMaxDepth) +
+                                                   " levels; expected at most " + std::to_string(kMaxDepth));
     }
     open_.push_back({place(std::move(container)), {}});
     return true;
@@ -243,25 +242,25 @@ FieldPath FieldPath::operator[](std::size_t index) const {
 const json& require(const json& object, std::string_view key, const FieldPath& where) {
   if (!object.is_object()) throw where.error("expected an object, got " + describe(object));
   auto it = object.find(std::string(key));
-  if (it == object.end()) throw (where / key).error("missing (required field)");
+  if (it == object.end()) throw(where / key).error("missing (required field)");
   return *it;
 }
 
 const json& require_object(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_object()) throw (where / key).error("expected an object, got " + describe(value));
+  if (!value.is_object()) throw(where / key).error("expected an object, got " + describe(value));
   return value;
 }
 
 const json& require_array(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_array()) throw (where / key).error("expected an array, got " + describe(value));
+  if (!value.is_array()) throw(where / key).error("expected an array, got " + describe(value));
   return value;
 }
 
 std::string require_string(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_string()) throw (where / key).error("expected a string, got " + describe(value));
+  if (!value.is_string()) throw(where / key).error("expected a string, got " + describe(value));
   return value.get<std::string>();
 }
 
@@ -274,7 +273,7 @@ void require_format(const json& root, std::string_view format, const FieldPath& 
   if (!root.is_object()) throw where.error("expected a JSON object with format \"" + std::string(format) + "\"");
   const std::string found = require_string(root, "format", where);
   if (found != format) {
-    throw (where / "format").error("expected \"" + std::string(format) + "\", got " + quoted_excerpt(found));
+    throw(where / "format").error("expected \"" + std::string(format) + "\", got " + quoted_excerpt(found));
   }
 }
 
@@ -329,8 +328,8 @@ std::int64_t as_integer(const json& value, const FieldPath& where, std::int64_t 
   return static_cast<std::int64_t>(number);
 }
 
-std::int64_t require_integer(const json& object, std::string_view key, const FieldPath& where,
-                             std::int64_t min_value, std::int64_t max_value) {
+std::int64_t require_integer(const json& object, std::string_view key, const FieldPath& where, std::int64_t min_value,
+                             std::int64_t max_value) {
   return as_integer(require(object, key, where), where / key, min_value, max_value);
 }
 

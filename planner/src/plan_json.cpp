@@ -222,7 +222,8 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   json_input::require_format(root, kPlanFormat, where);
   Plan plan;
   plan.fault_tolerance = static_cast<int>(json_input::require_integer(root, "fault_tolerance", where, 0, 1 << 20));
-  plan.global_microbatches = static_cast<int>(json_input::require_integer(root, "global_microbatches", where, 1, 1000000));
+  plan.global_microbatches =
+      static_cast<int>(json_input::require_integer(root, "global_microbatches", where, 1, 1000000));
   plan.template_microbatches = static_cast<int>(json_input::require_integer(root, "microbatches", where, 1, 100000000));
   plan.profile_fingerprint = check_made_for(root, where, profile);
   NodeNames names;

@@ -76,7 +76,9 @@ class Section {
     const bool duration = name.ends_with("_ms");
     if (bandwidth && x != 0 && x < 1) throw error(path(key), "expected at least 1 byte/s, got " + value_excerpt(v));
     if (duration && x > 1e12) throw error(path(key), "expected at most 1e12 ms, got " + value_excerpt(v));
-    if (duration && !allow_zero && x < 1e-3) throw error(path(key), "expected at least 0.001 ms, got " + value_excerpt(v));
+    if (duration && !allow_zero && x < 1e-3) {
+      throw error(path(key), "expected at least 0.001 ms, got " + value_excerpt(v));
+    }
     if (!bandwidth && !duration && x > 1e6) throw error(path(key), "expected at most 1e6, got " + value_excerpt(v));
     return x;
   }

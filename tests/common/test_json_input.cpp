@@ -44,7 +44,8 @@ TEST_CASE("json input: nesting deeper than 64 levels is refused with the line an
   CHECK(parse_error(nested_arrays(65)) ==
         "f.json:1:65: arrays and objects nested deeper than 64 levels; expected at most 64");
   // The bad value of the profile that once overflowed the stack: 100,000 arrays.
-  const std::string profile = "{\"format\": \"oobleck.profile.v1\",\n \"microbatch_size\": " + nested_arrays(100000) + "}";
+  const std::string profile =
+      "{\"format\": \"oobleck.profile.v1\",\n \"microbatch_size\": " + nested_arrays(100000) + "}";
   CHECK(parse_error(profile) == "f.json:2:84: arrays and objects nested deeper than 64 levels; expected at most 64");
   CHECK(parse_error(nested_arrays(10000)).rfind("f.json:1:65: arrays and objects nested deeper", 0) == 0);
   // Objects count as levels too, and brackets inside strings do not.
@@ -119,7 +120,8 @@ TEST_CASE("json input: integers out of range say the range, and nothing wraps") 
   auto integer = [&](const char* key, std::int64_t min_value, std::int64_t max_value) {
     return error_of([&] { (void)json_input::require_integer(hardware, key, where, min_value, max_value); });
   };
-  CHECK(integer("gpus_per_node", 1, 1024) == "hw.json: gpus_per_node: expected an integer in [1, 1024], got 2147483648");
+  CHECK(integer("gpus_per_node", 1, 1024) ==
+        "hw.json: gpus_per_node: expected an integer in [1, 1024], got 2147483648");
   CHECK(integer("big", 0, std::numeric_limits<std::int64_t>::max()) ==
         "hw.json: big: expected an integer in [0, 9223372036854775807], got 18446744073709551615");
   CHECK(integer("float_whole", 1, std::int64_t{1} << 46) == "no error");

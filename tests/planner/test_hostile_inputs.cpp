@@ -6,10 +6,12 @@
 
 #include <filesystem>
 
+#include "input_errors.h"
 #include "oobleck/planner.h"
 #include "scratch.h"
 
 using namespace oobleck;
+using test::profile_error;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,15 +34,6 @@ std::string with(std::string text, const std::string& from, const std::string& t
 
 std::string bundled_text() { return read_text_file(kBundled); }
 
-std::string profile_error(const std::string& text) {
-  try {
-    (void)parse_profile(text, "p.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 TEST_CASE("hostile profiles: a value nested 100,000 deep is refused with the file, line and column") {
@@ -55,7 +48,8 @@ TEST_CASE("hostile profiles: a value nested 100,000 deep is refused with the fil
   CHECK(profile_error(with(good, "\"dtype\": \"bf16\"", "\"dtype\": " + nested_arrays(100000)))
             .rfind("p.json:12:76: arrays and objects nested deeper than 64 levels", 0) == 0);
   // Deep but within the limit, a wrong value is described in a few characters.
-  const std::string message = profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": " + nested_arrays(60)));
+  const std::string message =
+      profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": " + nested_arrays(60)));
   CHECK(message == "p.json: microbatch_size: expected an integer, got array " + std::string(37, '[') + "...");
 }
 
@@ -65,15 +59,18 @@ TEST_CASE("hostile profiles: megabyte-long values and keys are quoted as short e
   const std::string wrong_format = profile_error(with(good, "oobleck.profile.v1", megabyte));
   CHECK(wrong_format.rfind("p.json: format: expected \"oobleck.profile.v1\", got \"xxxxxxxx", 0) == 0);
   CHECK(wrong_format.size() < kShortMessage);
-  const std::string wrong_type = profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": \"" + megabyte + "\""));
+  const std::string wrong_type =
+      profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": \"" + megabyte + "\""));
   CHECK(wrong_type.rfind("p.json: microbatch_size: expected an integer, got string \"xxxxxxxx", 0) == 0);
   CHECK(wrong_type.size() < kShortMessage);
-  const std::string wrong_key = profile_error(with(good, "\"forward_ms\"", "\"tensor_parallel\": {\"" + megabyte + "\": {}}, \"forward_ms\""));
+  const std::string wrong_key =
+      profile_error(with(good, "\"forward_ms\"", "\"tensor_parallel\": {\"" + megabyte + "\": {}}, \"forward_ms\""));
   CHECK(wrong_key.find("layers[0].tensor_parallel.xxxxxxxx") != std::string::npos);
   CHECK(wrong_key.find("expected a degree key") != std::string::npos);
   CHECK(wrong_key.size() < kShortMessage);
   // A string never closed: the syntax error quotes only its start.
-  const std::string unclosed = profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": \"" + megabyte));
+  const std::string unclosed =
+      profile_error(with(good, "\"microbatch_size\": 4", "\"microbatch_size\": \"" + megabyte));
   CHECK(unclosed.rfind("p.json:22:", 0) == 0);
   CHECK(unclosed.find("not valid JSON") != std::string::npos);
   CHECK(unclosed.size() < kShortMessage);
@@ -121,14 +118,7 @@ TEST_CASE("hostile plans: nesting, numbers beyond double, wrapping integers, rep
   const TemplateSet templates = build_templates(cost, 4);
   const std::string good = plan_to_json(instantiate(cost, templates, {"a", "b", "c", "d"}, 1, 8), templates, profile);
   REQUIRE(parse_plan(good, "plan.json", profile).pipelines.size() >= 2);
-  auto plan_error = [&](const std::string& text) {
-    try {
-      (void)parse_plan(text, "plan.json", profile);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto plan_error = [&](const std::string& text) { return test::plan_error(text, profile); };
   CHECK(plan_error(with(good, "\"fault_tolerance\": 1", "\"fault_tolerance\": " + nested_arrays(100000)))
             .find("arrays and objects nested deeper than 64 levels") != std::string::npos);
   CHECK(plan_error(with(good, "\"fault_tolerance\": 1", "\"fault_tolerance\": " + std::string(400, '1')))
@@ -148,14 +138,7 @@ TEST_CASE("hostile plans: nesting, numbers beyond double, wrapping integers, rep
 
 TEST_CASE("hostfiles: megabyte-long words are quoted as short excerpts") {
   const std::string word(1 << 20, 'h');
-  const std::string bad_word = [&] {
-    try {
-      (void)parse_hostfile("alpha " + word + "\n", "hosts", 8);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  }();
+  const std::string bad_word = test::input_error([&] { (void)parse_hostfile("alpha " + word + "\n", "hosts", 8); });
   CHECK(bad_word.rfind("hosts:1: expected \"slots=N\" after the host name, got \"hhhh", 0) == 0);
   CHECK(bad_word.size() < kShortMessage);
 }
@@ -193,12 +176,12 @@ TEST_CASE("cli: hostile profiles and plans exit 2 with a short message and write
   }
 
   // A plan whose number is beyond double, given to reconfigure.
-  REQUIRE(s.run("instantiate --profile " + kBundled.string() + " --nodes 4 --fault-tolerance 1 --global-microbatches 8" +
-                " --json " + s.str("plan.json"))
+  REQUIRE(s.run("instantiate --profile " + kBundled.string() +
+                " --nodes 4 --fault-tolerance 1 --global-microbatches 8" + " --json " + s.str("plan.json"))
               .status == 0);
   s.write("bad-plan.json", with(s.read("plan.json"), "\"sync_ms\": ", "\"sync_ms\": 1e999, \"ignored\": "));
-  const test::Run r = s.run("reconfigure --profile " + kBundled.string() + " --plan " + s.str("bad-plan.json") +
-                            " --lost node0" + out);
+  const test::Run r =
+      s.run("reconfigure --profile " + kBundled.string() + " --plan " + s.str("bad-plan.json") + " --lost node0" + out);
   CHECK(r.status == 2);
   CHECK(r.err.find(s.str("bad-plan.json") + ":") != std::string::npos);
   CHECK(r.err.find(": sync_ms: expected a number between") != std::string::npos);

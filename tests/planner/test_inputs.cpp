@@ -5,9 +5,12 @@
 #include <filesystem>
 
 #include "oobleck/planner.h"
+#include "input_errors.h"
 #include "reference.h"
 
 using namespace oobleck;
+using test::plan_error;
+using test::profile_error;
 
 namespace {
 
@@ -33,15 +36,6 @@ std::string replace(std::string text, const std::string& from, const std::string
   const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    (void)parse_profile(text, "p.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -73,26 +67,26 @@ TEST_CASE("the bundled profiles load") {
 
 TEST_CASE("bad profiles: the message names the file, the field and what was expected") {
   const std::string good = valid_profile_text();
-  CHECK(error_of(replace(good, "\"forward_ms\": 1,", "\"forward_ms\": -1,")) ==
+  CHECK(profile_error(replace(good, "\"forward_ms\": 1,", "\"forward_ms\": -1,")) ==
         "p.json: layers[0].forward_ms: expected a number in [0, 1000000000], got -1");
-  CHECK(error_of(replace(good, "\"param_bytes\": 100, \"optimizer_bytes\": 200,\n     \"activation_bytes\": 10, \"output_bytes\": 1000}",
+  CHECK(profile_error(replace(good, "\"param_bytes\": 100, \"optimizer_bytes\": 200,\n     \"activation_bytes\": 10, \"output_bytes\": 1000}",
                          "\"optimizer_bytes\": 200,\n     \"activation_bytes\": 10, \"output_bytes\": 1000}")) ==
         "p.json: layers[1].param_bytes: missing (required field)");
-  CHECK(error_of(replace(good, "\"gpus_per_node\": 2", "\"gpus_per_node\": \"two\"")) ==
+  CHECK(profile_error(replace(good, "\"gpus_per_node\": 2", "\"gpus_per_node\": \"two\"")) ==
         "p.json: hardware.gpus_per_node: expected an integer, got string \"two\"");
-  CHECK(error_of(replace(good, "oobleck.profile.v1", "oobleck.profile.v9")) ==
+  CHECK(profile_error(replace(good, "oobleck.profile.v1", "oobleck.profile.v9")) ==
         "p.json: format: expected \"oobleck.profile.v1\", got \"oobleck.profile.v9\"");
-  CHECK(error_of(replace(good, "\"2\": {\"forward_ms\"", "\"3\": {\"forward_ms\"")).find(
+  CHECK(profile_error(replace(good, "\"2\": {\"forward_ms\"", "\"3\": {\"forward_ms\"")).find(
             "layers[0].tensor_parallel.3: expected a degree key that divides") != std::string::npos);
-  CHECK(error_of(replace(good, "\"layers\": [", "\"layers\": [}")).rfind("p.json:7:", 0) == 0);  // line:column
-  CHECK(error_of(replace(good, "\"2\": {\"forward_ms\"", "\"02\": {\"forward_ms\"")).find(
+  CHECK(profile_error(replace(good, "\"layers\": [", "\"layers\": [}")).rfind("p.json:7:", 0) == 0);  // line:column
+  CHECK(profile_error(replace(good, "\"2\": {\"forward_ms\"", "\"02\": {\"forward_ms\"")).find(
             "tensor_parallel.02: expected a degree key") != std::string::npos);  // one spelling per degree
-  CHECK(error_of(replace(good, "\"microbatch_size\": 2", "\"microbatch_size\": 2.5")) ==
+  CHECK(profile_error(replace(good, "\"microbatch_size\": 2", "\"microbatch_size\": 2.5")) ==
         "p.json: microbatch_size: expected an integer, got number 2.5");
-  CHECK(error_of(replace(good, "\"param_bytes\": 100,", "\"param_bytes\": 100000000000000000,")).find(
+  CHECK(profile_error(replace(good, "\"param_bytes\": 100,", "\"param_bytes\": 100000000000000000,")).find(
             "layers[0].param_bytes: expected an integer in [0, 70368744177664]") != std::string::npos);
-  CHECK(error_of("[1, 2]").find("expected a JSON object") != std::string::npos);
-  CHECK(error_of("").find("not valid JSON") != std::string::npos);
+  CHECK(profile_error("[1, 2]").find("expected a JSON object") != std::string::npos);
+  CHECK(profile_error("").find("not valid JSON") != std::string::npos);
   CHECK_THROWS_WITH_AS((void)load_profile(kSource / "no-such-profile.json"), doctest::Contains("no-such-profile.json"),
                        InputError);
 }
@@ -156,19 +150,11 @@ TEST_CASE("plans round-trip through JSON, and bad plans are refused") {
   CHECK(back.global_microbatches == 9);
   CHECK(back.profile_fingerprint == profile_fingerprint(profile));
 
-  auto error_of_plan = [&](const std::string& changed, const Profile& with) {
-    try {
-      (void)parse_plan(changed, "plan.json", with);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   const Profile other = test::uniform_profile(5, 2, 1.0, 2.0, 1000, 100, 1 << 20);
-  CHECK(error_of_plan(text, other).find("the plan was made for 6 layers") != std::string::npos);
-  CHECK(error_of_plan(replace(text, "\"global_microbatches\": 9", "\"global_microbatches\": 10"), profile)
+  CHECK(plan_error(text, other).find("the plan was made for 6 layers") != std::string::npos);
+  CHECK(plan_error(replace(text, "\"global_microbatches\": 9", "\"global_microbatches\": 10"), profile)
             .find("microbatches add up to 9") != std::string::npos);
-  CHECK(error_of_plan(replace(text, "\"format\": \"oobleck.plan.v1\"", "\"format\": \"other\""), profile) ==
+  CHECK(plan_error(replace(text, "\"format\": \"oobleck.plan.v1\"", "\"format\": \"other\""), profile) ==
         "plan.json: format: expected \"oobleck.plan.v1\", got \"other\"");
-  CHECK(error_of_plan(replace(text, "\"a\"", "\"b\""), profile).find("appears twice") != std::string::npos);
+  CHECK(plan_error(replace(text, "\"a\"", "\"b\""), profile).find("appears twice") != std::string::npos);
 }

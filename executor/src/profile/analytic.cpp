@@ -315,8 +315,10 @@ HardwareDescription hardware_of_measurement(std::string_view measured_json, cons
                      ": measured.gemm_flops_per_s: missing; expected a profile from "
                      "oobleck-profile measure");
   }
-  h.peak_fp32_flops_per_s = json_input::require_number(*section, "gemm_flops_per_s", where / "measured", 1, kMostPerSecond);
-  h.memory_bytes_per_s = json_input::require_number(*section, "copy_bytes_per_s", where / "measured", 1, kMostPerSecond);
+  h.peak_fp32_flops_per_s =
+      json_input::require_number(*section, "gemm_flops_per_s", where / "measured", 1, kMostPerSecond);
+  h.memory_bytes_per_s =
+      json_input::require_number(*section, "copy_bytes_per_s", where / "measured", 1, kMostPerSecond);
   h.intra_node_bytes_per_s = measured.hardware.intra_node_bytes_per_s;
   h.inter_node_bytes_per_s = measured.hardware.inter_node_bytes_per_s;
   h.latency_ms = measured.hardware.latency_ms;
