@@ -242,25 +242,25 @@ FieldPath FieldPath::operator[](std::size_t index) const {
 const json& require(const json& object, std::string_view key, const FieldPath& where) {
   if (!object.is_object()) throw where.error("expected an object, got " + describe(object));
   auto it = object.find(std::string(key));
-  if (it == object.end()) throw(where / key).error("missing (required field)");
+  if (it == object.end()) throw (where / key).error("missing (required field)");
   return *it;
 }
 
 const json& require_object(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_object()) throw(where / key).error("expected an object, got " + describe(value));
+  if (!value.is_object()) throw (where / key).error("expected an object, got " + describe(value));
   return value;
 }
 
 const json& require_array(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_array()) throw(where / key).error("expected an array, got " + describe(value));
+  if (!value.is_array()) throw (where / key).error("expected an array, got " + describe(value));
   return value;
 }
 
 std::string require_string(const json& object, std::string_view key, const FieldPath& where) {
   const json& value = require(object, key, where);
-  if (!value.is_string()) throw(where / key).error("expected a string, got " + describe(value));
+  if (!value.is_string()) throw (where / key).error("expected a string, got " + describe(value));
   return value.get<std::string>();
 }
 
@@ -273,7 +273,7 @@ void require_format(const json& root, std::string_view format, const FieldPath& 
   if (!root.is_object()) throw where.error("expected a JSON object with format \"" + std::string(format) + "\"");
   const std::string found = require_string(root, "format", where);
   if (found != format) {
-    throw(where / "format").error("expected \"" + std::string(format) + "\", got " + quoted_excerpt(found));
+    throw (where / "format").error("expected \"" + std::string(format) + "\", got " + quoted_excerpt(found));
   }
 }
 
