@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <system_error>
 #include <unordered_map>
@@ -133,6 +135,12 @@ std::optional<long long> parse_clock(std::string_view s) {
 
 bool looks_like_date(std::string_view s) { return digit_groups(s, '-', 3, 4, 2).has_value(); }
 
+[[noreturn]] void fail_beyond_events(const std::string& origin, int line, const TraceLimits& limits) {
+  fail_at_line(origin, line,
+               "more than " + std::to_string(limits.events) +
+                   " events, the most a trace may have; expected a shorter trace");
+}
+
 }  // namespace
 
 int Trace::peak_nodes() const {
@@ -144,10 +152,14 @@ int Trace::peak_nodes() const {
   return peak;
 }
 
-Trace parse_trace(std::string_view text, const std::string& origin) {
+Trace parse_trace(std::string_view text, const std::string& origin, const TraceLimits& limits) {
   Trace trace;
   trace.origin = origin;
-  std::unordered_map<std::string, int> present;  // node -> line that added it
+  // At most one event a line: reserved once, the events are never copied
+  // while the vector grows (which would hold both copies at once).
+  const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  trace.events.reserve(std::min(lines, limits.events));
+  std::unordered_map<std::string_view, int> present;  // node (a view into `text`) -> line that added it
   Milliseconds last_time = 0;
   int last_line = 0;
   for_each_event_line(text, origin, kEventFields, [&](const EventLine& e) {
@@ -163,10 +175,7 @@ Trace parse_trace(std::string_view text, const std::string& origin) {
                    "time " + format_decimal(*time) + " ms is beyond " + format_decimal(kMaxTraceMs) +
                        " ms (2^53, about 285,000 years); expected a smaller time");
     }
-    if (trace.events.size() >= kMaxGeneratedEvents) {
-      fail_at_line(origin, line,
-                   "more than " + std::to_string(kMaxGeneratedEvents) + " events; expected a shorter trace");
-    }
+    if (trace.events.size() >= limits.events) fail_beyond_events(origin, line, limits);
     NodeChange change;
     if (e.action == "add") {
       change = NodeChange::add;
@@ -180,21 +189,25 @@ Trace parse_trace(std::string_view text, const std::string& origin) {
                    "time " + format_decimal(*time) + " ms is before " + format_decimal(last_time) + " ms of line " +
                        std::to_string(last_line) + ": events must be in time order");
     }
-    std::string name(e.node);
     if (change == NodeChange::add) {
-      const auto [it, inserted] = present.emplace(name, line);
+      const auto [it, inserted] = present.emplace(e.node, line);
       if (!inserted) {
         fail_at_line(origin, line,
                      "adds node " + quoted_excerpt(e.node) + ", already present since line " +
                          std::to_string(it->second) + "; expected a node that is not present");
       }
-    } else if (present.erase(name) == 0) {
+      if (present.size() > static_cast<std::size_t>(limits.present_nodes)) {
+        fail_at_line(origin, line,
+                     "adds node " + quoted_excerpt(e.node) + " while " + std::to_string(limits.present_nodes) +
+                         " nodes are present, the most a trace may have at once; expected a remove first");
+      }
+    } else if (present.erase(e.node) == 0) {
       fail_at_line(origin, line,
                    "removes node " + quoted_excerpt(e.node) + ", which is not present; expected a node added earlier");
     }
     last_time = *time;
     last_line = line;
-    trace.events.push_back({*time, change, std::move(name)});
+    trace.events.push_back({*time, change, std::string(e.node)});
   });
   if (trace.events.empty()) throw InputError(origin + ": no events, expected lines " + kEventFields);
   return trace;
@@ -208,7 +221,7 @@ Trace parse_trace(std::string_view text, const std::string& origin) {
 // bundled files; should one be earlier than the change before it (or than the
 // first row), it takes effect at that earlier change's time, so the events stay
 // in order and the counts follow the file.
-Trace parse_count_series(std::string_view text, const std::string& origin) {
+Trace parse_count_series(std::string_view text, const std::string& origin, const TraceLimits& limits) {
   Trace trace;
   trace.origin = origin;
   std::vector<std::string> present;  // most recently added last
@@ -232,18 +245,21 @@ Trace parse_count_series(std::string_view text, const std::string& origin) {
     if (!day) fail_at_line(origin, line, "expected a date YYYY-MM-DD, got " + quoted_excerpt(date_text));
     const auto clock = parse_clock(clock_text);
     if (!clock) fail_at_line(origin, line, "expected a time of day HH:MM:SS, got " + quoted_excerpt(clock_text));
-    constexpr long long kMaxCount = 1'000'000;
-    const auto row_count = parse_whole(count_text, kMaxCount);
+    const auto row_count = parse_whole(count_text, limits.present_nodes);
     if (!row_count) {
       fail_at_line(origin, line,
-                   "expected instance_count, a whole number from 0 to " + std::to_string(kMaxCount) + ", got " +
-                       quoted_excerpt(count_text));
+                   "expected instance_count, a whole number from 0 to " + std::to_string(limits.present_nodes) +
+                       ", got " + quoted_excerpt(count_text));
     }
 
     const long long seconds = *day * 86400 + *clock;
     if (!first_s) first_s = seconds;
     const Milliseconds time_ms = std::max(last_change_ms, static_cast<Milliseconds>((seconds - *first_s) * 1000));
     if (*row_count == count) return;
+    // Checked before the events are made: one row may make a million.
+    if (trace.events.size() + static_cast<std::size_t>(std::llabs(*row_count - count)) > limits.events) {
+      fail_beyond_events(origin, line, limits);
+    }
     last_change_ms = time_ms;
     for (; count < *row_count; ++count) {
       present.push_back(node_name(next_name++));
@@ -259,15 +275,23 @@ Trace parse_count_series(std::string_view text, const std::string& origin) {
   return trace;
 }
 
-Trace load_trace(const std::string& path) {
+Trace load_trace(const std::string& path, const TraceLimits& limits) {
+  // Checked before reading: the text is held whole while it is parsed.
+  std::error_code error;
+  const std::uintmax_t bytes = std::filesystem::file_size(path, error);
+  if (!error && bytes > limits.file_bytes) {
+    throw InputError(path + ": " + std::to_string(bytes) + " bytes, more than the " +
+                     std::to_string(limits.file_bytes) + " (" + std::to_string(limits.file_bytes >> 20) +
+                     " MiB) a trace file may have; expected a smaller file");
+  }
   const std::string text = read_text_file(path);
   std::string_view first;
   for_each_line(text, [&](int, std::string_view line) {
     if (first.empty()) first = trim_blanks(line);
   });
   const std::vector<std::string_view> fields = split(first, ',');
-  if (fields.size() == 3 && looks_like_date(trim_blanks(fields[0]))) return parse_count_series(text, path);
-  return parse_trace(text, path);
+  if (fields.size() == 3 && looks_like_date(trim_blanks(fields[0]))) return parse_count_series(text, path, limits);
+  return parse_trace(text, path, limits);
 }
 
 std::string trace_to_csv(const Trace& trace) {

@@ -5,14 +5,16 @@
 #include <cstddef>
 #include <string>
 
+#include "oobleck/sim/trace.h"
+
 namespace oobleck::sim::trace_internal {
 
 // Whole milliseconds up to 2^53 are exact in a double and in llround, so every
 // time we produce prints and parses back unchanged.
 inline constexpr double kMaxTraceMs = 9007199254740992.0;
-// Generators refuse to build traces larger than this rather than exhaust memory
-// on a mistyped rate or duration.
-inline constexpr std::size_t kMaxGeneratedEvents = 10'000'000;
+// Generators refuse to build traces larger than a file may hold rather than
+// exhaust memory on a mistyped rate or duration.
+inline constexpr std::size_t kMaxGeneratedEvents = kTraceLimits.events;
 inline constexpr double kMsPerHour = 3'600'000.0;
 
 // Shortest decimal that parses back to the same double, never in exponent

@@ -3,6 +3,7 @@
 // series (`date, time, instance_count`), or generated from a failure model.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -31,14 +32,26 @@ struct Trace {
   [[nodiscard]] int peak_nodes() const;
 };
 
+// How large a trace may be. Beyond these a trace is refused (InputError
+// naming the file and line, or the generator's parameters) rather than left
+// to exhaust memory or time: a replay costs O(events log nodes) besides the
+// policies' planning, and its memory grows with the events.
+struct TraceLimits {
+  std::size_t events = 10'000'000;
+  int present_nodes = 1'000'000;  // at any one time; a count series' instance_count
+  std::uintmax_t file_bytes = std::uintmax_t{512} << 20;
+};
+inline constexpr TraceLimits kTraceLimits{};
+
 // The event CSV. Throws InputError naming origin:line and what was expected.
-[[nodiscard]] Trace parse_trace(std::string_view text, const std::string& origin);
+[[nodiscard]] Trace parse_trace(std::string_view text, const std::string& origin, const TraceLimits& limits = {});
 // A count series (`YYYY-MM-DD, HH:MM:SS, count` per line): each change of the
 // count becomes adds (new names) or removes (most recently added first).
-[[nodiscard]] Trace parse_count_series(std::string_view text, const std::string& origin);
+[[nodiscard]] Trace parse_count_series(std::string_view text, const std::string& origin,
+                                       const TraceLimits& limits = {});
 // By content: a count series when the first line has three comma-separated
 // fields and the first looks like a date, the event CSV otherwise.
-[[nodiscard]] Trace load_trace(const std::string& path);
+[[nodiscard]] Trace load_trace(const std::string& path, const TraceLimits& limits = {});
 
 [[nodiscard]] std::string trace_to_csv(const Trace& trace);
 
