@@ -1,5 +1,7 @@
 #include "restarting_policy.h"
 
+#include <algorithm>
+
 namespace oobleck::sim::detail {
 namespace {
 
@@ -24,6 +26,15 @@ Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
 }  // namespace
 
 const RestartingPolicy::CountPlan& RestartingPolicy::plan_for(int count) {
+  // No plan uses more than B pipelines (each takes a microbatch at least) of
+  // the largest template's nodes; nodes beyond are spares, which these plans
+  // do not name. Larger counts get that count's plan, so planning costs
+  // O(min(count, B x largest template)), however many nodes are present.
+  long long most_used = 0;
+  for (const auto& t : job_.cluster.templates.templates) {
+    most_used = std::max(most_used, static_cast<long long>(t.nodes) * job_.options.global_microbatches);
+  }
+  count = static_cast<int>(std::min<long long>(count, std::max(1LL, most_used)));
   auto [it, fresh] = plans_.try_emplace(count);
   if (fresh && count > 0) {
     CountPlan& cp = it->second;
