@@ -281,8 +281,7 @@ Trace load_trace(const std::string& path, const TraceLimits& limits) {
   const std::uintmax_t bytes = std::filesystem::file_size(path, error);
   if (!error && bytes > limits.file_bytes) {
     throw InputError(path + ": " + std::to_string(bytes) + " bytes, more than the " +
-                     std::to_string(limits.file_bytes) + " (" + std::to_string(limits.file_bytes >> 20) +
-                     " MiB) a trace file may have; expected a smaller file");
+                     std::to_string(limits.file_bytes) + " a trace file may have; expected a smaller file");
   }
   const std::string text = read_text_file(path);
   std::string_view first;

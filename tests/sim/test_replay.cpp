@@ -433,3 +433,39 @@ TEST_CASE("replay: oobleck's decisions, a loss during a recovery planned from th
   REQUIRE(after.size() == 5);
   CHECK(after[2]["lost"] == nlohmann::json{"node5"});  // the first recovery was ready: its plan is the base
 }
+
+TEST_CASE("replay: a count trace of 200,000 nodes replays as one of 1,000, whose plans are the same") {
+  // N nodes, then 1, then N again. No plan takes more than B pipelines of the
+  // largest template, so beyond that the nodes wait as spares: the policies
+  // do what they do on 1,000 nodes, and only the node counts differ.
+  const auto series = [](int nodes) {
+    const std::string n = std::to_string(nodes);
+    return parse_count_series("2021-12-10, 00:00:00, " + n + "\n2021-12-10, 01:00:00, 1\n2021-12-10, 02:00:00, " + n,
+                              std::to_string(nodes) + " nodes");
+  };
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 8;
+  options.policies = {Policy::checkpoint, Policy::inmemory, Policy::bamboo};
+  const Trace big = series(200'000);
+  REQUIRE(big.events.size() == 3 * 200'000 - 2);
+  const ReplayResult many = replay(gpt3_1_3b(), big, options);
+  const ReplayResult few = replay(gpt3_1_3b(), series(1'000), options);
+  check_books(many);
+  REQUIRE(many.policies.size() == few.policies.size());
+  for (std::size_t i = 0; i < many.policies.size(); ++i) {
+    const PolicyResult &m = many.policies[i], &f = few.policies[i];
+    CAPTURE(policy_name(m.policy));
+    CHECK(m.samples == f.samples);
+    CHECK(m.time.training_ms == f.time.training_ms);
+    CHECK(m.time.lost_work_ms == f.time.lost_work_ms);
+    CHECK(m.failures == f.failures);
+    CHECK(m.restarts == f.restarts);
+    CHECK(m.failures > 0);
+    REQUIRE(m.timeline.size() == f.timeline.size());
+    std::vector<int> nodes;
+    for (const auto& point : m.timeline) nodes.push_back(point.nodes);
+    CHECK(std::find(nodes.begin(), nodes.end(), 1) != nodes.end());
+    CHECK(*std::max_element(nodes.begin(), nodes.end()) == 200'000);
+  }
+}

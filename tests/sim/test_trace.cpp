@@ -664,3 +664,48 @@ TEST_CASE("trace: parse_duration") {
         InputError);
   }
 }
+
+TEST_CASE("trace: inputs beyond the limits are refused, naming the file, the line and the limit") {
+  // The limits in force (README, "Replaying a trace").
+  CHECK(kTraceLimits.events == 10'000'000);
+  CHECK(kTraceLimits.present_nodes == 1'000'000);
+  CHECK(kTraceLimits.file_bytes == std::uintmax_t{512} << 20);
+  // The same checks with small limits, so the inputs stay small.
+  const TraceLimits small{3, 2, 64};
+  CHECK(parse_trace("0,add,a\n1,add,b\n2,remove,a\n", "t.csv", small).events.size() == 3);
+  CHECK(message_of([&] { (void)parse_trace("0,add,a\n1,add,b\n2,remove,a\n3,add,c\n", "t.csv", small); }) ==
+        "t.csv:4: more than 3 events, the most a trace may have; expected a shorter trace");
+  CHECK(message_of([&] { (void)parse_trace("0,add,a\n0,add,b\n0,add,c\n", "t.csv", small); }) ==
+        "t.csv:3: adds node \"c\" while 2 nodes are present, the most a trace may have at once; expected a remove "
+        "first");
+  // A count series is refused at the row that would pass the limit, before
+  // its events are made.
+  const std::string rows = "2021-12-10, 13:00:00, 2\n2021-12-10, 13:01:00, 1\n2021-12-10, 13:02:00, 2\n";
+  CHECK(message_of([&] { (void)parse_count_series(rows, "c.txt", small); }) ==
+        "c.txt:3: more than 3 events, the most a trace may have; expected a shorter trace");
+  CHECK(message_of([&] { (void)parse_count_series("2021-12-10, 13:00:00, 3\n", "c.txt", small); }) ==
+        "c.txt:1: expected instance_count, a whole number from 0 to 2, got \"3\"");
+  CHECK(message_of([] { (void)parse_count_series("2021-12-10, 13:00:00, 1000001\n", "c.txt"); }) ==
+        "c.txt:1: expected instance_count, a whole number from 0 to 1000000, got \"1000001\"");
+  // A file over the size limit is refused before it is read.
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("oobleck_test_limits_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
+          .string();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  const std::string text(100, '#');
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  CHECK(message_of([&] { (void)load_trace(path, small); }) ==
+        path + ": 100 bytes, more than the 64 a trace file may have; expected a smaller file");
+  std::filesystem::remove(path);
+  // Generators keep the node limit.
+  for (const auto& generate : std::vector<std::function<void()>>{
+           [] { (void)fixed_interval_trace(1'000'001, kHour, 0, 1); },
+           [] { (void)poisson_trace(1'000'001, 0, 0, kHour, 1); },
+           [] { (void)spot_trace(1'000'001, 0.5, 0.5, 0, 1); }}) {
+    CHECK(message_of(generate).find(": nodes must be at most 1000000, the most a trace may have present at once, "
+                                    "got 1000001") != std::string::npos);
+  }
+}
