@@ -171,7 +171,9 @@ int run_single_process(const MasterOptions& o) {
   options.steps = o.steps;
   options.seed = o.seed;
   options.learning_rate = o.learning_rate;
-  const auto metrics = train_single_process(read_tokens(o.data_path), options, plan.global_microbatches);
+  const auto tokens = read_tokens(o.data_path);
+  check_tokens(tokens, model_of_profile(profile), o.seed, o.data_path);
+  const auto metrics = train_single_process(tokens, options, plan.global_microbatches);
   std::string lines;
   for (const auto& m : metrics) lines += metrics_line(m) + "\n";
   if (!o.metrics_path.empty()) write_file_atomically(o.metrics_path, lines);
@@ -201,8 +203,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "oobleck-run 0.2.0");
   RunFlags run;
   add_data_flags(app, run);
+  const std::size_t data_flags = app.get_options().size();
   add_cluster_flags(app, run);
   add_failure_flags(app, run);
+  // The live run's own flags mean nothing to --single-process: refused
+  // there rather than ignored.
+  const auto options = app.get_options();
+  auto* single = app.get_option("--single-process");
+  for (std::size_t i = data_flags; i < options.size(); ++i) options[i]->excludes(single);
   TokenizeFlags tokenize;
   const auto* tokenize_cmd = add_tokenize_command(app, tokenize);
   NodeProcessOptions node;
@@ -216,6 +224,11 @@ int main(int argc, char** argv) {
   return cli::run_reporting_errors("oobleck-run", [&]() -> int {
     if (*tokenize_cmd) return run_tokenize(tokenize);
     if (*agent_cmd || *worker_cmd) return run_node_process(node, agent_cmd->parsed());
-    return run_training(run);
+    try {
+      return run_training(run);
+    } catch (const NodeStartError& e) {
+      std::fprintf(stderr, "oobleck-run: error: %s\n", e.what());
+      return kExitFailure;
+    }
   });
 }

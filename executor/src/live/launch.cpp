@@ -30,7 +30,7 @@ std::vector<std::string> over_ssh(const std::string& host, const std::vector<std
     for (char c : a) remote += c == '\'' ? std::string("'\\''") : std::string(1, c);
     remote += "'";
   }
-  return {"ssh", "-o", "BatchMode=yes", host, remote};
+  return {"ssh", "-o", "BatchMode=yes", "--", host, remote};  // "--": a host is never an option
 }
 
 bool is_local_host(const std::string& host) {

@@ -34,6 +34,21 @@ std::vector<std::uint16_t> read_tokens(const std::string& path) {
   return tokens;
 }
 
+void check_tokens(const std::vector<std::uint16_t>& tokens, const ModelConfig& model, std::uint64_t seed,
+                  const std::string& origin) {
+  for (std::uint16_t t : tokens) {
+    if (t >= model.vocab) {
+      throw InputError(origin + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
+                       std::to_string(model.vocab));
+    }
+  }
+  try {
+    (void)step_sequences(tokens, seed, 0, 0, 1, model.seq_len);  // long enough for one sequence
+  } catch (const InputError& e) {
+    throw InputError(origin + ": " + e.what());
+  }
+}
+
 namespace {
 std::uint64_t mix(std::uint64_t z) {  // splitmix64 finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -39,7 +39,8 @@ void apply_profile(TrainOptions& options, const Profile& profile, const std::str
   }
   options.device = device;
   const auto model = nlohmann::json::parse(profile.model_json, nullptr, false);
-  options.bf16 = device == "cuda" && model.is_object() && model.value("dtype", std::string("fp32")) == "bf16";
+  const auto dtype = model.is_object() ? model.find("dtype") : model.end();
+  options.bf16 = device == "cuda" && dtype != model.end() && *dtype == "bf16";
 }
 
 std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,

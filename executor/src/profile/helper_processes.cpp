@@ -1,5 +1,7 @@
 #include "profile/helper_processes.h"
 
+#include "comm/store_server.h"
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -14,14 +16,8 @@ namespace {
 constexpr char kLoopback[] = "127.0.0.1";
 }  // namespace
 
-c10::intrusive_ptr<c10d::TCPStore> local_store_server(int processes, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = 0;  // any free port
-  options.isServer = true;
-  options.numWorkers = processes;
-  options.waitWorkers = false;
-  options.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(kLoopback, options);
+c10::intrusive_ptr<c10d::TCPStore> local_store_server(std::chrono::milliseconds timeout) {
+  return make_store_server(kLoopback, timeout);
 }
 
 c10::intrusive_ptr<c10d::TCPStore> local_store_client(int port, std::chrono::milliseconds timeout) {

@@ -16,7 +16,7 @@ namespace oobleck::executor {
 
 // Where a measurement and its helpers meet, on loopback: the server (this
 // process, at a free port) or a helper's client of it (`port`).
-[[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> local_store_server(int processes, std::chrono::milliseconds timeout);
+[[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> local_store_server(std::chrono::milliseconds timeout);
 [[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> local_store_client(int port, std::chrono::milliseconds timeout);
 
 class HelperProcesses {

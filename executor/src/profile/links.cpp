@@ -88,7 +88,7 @@ LinkFit fit(const std::vector<double>& times_ms) {
 }  // namespace
 
 LinkMeasurement measure_local_links(const std::string& program, const Progress& progress) {
-  auto store = local_store_server(2, kTimeout);
+  auto store = local_store_server(kTimeout);
   const std::string port = std::to_string(store->getPort());
   HelperProcesses peer(program);
   peer.start({"comm-peer", "--port", port}, "the link measurement");

@@ -116,7 +116,7 @@ std::vector<NodeDegreeTimes> measure_node(const MeasureOptions& options, const P
                      "measure one GPU and let the planner derive the tensor-parallel times");
   }
   if (options.program.empty()) throw std::logic_error("measure_node: no program to start the node's workers with");
-  auto store = local_store_server(options.gpus_per_node, kTimeout);
+  auto store = local_store_server(kTimeout);
   const std::string text = options_json(options);
   store->set(kOptionsKey, std::vector<std::uint8_t>(text.begin(), text.end()));
   HelperProcesses workers(options.program);

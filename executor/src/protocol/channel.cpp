@@ -89,10 +89,11 @@ bool Connection::receive(std::vector<std::string>& out) {
   if (fd_ < 0) return false;
   bool open = true;
   char buffer[65536];
-  for (;;) {
+  for (std::size_t read = 0; read < kReadBudget;) {
     const ssize_t n = ::recv(fd_, buffer, sizeof buffer, MSG_DONTWAIT);
     if (n > 0) {
       pending_.append(buffer, static_cast<std::size_t>(n));
+      read += static_cast<std::size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -100,15 +101,17 @@ bool Connection::receive(std::vector<std::string>& out) {
     open = false;  // orderly close or an error: the peer is gone
     break;
   }
-  // A peer that sends no newline is broken: its connection ends here
-  // rather than this process's memory.
-  constexpr std::size_t kLongestLine = std::size_t{1} << 28;
-  if (pending_.size() > kLongestLine && pending_.find('\n') == std::string::npos) return false;
   std::size_t start = 0;
   for (std::size_t end; (end = pending_.find('\n', start)) != std::string::npos; start = end + 1) {
     out.push_back(pending_.substr(start, end - start));
   }
   pending_.erase(0, start);
+  // A peer that sends no newline is broken: its connection ends here
+  // rather than this process's memory.
+  if (pending_.size() > longest_line_) {
+    pending_.clear();
+    return false;
+  }
   return open;
 }
 

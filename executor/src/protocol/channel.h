@@ -25,9 +25,15 @@ class Connection {
   [[nodiscard]] int fd() const { return fd_; }
   // False when the peer is gone (the line is dropped). `line` has no newline.
   bool send(std::string_view line);
-  // Reads what the socket has without blocking and appends every complete
-  // line to `out`. False once the peer has closed the connection.
+  // Reads what the socket has without blocking, at most kReadBudget bytes
+  // (one sender cannot hold up a reader of many), and appends every
+  // complete line to `out`. False once the peer has closed the connection,
+  // or sent more than longest_line() bytes without a newline.
   bool receive(std::vector<std::string>& out);
+  static constexpr std::size_t kReadBudget = std::size_t{1} << 20;
+  static constexpr std::size_t kLongestLine = std::size_t{1} << 28;  // unless set lower
+  void set_longest_line(std::size_t bytes) { longest_line_ = bytes; }
+  [[nodiscard]] std::size_t longest_line() const { return longest_line_; }
   // Waits up to `timeout` for readable data, then receive().
   bool receive(std::vector<std::string>& out, std::chrono::milliseconds timeout);
   // Closes the socket now; send() and receive() report a closed peer after.
@@ -36,6 +42,7 @@ class Connection {
  private:
   int fd_;
   std::string pending_;
+  std::size_t longest_line_ = kLongestLine;
 };
 
 // A listening socket on `address` (port 0: any free port).

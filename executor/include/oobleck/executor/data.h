@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "oobleck/executor/model_config.h"
 #include "oobleck/planner.h"
 
 namespace oobleck::executor {
@@ -25,6 +26,11 @@ struct Sequences {
   std::vector<std::int64_t> inputs;   // count x seq_len
   std::vector<std::int64_t> targets;  // count x seq_len
 };
+// InputError naming `origin` unless every token is inside the model's
+// vocabulary and the file holds at least one sequence of seq_len + 1.
+void check_tokens(const std::vector<std::uint16_t>& tokens, const ModelConfig& model, std::uint64_t seed,
+                  const std::string& origin);
+
 [[nodiscard]] Sequences step_sequences(const std::vector<std::uint16_t>& tokens, std::uint64_t seed, int step,
                                        int first, int count, int seq_len);
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,13 @@ struct MasterOptions {
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
   std::string program;               // this executable: started again as agents and workers
+};
+
+// A node of the run could not be started (an agent that ended before it
+// connected, an ssh that failed): the run cannot begin as planned.
+class NodeStartError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Trains to the end. Throws InputError for bad input (before anything

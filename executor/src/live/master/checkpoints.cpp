@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "checkpoint_manifest.h"
 #include "oobleck/common/files.h"
 
 namespace oobleck::executor {
@@ -18,19 +19,13 @@ std::string folder_of(int step) { return "step-" + std::to_string(step); }
 
 ResumePoint read_latest_checkpoint(const std::string& dir, const Profile& profile, std::uint64_t seed) {
   const std::string latest = dir + "/latest.json";
-  const Json manifest = Json::parse(read_text_file(latest), nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("step") || !manifest.contains("folder") ||
-      !manifest.at("step").is_number_integer() || !manifest.at("folder").is_string()) {
-    throw InputError(latest + ": expected a checkpoint manifest {format, step, folder, ...}");
+  const CheckpointManifest manifest = parse_checkpoint_manifest(read_text_file(latest), latest);
+  if (manifest.layers != static_cast<int>(profile.layers.size()) || manifest.seed != seed) {
+    throw InputError(latest + ": saved for another model or seed (layers " + std::to_string(manifest.layers) +
+                     ", seed " + std::to_string(manifest.seed) + "; this run: layers " +
+                     std::to_string(profile.layers.size()) + ", seed " + std::to_string(seed) + ")");
   }
-  if (manifest.value("layers", -1) != static_cast<int>(profile.layers.size()) ||
-      manifest.value("seed", std::uint64_t{0}) != seed) {
-    throw InputError(latest + ": saved for another model or seed (layers " +
-                     std::to_string(manifest.value("layers", -1)) + ", seed " +
-                     std::to_string(manifest.value("seed", std::uint64_t{0})) + ")");
-  }
-  return {manifest.at("step").get<int>(),
-          (std::filesystem::path(dir) / manifest.at("folder").get<std::string>()).string()};
+  return {manifest.step, (std::filesystem::path(dir) / manifest.folder).string()};
 }
 
 CheckpointWriter::CheckpointWriter(std::string dir, int every, const Profile& profile, std::uint64_t seed)

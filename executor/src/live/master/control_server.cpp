@@ -2,23 +2,37 @@
 
 #include <poll.h>
 
+#include <chrono>
 #include <cmath>
 
 namespace oobleck::executor {
+namespace {
 
-ControlServer::ControlServer(const std::string& address, std::string token)
-    : listener_(address, 0), token_(std::move(token)) {}
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+ControlServer::ControlServer(const std::string& address, std::string token, double hello_deadline_ms)
+    : listener_(address, 0), token_(std::move(token)), hello_deadline_ms_(hello_deadline_ms) {}
 
 std::vector<ControlServer::Inbound> ControlServer::poll(double timeout_ms,
                                                         const std::function<bool(const protocol::Hello&)>& admit) {
   std::vector<pollfd> fds = {{listener_.fd(), POLLIN, 0}};
   for (const auto& [fd, connection] : connections_) fds.push_back({fd, POLLIN, 0});
   std::vector<Inbound> out;
+  const double now = steady_ms();
+  for (const auto& [fd, since] : std::map(strangers_)) {
+    if (now - since >= hello_deadline_ms_) drop(fd);
+  }
   if (::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::max(0.0, timeout_ms)))) <= 0) return out;
   if (fds[0].revents) {
     while (auto connection = listener_.accept()) {
       const int fd = connection->fd();
+      connection->set_longest_line(kLongestHelloBytes);
       connections_[fd] = std::move(connection);
+      strangers_[fd] = steady_ms();
     }
   }
   for (std::size_t i = 1; i < fds.size(); ++i) {
@@ -51,6 +65,8 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
       }
       owners_[fd] = owner;
       fd_of_[owner.key()] = fd;
+      strangers_.erase(fd);
+      connections_.at(fd)->set_longest_line(channel::Connection::kLongestLine);
     }
     const auto owner = owners_.find(fd);
     if (owner == owners_.end()) {  // said something before hello
@@ -74,6 +90,7 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
 }
 
 void ControlServer::drop(int fd) {
+  strangers_.erase(fd);
   if (const auto owner = owners_.find(fd); owner != owners_.end()) {
     fd_of_.erase(owner->second.key());
     owners_.erase(owner);

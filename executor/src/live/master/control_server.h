@@ -19,7 +19,7 @@ namespace oobleck::executor {
 
 class ControlServer {
  public:
-  ControlServer(const std::string& address, std::string token);
+  ControlServer(const std::string& address, std::string token, double hello_deadline_ms = kHelloDeadlineMs);
   [[nodiscard]] int port() const { return listener_.port(); }
 
   // What a poll found, in order of arrival.
@@ -39,7 +39,12 @@ class ControlServer {
   // Waits up to `timeout_ms` for traffic. A hello with the job's token is
   // admitted when `admit` says so (its node known and alive), unless that
   // role (and GPU) is connected already, and arrives like any other message.
+  // A connection that has not said hello within kHelloDeadlineMs, or sends
+  // more than kLongestHelloBytes without one, is dropped: a stranger costs
+  // the job neither memory nor time.
   std::vector<Inbound> poll(double timeout_ms, const std::function<bool(const protocol::Hello&)>& admit);
+  static constexpr double kHelloDeadlineMs = 10000;
+  static constexpr std::size_t kLongestHelloBytes = 64 * 1024;
 
   // To the node's agent, or to every worker of the node. False when a
   // connection it goes to is gone, or there is none.
@@ -60,8 +65,10 @@ class ControlServer {
 
   channel::Listener listener_;
   std::string token_;
+  double hello_deadline_ms_;
   std::map<int, std::unique_ptr<channel::Connection>> connections_;
   std::map<int, Owner> owners_;
+  std::map<int, double> strangers_;  // fd -> when it connected (ms), until its hello is admitted
   std::map<std::tuple<std::string, protocol::Role, int>, int> fd_of_;
 };
 

@@ -37,17 +37,6 @@ void check_runnable(const Plan& plan, const Profile& profile, const std::string&
   (void)recovery::worker_seats(plan, profile.hardware.gpus_per_node);  // and its stages fill its GPUs
 }
 
-void check_tokens(const MasterOptions& o, const ModelConfig& model) {
-  const auto tokens = read_tokens(o.data_path);
-  for (std::uint16_t t : tokens) {
-    if (t >= model.vocab) {
-      throw InputError(o.data_path + ": token " + std::to_string(t) + " is outside the model's vocabulary of " +
-                       std::to_string(model.vocab));
-    }
-  }
-  (void)step_sequences(tokens, o.seed, 0, 0, 1, model.seq_len);  // long enough for one sequence
-}
-
 // Injections name nodes of the plan or nodes an earlier line adds (on the
 // hostfile's hosts, when there is one).
 void check_injections(const MasterOptions& o, const JobInputs& in) {
@@ -81,7 +70,7 @@ JobInputs load_job_inputs(const MasterOptions& o) {
   }
   in.initial_plan = parse_plan(read_text_file(o.plan_path), o.plan_path, in.profile);
   check_runnable(in.initial_plan, in.profile, o.plan_path);
-  check_tokens(o, model_of_profile(in.profile));
+  check_tokens(read_tokens(o.data_path), model_of_profile(in.profile), o.seed, o.data_path);
   require_output_path("--metrics", o.metrics_path);
   require_output_path("--chrome-trace", o.chrome_trace_path);
   if (!o.hostfile.empty()) {

@@ -7,7 +7,6 @@
 // protocol (messages), checkpoints, the injector (scripted and random
 // failures) and the reporter (metrics and summaries).
 #include <signal.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +15,8 @@
 
 #include "last_step.h"
 #include "master.h"
+
+#include "comm/store_server.h"
 #include "oobleck/common/files.h"
 #include "oobleck/recovery/worker_seats.h"
 
@@ -65,12 +66,8 @@ Master::Master(const MasterOptions& options)
   const int committed = in_.resume ? in_.resume->step : -1;
   if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ = samples_before(committed + 1);
-  c10d::TCPStoreOptions store_options;
-  store_options.port = 0;
-  store_options.isServer = true;
-  store_options.waitWorkers = false;
-  store_options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000));
-  store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, store_options);
+  store_ = make_store_server(o_.master_addr,
+                             std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000)));
   welcome_ = {profile_to_json(in_.profile),
               o_.profile_path,
               std::filesystem::absolute(o_.data_path).string(),
@@ -102,6 +99,7 @@ int Master::run() {
     const Milliseconds wait = phase_ == Phase::training ? inject(50) : 50;
     for (const auto& in : server_.poll(wait, admit)) handle(in);
     processes_.reap();
+    for (const auto& [node, reason] : processes_.ended_agents()) lose(node, reason);
     for (const auto& [node, reason] : processes_.overdue(now_ms())) lose(node, reason);
     for (const auto& [node, deadline] : std::map(worker_gone_)) {
       if (now_ms() > deadline) lose(node, "its worker's connection closed and its agent said nothing of it");
@@ -288,7 +286,7 @@ void Master::lose(const std::string& node, const std::string& reason) {
   p->workers_connected = 0;
   if (phase_ == Phase::finishing) return;
   if (phase_ == Phase::starting)
-    throw std::runtime_error("node " + node + " failed before training started (" + reason + ")");
+    throw NodeStartError("node " + node + " failed before training started (" + reason + ")");
   std::fprintf(stderr, "oobleck-run: node %s lost: %s\n", node.c_str(), reason.c_str());
   loss_reasons_[node] = reason;
   snapshots_.forget_holder(node);

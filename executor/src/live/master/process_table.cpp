@@ -85,7 +85,24 @@ void ProcessTable::reap() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     children_.erase(pid);
+    ended_.emplace_back(pid, status);
   }
+}
+
+std::vector<std::pair<std::string, std::string>> ProcessTable::ended_agents() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [pid, status] : ended_) {
+    for (const auto& [name, p] : nodes_) {
+      if (p.agent_pid != pid || !p.alive) continue;
+      std::string how = WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                        : WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                              : "ended";
+      std::string what = p.local ? "its agent process " : "the ssh starting its agent ";
+      out.emplace_back(name, what + how + (p.agent_connected ? "" : " before the agent connected"));
+    }
+  }
+  ended_.clear();
+  return out;
 }
 
 void ProcessTable::wait_for_agents(Milliseconds deadline) {

@@ -64,7 +64,12 @@ class ProcessTable {
   // False for a remote node: its agent must be told.
   bool fence(const std::string& node);
 
+  // Collects ended agent processes (an agent itself, or the ssh that
+  // started it on its host).
   void reap();
+  // Nodes still alive whose agent process ended since the last call, with
+  // the reason: an ssh that failed says so here, long before any timeout.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> ended_agents();
   // Agents end once their worker has; waits for them until `deadline_ms`.
   void wait_for_agents(Milliseconds deadline_ms);
 
@@ -76,6 +81,7 @@ class ProcessTable {
   LaunchSettings settings_;
   std::map<std::string, NodeProcess> nodes_;
   std::set<pid_t> children_;  // not yet reaped
+  std::vector<std::pair<pid_t, int>> ended_;  // reaped agent processes and their wait statuses
 };
 
 // Monotonic milliseconds, the time base of every process on this machine.

@@ -1,0 +1,105 @@
+// What reaches the master from outside the job: connections that never say
+// hello, lines without end, and the rendezvous store's listening address.
+#include "torch_doctest.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "comm/store_server.h"
+#include "live/master/control_server.h"
+#include "protocol/channel.h"
+#include "protocol/protocol.h"
+
+namespace {
+
+using oobleck::executor::ControlServer;
+namespace channel = oobleck::executor::channel;
+namespace protocol = oobleck::executor::protocol;
+
+// Polls the server (at most `polls` times) until the client's end sees the
+// connection closed; returns whether it did.
+bool closed_by_server(ControlServer& server, int client_fd, int polls, std::vector<ControlServer::Inbound>* seen = nullptr) {
+  for (int i = 0; i < polls; ++i) {
+    for (auto& in : server.poll(10, [](const protocol::Hello&) { return true; })) {
+      if (seen != nullptr) seen->push_back(std::move(in));
+    }
+    char byte = 0;
+    const ssize_t n = ::recv(client_fd, &byte, 1, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+  }
+  return false;
+}
+
+// The LISTEN sockets of this process's network namespace on `port`, as the
+// kernel lists them: local addresses in /proc/net/tcp's hex form.
+std::vector<std::string> listening_addresses(int port) {
+  std::vector<std::string> out;
+  char wanted[8];
+  std::snprintf(wanted, sizeof wanted, "%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && local.substr(colon + 1) == wanted) out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("control plane: a stranger's endless line ends its connection after a bounded read, and the job's own "
+          "hello still comes in") {
+  ControlServer server("127.0.0.1", "job-token");
+  auto stranger = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+  // 8 MiB without a newline, from another thread: the server reads at most
+  // kReadBudget a poll, and ends the connection past kLongestHelloBytes.
+  std::thread flood([fd = stranger->fd()] {
+    const std::string chunk(1 << 16, 'x');
+    for (int i = 0; i < 128; ++i) {
+      if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) return;
+    }
+  });
+  CHECK(closed_by_server(server, stranger->fd(), 1000));
+  flood.join();
+
+  auto agent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+  protocol::Hello hello;
+  hello.role = protocol::Role::agent;
+  hello.node = "node0";
+  hello.token = "job-token";
+  REQUIRE(protocol::send(*agent, hello));
+  std::vector<ControlServer::Inbound> seen;
+  for (int i = 0; i < 200 && seen.empty(); ++i) {
+    for (auto& in : server.poll(10, [](const protocol::Hello&) { return true; })) seen.push_back(std::move(in));
+  }
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].node == "node0");
+  CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
+}
+
+TEST_CASE("control plane: a connection that never says hello is closed at its deadline; one that did stays") {
+  ControlServer server("127.0.0.1", "job-token", /*hello_deadline_ms=*/0);
+  auto silent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+  CHECK(closed_by_server(server, silent->fd(), 1000));
+}
+
+TEST_CASE("control plane: a loopback job's rendezvous store listens on the loopback alone") {
+  const auto store = oobleck::executor::make_store_server("127.0.0.1", std::chrono::seconds(5));
+  const auto addresses = listening_addresses(store->getPort());
+  REQUIRE_FALSE(addresses.empty());
+  for (const auto& a : addresses) CHECK(a == "0100007F");  // 127.0.0.1, IPv4; no wildcard, no IPv6
+  CHECK(oobleck::executor::is_loopback_address("127.0.0.1"));
+  CHECK(oobleck::executor::is_loopback_address("localhost"));
+  CHECK_FALSE(oobleck::executor::is_loopback_address("10.0.0.1"));
+}
