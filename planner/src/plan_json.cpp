@@ -1,6 +1,7 @@
 // Templates and plans as JSON (oobleck.templates.v1, oobleck.plan.v1), and
 // MPI-style hostfiles.
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -249,6 +250,21 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   return plan;
 }
 
+namespace {
+
+// A name ssh and the job's messages take as a host and nothing else: never
+// an option ("-F/file"), a user ("a@b"), a shell word or bytes that are not
+// text.
+bool is_host_name(const std::string& host) {
+  if (host.empty() || host.size() > 253 || std::isalnum(static_cast<unsigned char>(host[0])) == 0) return false;
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x80 && (std::isalnum(u) != 0 || c == '.' || c == '-' || c == '_' || c == ':');
+  });
+}
+
+}  // namespace
+
 std::vector<std::string> parse_hostfile(std::string_view text, const std::string& origin, int gpus_per_node) {
   std::vector<std::string> hosts;
   std::set<std::string> seen;
@@ -262,8 +278,9 @@ std::vector<std::string> parse_hostfile(std::string_view text, const std::string
     std::istringstream words(line);
     std::string host, word;
     if (!(words >> host)) continue;
-    if (host.find_first_of(",=") != std::string::npos) {
-      throw InputError(where + ": expected a host name first, got " + quoted_excerpt(host));
+    if (!is_host_name(host)) {
+      throw InputError(where + ": expected a host name first (letters, digits, '.', '-', '_' or ':', at most 253, "
+                               "starting with a letter or digit), got " + quoted_excerpt(host));
     }
     int slots = gpus_per_node;
     while (words >> word) {

@@ -156,6 +156,20 @@ TEST_CASE("hostfiles: megabyte-long words are quoted as short excerpts") {
   CHECK(bad_word.size() < kShortMessage);
 }
 
+TEST_CASE("hostfiles: a host that ssh would read as an option, a user or a shell word, or that is not text, is "
+          "refused") {
+  const std::vector<std::string> hosts = {"-F/tmp/ssh_config", "-oProxyCommand=x", "root@alpha", "alpha;reboot",
+                                          "$(id)", "caf\xc3\xa9", "bad\xff\xfe", std::string(254, 'a')};
+  for (const std::string& host : hosts) {
+    CAPTURE(host);
+    const std::string message = test::input_error([&] { (void)parse_hostfile(host + " slots=8\n", "hosts", 8); });
+    CHECK(message.rfind("hosts:1: expected a host name first", 0) == 0);
+    CHECK(message.size() < kShortMessage);
+  }
+  const auto fine = parse_hostfile("gpu-01.cluster slots=8\nnode_2 slots=8\n10.0.0.3\nfe80::1\n", "hosts", 8);
+  CHECK(fine == std::vector<std::string>{"gpu-01.cluster", "node_2", "10.0.0.3", "fe80::1"});
+}
+
 TEST_CASE("cli: hostile profiles and plans exit 2 with a short message and write nothing") {
   test::Scratch s(kBinary);
   const std::string good = bundled_text();
