@@ -172,6 +172,55 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
   CHECK_FALSE(std::filesystem::exists(s.path("x.json")));
 }
 
+TEST_CASE("profile: hostile model, hardware and profile files exit 2 with a short message naming the field, and "
+          "write nothing") {
+  oobleck::test::Scratch s(OOBLECK_PROFILE_BINARY);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string hw = R"({"gpus_per_node": 8, "gpu_memory_bytes": 1e10, "peak_fp32_flops_per_s": 1e12,
+                             "peak_bf16_flops_per_s": 1e12, "memory_bytes_per_s": 1e12,
+                             "intra_node_bytes_per_s": 1e11, "inter_node_bytes_per_s": 1e10)";
+  struct Case {
+    std::string what, model, hardware, expected;
+  };
+  const std::vector<Case> cases = {
+      {"a model value 100,000 arrays deep", R"({"layers": )" + deep + "}", "h200", "model.json:1:"},
+      {"a model's layers that wrap an int", R"({"layers": 4294967298, "hidden": 32, "heads": 4, "vocab": 10,
+                                              "seq_len": 8})", "h200", "model.json: layers"},
+      {"a model key twice", R"({"layers": 2, "layers": 3, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8})",
+       "h200", "model.json:1:"},
+      {"gpus_per_node that wraps an int", "gpt-tiny", hw + R"(, "gpus_per_node": 2147483648})", "hw.json:"},
+      {"a hardware name that is not a string", "gpt-tiny", hw + R"(, "name": 7})", "hw.json: name"},
+      {"a megabyte string where a count belongs", "gpt-tiny",
+       R"({"gpus_per_node": ")" + std::string(1 << 20, 'x') + "\"}", "hw.json: gpus_per_node"},
+      {"a hardware value of 1e999", "gpt-tiny",
+       R"({"gpus_per_node": 8, "gpu_memory_bytes": 1e999})", "hw.json:1:"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    const bool model_file = c.model.front() == '{', hardware_file = c.hardware.front() == '{';
+    if (model_file) s.write("model.json", c.model);
+    if (hardware_file) s.write("hw.json", c.hardware);
+    const auto run = s.run("analytic --model " + (model_file ? s.str("model.json") : c.model) + " --hardware " +
+                           (hardware_file ? s.str("hw.json") : c.hardware) +
+                           " --microbatch-size 1 --seq-len 8 --out " + s.str("out.json"));
+    CHECK(run.status == 2);
+    CHECK(run.err.find(c.expected) != std::string::npos);
+    CHECK(run.err.size() < 1000);
+    CHECK_FALSE(std::filesystem::exists(s.path("out.json")));
+  }
+  // compare: a profile 100,000 arrays deep on either side.
+  s.write("deep.json", R"({"format": "oobleck.profile.v1", "microbatch_size": )" + deep + "}");
+  REQUIRE(s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
+                s.str("good.json")).status == 0);
+  for (const auto& [measured, predicted] : {std::pair{"deep.json", "good.json"}, std::pair{"good.json", "deep.json"}}) {
+    const auto run = s.run("compare --measured " + s.str(measured) + " --predicted " + s.str(predicted) +
+                           " --json " + s.str("cmp.json"));
+    CHECK(run.status == 2);
+    CHECK(run.err.find("deep.json:1:") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(s.path("cmp.json")));
+  }
+}
+
 TEST_CASE("profile: a node of 2 GPUs is measured by 2 worker processes at every degree") {
   oobleck::test::Scratch s(OOBLECK_PROFILE_BINARY);
   // gpt-tiny has 4 heads: degrees 1 and 2 of a 2-GPU node split it.
