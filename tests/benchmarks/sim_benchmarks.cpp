@@ -6,10 +6,15 @@
 //   BM_Iteration/N: one iteration of the 175B plan on N nodes, op by op
 //   BM_ReplayLlama3/2048: 54 days of 2048 8-GPU nodes failing at the Llama 3
 //     rate and repaired after 3 h on average, all four policies (< 5 s)
+//   BM_ReplayCountTrace/N: a count series of N nodes, then 1, then N again
+//     (3N events), replayed by checkpoint, inmemory and bamboo one after
+//     another; items are trace events, so a flat rate across N is replay in
+//     O(events log nodes)
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "oobleck/planner.h"
 #include "oobleck/sim/engine.h"
@@ -121,6 +126,28 @@ void BM_ReplayLlama3(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ReplayLlama3)->Arg(2048)->Unit(benchmark::kSecond)->Iterations(1);
+
+void BM_ReplayCountTrace(benchmark::State& state) {
+  using namespace oobleck::sim;
+  static const oobleck::Profile profile = oobleck::load_profile(std::filesystem::path(OOBLECK_SOURCE_DIR) /
+                                                                 "profiles/gpt3-1.3b-a100.handwritten.json");
+  const std::string n = std::to_string(state.range(0));
+  const Trace trace = parse_count_series(
+      "2021-12-10, 00:00:00, " + n + "\n2021-12-10, 01:00:00, 1\n2021-12-10, 02:00:00, " + n + "\n", "count series");
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 8;
+  options.policies = {Policy::checkpoint, Policy::inmemory, Policy::bamboo};
+  options.parallel = false;
+  ReplayResult result;
+  for (auto _ : state) {
+    result = replay(profile, trace, options);
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(trace.events.size()) * state.iterations());
+  state.counters["trace_events"] = static_cast<double>(trace.events.size());
+}
+BENCHMARK(BM_ReplayCountTrace)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
