@@ -97,7 +97,7 @@ report_one() {
   local final execs cov ft runs status corpus_files findings
   # The last status line: "#N DONE cov: C ft: F corp: U/Sb exec/s: E ..." or,
   # in fork mode, "#N: cov: C ft: F corp: U exec/s: E ...".
-  final=$(grep -E '^#[0-9]+:? .*cov: ' "$log" | tail -n 1 || true)
+  final=$(grep -E '^#[0-9]+:?[[:space:]].*cov: ' "$log" | tail -n 1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$final")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$final")
   runs=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$final")
@@ -123,8 +123,8 @@ report_one() {
     done <<<"$findings"
   fi
   # One JSON object per target, joined below.
-  local finding_list
-  finding_list=$(sed 's/.*/"&"/' <<<"$findings" | paste -sd, -)
+  local finding_list=""
+  if [ -n "$findings" ]; then finding_list=$(sed 's/.*/"&"/' <<<"$findings" | paste -sd, -); fi
   printf '{"target": "%s", "status": "%s", "seconds": %s, "execs_per_s": %s, "cov": %s, "ft": %s, "runs": %s, "corpus_files": %s, "findings": [%s]}' \
     "$target" "$status" "$seconds" "${execs:-null}" "${cov:-null}" "${ft:-null}" "${runs:-null}" "$corpus_files" \
     "$finding_list" >"$logs/$target.json"
