@@ -2,6 +2,13 @@
 // change belongs to, whole iterations trained (the unfinished one is lost),
 // checkpoints, rollbacks, and the timeline. Training between events is
 // accounted analytically, so days of training cost a handful of events.
+//
+// Cost of a replay: the trace is read by a cursor (nothing queued per event)
+// and each event updates the nodes present in O(log n) (present_nodes.h), so
+// the trace itself costs O(events log nodes) time and O(events) memory. On
+// top, each millisecond with changes costs what the policy does about them:
+// planning, which depends on the plan (at most B pipelines of the largest
+// template), not on how many nodes wait as spares.
 #include "policy_model.h"
 
 #include <algorithm>
