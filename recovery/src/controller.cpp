@@ -8,10 +8,6 @@
 namespace oobleck::recovery {
 namespace {
 
-bool contains(const std::vector<std::string>& list, const std::string& name) {
-  return std::find(list.begin(), list.end(), name) != list.end();
-}
-
 bool erase_from(std::vector<std::string>& list, const std::string& name) {
   const auto it = std::find(list.begin(), list.end(), name);
   if (it == list.end()) return false;
@@ -24,6 +20,30 @@ void append(Actions& to, Actions more) {
 }
 
 }  // namespace
+
+void Controller::NameList::push_back(const std::string& name) {
+  names.push_back(name);
+  ++occurrences[name];
+}
+
+bool Controller::NameList::erase(const std::string& name) {
+  const auto it = occurrences.find(name);
+  if (it == occurrences.end()) return false;
+  if (--it->second == 0) occurrences.erase(it);
+  names.erase(std::find(names.begin(), names.end(), name));
+  return true;
+}
+
+void Controller::NameList::assign(std::vector<std::string> list) {
+  names = std::move(list);
+  occurrences.clear();
+  for (const auto& name : names) ++occurrences[name];
+}
+
+void Controller::NameList::clear() {
+  names.clear();
+  occurrences.clear();
+}
 
 Controller::Controller(const CostModel& cost, const TemplateSet& templates, ControllerOptions options)
     : cost_(cost),
@@ -41,19 +61,18 @@ Actions Controller::handle(const Event& event) {
 
 std::vector<std::string> Controller::members() const {
   std::vector<std::string> out;
-  out.reserve(ranked_.size() + pending_joins_.size());
+  out.reserve(ranked_.size() + pending_joins_.names.size());
   for (std::size_t r = 0; r < ranked_.size(); ++r) {
     if (!gone_[r]) out.emplace_back(ranked_[r]);
   }
-  out.insert(out.end(), pending_joins_.begin(), pending_joins_.end());
+  out.insert(out.end(), pending_joins_.names.begin(), pending_joins_.names.end());
   return out;
 }
 
 int Controller::rank_of(std::string_view node) const {
-  for (std::size_t r = 0; r < ranked_.size(); ++r) {
-    if (ranked_[r] == node) return gone_[r] ? -1 : static_cast<int>(r);
-  }
-  return -1;
+  const auto it = rank_index_.find(node);
+  if (it == rank_index_.end()) return -1;
+  return gone_[static_cast<std::size_t>(it->second)] ? -1 : it->second;
 }
 
 bool Controller::trains(std::string_view node) const {
@@ -76,22 +95,22 @@ Actions Controller::on(const NodesChanged& e) {
 
 bool Controller::note_loss(const std::string& node) {
   awaited_joins_.erase(node);
-  if (erase_from(pending_joins_, node)) return false;
+  if (pending_joins_.erase(node)) return false;
   const int rank = rank_of(node);
   if (rank < 0) return false;
   gone_[rank] = 1;
   // A node that joined since the base held nothing the base counts.
-  if (!erase_from(added_since_base_, node)) lost_since_base_.push_back(node);
+  if (!added_since_base_.erase(node)) lost_since_base_.push_back(node);
   return rank < trainers_ || !ready_;
 }
 
 void Controller::note_join(const std::string& node) {
   awaited_joins_.erase(node);
-  if (!contains(pending_joins_, node) && rank_of(node) < 0) pending_joins_.push_back(node);
+  if (!pending_joins_.contains(node) && rank_of(node) < 0) pending_joins_.push_back(node);
 }
 
 Actions Controller::on(const JoinAwaited& e) {
-  if (!contains(pending_joins_, e.node) && rank_of(e.node) < 0) awaited_joins_.insert(e.node);
+  if (!pending_joins_.contains(e.node) && rank_of(e.node) < 0) awaited_joins_.insert(e.node);
   return {};
 }
 
@@ -174,7 +193,7 @@ Actions Controller::on(const Timer& e) {
     return {GiveUp{GiveUp::Reason::no_progress,
                    "training makes no progress: its collectives failed " + std::to_string(restarts_without_progress_) +
                        " times in a row with no node lost",
-                   committed_, lost_since_base_, added_since_base_}};
+                   committed_, lost_since_base_, added_since_base_.names}};
   }
   return recover(Cause::communication);
 }
@@ -277,7 +296,7 @@ Plan Controller::plan_for(const std::vector<std::string>& nodes) {
 Actions Controller::try_start() {
   if (options_.initial_plan && generations_ == 0) {
     for (const auto& node : ranked_nodes(*options_.initial_plan)) {
-      if (!contains(pending_joins_, node)) return {};  // not all here yet
+      if (!pending_joins_.contains(node)) return {};  // not all here yet
     }
     Generation g;
     g.cause = Cause::start;
@@ -300,12 +319,12 @@ Actions Controller::recover(Cause cause) {
     }
     return start_afresh(cause, start_source_, false);
   }
-  for (const auto& node : pending_joins_) added_since_base_.push_back(node);
+  for (const auto& node : pending_joins_.names) added_since_base_.push_back(node);
   const int survivors =
-      node_count(*base_) + static_cast<int>(added_since_base_.size()) - static_cast<int>(lost_since_base_.size());
+      node_count(*base_) + static_cast<int>(added_since_base_.names.size()) - static_cast<int>(lost_since_base_.size());
   Reconfiguration r;
   try {
-    r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_);
+    r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_.names);
   } catch (const NoPlanError& e) {
     if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up || !roll_back()) {
       return give_up(e.what());
@@ -332,8 +351,8 @@ Actions Controller::start_afresh(Cause cause, StateSource source, bool rolled_ba
     lost_since_base_.clear();
     added_since_base_.clear();
   } else {
-    for (const auto& node : pending_joins_) {
-      if (!contains(added_since_base_, node)) added_since_base_.push_back(node);
+    for (const auto& node : pending_joins_.names) {
+      if (!added_since_base_.contains(node)) added_since_base_.push_back(node);
     }
   }
   const std::vector<std::string> nodes = members();
@@ -357,7 +376,7 @@ Actions Controller::start_afresh(Cause cause, StateSource source, bool rolled_ba
 
 Actions Controller::give_up(const std::string& why) {
   finished_ = true;
-  return {GiveUp{GiveUp::Reason::no_plan, why, committed_, lost_since_base_, added_since_base_}};
+  return {GiveUp{GiveUp::Reason::no_plan, why, committed_, lost_since_base_, added_since_base_.names}};
 }
 
 Actions Controller::begin(Generation g) {
@@ -367,7 +386,7 @@ Actions Controller::begin(Generation g) {
     g.rolled_back_from = rolled_back_from_;
   }
   g.lost = lost_since_base_;
-  g.added = added_since_base_;
+  g.added = added_since_base_.names;
   current_ = std::make_shared<const Generation>(std::move(g));
   const Plan& plan = current_->plan;
   ranked_.clear();
@@ -375,9 +394,12 @@ Actions Controller::begin(Generation g) {
   trainers_ = static_cast<int>(ranked_.size());
   ranked_.insert(ranked_.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
   gone_.assign(ranked_.size(), 0);
+  rank_index_.clear();
+  for (std::size_t r = 0; r < ranked_.size(); ++r) rank_index_.emplace(ranked_[r], static_cast<int>(r));
   // The nodes that waited to join are in the new plan now (a recovery takes
   // them all in), but for those beside a given initial plan.
-  std::erase_if(pending_joins_, [&](const std::string& node) { return rank_of(node) >= 0; });
+  std::erase_if(pending_joins_.names, [&](const std::string& node) { return rank_of(node) >= 0; });
+  pending_joins_.assign(std::move(pending_joins_.names));
   established_ = ready_ = false;
   reports_.clear();
   deferred_commit_.reset();
@@ -390,8 +412,9 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
   if (committed_ >= 0 && !roll_back()) return give_up(why);
   // Down until enough nodes join: they start from the checkpoint (or from
   // the seed, when nothing was ever trained). The members wait with them.
-  pending_joins_ = members();
+  pending_joins_.assign(members());
   ranked_.clear();
+  rank_index_.clear();
   gone_.clear();
   trainers_ = 0;
   current_.reset();
@@ -405,8 +428,8 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
 bool Controller::commit_wanted() const { return current_ && !finished_ && !pending_joins_.empty(); }
 
 bool Controller::survives_losing(const std::vector<std::string>& nodes) {
-  std::vector<std::string> lost = lost_since_base_, added = added_since_base_;
-  added.insert(added.end(), pending_joins_.begin(), pending_joins_.end());
+  std::vector<std::string> lost = lost_since_base_, added = added_since_base_.names;
+  added.insert(added.end(), pending_joins_.names.begin(), pending_joins_.names.end());
   std::vector<std::string> left = members();
   for (const auto& node : nodes) {
     if (!erase_from(left, node)) continue;

@@ -41,6 +41,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "oobleck/planner.h"
@@ -135,6 +136,20 @@ class Controller {
   Plan plan_for(const std::vector<std::string>& nodes);
   const TemplateSet& templates_for(int nodes);
 
+  // Names in order, with how often each occurs: asking for a name is O(1),
+  // and erasing one O(n) only when it is there (most nodes lost were not
+  // waiting to join).
+  struct NameList {
+    std::vector<std::string> names;
+    std::unordered_map<std::string, int> occurrences;
+    [[nodiscard]] bool contains(const std::string& name) const { return occurrences.count(name) > 0; }
+    [[nodiscard]] bool empty() const { return names.empty(); }
+    void push_back(const std::string& name);
+    bool erase(const std::string& name);  // its first occurrence; false when absent
+    void assign(std::vector<std::string> list);
+    void clear();
+  };
+
   const CostModel& cost_;
   const TemplateSet* templates_;
   TemplateSet grown_;  // when more nodes take part than `templates_` covers
@@ -145,6 +160,7 @@ class Controller {
   // The current generation's nodes in rank order (views into its plan,
   // which current_ keeps alive), its trainers first, and which are lost.
   std::vector<std::string_view> ranked_;
+  std::unordered_map<std::string_view, int> rank_index_;  // ranked_[r] -> r
   std::vector<char> gone_;
   int trainers_ = 0;
   bool established_ = false, ready_ = false, finished_ = false, waiting_ = false;
@@ -156,9 +172,10 @@ class Controller {
   std::shared_ptr<const Plan> base_;
   int base_generation_ = 0;
   StateSource start_source_;
-  std::vector<std::string> lost_since_base_, added_since_base_;
+  std::vector<std::string> lost_since_base_;
+  NameList added_since_base_;
 
-  std::vector<std::string> pending_joins_;  // joined, in no generation yet
+  NameList pending_joins_;  // joined, in no generation yet
   std::set<std::string> awaited_joins_;
   std::optional<int> deferred_commit_;            // reported by all, waiting for awaited joins
   std::map<int, std::set<std::string>> reports_;  // step -> trainers that reported it
