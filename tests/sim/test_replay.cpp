@@ -434,21 +434,24 @@ TEST_CASE("replay: oobleck's decisions, a loss during a recovery planned from th
   CHECK(after[2]["lost"] == nlohmann::json{"node5"});  // the first recovery was ready: its plan is the base
 }
 
-TEST_CASE("replay: a count trace of 200,000 nodes replays as one of 1,000, whose plans are the same") {
-  // N nodes, then 1, then N again. No plan takes more than B pipelines of the
-  // largest template, so beyond that the nodes wait as spares: the policies
-  // do what they do on 1,000 nodes, and only the node counts differ.
-  const auto series = [](int nodes) {
-    const std::string n = std::to_string(nodes);
+namespace {
+
+// A count series of N nodes, then 1, then N again, replayed with `policies`
+// beside the same with 1,000 nodes. No plan takes more than B pipelines of
+// the largest template, so beyond that the nodes wait as spares: the
+// policies do what they do on 1,000 nodes, and only the node counts differ.
+void check_replays_as_1000_nodes(int nodes, const std::vector<Policy>& policies) {
+  const auto series = [](int n_nodes) {
+    const std::string n = std::to_string(n_nodes);
     return parse_count_series("2021-12-10, 00:00:00, " + n + "\n2021-12-10, 01:00:00, 1\n2021-12-10, 02:00:00, " + n,
-                              std::to_string(nodes) + " nodes");
+                              std::to_string(n_nodes) + " nodes");
   };
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 8;
-  options.policies = {Policy::checkpoint, Policy::inmemory, Policy::bamboo};
-  const Trace big = series(200'000);
-  REQUIRE(big.events.size() == 3 * 200'000 - 2);
+  options.policies = policies;
+  const Trace big = series(nodes);
+  REQUIRE(big.events.size() == 3 * static_cast<std::size_t>(nodes) - 2);
   const ReplayResult many = replay(gpt3_1_3b(), big, options);
   const ReplayResult few = replay(gpt3_1_3b(), series(1'000), options);
   check_books(many);
@@ -463,9 +466,19 @@ TEST_CASE("replay: a count trace of 200,000 nodes replays as one of 1,000, whose
     CHECK(m.restarts == f.restarts);
     CHECK(m.failures > 0);
     REQUIRE(m.timeline.size() == f.timeline.size());
-    std::vector<int> nodes;
-    for (const auto& point : m.timeline) nodes.push_back(point.nodes);
-    CHECK(std::find(nodes.begin(), nodes.end(), 1) != nodes.end());
-    CHECK(*std::max_element(nodes.begin(), nodes.end()) == 200'000);
+    std::vector<int> counts;
+    for (const auto& point : m.timeline) counts.push_back(point.nodes);
+    CHECK(std::find(counts.begin(), counts.end(), 1) != counts.end());
+    CHECK(*std::max_element(counts.begin(), counts.end()) == nodes);
   }
+}
+
+}  // namespace
+
+TEST_CASE("replay: a count trace of 200,000 nodes replays as one of 1,000, whose plans are the same") {
+  check_replays_as_1000_nodes(200'000, {Policy::checkpoint, Policy::inmemory, Policy::bamboo});
+}
+
+TEST_CASE("replay: oobleck's policies replay a count trace of 20,000 nodes as one of 1,000") {
+  check_replays_as_1000_nodes(20'000, {Policy::oobleck, Policy::oobleck_snapshots});
 }
