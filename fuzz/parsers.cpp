@@ -16,6 +16,7 @@
 #include "oobleck/planner.h"
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
+#include "live/master/checkpoint_manifest.h"
 
 #ifndef OOBLECK_SOURCE_DIR
 #error "OOBLECK_SOURCE_DIR must name the repository: plans are checked against a profile from it"
@@ -132,6 +133,10 @@ void parse_hardware_file(std::string_view input) {
   expecting_input_error([&] { (void)executor::load_hardware(path); });
 }
 
+void parse_checkpoint_manifest_text(std::string_view input) {
+  expecting_input_error([&] { (void)executor::parse_checkpoint_manifest(input, kOrigin); });
+}
+
 constexpr std::array kTargets = {
     ParserTarget{"profile", parse_profile_text},
     ParserTarget{"plan", parse_plan_text},
@@ -142,6 +147,7 @@ constexpr std::array kTargets = {
     ParserTarget{"injections", parse_injections_text},
     ParserTarget{"model_config", parse_model_config_text},
     ParserTarget{"hardware", parse_hardware_file},
+    ParserTarget{"checkpoint_manifest", parse_checkpoint_manifest_text},
 };
 
 }  // namespace

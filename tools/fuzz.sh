@@ -113,7 +113,7 @@ report_one() {
   else
     status=error
   fi
-  printf '%-13s %-7s exec/s %-7s cov %-6s ft %-6s corpus %-5s\n' "$target" "$status" "${execs:-?}" "${cov:-?}" \
+  printf '%-19s %-7s exec/s %-7s cov %-6s ft %-6s corpus %-5s\n' "$target" "$status" "${execs:-?}" "${cov:-?}" \
     "${ft:-?}" "$corpus_files"
   if [ "$status" != ok ]; then
     echo "  log: $log" >&2
