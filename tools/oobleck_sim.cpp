@@ -200,7 +200,7 @@ TraceSet trace_set_of(const ExperimentFlags& flags, const Profile& profile) {
   if (generated == !flags.trace_path.empty()) throw InputError("give either --trace FILE or --generate KIND");
   if (flags.seeds > 0 && !generated) throw InputError("--seeds: needs --generate (a trace file has no randomness)");
   TraceSet traces;
-  if (!generated) traces.given = load_trace(flags.trace_path);
+  if (!generated) traces.given = std::make_shared<const Trace>(load_trace(flags.trace_path));
   traces.spec = flags.spec;
   traces.runs = generated ? std::max(1, flags.seeds) : 1;
   traces.default_gpus_per_node = profile.hardware.gpus_per_node;
@@ -289,7 +289,7 @@ int run_replay(const ReplayFlags& flags) {
     throw InputError("--decisions: the oobleck or oobleck-snapshots policy's, but --policy leaves both out");
   }
   if (traces.runs == 1) {
-    if (replay_one(flags, in, traces.trace_for_run(0), options)) return 0;
+    if (replay_one(flags, in, *traces.trace_for_run(0), options)) return 0;
   } else {
     if (!flags.timeline_out.empty() || !flags.plot_out.empty() || !flags.decisions_out.empty()) {
       throw InputError("--timeline, --plot and --decisions: one trace only (no --seeds)");

@@ -144,12 +144,12 @@ TEST_CASE("experiments: bad generator specs are input errors naming the flag") {
 
 TEST_CASE("experiments: a trace set gives the given trace every run, or seeds from spec.seed on") {
   TraceSet traces = generated(poisson_spec(), 3);
-  CHECK(traces.trace_for_run(0).events == generate_trace(poisson_spec(), 11, 8).events);
-  CHECK(traces.trace_for_run(2).events == generate_trace(poisson_spec(), 13, 8).events);
-  CHECK(traces.trace_for_run(2).origin == "poisson trace (seed 13)");
-  traces.given = parse_trace("0,add,a\n10,remove,a\n", "given");
-  CHECK(traces.trace_for_run(2).events == traces.given->events);
-  CHECK(traces.trace_for_run(2).origin == "given");
+  CHECK(traces.trace_for_run(0)->events == generate_trace(poisson_spec(), 11, 8).events);
+  CHECK(traces.trace_for_run(2)->events == generate_trace(poisson_spec(), 13, 8).events);
+  CHECK(traces.trace_for_run(2)->origin == "poisson trace (seed 13)");
+  traces.given = std::make_shared<const Trace>(parse_trace("0,add,a\n10,remove,a\n", "given"));
+  CHECK(traces.trace_for_run(2) == traces.given);  // the same trace, not a copy
+  CHECK(traces.trace_for_run(2)->origin == "given");
 }
 
 // ------------------------------------------------------------------ percentiles
@@ -323,7 +323,7 @@ TEST_CASE("experiments: a sweep's rows are medians of replays, and it recommends
     replay_options.fault_tolerance = 1;
     replay_options.global_microbatches = 16;
     replay_options.policies = {Policy::oobleck};
-    rates.push_back(replay(gpt3_1_3b_a100(), traces.trace_for_run(run), replay_options).policies.front().samples_per_s);
+    rates.push_back(replay(gpt3_1_3b_a100(), *traces.trace_for_run(run), replay_options).policies.front().samples_per_s);
   }
   CHECK(one.rows[1].policy == Policy::oobleck);
   CHECK(one.rows[1].fault_tolerance == 1);

@@ -11,9 +11,10 @@
 
 namespace oobleck::sim {
 
-Trace TraceSet::trace_for_run(int run) const {
-  if (given) return *given;
-  return generate_trace(spec, spec.seed + static_cast<std::uint64_t>(run), default_gpus_per_node);
+std::shared_ptr<const Trace> TraceSet::trace_for_run(int run) const {
+  if (given) return given;
+  return std::make_shared<const Trace>(
+      generate_trace(spec, spec.seed + static_cast<std::uint64_t>(run), default_gpus_per_node));
 }
 
 double percentile(std::vector<double> values, double q) {

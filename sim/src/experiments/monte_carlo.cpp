@@ -50,7 +50,7 @@ SeedsSummary replay_seeds(const Profile& profile, const TraceSet& traces, const 
   ReplayOptions one_thread = options;
   one_thread.parallel = false;  // the runs already use every core
   const auto runs = experiment_internal::run_jobs<ReplayResult>(
-      traces.runs, [&](int i) { return replay(profile, traces.trace_for_run(i), one_thread, scenario); }, experiment,
+      traces.runs, [&](int i) { return replay(profile, *traces.trace_for_run(i), one_thread, scenario); }, experiment,
       "trace");
   return summarize_seeds(runs, traces.spec.seed);
 }

@@ -116,7 +116,7 @@ SweepResult sweep(const Profile& profile, const TraceSet& traces, const SweepOpt
       static_cast<int>(points.size()) * runs,
       [&](int i) {
         const Point& point = points[static_cast<std::size_t>(i / runs)];
-        return replay_point(profile, traces.trace_for_run(i % runs), point, options.global_microbatches, scenario);
+        return replay_point(profile, *traces.trace_for_run(i % runs), point, options.global_microbatches, scenario);
       },
       experiment, "sweep run");
   SweepResult result;

@@ -3,6 +3,7 @@
 // percentiles they summarize with.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -13,14 +14,15 @@
 namespace oobleck::sim {
 
 // The traces an experiment replays, one per run: `given` in every run when
-// set, otherwise the trace `spec` makes with seed spec.seed + run.
+// set (shared, not copied: a trace may hold 10,000,000 events), otherwise the
+// trace `spec` makes with seed spec.seed + run.
 struct TraceSet {
-  std::optional<Trace> given;
+  std::shared_ptr<const Trace> given;
   TraceSpec spec;
   int runs = 1;
   int default_gpus_per_node = 8;  // for generate_trace
   // Throws what generate_trace throws.
-  [[nodiscard]] Trace trace_for_run(int run) const;
+  [[nodiscard]] std::shared_ptr<const Trace> trace_for_run(int run) const;
 };
 
 struct ExperimentOptions {
