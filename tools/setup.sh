@@ -11,6 +11,8 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
   python3-pytest  # tests/scripts: the tests of tools/oobleck-tools
+  openssh-client  # agents on other hosts (--hostfile)
+  clang libclang-rt-14-dev  # tools/fuzz.sh: the libFuzzer targets of fuzz/
 )
 
 missing=()

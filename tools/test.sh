@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test (CTest prints the summary), then the benchmarks in a short
-# mode. Expects tools/setup.sh to have built build/.
+# Runs every test (CTest prints the summary), the sanitizer build's tests, the
+# fuzz targets briefly, then the benchmarks in a short mode. Expects
+# tools/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+echo "== sanitizers: the planner, the simulator, the recovery rule and their tests under AddressSanitizer and UBSan"
+tools/sanitize.sh
+echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" tools/fuzz.sh
 echo "== benchmarks (short mode; run build/bin/planner_benchmarks and build/bin/sim_benchmarks for full timings)"
 build/bin/planner_benchmarks --benchmark_min_time=0.05
 build/bin/sim_benchmarks --benchmark_min_time=0.05
