@@ -139,7 +139,7 @@ TEST_CASE("model: bad configs are clear errors") {
             .find("m.json: dropout: unknown field") == 0);
   CHECK(message(R"({"layers": -2, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8})")
             .find("m.json: layers: expected a positive integer") == 0);
-  CHECK(message("{").rfind("m.json:1:1: not valid JSON", 0) == 0);
+  CHECK(message("{").rfind("m.json:1:2: not valid JSON", 0) == 0);
   CHECK_THROWS_WITH_AS((void)load_model_config("gpt5"), doctest::Contains("unknown model \"gpt5\""), InputError);
   const ModelConfig ok = parse_model_config(R"({"layers": 2, "hidden": 32, "heads": 4, "vocab": 10, "seq_len": 8})", "m");
   CHECK(ok.layers == 2);
