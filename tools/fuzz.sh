@@ -29,7 +29,8 @@ rss_mb="${FUZZ_RSS_MB:-2048}"
 keep_going="${FUZZ_KEEP_GOING:-0}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
 summary="${FUZZ_SUMMARY:-$build_dir/fuzz-summary.json}"
-for setting in seconds parallel timeout max_len rss_mb keep_going; do whole_number "$setting" "${!setting}"; done
+whole_number FUZZ_SECONDS "$seconds"; whole_number FUZZ_PARALLEL "$parallel"; whole_number FUZZ_TIMEOUT "$timeout"
+whole_number FUZZ_MAX_LEN "$max_len"; whole_number FUZZ_RSS_MB "$rss_mb"; whole_number FUZZ_KEEP_GOING "$keep_going"
 ((parallel >= 1)) || { echo "fuzz: FUZZ_PARALLEL must be at least 1" >&2; exit 2; }
 
 # The targets are the ones fuzz/CMakeLists.txt builds.
