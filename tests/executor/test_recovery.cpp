@@ -154,9 +154,9 @@ TEST_CASE("recovery: more losses than the replicas cover, with no snapshot or ch
 TEST_CASE("recovery: past f, the run rolls back to the newest checkpoint and trains the lost steps again, bit for bit") {
   LiveSetup setup(6, 2, 12);
   // The first stage of every pipeline, during step 5: layers [0, 3) have no
-  // replica left. The checkpoint after step 3 is complete by then (every
-  // worker saved it before applying step 4, which was committed). No
-  // snapshots in memory: the checkpoint is all there is.
+  // replica left. The checkpoint after step 3 is complete by then (an
+  // injection during step N strikes once the checkpoints before N are
+  // saved). No snapshots in memory: the checkpoint is all there is.
   setup.s.write("inject.csv", "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\n");
   const auto run = setup.live(12, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
                                                        " --heartbeat-timeout-ms 5000 --checkpoint " +
@@ -198,7 +198,7 @@ TEST_CASE("recovery: past f, the run rolls back to the snapshot in the mirrors' 
   // default): the first stages' own snapshots die with them, their mirrors
   // (the next node in rank order) survive, and the newest mirrored step
   // before step 5 is step 3. (An injection during step N strikes once the
-  // snapshots before N are in.)
+  // snapshots and checkpoints before N are in.)
   setup.s.write("inject.csv", "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\n");
   const auto run = setup.live(12, 4, "live.jsonl",
                               "--inject " + setup.s.str("inject.csv") + " --heartbeat-timeout-ms 5000");

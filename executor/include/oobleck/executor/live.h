@@ -32,10 +32,11 @@ namespace oobleck::executor {
 // kills the node's agent and worker (SIGKILL: connections close at once),
 // `hang` stops them (SIGSTOP: connections stay open, only the heartbeat
 // tells), `add` starts a new node of that name, `crash` kills the node's
-// worker of GPU 0 alone (SIGKILL; its agent restarts it). With snapshots,
-// a crash, removal or hang during step N strikes once the snapshots before
-// N are in the agents' memory and mirrors, and step N is not committed
-// before it struck, whatever the timing.
+// worker of GPU 0 alone (SIGKILL; its agent restarts it). With snapshots
+// or checkpoints, a crash, removal or hang during step N strikes once the
+// snapshots before N are in the agents' memory and mirrors and the
+// checkpoints before N on disk, and step N is not committed before it
+// struck, whatever the timing.
 struct Injection {
   enum class When { AtTime, DuringStep, DuringRecovery, DuringRollback };
   enum class Action { Remove, Add, Hang, Crash };

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -50,6 +51,14 @@ bool CheckpointWriter::saved(int step, const std::string& node) {
   pending_.erase(pending);
   finish(step);
   return true;
+}
+
+void CheckpointWriter::saver_lost(const std::string& node) {
+  const std::string prefix = node + " GPU ";
+  std::erase_if(pending_, [&](const auto& step_savers) {
+    return std::any_of(step_savers.second.begin(), step_savers.second.end(),
+                       [&](const std::string& saver) { return saver.rfind(prefix, 0) == 0; });
+  });
 }
 
 std::string CheckpointWriter::folder(int step) const {

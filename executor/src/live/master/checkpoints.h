@@ -41,6 +41,13 @@ class CheckpointWriter {
   // A rollback to the state after `step`: saves of later steps in the
   // making will not complete (their steps are trained again).
   void forget_after(int step);
+  // `node` was lost: checkpoints still waiting for one of its workers
+  // ("<node> GPU <g>") will never be complete.
+  void saver_lost(const std::string& node);
+  // True while the checkpoint of a step before `step` waits for a saver.
+  [[nodiscard]] bool saving_before(int step) const {
+    return !pending_.empty() && pending_.begin()->first < step;
+  }
   // The last step whose checkpoint is complete (-1: none).
   [[nodiscard]] int last_complete() const { return last_complete_; }
   [[nodiscard]] bool enabled() const { return every_ > 0; }

@@ -279,6 +279,7 @@ void Master::lose(const std::string& node, const std::string& reason) {
   NodeProcess* p = processes_.find(node);
   worker_gone_.erase(node);
   if (p == nullptr || !p->alive) return;
+  checkpoints_.saver_lost(node);
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
   server_.disconnect(node);

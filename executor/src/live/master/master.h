@@ -75,9 +75,10 @@ class Master {
   void forget_missing_snapshot(int step, int port);
   void assign_mirrors();
   void crash_worker(const std::string& node, const std::string& why);
-  // Injections during a step wait for the snapshots before it (step_events_due).
+  // Injections during a step wait for the snapshots and checkpoints before it.
   void fire_due_step_events();
   [[nodiscard]] bool snapshots_caught_up(int step) const;
+  [[nodiscard]] bool state_caught_up(int step) const;
   // The pieces of the snapshot of `step`, from the holders `source` allows.
   void add_snapshot_sources(protocol::NewGeneration& m, int step, bool with_mirrors);
   [[nodiscard]] std::string snapshot_host(const std::string& node) const;
@@ -129,7 +130,7 @@ class Master {
   bool snapshots_changed_ = false;  // since the controller was last told (SnapshotsHeld)
   std::map<std::string, std::string> mirror_of_;  // node -> its mirror's node
   // An injection during step N (crash, remove, hang) strikes once the
-  // snapshots before N are where they go (snapshots_caught_up), and step N
+  // snapshots and checkpoints before N are where they go (state_caught_up), and step N
   // is not committed before its node was lost or restarted (Ready messages
   // wait in held_ready_), so that it strikes during step N whatever the
   // timing.

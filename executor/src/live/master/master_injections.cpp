@@ -57,7 +57,8 @@ void Master::crash_during_next_step(const std::string& node, const std::string& 
 
 void Master::fire(const Injection& event) {
   const std::string why = "--inject line " + std::to_string(event.line);
-  if (event.action != Injection::Action::Add && event.when == Injection::When::DuringStep && o_.snapshot_every > 0) {
+  if (event.action != Injection::Action::Add && event.when == Injection::When::DuringStep &&
+      (o_.snapshot_every > 0 || checkpoints_.enabled())) {
     pending_step_events_.push_back({event, why, now_ms()});
     fire_due_step_events();
     return;

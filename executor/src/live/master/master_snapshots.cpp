@@ -110,6 +110,12 @@ bool Master::snapshots_caught_up(int step) const {
   return true;
 }
 
+// What a failure during `step` may need is where it goes: the snapshots and
+// the checkpoint saves due before it (both written in the background).
+bool Master::state_caught_up(int step) const {
+  return (o_.snapshot_every <= 0 || snapshots_caught_up(step)) && !checkpoints_.saving_before(step);
+}
+
 void Master::fire_due_step_events() {
   // A snapshot that never comes (an agent failing) holds nothing up for long.
   const Milliseconds now = now_ms();
@@ -121,7 +127,7 @@ void Master::fire_due_step_events() {
       if (!established_) continue;
       e.event.index = std::max(e.event.index, controller_.committed_step() + 1);
     }
-    if (e.struck || !(snapshots_caught_up(e.event.index) || now - e.since_ms > 10000)) continue;
+    if (e.struck || !(state_caught_up(e.event.index) || now - e.since_ms > 10000)) continue;
     e.struck = true;
     const NodeProcess* p = processes_.find(e.event.node);
     if (p != nullptr && p->alive) {
