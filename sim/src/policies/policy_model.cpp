@@ -216,6 +216,11 @@ void PolicyModel::end_batch() {
   on_change(added, lost);
 }
 
+std::int64_t whole_cycles(Milliseconds since, Milliseconds now, Milliseconds cycle_ms) {
+  const Milliseconds slack = 1e-12 * (std::abs(now) + std::abs(since) + cycle_ms);
+  return static_cast<std::int64_t>(std::min(std::floor((now - since + slack) / cycle_ms), 4e18));
+}
+
 // Accounting. Time since `since_` belongs to the current activity; training
 // counts whole iterations (plus their in-memory save share), the unfinished
 // one is lost.
@@ -237,7 +242,7 @@ void PolicyModel::leave_activity() {
       break;
     case Activity::training: {
       const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
-      const auto done = static_cast<std::int64_t>(std::min(std::floor(elapsed / cycle * (1 + 1e-12)), 4e18));
+      const std::int64_t done = whole_cycles(since_, now, cycle);
       const Milliseconds useful = static_cast<double>(done) * current_iteration_ms_;
       const Milliseconds saving = static_cast<double>(done) * per_iteration_save_ms_;
       result_.time.training_ms += useful;
@@ -272,8 +277,7 @@ void PolicyModel::start_training(Milliseconds iteration, int pipelines, Millisec
 
 Milliseconds PolicyModel::next_iteration_boundary() const {
   const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
-  const Milliseconds elapsed = engine_.now() - since_;
-  return since_ + (std::floor(elapsed / cycle * (1 + 1e-12)) + 1) * cycle;
+  return since_ + static_cast<double>(whole_cycles(since_, engine_.now(), cycle) + 1) * cycle;
 }
 
 void PolicyModel::schedule_checkpoint() {

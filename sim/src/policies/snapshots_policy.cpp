@@ -83,8 +83,7 @@ class SnapshotsPolicy final : public OobleckPolicy {
   [[nodiscard]] std::int64_t completed_now() const {
     if (activity_ != Activity::training) return iterations_done_;
     const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
-    const double done = std::floor((engine_.now() - since_) / cycle * (1 + 1e-12));  // as leave_activity counts
-    return iterations_done_ + static_cast<std::int64_t>(std::min(done, 4e18));
+    return iterations_done_ + whole_cycles(since_, engine_.now(), cycle);  // as leave_activity counts
   }
 
   void materialize() {
