@@ -66,7 +66,17 @@ void parse_trace_counts(std::string_view input) {
 }
 
 void parse_scenario_text(std::string_view input) {
-  expecting_input_error([&] { (void)sim::parse_scenario(input, kOrigin); });
+  expecting_input_error([&] {
+    const sim::Scenario scenario = sim::parse_scenario(input, kOrigin);
+    // What a replay asks of a scenario it took: every policy's overrides and
+    // their iteration times, at node counts in and around any table.
+    for (const sim::Policy policy : sim::kAllPolicies) {
+      const sim::Overrides o = scenario.overrides_for(policy);
+      for (const int nodes : {1, 2, 7, 1000, 1'000'000}) {
+        if (const auto ms = sim::overridden_iteration_ms(o, nodes); ms && !(*ms > 0)) std::abort();
+      }
+    }
+  });
 }
 
 void parse_hostfile_text(std::string_view input) {

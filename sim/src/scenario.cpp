@@ -1,6 +1,8 @@
 // Scenario files: the cluster description and overrides of derived constants.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <map>
 #include <set>
 
 #include "oobleck/common/event_lines.h"
@@ -39,6 +41,27 @@ class Section {
                                    value_excerpt(*v));
       }
       target = static_cast<int>(v->get<std::int64_t>());
+    }
+  }
+  // Node count -> iteration time: {"8": 1200, "16": 640}.
+  void iterations_by_nodes(const char* key, std::map<int, Milliseconds>& target) {
+    const json* v = take(key);
+    if (v == nullptr) return;
+    if (!v->is_object() || v->empty()) {
+      throw error(path(key), "expected an object of node counts to iteration times in ms, such as {\"8\": 1200}, got " +
+                                 value_excerpt(*v));
+    }
+    Section entries(*v, origin_, path(key));
+    for (const auto& [count, ms] : v->items()) {
+      const bool digits = !count.empty() && count.size() <= 7 &&
+                          std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const int nodes = digits ? std::stoi(count) : 0;
+      if (nodes < 1 || nodes > 1'000'000) {
+        throw entries.error(entries.path(count), "expected a node count from 1 to 1000000 as the key");
+      }
+      std::optional<double> t;
+      entries.number(count.c_str(), t, false);
+      target[nodes] = *t;
     }
   }
   // Every key must have been read.
@@ -94,13 +117,90 @@ class Section {
   std::vector<std::string> used_keys_;
 };
 
+
+void parse_overrides(Section& o, Overrides& v, const std::string& origin, const std::string& where) {
+  o.number("iteration_ms", v.iteration_ms, false);
+  o.iterations_by_nodes("iteration_ms_by_nodes", v.iteration_ms_by_nodes);
+  o.integer("checkpoint_interval_iterations", v.checkpoint_interval_iterations);
+  o.number("checkpoint_save_ms", v.checkpoint_save_ms);
+  o.number("checkpoint_load_ms", v.checkpoint_load_ms);
+  o.number("oobleck_copy_ms", v.oobleck_copy_ms);
+  o.number("inmemory_save_ms", v.inmemory_save_ms);
+  o.number("inmemory_restore_ms", v.inmemory_restore_ms);
+  o.number("bamboo_slowdown", v.bamboo_slowdown, false);
+  o.number("bamboo_failover_ms", v.bamboo_failover_ms);
+  o.integer("snapshot_every_iterations", v.snapshot_every_iterations);
+  o.integer("mirror_every_iterations", v.mirror_every_iterations);
+  o.number("snapshot_stall_ms", v.snapshot_stall_ms);
+  o.number("snapshot_restore_memory_ms", v.snapshot_restore_memory_ms);
+  o.number("snapshot_restore_mirror_ms", v.snapshot_restore_mirror_ms);
+  o.number("snapshot_restore_disk_ms", v.snapshot_restore_disk_ms);
+  o.finish();
+  if (v.iteration_ms && !v.iteration_ms_by_nodes.empty()) {
+    throw InputError(origin + ": " + where + ": give iteration_ms or iteration_ms_by_nodes, not both");
+  }
+}
+
+// Only snapshots taken are mirrored (as oobleck-run --mirror-every).
+void check_mirrors(const Overrides& v, const std::string& origin, const std::string& where) {
+  const int every = v.snapshot_every_iterations.value_or(kDefaultSnapshotEveryIterations);
+  const int mirror = v.mirror_every_iterations.value_or(kDefaultMirrorEveryIterations);
+  if (every > 0 && mirror > 0 && mirror % every != 0) {
+    throw InputError(origin + ": " + where + ".mirror_every_iterations: expected 0 or a multiple of " +
+                     "snapshot_every_iterations (" + std::to_string(every) + "), got " + std::to_string(mirror));
+  }
+}
+
 }  // namespace
+
+Overrides Scenario::overrides_for(Policy policy) const {
+  const auto it = policy_overrides.find(policy);
+  if (it == policy_overrides.end()) return overrides;
+  const Overrides& p = it->second;
+  Overrides o = overrides;
+  if (p.iteration_ms || !p.iteration_ms_by_nodes.empty()) {
+    o.iteration_ms = p.iteration_ms;
+    o.iteration_ms_by_nodes = p.iteration_ms_by_nodes;
+  }
+  const auto over = [](auto& common, const auto& own) {
+    if (own) common = own;
+  };
+  over(o.checkpoint_interval_iterations, p.checkpoint_interval_iterations);
+  over(o.checkpoint_save_ms, p.checkpoint_save_ms);
+  over(o.checkpoint_load_ms, p.checkpoint_load_ms);
+  over(o.oobleck_copy_ms, p.oobleck_copy_ms);
+  over(o.inmemory_save_ms, p.inmemory_save_ms);
+  over(o.inmemory_restore_ms, p.inmemory_restore_ms);
+  over(o.bamboo_slowdown, p.bamboo_slowdown);
+  over(o.bamboo_failover_ms, p.bamboo_failover_ms);
+  over(o.snapshot_every_iterations, p.snapshot_every_iterations);
+  over(o.mirror_every_iterations, p.mirror_every_iterations);
+  over(o.snapshot_stall_ms, p.snapshot_stall_ms);
+  over(o.snapshot_restore_memory_ms, p.snapshot_restore_memory_ms);
+  over(o.snapshot_restore_mirror_ms, p.snapshot_restore_mirror_ms);
+  over(o.snapshot_restore_disk_ms, p.snapshot_restore_disk_ms);
+  return o;
+}
+
+std::optional<Milliseconds> overridden_iteration_ms(const Overrides& overrides, int nodes) {
+  if (overrides.iteration_ms) return overrides.iteration_ms;
+  const auto& table = overrides.iteration_ms_by_nodes;
+  if (table.empty() || nodes < 1) return std::nullopt;
+  const auto above = table.lower_bound(nodes);
+  if (above != table.end() && above->first == nodes) return above->second;
+  // Beyond the table: the nearest count's samples per second per node.
+  if (above == table.begin()) return above->second * above->first / nodes;
+  const auto below = std::prev(above);
+  if (above == table.end()) return below->second * below->first / nodes;
+  const double x = static_cast<double>(nodes - below->first) / (above->first - below->first);
+  return below->second + x * (above->second - below->second);
+}
 
 Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
   json doc = json_input::parse(json_text, origin);
   Scenario scenario;
   Section top(doc, origin, "");
-  top.finish({"cluster", "overrides", "format", "description"});
+  top.finish({"cluster", "overrides", "policy_overrides", "format", "description"});
   if (doc.contains("format") && doc["format"] != "oobleck.scenario.v1") {
     throw InputError(origin + ": format: expected \"oobleck.scenario.v1\", got " + value_excerpt(doc["format"]));
   }
@@ -118,29 +218,25 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
   }
   if (doc.contains("overrides")) {
     Section o(doc["overrides"], origin, "overrides");
-    Overrides& v = scenario.overrides;
-    o.number("iteration_ms", v.iteration_ms, false);
-    o.integer("checkpoint_interval_iterations", v.checkpoint_interval_iterations);
-    o.number("checkpoint_save_ms", v.checkpoint_save_ms);
-    o.number("checkpoint_load_ms", v.checkpoint_load_ms);
-    o.number("oobleck_copy_ms", v.oobleck_copy_ms);
-    o.number("inmemory_save_ms", v.inmemory_save_ms);
-    o.number("inmemory_restore_ms", v.inmemory_restore_ms);
-    o.number("bamboo_slowdown", v.bamboo_slowdown, false);
-    o.number("bamboo_failover_ms", v.bamboo_failover_ms);
-    o.integer("snapshot_every_iterations", v.snapshot_every_iterations);
-    o.integer("mirror_every_iterations", v.mirror_every_iterations);
-    o.number("snapshot_stall_ms", v.snapshot_stall_ms);
-    o.number("snapshot_restore_memory_ms", v.snapshot_restore_memory_ms);
-    o.number("snapshot_restore_mirror_ms", v.snapshot_restore_mirror_ms);
-    o.number("snapshot_restore_disk_ms", v.snapshot_restore_disk_ms);
-    o.finish();
-    // Only snapshots taken are mirrored (as oobleck-run --mirror-every).
-    const int every = v.snapshot_every_iterations.value_or(kDefaultSnapshotEveryIterations);
-    const int mirror = v.mirror_every_iterations.value_or(kDefaultMirrorEveryIterations);
-    if (every > 0 && mirror > 0 && mirror % every != 0) {
-      throw InputError(origin + ": overrides.mirror_every_iterations: expected 0 or a multiple of " +
-                       "snapshot_every_iterations (" + std::to_string(every) + "), got " + std::to_string(mirror));
+    parse_overrides(o, scenario.overrides, origin, "overrides");
+  }
+  check_mirrors(scenario.overrides, origin, "overrides");
+  if (doc.contains("policy_overrides")) {
+    const json& section = doc["policy_overrides"];
+    Section all(section, origin, "policy_overrides");
+    for (const auto& [name, value] : section.items()) {
+      const auto policy = std::find_if(std::begin(kAllPolicies), std::end(kAllPolicies),
+                                       [&](Policy p) { return policy_name(p) == name; });
+      if (policy == std::end(kAllPolicies)) {
+        std::string names;
+        for (const Policy p : kAllPolicies) names += (names.empty() ? "" : ", ") + std::string(policy_name(p));
+        throw InputError(origin + ": policy_overrides." + excerpt(name) + ": no such policy; expected one of: " +
+                         names);
+      }
+      const std::string where = "policy_overrides." + name;
+      Section o(value, origin, where);
+      parse_overrides(o, scenario.policy_overrides[*policy], origin, where);
+      check_mirrors(scenario.overrides_for(*policy), origin, where);
     }
   }
   return scenario;

@@ -3,6 +3,7 @@
 // overrides.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "oobleck/planner.h"
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
+#include "scenario_errors.h"
 
 using namespace oobleck;
 using namespace oobleck::sim;
@@ -22,6 +24,13 @@ const std::filesystem::path kRoot = OOBLECK_SOURCE_DIR;
 const Profile& gpt3_1_3b() {
   static const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-a100.handwritten.json");
   return profile;
+}
+
+// `nodes` nodes at 0, then the listed events.
+std::string start_with(int nodes) {
+  std::string csv;
+  for (int i = 1; i <= nodes; ++i) csv += "0,add,node" + std::to_string(i) + "\n";
+  return csv;
 }
 
 // The trace with every time multiplied by `factor`.
@@ -60,5 +69,93 @@ TEST_CASE("replay: the same losses stretched tenfold lose no more work, at a che
       CHECK(p.time.lost_work_ms <= most);
       CHECK(p.time.total_ms() == doctest::Approx(result.duration_ms).epsilon(1e-9));
     }
+  }
+}
+
+TEST_CASE("scenario: iteration times per node count, interpolated between counts, per node beyond them") {
+  const Scenario s = parse_scenario(R"({"overrides": {"iteration_ms_by_nodes": {"8": 1200, "16": 800, "12": 900}}})",
+                                    "s.json");
+  const Overrides& o = s.overrides;
+  REQUIRE(o.iteration_ms_by_nodes.size() == 3);
+  CHECK(overridden_iteration_ms(o, 8) == 1200);
+  CHECK(overridden_iteration_ms(o, 12) == 900);
+  CHECK(*overridden_iteration_ms(o, 10) == doctest::Approx(1050));       // halfway between 8 and 12
+  CHECK(*overridden_iteration_ms(o, 14) == doctest::Approx(850));
+  CHECK(*overridden_iteration_ms(o, 4) == doctest::Approx(2400));        // 8 nodes' throughput per node
+  CHECK(*overridden_iteration_ms(o, 32) == doctest::Approx(400));
+  CHECK_FALSE(overridden_iteration_ms(Overrides{}, 8));
+  Overrides constant;
+  constant.iteration_ms = 700;
+  CHECK(overridden_iteration_ms(constant, 3) == 700);
+
+  const auto message = [](const std::string& text) { return scenario_error(text, "bad.json"); };
+  CHECK(message(R"({"overrides": {"iteration_ms_by_nodes": {"0": 5}}})")
+            .find("bad.json: overrides.iteration_ms_by_nodes.0: expected a node count from 1 to 1000000") == 0);
+  CHECK(message(R"({"overrides": {"iteration_ms_by_nodes": {"eight": 5}}})").find("iteration_ms_by_nodes.eight") !=
+        std::string::npos);
+  CHECK(message(R"({"overrides": {"iteration_ms_by_nodes": {"8": 0}}})")
+            .find("bad.json: overrides.iteration_ms_by_nodes.8: expected a positive number") == 0);
+  CHECK(message(R"({"overrides": {"iteration_ms_by_nodes": []}})").find("expected an object of node counts") !=
+        std::string::npos);
+  CHECK(message(R"({"overrides": {"iteration_ms_by_nodes": {"8": 5}, "iteration_ms": 3}})")
+            .find("bad.json: overrides: give iteration_ms or iteration_ms_by_nodes, not both") == 0);
+}
+
+TEST_CASE("scenario: overrides per policy replace the common ones for that policy alone") {
+  const Scenario s = parse_scenario(R"({
+    "overrides": {"iteration_ms": 1000, "checkpoint_interval_iterations": 50, "checkpoint_save_ms": 20000},
+    "policy_overrides": {
+      "checkpoint": {"iteration_ms_by_nodes": {"4": 1500}, "checkpoint_interval_iterations": 1},
+      "bamboo": {"bamboo_slowdown": 1.5}}})",
+                                    "s.json");
+  const Overrides checkpoint = s.overrides_for(Policy::checkpoint);
+  CHECK_FALSE(checkpoint.iteration_ms);  // the table replaces the common constant
+  CHECK(checkpoint.iteration_ms_by_nodes.at(4) == 1500);
+  CHECK(checkpoint.checkpoint_interval_iterations == 1);
+  CHECK(checkpoint.checkpoint_save_ms == 20000);  // not overridden: the common one
+  const Overrides oobleck = s.overrides_for(Policy::oobleck);
+  CHECK(oobleck.iteration_ms == 1000);
+  CHECK(oobleck.checkpoint_interval_iterations == 50);
+  CHECK(s.overrides_for(Policy::bamboo).bamboo_slowdown == 1.5);
+  CHECK_FALSE(s.overrides_for(Policy::inmemory).bamboo_slowdown);
+
+  const auto message = [](const std::string& text) { return scenario_error(text, "bad.json"); };
+  CHECK(message(R"({"policy_overrides": {"varuna": {}}})")
+            .find("bad.json: policy_overrides.varuna: no such policy; expected one of: oobleck, checkpoint") == 0);
+  CHECK(message(R"({"policy_overrides": {"oobleck": {"iteration": 3}}})")
+            .find("bad.json: policy_overrides.oobleck.iteration: unknown field") == 0);
+  CHECK(message(R"({"policy_overrides": {"oobleck": 3}})").find("policy_overrides.oobleck: expected an object") !=
+        std::string::npos);
+  // The merged snapshot intervals are checked: 4 is not a multiple of 3.
+  CHECK(message(R"({"overrides": {"snapshot_every_iterations": 3, "mirror_every_iterations": 6},
+                    "policy_overrides": {"oobleck-snapshots": {"mirror_every_iterations": 4}}})")
+            .find("bad.json: policy_overrides.oobleck-snapshots.mirror_every_iterations: expected 0 or a multiple") ==
+        0);
+}
+
+TEST_CASE("replay: each policy trains at its own table's iteration time for the nodes its plan uses") {
+  // 8 nodes, no loss: every policy trains on all 8 from its first start to
+  // the end at the iteration time its table gives for 8 nodes.
+  const Trace trace = parse_trace(start_with(8) + "3600000,add,node9\n", "no losses");
+  const Scenario scenario = parse_scenario(R"({
+    "overrides": {"iteration_ms_by_nodes": {"4": 4000, "16": 1000}, "checkpoint_interval_iterations": 0},
+    "policy_overrides": {"checkpoint": {"iteration_ms_by_nodes": {"8": 1500}}}})",
+                                           "table.json");
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 16;
+  options.policies = {Policy::oobleck, Policy::checkpoint};
+  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  REQUIRE(result.policies.size() == 2);
+  for (const auto& p : result.policies) {
+    CAPTURE(policy_name(p.policy));
+    REQUIRE(!p.timeline.empty());
+    // The plan on 8 nodes (the trace's first hour): 8 nodes of the 1.3B
+    // model make whole pipelines, all of them used.
+    const TimelinePoint& first_training = *std::find_if(p.timeline.begin(), p.timeline.end(),
+                                                        [](const TimelinePoint& t) { return t.pipelines > 0; });
+    CHECK(first_training.nodes == 8);
+    const double expected_ms = p.policy == Policy::checkpoint ? 1500.0 : 4000.0 + (8 - 4) * (1000.0 - 4000.0) / 12;
+    CHECK(first_training.samples_per_s == doctest::Approx(result.samples_per_iteration / expected_ms * 1000));
   }
 }

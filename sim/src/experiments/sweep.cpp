@@ -61,6 +61,7 @@ PolicyResult replay_point(const Profile& profile, const Trace& trace, const Poin
   options.parallel = false;  // the runs already use every core
   if (point.checkpoint_interval_iterations) {
     scenario.overrides.checkpoint_interval_iterations = point.checkpoint_interval_iterations;
+    for (auto& [policy, own] : scenario.policy_overrides) own.checkpoint_interval_iterations.reset();
   }
   return replay(profile, trace, options, scenario).policies.front();
 }

@@ -139,7 +139,7 @@ class BambooPolicy final : public PolicyModel {
       extra.extra_forward_ms.push_back(std::move(e));
     }
     plan.global_microbatches = job_.options.global_microbatches;
-    if (const auto& slowdown = job_.scenario.overrides.bamboo_slowdown) return iteration_ms(plan) * *slowdown;
+    if (const auto& slowdown = overrides_.bamboo_slowdown) return iteration_ms(plan) * *slowdown;
     return iteration_ms(plan, extra);
   }
 
@@ -211,7 +211,7 @@ class BambooPolicy final : public PolicyModel {
       ++result_.reconfigurations;
       const Cluster& c = job_.scenario.cluster;
       down_for(Activity::reconfiguration,
-               c.detection_ms + job_.scenario.overrides.bamboo_failover_ms.value_or(c.communicator_ms),
+               c.detection_ms + overrides_.bamboo_failover_ms.value_or(c.communicator_ms),
                [this] { train(); });
       return;
     }

@@ -22,7 +22,7 @@ class InMemoryPolicy final : public RestartingPolicy {
 
  private:
   Milliseconds save_per_iteration_ms(const CountPlan& cp) override {
-    return job_.scenario.overrides.inmemory_save_ms.value_or(static_cast<double>(cp.node_state_bytes) /
+    return overrides_.inmemory_save_ms.value_or(static_cast<double>(cp.node_state_bytes) /
                                                              host_bytes_per_s() * 1000.0);
   }
   Milliseconds load_ms(const CountPlan& cp) override {
@@ -30,7 +30,7 @@ class InMemoryPolicy final : public RestartingPolicy {
     if (restoring_from_storage_) return checkpoint_load_ms_;
     // From the peer's host memory over the network, then host to device.
     const double bytes = static_cast<double>(cp.node_state_bytes);
-    return job_.scenario.overrides.inmemory_restore_ms.value_or(
+    return overrides_.inmemory_restore_ms.value_or(
         bytes / (job_.profile.hardware.inter_node_bytes_per_s * job_.profile.hardware.gpus_per_node) * 1000.0 +
         bytes / host_bytes_per_s() * 1000.0);
   }

@@ -83,7 +83,7 @@ void OobleckPolicy::begin(const recovery::Generation& g) {
   const int number = g.number;
   if (g.source == recovery::StateSource::replicas) {
     ++result_.reconfigurations;
-    const Milliseconds copy = job_.scenario.overrides.oobleck_copy_ms.value_or(g.copy_ms);
+    const Milliseconds copy = overrides_.oobleck_copy_ms.value_or(g.copy_ms);
     down_for(Activity::reconfiguration, detection + copy + c.communicator_ms, [this, number] { resume(number); });
     return;
   }

@@ -76,17 +76,22 @@ Milliseconds Job::mean_time_between_bursts(int losses) const {
 // ---------------------------------------------------------------- base model
 
 PolicyModel::PolicyModel(const Job& job, Policy policy)
-    : job_(job), present_(job.trace.events, job.node_count), batch_slot_(job.node_count, kNoEvent) {
+    : job_(job),
+      overrides_(job.scenario.overrides_for(policy)),
+      present_(job.trace.events, job.node_count),
+      batch_slot_(job.node_count, kNoEvent) {
   result_.policy = policy;
   const Cluster& c = job.scenario.cluster;
-  const Overrides& o = job.scenario.overrides;
+  const Overrides& o = overrides_;
   checkpoint_save_ms_ =
       o.checkpoint_save_ms.value_or(static_cast<double>(job.model_state_bytes) / c.storage_bytes_per_s * 1000.0);
   checkpoint_load_ms_ = o.checkpoint_load_ms.value_or(checkpoint_save_ms_);
 }
 
 Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
-  if (job_.scenario.overrides.iteration_ms) return *job_.scenario.overrides.iteration_ms;
+  int nodes = 0;
+  for (const Pipeline& pipeline : plan.pipelines) nodes += pipeline.template_nodes;
+  if (const auto given = overridden_iteration_ms(overrides_, nodes)) return *given;
   // The key: the multiset of pipeline shapes (stages, microbatches, extra
   // work); node names do not change the iteration.
   std::vector<std::vector<double>> shapes;
@@ -122,7 +127,7 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
 }
 
 void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_losses) {
-  const auto& given = job_.scenario.overrides.checkpoint_interval_iterations;
+  const auto& given = overrides_.checkpoint_interval_iterations;
   const Milliseconds mtbf = job_.mean_time_between_bursts(fatal_losses);
   if (given) {
     result_.checkpoint_interval_iterations = *given;

@@ -83,6 +83,7 @@ class PolicyModel {
   void record_point();
 
   const Job& job_;
+  const Overrides overrides_;  // the scenario's, for this policy
   Engine engine_;
   PolicyResult result_;
   PresentNodes present_;

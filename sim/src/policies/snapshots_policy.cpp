@@ -41,10 +41,12 @@ namespace {
 using recovery::StateSource;
 
 int snapshot_every(const Job& job) {
-  return job.scenario.overrides.snapshot_every_iterations.value_or(kDefaultSnapshotEveryIterations);
+  return job.scenario.overrides_for(Policy::oobleck_snapshots)
+      .snapshot_every_iterations.value_or(kDefaultSnapshotEveryIterations);
 }
 int mirror_every(const Job& job) {
-  return job.scenario.overrides.mirror_every_iterations.value_or(kDefaultMirrorEveryIterations);
+  return job.scenario.overrides_for(Policy::oobleck_snapshots)
+      .mirror_every_iterations.value_or(kDefaultMirrorEveryIterations);
 }
 
 class SnapshotsPolicy final : public OobleckPolicy {
@@ -208,14 +210,14 @@ class SnapshotsPolicy final : public OobleckPolicy {
   }
 
   Milliseconds stall_ms(const Plan& plan) override {
-    const Overrides& o = job_.scenario.overrides;
+    const Overrides& o = overrides_;
     if (o.snapshot_stall_ms) return *o.snapshot_stall_ms;
     const int k = result_.snapshot_every_iterations;
     return k > 0 ? std::max(0.0, host_copy_ms(plan) - iteration_ms(plan)) / k : 0;
   }
 
   Milliseconds restore_ms(const recovery::Generation& g) override {
-    const Overrides& o = job_.scenario.overrides;
+    const Overrides& o = overrides_;
     switch (g.source) {
       case StateSource::memory:
         return o.snapshot_restore_memory_ms.value_or(host_copy_ms(g.plan));

@@ -43,6 +43,10 @@ inline constexpr int kDefaultMirrorEveryIterations = 4;
 // Overrides of derived constants; unset ones are derived.
 struct Overrides {
   std::optional<Milliseconds> iteration_ms;                 // every plan's iteration time
+  // The iteration time of a plan by the nodes it trains on, as published
+  // tables give it (instead of iteration_ms). Between two listed counts
+  // linear; beyond the table, the nearest count's throughput per node.
+  std::map<int, Milliseconds> iteration_ms_by_nodes;
   std::optional<int> checkpoint_interval_iterations;        // all checkpointing policies
   std::optional<Milliseconds> checkpoint_save_ms;
   std::optional<Milliseconds> checkpoint_load_ms;
@@ -63,12 +67,20 @@ struct Overrides {
 
 struct Scenario {
   Cluster cluster;
-  Overrides overrides;
+  Overrides overrides;  // for every policy
+  // For one policy, over `overrides`: a field set here replaces the common
+  // one (either iteration setting replaces both common ones).
+  std::map<Policy, Overrides> policy_overrides;
+  [[nodiscard]] Overrides overrides_for(Policy policy) const;
 };
 
-// A JSON object with optional `cluster` and `overrides` sections whose keys
-// are the fields above; unknown keys and wrong types are errors that name
-// the file and the field.
+// The iteration time `overrides` gives a plan training on `nodes` nodes, if any.
+[[nodiscard]] std::optional<Milliseconds> overridden_iteration_ms(const Overrides& overrides, int nodes);
+
+// A JSON object with optional `cluster`, `overrides` and `policy_overrides`
+// (policy name -> the keys of `overrides`) sections whose keys are the
+// fields above; unknown keys and wrong types are errors that name the file
+// and the field.
 [[nodiscard]] Scenario parse_scenario(std::string_view json_text, const std::string& origin);
 
 struct ReplayOptions {
