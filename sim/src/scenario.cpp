@@ -129,6 +129,7 @@ void parse_overrides(Section& o, Overrides& v, const std::string& origin, const 
   o.number("inmemory_restore_ms", v.inmemory_restore_ms);
   o.number("bamboo_slowdown", v.bamboo_slowdown, false);
   o.number("bamboo_failover_ms", v.bamboo_failover_ms);
+  o.number("bamboo_rebalance_ms", v.bamboo_rebalance_ms);
   o.integer("snapshot_every_iterations", v.snapshot_every_iterations);
   o.integer("mirror_every_iterations", v.mirror_every_iterations);
   o.number("snapshot_stall_ms", v.snapshot_stall_ms);
@@ -173,6 +174,7 @@ Overrides Scenario::overrides_for(Policy policy) const {
   over(o.inmemory_restore_ms, p.inmemory_restore_ms);
   over(o.bamboo_slowdown, p.bamboo_slowdown);
   over(o.bamboo_failover_ms, p.bamboo_failover_ms);
+  over(o.bamboo_rebalance_ms, p.bamboo_rebalance_ms);
   over(o.snapshot_every_iterations, p.snapshot_every_iterations);
   over(o.mirror_every_iterations, p.mirror_every_iterations);
   over(o.snapshot_stall_ms, p.snapshot_stall_ms);

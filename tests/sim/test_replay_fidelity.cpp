@@ -199,3 +199,59 @@ TEST_CASE("replay: the Oobleck artifact's constants reproduce its simulators' th
     }
   }
 }
+
+namespace {
+
+ReplayResult replay_bamboo(const std::string& csv) {
+  Scenario scenario;
+  scenario.overrides.checkpoint_interval_iterations = 0;
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 64;
+  options.policies = {Policy::bamboo};
+  return replay(gpt3_1_3b(), parse_trace(csv, "bamboo trace"), options, scenario);
+}
+
+// The throughput from `time_ms` on.
+double rate_at(const PolicyResult& p, Milliseconds time_ms) {
+  double rate = 0;
+  for (const auto& t : p.timeline) {
+    if (t.time_ms <= time_ms) rate = t.samples_per_s;
+  }
+  return rate;
+}
+
+}  // namespace
+
+TEST_CASE("replay: bamboo re-forms its pipelines once overloaded nodes pass 5 % of the active ones") {
+  constexpr Milliseconds kHourMs = 3'600'000;
+  SUBCASE("8 nodes: one loss is 2 of 7, the pipelines are re-formed over the 7 after a step") {
+    const auto lost = replay_bamboo(start_with(8) + "3600000,remove,node3\n10800000,add,node99\n");
+    const auto healthy = replay_bamboo(start_with(7) + "10800000,add,node99\n");  // (the same peak, 8)
+    const auto& p = lost.policies.front();
+    REQUIRE(p.runnable);
+    CHECK(p.failures == 1);
+    CHECK(p.unrecoverable == 0);
+    CHECK(p.restarts == 1);           // the first start only
+    CHECK(p.reconfigurations == 2);   // the failover, then the rebalance
+    // Afterwards it trains as 7 nodes would from the start, with no merged stage.
+    CHECK(rate_at(p, 2 * kHourMs) == doctest::Approx(rate_at(healthy.policies.front(), 2 * kHourMs)));
+    CHECK(rate_at(p, 2 * kHourMs) > 0);
+  }
+  SUBCASE("48 nodes: one loss is 2 of 47 and waits; a second one is 4 of 46 and re-forms") {
+    const auto one = replay_bamboo(start_with(48) + "3600000,remove,node1\n10800000,add,node99\n");
+    const auto& p = one.policies.front();
+    REQUIRE(p.runnable);
+    CHECK(p.reconfigurations == 1);  // the failover alone: a merged stage until the end
+    const auto healthy = replay_bamboo(start_with(47) + "10800000,add,node99\n");
+    CHECK(rate_at(p, 2 * kHourMs) < rate_at(healthy.policies.front(), 2 * kHourMs));
+
+    const auto two = replay_bamboo(start_with(48) + "3600000,remove,node1\n5400000,remove,node25\n10800000,add,node99\n");
+    const auto& q = two.policies.front();
+    CHECK(q.unrecoverable == 0);
+    CHECK(q.reconfigurations == 3);  // two failovers and a rebalance
+    // (Peaking at 48 too: templates are made for the trace's peak.)
+    const auto healthy46 = replay_bamboo(start_with(46) + "10800000,add,node98\n10800000,add,node99\n");
+    CHECK(rate_at(q, 2 * kHourMs) == doctest::Approx(rate_at(healthy46.policies.front(), 2 * kHourMs)));
+  }
+}

@@ -16,6 +16,18 @@ namespace {
 // speed. Two neighbouring losses in one pipeline leave layers without a
 // copy: restart from the checkpoint. Arrivals replace lost nodes, or form a
 // new pipeline by a restart.
+//
+// Rebalancing, as Bamboo's own simulator decides it after every step
+// (simulate_should_reconfigure in uclasystem/bamboo, project_pactum/
+// simulation/simulator.py): a node running a lost neighbour's layers is
+// overloaded, and it and that neighbour are without redundancy; when such
+// nodes exceed 5 % of the active ones (2 * overloaded / (positions -
+// overloaded) > 0.05) and no idle node can take the lost positions, the
+// job re-forms its pipelines over the nodes present: the workers restart
+// with the new layout and take their state from the replicas' memory, no
+// checkpoint (`bamboo_rebalance_ms`, by default restart + communicators).
+// The other rules of that function are the replacements by idle nodes and
+// the growth to more pipelines below.
 class BambooPolicy final : public PolicyModel {
  public:
   BambooPolicy(const Job& job) : PolicyModel(job, Policy::bamboo) {
@@ -245,6 +257,29 @@ class BambooPolicy final : public PolicyModel {
   }
   [[nodiscard]] bool degraded_now() const { return failed_positions() > 0; }
 
+  // Bamboo's 5 % rule.
+  [[nodiscard]] bool overloaded_beyond_share() const {
+    const std::size_t overloaded = failed_positions();
+    if (overloaded == 0) return false;
+    std::size_t positions = 0;
+    for (const auto& row : failed_) positions += row.size();
+    return 2.0 * static_cast<double>(overloaded) > kRebalanceShare * static_cast<double>(positions - overloaded);
+  }
+
+  // New pipelines over the nodes present, state from memory.
+  void rebalance() {
+    layout_ = best_layout(static_cast<int>(present_.size()));
+    if (!layout_) {  // (a loss during the step before brought the count below any depth)
+      restart(0);
+      return;
+    }
+    form_pipelines();
+    ++result_.reconfigurations;
+    const Cluster& c = job_.scenario.cluster;
+    down_for(Activity::reconfiguration, overrides_.bamboo_rebalance_ms.value_or(c.restart_ms + c.communicator_ms),
+             [this] { train(); });
+  }
+
   void use_arrivals_at_next_iteration() {
     at_next_iteration([this] {
       const auto free_nodes = spares(failed_positions());
@@ -294,24 +329,35 @@ class BambooPolicy final : public PolicyModel {
       enter(Activity::waiting);
       return;
     }
-    const int d = layout_->pipeline->nodes;
-    const std::vector<std::string> nodes = present_.first(static_cast<std::size_t>(layout_->pipelines * d));
-    for (int i = 0; i < layout_->pipelines; ++i) {
-      members_.emplace_back(nodes.begin() + i * d, nodes.begin() + (i + 1) * d);
-      failed_.emplace_back(d, false);
-    }
+    form_pipelines();
     ++result_.restarts;
     const Cluster& c = job_.scenario.cluster;
     const Milliseconds load = iterations_done_ > 0 ? checkpoint_load_ms_ : 0;
     down_for(Activity::restart, extra_downtime + c.restart_ms + c.communicator_ms + load, [this] { train(); });
   }
 
+  void form_pipelines() {
+    members_.clear();
+    failed_.clear();
+    const int d = layout_->pipeline->nodes;
+    const std::vector<std::string> nodes = present_.first(static_cast<std::size_t>(layout_->pipelines * d));
+    for (int i = 0; i < layout_->pipelines; ++i) {
+      members_.emplace_back(nodes.begin() + i * d, nodes.begin() + (i + 1) * d);
+      failed_.emplace_back(d, false);
+    }
+  }
+
   void train() {
     start_training(layout_iteration_ms(*layout_, failed_), layout_->pipelines);
-    if (!spares(1).empty()) use_arrivals_at_next_iteration();
+    if (!spares(1).empty()) {
+      use_arrivals_at_next_iteration();
+    } else if (overloaded_beyond_share()) {
+      at_next_iteration([this] { rebalance(); });  // (Bamboo checks after each step)
+    }
   }
 
   static constexpr std::size_t kSimulatedDepths = 4;
+  static constexpr double kRebalanceShare = 0.05;
   std::vector<const PipelineTemplate*> depths_;  // templates whose redundancy fits
   std::map<int, std::optional<Layout>> layouts_;
   const Layout* layout_ = nullptr;

@@ -55,6 +55,7 @@ struct Overrides {
   std::optional<Milliseconds> inmemory_restore_ms;
   std::optional<double> bamboo_slowdown;                    // iteration time factor of redundant computation
   std::optional<Milliseconds> bamboo_failover_ms;
+  std::optional<Milliseconds> bamboo_rebalance_ms;          // re-forming the pipelines, state from memory
   // oobleck-snapshots: snapshots into host memory every K iterations (0:
   // none), mirrored to the next node every M (a multiple of K; 0: never).
   std::optional<int> snapshot_every_iterations;
