@@ -64,7 +64,7 @@ CLI::App* add_measure(CLI::App& app, MeasureFlags& f) {
                   "A node of G GPUs (CPU: G worker processes): also time every layer at each tensor-parallel "
                   "degree dividing G")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--repeats", f.measure.repeats, "Timed runs per layer (the median is kept)")
+  cmd->add_option("--repeats", f.measure.repeats, "Timed runs per layer after warm-up (their mean is kept)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", f.measure.seed, "Weights and inputs");
   cmd->add_option("--intra-node-bytes-per-s", f.intra, "Override: bandwidth between GPUs of a node")
