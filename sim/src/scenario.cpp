@@ -118,24 +118,38 @@ class Section {
 };
 
 
+// Every override but the iteration table, parsed and merged alike.
+struct OverrideField {
+  const char* key;
+  std::optional<double> Overrides::*number = nullptr;
+  std::optional<int> Overrides::*integer = nullptr;
+  bool allow_zero = true;
+};
+const OverrideField kOverrideFields[] = {
+    {"iteration_ms", &Overrides::iteration_ms, nullptr, false},
+    {"checkpoint_interval_iterations", nullptr, &Overrides::checkpoint_interval_iterations},
+    {"checkpoint_save_ms", &Overrides::checkpoint_save_ms},
+    {"checkpoint_load_ms", &Overrides::checkpoint_load_ms},
+    {"oobleck_copy_ms", &Overrides::oobleck_copy_ms},
+    {"inmemory_save_ms", &Overrides::inmemory_save_ms},
+    {"inmemory_restore_ms", &Overrides::inmemory_restore_ms},
+    {"bamboo_slowdown", &Overrides::bamboo_slowdown, nullptr, false},
+    {"bamboo_failover_ms", &Overrides::bamboo_failover_ms},
+    {"bamboo_rebalance_ms", &Overrides::bamboo_rebalance_ms},
+    {"snapshot_every_iterations", nullptr, &Overrides::snapshot_every_iterations},
+    {"mirror_every_iterations", nullptr, &Overrides::mirror_every_iterations},
+    {"snapshot_stall_ms", &Overrides::snapshot_stall_ms},
+    {"snapshot_restore_memory_ms", &Overrides::snapshot_restore_memory_ms},
+    {"snapshot_restore_mirror_ms", &Overrides::snapshot_restore_mirror_ms},
+    {"snapshot_restore_disk_ms", &Overrides::snapshot_restore_disk_ms},
+};
+
 void parse_overrides(Section& o, Overrides& v, const std::string& origin, const std::string& where) {
-  o.number("iteration_ms", v.iteration_ms, false);
+  for (const OverrideField& f : kOverrideFields) {
+    if (f.number) o.number(f.key, v.*f.number, f.allow_zero);
+    if (f.integer) o.integer(f.key, v.*f.integer);
+  }
   o.iterations_by_nodes("iteration_ms_by_nodes", v.iteration_ms_by_nodes);
-  o.integer("checkpoint_interval_iterations", v.checkpoint_interval_iterations);
-  o.number("checkpoint_save_ms", v.checkpoint_save_ms);
-  o.number("checkpoint_load_ms", v.checkpoint_load_ms);
-  o.number("oobleck_copy_ms", v.oobleck_copy_ms);
-  o.number("inmemory_save_ms", v.inmemory_save_ms);
-  o.number("inmemory_restore_ms", v.inmemory_restore_ms);
-  o.number("bamboo_slowdown", v.bamboo_slowdown, false);
-  o.number("bamboo_failover_ms", v.bamboo_failover_ms);
-  o.number("bamboo_rebalance_ms", v.bamboo_rebalance_ms);
-  o.integer("snapshot_every_iterations", v.snapshot_every_iterations);
-  o.integer("mirror_every_iterations", v.mirror_every_iterations);
-  o.number("snapshot_stall_ms", v.snapshot_stall_ms);
-  o.number("snapshot_restore_memory_ms", v.snapshot_restore_memory_ms);
-  o.number("snapshot_restore_mirror_ms", v.snapshot_restore_mirror_ms);
-  o.number("snapshot_restore_disk_ms", v.snapshot_restore_disk_ms);
   o.finish();
   if (v.iteration_ms && !v.iteration_ms_by_nodes.empty()) {
     throw InputError(origin + ": " + where + ": give iteration_ms or iteration_ms_by_nodes, not both");
@@ -163,24 +177,11 @@ Overrides Scenario::overrides_for(Policy policy) const {
     o.iteration_ms = p.iteration_ms;
     o.iteration_ms_by_nodes = p.iteration_ms_by_nodes;
   }
-  const auto over = [](auto& common, const auto& own) {
-    if (own) common = own;
-  };
-  over(o.checkpoint_interval_iterations, p.checkpoint_interval_iterations);
-  over(o.checkpoint_save_ms, p.checkpoint_save_ms);
-  over(o.checkpoint_load_ms, p.checkpoint_load_ms);
-  over(o.oobleck_copy_ms, p.oobleck_copy_ms);
-  over(o.inmemory_save_ms, p.inmemory_save_ms);
-  over(o.inmemory_restore_ms, p.inmemory_restore_ms);
-  over(o.bamboo_slowdown, p.bamboo_slowdown);
-  over(o.bamboo_failover_ms, p.bamboo_failover_ms);
-  over(o.bamboo_rebalance_ms, p.bamboo_rebalance_ms);
-  over(o.snapshot_every_iterations, p.snapshot_every_iterations);
-  over(o.mirror_every_iterations, p.mirror_every_iterations);
-  over(o.snapshot_stall_ms, p.snapshot_stall_ms);
-  over(o.snapshot_restore_memory_ms, p.snapshot_restore_memory_ms);
-  over(o.snapshot_restore_mirror_ms, p.snapshot_restore_mirror_ms);
-  over(o.snapshot_restore_disk_ms, p.snapshot_restore_disk_ms);
+  for (const OverrideField& f : kOverrideFields) {
+    if (f.number == &Overrides::iteration_ms) continue;  // (above, with the table)
+    if (f.number && p.*f.number) o.*f.number = p.*f.number;
+    if (f.integer && p.*f.integer) o.*f.integer = p.*f.integer;
+  }
   return o;
 }
 

@@ -14,15 +14,12 @@
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
 #include "reference.h"
+#include "replay_fixtures.h"
 
 namespace oobleck::sim::snapshot_cases {
 
-inline const std::filesystem::path kRoot = OOBLECK_SOURCE_DIR;
-
-inline const Profile& gpt3_1_3b() {
-  static const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-a100.handwritten.json");
-  return profile;
-}
+using replay_fixtures::gpt3_1_3b;
+using replay_fixtures::kRoot;
 
 // Six layers of 1 GB of state on one-GPU nodes that hold three: every
 // pipeline has two or three nodes (as in tests/recovery/test_controller.cpp).

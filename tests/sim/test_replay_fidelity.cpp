@@ -13,26 +13,14 @@
 #include "oobleck/planner.h"
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
+#include "replay_fixtures.h"
 #include "scenario_errors.h"
 
 using namespace oobleck;
 using namespace oobleck::sim;
+using namespace oobleck::sim::replay_fixtures;
 
 namespace {
-
-const std::filesystem::path kRoot = OOBLECK_SOURCE_DIR;
-
-const Profile& gpt3_1_3b() {
-  static const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-a100.handwritten.json");
-  return profile;
-}
-
-// `nodes` nodes at 0, then the listed events.
-std::string start_with(int nodes) {
-  std::string csv;
-  for (int i = 1; i <= nodes; ++i) csv += "0,add,node" + std::to_string(i) + "\n";
-  return csv;
-}
 
 // The trace with every time multiplied by `factor`.
 Trace stretched(const Trace& trace, double factor) {
