@@ -1,20 +1,23 @@
 // Instantiation search: which templates, how many of each, and the batch split.
 //
 // A pipeline of template n given q microbatches takes a_n + (q-1) b_n (its
-// T(q)); the iteration takes max over pipelines plus the gradient
-// synchronisation, which depends only on the pipeline count p. For a fixed p
-// and a time limit tau, pipeline n can take c_n(tau) microbatches, and tau is
-// feasible when p pipelines whose sizes add up to N can take B in total.
+// T(q)) plus its gradient synchronisation tail s_n(p) among the p pipelines
+// (CostModel::sync_tail_ms); the iteration takes the max over pipelines.
+// For a fixed p the tails are constants, so they join a_n, and for a time
+// limit tau pipeline n can take c_n(tau) microbatches: tau is feasible when
+// p pipelines whose sizes add up to N can take B in total.
 //
 //  * Feasibility is exact: a dynamic programme over (pipelines so far, nodes
 //    so far), kept to the Steinitz tube (tube_search.cpp).
-//  * tau*(p) is the least feasible slot value a_n + (q-1) b_n; the search
-//    bisects over slot values between a lower bound and the best solution so
-//    far, which jumps the upper end to the time that solution actually takes.
+//  * tau*(p) is the least feasible slot value a_n + s_n(p) + (q-1) b_n; the
+//    search bisects over slot values between a lower bound and the best
+//    solution so far, which jumps the upper end to the time that solution
+//    actually takes.
 //  * The lower bound is the linear relaxation in the pipeline counts: p times
 //    the upper concave envelope of (n, c_n(tau)) at N/p. Pipeline counts are
-//    visited in order of that bound plus sync(p) and the search stops when
-//    the bound cannot win.
+//    visited in order of that bound, first without the tails but for a lower
+//    bound on them (layer 0's all-reduce over a node's GPUs), then with them,
+//    and the search stops when the least bound cannot win.
 //
 // The batch split is batch_split.cpp; which pipeline counts a node count
 // admits, node_counts.cpp.
@@ -23,6 +26,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <queue>
 
 #include "node_counts.h"
 #include "pipeline_kinds.h"
@@ -173,8 +178,10 @@ std::optional<std::vector<int>> feasible(const Problem& problem, double tau, Tub
 
 // The least slowest-pipeline time for this pipeline count, exactly, with the
 // pool multiset achieving it.
-std::optional<Solution> solve_for_count(const Problem& problem, double lower_bound, TubeSearch& tube) {
-  auto counts = feasible(problem, kInfinity, tube);
+// Only a time below `beat_ms` is of use: none, nullopt.
+std::optional<Solution> solve_for_count(const Problem& problem, double lower_bound, double beat_ms,
+                                        TubeSearch& tube) {
+  auto counts = feasible(problem, beat_ms == kInfinity ? kInfinity : std::nextafter(beat_ms, 0.0), tube);
   if (!counts) return std::nullopt;
   Solution best{solution_time(problem, *counts), std::move(*counts)};
   double lo = lower_bound;
@@ -220,29 +227,55 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   struct Candidate {
     int pool;
     double lower_bound;  // on pipelines_ms
-    double sync_ms;
+    double sync_ms;  // a lower bound on every pipeline's tail
   };
   std::vector<Candidate> candidates;
   for (int p = pool_min; p <= pool_limit; ++p) {
     if (!has(reach, p) || p + fixed_count == 0) continue;
     if (auto bound = relaxed_lower_bound(Problem{kinds, fixed, nodes, p, B})) {
-      candidates.push_back({p, *bound, cost.gradient_sync_ms(p + fixed_count)});
+      candidates.push_back({p, *bound, cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.lower_bound + a.sync_ms < b.lower_bound + b.sync_ms;
-  });
-
+  // Counts in order of their bounds, lazily tightened: a count's first
+  // bound leaves the tails out but for a lower bound on them; once it is
+  // the least, its tails are computed and it goes back with the relaxation's
+  // bound with them (most counts stop there), and only a count whose tight
+  // bound is the least is solved. Every slot time carries its tail among
+  // these replicas, so the search is exact for max over pipelines of T(q) + tail.
+  struct Entry {
+    double bound;
+    std::size_t candidate;
+    bool tight;
+    bool operator>(const Entry& o) const {
+      return bound != o.bound ? bound > o.bound : candidate > o.candidate;
+    }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    queue.push({candidates[i].lower_bound + candidates[i].sync_ms, i, false});
+  }
+  std::map<std::size_t, std::vector<Kind>> synced;  // the kinds with tails of the counts tightened
   TubeSearch tube;
   double best_total = kInfinity;
   std::optional<std::vector<int>> best_counts;
-  for (const auto& c : candidates) {
-    if (c.lower_bound + c.sync_ms >= best_total * (1 - 1e-12)) break;
-    auto solution = solve_for_count(Problem{kinds, fixed, nodes, c.pool, B}, c.lower_bound, tube);
+  while (!queue.empty() && queue.top().bound < best_total * (1 - 1e-12)) {
+    const Entry e = queue.top();
+    queue.pop();
+    const Candidate& c = candidates[e.candidate];
+    if (!e.tight) {
+      auto& held = synced[e.candidate];
+      held = with_sync_tails(cost, templates, kinds, c.pool + fixed_count);
+      if (const auto tight = relaxed_lower_bound(Problem{held, fixed, nodes, c.pool, B})) {
+        queue.push({std::max(*tight, e.bound), e.candidate, true});
+      }
+      continue;
+    }
+    const Problem problem{synced.at(e.candidate), fixed, nodes, c.pool, B};
+    auto solution = solve_for_count(problem, e.bound, best_total * (1 - 1e-12), tube);
+    synced.erase(e.candidate);
     if (!solution) continue;
-    const double total = solution->pipelines_ms + c.sync_ms;
-    if (total < best_total * (1 - 1e-12)) {
-      best_total = total;
+    if (solution->pipelines_ms < best_total * (1 - 1e-12)) {
+      best_total = solution->pipelines_ms;
       best_counts = std::move(solution->counts);
     }
   }

@@ -13,14 +13,16 @@ namespace oobleck::detail {
 struct Composition {
   std::vector<int> template_nodes;  // by decreasing size
   std::vector<int> microbatches;
-  Milliseconds pipelines_ms = 0;  // slowest pipeline
-  Milliseconds sync_ms = 0;
-  Milliseconds iteration_ms = 0;  // pipelines_ms + sync_ms
+  Milliseconds pipelines_ms = 0;  // slowest pipeline: max T(q)
+  Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
+  Milliseconds iteration_ms = 0;  // max over pipelines of T(q) + its synchronisation tail
 };
 
 // The integer split of `global_microbatches` (each pipeline at least one, at
-// most its memory limit) minimising the slowest pipeline; empty if none.
-[[nodiscard]] std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines,
+// most its memory limit) minimising the slowest pipeline, each with its
+// synchronisation tail among them all; empty if none.
+[[nodiscard]] std::vector<int> split_microbatches(const CostModel& cost,
+                                                  const std::vector<const PipelineTemplate*>& pipelines,
                                                   int global_microbatches);
 
 // Largest pipeline count formable from at most `nodes` nodes, at most `limit`.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 
 #include "oobleck/planner.h"
 
@@ -207,6 +208,44 @@ bool CostModel::stage_fits(int begin, int end, int degree, int in_flight) const 
 
 Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
   return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines,
+                      profile_->hardware.gradient_allreduce_bytes_per_s());
+}
+
+// The synchronisation a pipeline's backward passes cannot hide. In the drain
+// of 1F1B stage 0's last backward ends at T; stage s + 1's ended before
+// stage s began its own, one transfer earlier: e_0 = T, e_{s+1} = e_s - B_s
+// - C_s (B_s: the stage's backward of one microbatch; C_s: the gradient's
+// transfer between them). A stage's backward runs from its last layer down,
+// so layer l of stage s is ready at e_s - B_s + sum_{l' >= l in s} b_l'.
+// Each of the stage's t GPUs has its own network interface and all-reduces
+// its 1/t of each layer among the `ranks` replicas, the layers in the order
+// they became ready: finish = max(finish, ready_l) + allreduce(bytes_l / t).
+// The tail is the latest finish after T (0 if every all-reduce ends before
+// T). This is the pipeline alone; `oobleck-sim iteration` plays all of them
+// at once, where a layer waits for its slowest holder (equal when the
+// pipelines end together, as the batch split makes them nearly do).
+Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
+  if (ranks <= 1) return 0;
+  const double bytes_per_s = profile_->hardware.gradient_allreduce_bytes_per_s();
+  Milliseconds stage_end = 0;  // e_s - T
+  Milliseconds tail = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const Stage& st = stages[s];
+    const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+    Milliseconds ready = stage_end - backward, finish = -std::numeric_limits<double>::infinity();
+    for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
+      ready += layer_backward_ms(l, st.gpus);
+      const double shard = static_cast<double>(profile_->layers[l].param_bytes) / st.gpus;
+      finish = std::max(finish, ready) + allreduce_ms(shard, ranks, bytes_per_s);
+    }
+    tail = std::max(tail, finish);
+    if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node);
+  }
+  return tail;
+}
+
+Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {
+  return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes) / gpus_per_node(), ranks,
                       profile_->hardware.gradient_allreduce_bytes_per_s());
 }
 

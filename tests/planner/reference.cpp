@@ -170,14 +170,17 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
     chosen.push_back(templates.find(size));
   }
   double best = std::numeric_limits<double>::infinity();
-  // Best split of `left` microbatches over chosen[i..], given the slowest so far.
+  std::vector<double> tails;  // of chosen[i] among all chosen
+  // Best split of `left` microbatches over chosen[i..], given the slowest so
+  // far: each pipeline's time is T(q) plus its synchronisation tail.
   std::function<double(std::size_t, int, double)> split = [&](std::size_t i, int left, double slowest) {
     if (i == chosen.size()) return left == 0 ? slowest : std::numeric_limits<double>::infinity();
     const int limit = chosen[i]->max_microbatches > 0 ? chosen[i]->max_microbatches : left;
     const int others = static_cast<int>(chosen.size() - i - 1);
     double result = std::numeric_limits<double>::infinity();
     for (int q = 1; q <= std::min(limit, left - others); ++q) {
-      result = std::min(result, split(i + 1, left - q, std::max(slowest, chosen[i]->iteration_ms_for(q))));
+      const double t = chosen[i]->iteration_ms_for(q) + tails[i];
+      result = std::min(result, split(i + 1, left - q, std::max(slowest, t)));
     }
     return result;
   };
@@ -185,8 +188,9 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
     if (left == 0) {
       const int p = static_cast<int>(chosen.size());
       if (p < min_pipelines || p > global_microbatches) return;
-      const double slowest = split(0, global_microbatches, 0);
-      best = std::min(best, slowest + cost.gradient_sync_ms(p));
+      tails.clear();
+      for (const auto* t : chosen) tails.push_back(cost.sync_tail_ms(t->stages, p));
+      best = std::min(best, split(0, global_microbatches, 0));
       return;
     }
     for (std::size_t k = from; k < templates.templates.size(); ++k) {

@@ -40,7 +40,8 @@ struct BruteTemplate {
 
 // Best iteration time over every multiset of templates adding up to `nodes`
 // that, with the pipelines of `fixed_sizes`, makes at least `min_pipelines`
-// pipelines, and every integer batch split.
+// pipelines, and every integer batch split; a pipeline takes T(q) plus its
+// synchronisation tail among them all (CostModel::sync_tail_ms).
 [[nodiscard]] std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates,
                                                               int nodes, int min_pipelines, int global_microbatches,
                                                               const std::vector<int>& fixed_sizes = {});

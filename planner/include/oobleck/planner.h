@@ -147,8 +147,16 @@ class CostModel {
   // Weights plus optimizer state on each GPU of a stage at `degree`: what
   // its optimizer step reads and writes.
   [[nodiscard]] Bytes stage_state_bytes_per_gpu(int begin, int end, int degree) const;
-  // Exposed gradient synchronisation across `pipelines` replicas.
+  // Layer 0's gradient all-reduce across `pipelines` replicas, whole: a
+  // quick estimate of the exposed synchronisation.
   [[nodiscard]] Milliseconds gradient_sync_ms(int pipelines) const;
+  // What of the gradient all-reduces among `ranks` replicas of a pipeline
+  // with `stages` runs after its last backward pass ends (derivation in
+  // cost_model.cpp): the iteration of such pipelines takes T(M) plus this.
+  [[nodiscard]] Milliseconds sync_tail_ms(const std::vector<Stage>& stages, int ranks) const;
+  // A lower bound on sync_tail_ms for any stages: layer 0's all-reduce, its
+  // gradient the last one ready, sharded over a whole node's GPUs.
+  [[nodiscard]] Milliseconds sync_tail_lower_bound_ms(int ranks) const;
   // Ring all-reduce of `bytes` among `ranks` over links of `bytes_per_s`.
   [[nodiscard]] Milliseconds allreduce_ms(double bytes, int ranks, double bytes_per_s) const;
 

@@ -282,6 +282,7 @@ class BambooPolicy final : public PolicyModel {
 
   void use_arrivals_at_next_iteration() {
     at_next_iteration([this] {
+      if (!layout_) return;  // (a rebalance found no layout: waiting for nodes)
       const auto free_nodes = spares(failed_positions());
       if (!free_nodes.empty()) {
         // Replace lost nodes: each newcomer receives its position's layers
