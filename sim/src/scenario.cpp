@@ -227,7 +227,9 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
   if (doc.contains("policy_overrides")) {
     const json& section = doc["policy_overrides"];
     Section all(section, origin, "policy_overrides");
-    for (const auto& [name, value] : section.items()) {
+    for (const auto& item : section.items()) {
+      const std::string& name = item.key();
+      const json& value = item.value();
       const auto policy = std::find_if(std::begin(kAllPolicies), std::end(kAllPolicies),
                                        [&](Policy p) { return policy_name(p) == name; });
       if (policy == std::end(kAllPolicies)) {

@@ -350,7 +350,7 @@ void PolicyModel::down_for(Activity activity, Milliseconds duration, std::functi
   engine_.cancel(boundary_event_);
   deferred_ = nullptr;
   enter(activity);
-  activity_end_ = engine_.schedule_after(duration, [this, then = std::move(then)] { then(); });
+  activity_end_ = engine_.schedule_after(duration, [then = std::move(then)] { then(); });
 }
 
 void PolicyModel::at_next_iteration(std::function<void()> action) {

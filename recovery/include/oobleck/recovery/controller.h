@@ -163,7 +163,7 @@ class Controller {
   std::unordered_map<std::string_view, int> rank_index_;  // ranked_[r] -> r
   std::vector<char> gone_;
   int trainers_ = 0;
-  bool established_ = false, ready_ = false, finished_ = false, waiting_ = false;
+  bool established_ = false, ready_ = false, finished_ = false;
   int committed_ = -1;
 
   // The base: the plan of the last generation that committed a step, and
