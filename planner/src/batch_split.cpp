@@ -46,8 +46,8 @@ KindSplit split_by_kind(const std::vector<Kind>& kinds, const std::vector<int>& 
   return out;
 }
 
-std::vector<int> split_microbatches(const CostModel& cost, const std::vector<const PipelineTemplate*>& pipelines,
-                                    int global_microbatches) {
+std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines, int global_microbatches,
+                                    const SyncTails& tails) {
   // One kind per distinct template.
   std::vector<const PipelineTemplate*> distinct;
   std::vector<std::size_t> kind_of(pipelines.size());
@@ -58,10 +58,7 @@ std::vector<int> split_microbatches(const CostModel& cost, const std::vector<con
   }
   std::vector<Kind> kinds;
   std::vector<int> counts(distinct.size(), 0);
-  const int ranks = static_cast<int>(pipelines.size());
-  for (const auto* t : distinct) {
-    kinds.push_back(kind_of_template(*t, global_microbatches, cost.sync_tail_ms(t->stages, ranks)));
-  }
+  for (const auto* t : distinct) kinds.push_back(kind_of_template(*t, global_microbatches, tails.at(t)));
   for (std::size_t k : kind_of) counts[k] += 1;
   KindSplit split = split_by_kind(kinds, counts, global_microbatches);
   if (pipelines.empty() || split.slowest_ms == kInfinity) return {};
@@ -81,19 +78,19 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
   std::vector<const PipelineTemplate*> chosen;
   for (int n : template_nodes) chosen.push_back(templates.find(n));
   out.template_nodes = std::move(template_nodes);
-  out.microbatches = split_microbatches(cost, chosen, global_microbatches);
+  SyncTails tails;  // each template's, among all the pipelines
+  for (const auto* t : chosen) {
+    if (!tails.count(t)) tails[t] = cost.sync_tail_ms(t->stages, static_cast<int>(chosen.size()));
+  }
+  out.microbatches = split_microbatches(chosen, global_microbatches, tails);
   if (out.microbatches.empty()) {
     out.iteration_ms = kInfinity;
     return out;
   }
-  const int ranks = static_cast<int>(chosen.size());
-  std::map<const PipelineTemplate*, Milliseconds> tails;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     const Milliseconds t = chosen[i]->iteration_ms_for(out.microbatches[i]);
-    auto [tail, fresh] = tails.try_emplace(chosen[i], 0);
-    if (fresh) tail->second = cost.sync_tail_ms(chosen[i]->stages, ranks);
     out.pipelines_ms = std::max(out.pipelines_ms, t);
-    out.iteration_ms = std::max(out.iteration_ms, t + tail->second);
+    out.iteration_ms = std::max(out.iteration_ms, t + tails.at(chosen[i]));
   }
   out.sync_ms = out.iteration_ms - out.pipelines_ms;
   return out;

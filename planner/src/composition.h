@@ -2,6 +2,7 @@
 // global batch among them: shared by instantiation and reconfiguration.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -18,12 +19,14 @@ struct Composition {
   Milliseconds iteration_ms = 0;  // max over pipelines of T(q) + its synchronisation tail
 };
 
+// A template's synchronisation tail among the pipelines of a composition.
+using SyncTails = std::map<const PipelineTemplate*, Milliseconds>;
+
 // The integer split of `global_microbatches` (each pipeline at least one, at
 // most its memory limit) minimising the slowest pipeline, each with its
-// synchronisation tail among them all; empty if none.
-[[nodiscard]] std::vector<int> split_microbatches(const CostModel& cost,
-                                                  const std::vector<const PipelineTemplate*>& pipelines,
-                                                  int global_microbatches);
+// template's tail (every template of `pipelines` in `tails`); empty if none.
+[[nodiscard]] std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines,
+                                                  int global_microbatches, const SyncTails& tails);
 
 // Largest pipeline count formable from at most `nodes` nodes, at most `limit`.
 [[nodiscard]] int most_pipelines(const TemplateSet& templates, int nodes, int limit);

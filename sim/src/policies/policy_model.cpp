@@ -89,9 +89,11 @@ PolicyModel::PolicyModel(const Job& job, Policy policy)
 }
 
 Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
-  int nodes = 0;
-  for (const Pipeline& pipeline : plan.pipelines) nodes += pipeline.template_nodes;
-  if (const auto given = overridden_iteration_ms(overrides_, nodes)) return *given;
+  if (overrides_.iteration_ms || !overrides_.iteration_ms_by_nodes.empty()) {
+    int nodes = 0;
+    for (const Pipeline& pipeline : plan.pipelines) nodes += pipeline.template_nodes;
+    if (const auto given = overridden_iteration_ms(overrides_, nodes)) return *given;
+  }
   // The key: the multiset of pipeline shapes (stages, microbatches, extra
   // work); node names do not change the iteration.
   std::vector<std::vector<double>> shapes;
