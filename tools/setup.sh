@@ -12,6 +12,7 @@ packages=(
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
   python3-pytest  # tests/scripts: the tests of tools/oobleck-tools
   openssh-client  # agents on other hosts (--hostfile)
+  openssh-server iproute2  # tests/cluster: hosts made of network namespaces, each with an sshd
   clang libclang-rt-14-dev  # tools/fuzz.sh: the libFuzzer targets of fuzz/
 )
 
@@ -26,7 +27,16 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   echo "setup: installing ${missing[*]}" >&2
   $sudo apt-get update
+  # Daemons the packages bring (sshd) are not started: the tests start
+  # their own, inside namespaces.
+  no_daemons=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    no_daemons=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$no_daemons" > /dev/null
+    $sudo chmod +x "$no_daemons"
+  fi
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+  if [ -n "$no_daemons" ]; then $sudo rm -f "$no_daemons"; fi
 fi
 
 build_type="${OOBLECK_BUILD_TYPE:-Release}"

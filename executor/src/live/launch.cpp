@@ -3,7 +3,10 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <string_view>
 #include <stdexcept>
 
 extern char** environ;
@@ -23,9 +26,29 @@ pid_t spawn_process(const std::vector<std::string>& args) {
   return pid;
 }
 
+std::vector<std::string> forwarded_environment() {
+  static constexpr std::array<std::string_view, 11> kPrefixes = {"OMP_",  "GOMP_", "KMP_",  "OPENBLAS_", "GOTO_",  "MKL_",
+                                                                 "GLOO_", "NCCL_", "CUDA_", "TORCH_",    "OOBLECK_"};
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (name.size() == entry.size()) continue;
+    const bool steers = name == "LD_LIBRARY_PATH" || std::any_of(kPrefixes.begin(), kPrefixes.end(), [&](auto p) {
+                          return name.size() > p.size() && name.starts_with(p);
+                        });
+    if (steers) out.emplace_back(entry);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::string> over_ssh(const std::string& host, const std::vector<std::string>& args) {
+  std::vector<std::string> command = {"env"};
+  for (auto& variable : forwarded_environment()) command.push_back(std::move(variable));
+  command.insert(command.end(), args.begin(), args.end());
   std::string remote;
-  for (const auto& a : args) {
+  for (const auto& a : command) {
     remote += remote.empty() ? "'" : " '";
     for (char c : a) remote += c == '\'' ? std::string("'\\''") : std::string(1, c);
     remote += "'";

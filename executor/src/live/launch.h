@@ -13,8 +13,16 @@ namespace oobleck::executor {
 // the reason when it cannot start.
 [[nodiscard]] pid_t spawn_process(const std::vector<std::string>& args);
 
-// The same command on `host`, over SSH without prompts.
+// The same command on `host`, over SSH without prompts, with this
+// process's variables that steer the numerical and communication libraries
+// (forwarded_environment()): an SSH session starts with a bare environment,
+// and a host whose BLAS picks other kernels computes other bits.
 [[nodiscard]] std::vector<std::string> over_ssh(const std::string& host, const std::vector<std::string>& args);
+
+// NAME=VALUE of this process's variables whose names start with OMP_, GOMP_,
+// KMP_, OPENBLAS_, GOTO_, MKL_, GLOO_, NCCL_, CUDA_, TORCH_ or OOBLECK_, and
+// LD_LIBRARY_PATH, sorted.
+[[nodiscard]] std::vector<std::string> forwarded_environment();
 
 // Whether `host` names this machine.
 [[nodiscard]] bool is_local_host(const std::string& host);
