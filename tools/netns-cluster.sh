@@ -154,13 +154,15 @@ EOF
   echo "netns-cluster: master at $(address_of master), node0..node$((count - 1)) at $subnet.10.." >&2
 }
 
-# COMMAND in HOST's namespaces, under HOST's name.
+# COMMAND in HOST's namespaces, under HOST's name (the words that do it).
+in_host_words() {
+  address_of "$1" > /dev/null
+  ip netns list | awk '{print $1}' | grep -qx "$prefix-$1" || die "no host $1: run '$0 up N' first"
+  words=(ip netns exec "$prefix-$1" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$@")
+}
 in_host() {
-  local h=$1
-  shift
-  address_of "$h" > /dev/null
-  ip netns list | awk '{print $1}' | grep -qx "$prefix-$h" || die "no host $h: run '$0 up N' first"
-  ip netns exec "$prefix-$h" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$h" "$@"
+  in_host_words "$@"
+  "${words[@]}"
 }
 
 case "${1:-}" in
@@ -169,7 +171,8 @@ case "${1:-}" in
   exec)
     [ $# -ge 3 ] || die "exec: expected HOST COMMAND..."
     shift
-    in_host "$@"
+    in_host_words "$@"
+    exec "${words[@]}"  # signals reach COMMAND itself
     ;;
   address) address_of "${2:-}" ;;
   link)

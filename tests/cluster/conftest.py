@@ -58,6 +58,11 @@ class Cluster:
         return subprocess.Popen([str(NETNS), "exec", host, *map(str, command)], env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+    def run_on(self, host, *command, stdin=None):
+        """COMMAND run to its end on HOST; the finished process."""
+        return subprocess.run([str(NETNS), "exec", host, *map(str, command)], env=self.env, input=stdin,
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
     def address(self, host):
         return self.script("address", host).stdout.strip()
 
@@ -147,14 +152,21 @@ def assert_reference_losses(lines, reference, steps, batch):
         assert line["samples"] == (line["step"] + 1) * batch
 
 
-def wait_for_step(path, step, process, timeout_s=COMMAND_TIMEOUT_S):
-    """Until the metrics at PATH commit STEP (polling; the run must still be
-    going, else the test's premise is gone)."""
+def wait_for_line(path, wanted, process, timeout_s=COMMAND_TIMEOUT_S):
+    """The first line of the metrics at PATH that WANTED accepts, polling
+    until it is written; the run must still be going until then, else the
+    test's premise is gone."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if Path(path).exists() and any(line.get("kind") == "step" and line["step"] >= step
-                                       for line in metrics(path, partial_ok=True)):
-            return
-        assert process.poll() is None, f"the run ended before step {step}: {process.stderr.read()}"
+        if Path(path).exists():
+            for line in metrics(path, partial_ok=True):
+                if wanted(line):
+                    return line
+        assert process.poll() is None, f"the run ended first: {process.stderr.read()}"
         time.sleep(0.01)
-    raise AssertionError(f"no step {step} within {timeout_s} s")
+    raise AssertionError(f"no such line within {timeout_s} s")
+
+
+def wait_for_step(path, step, process, timeout_s=COMMAND_TIMEOUT_S):
+    """Until the metrics at PATH commit STEP."""
+    wait_for_line(path, lambda line: line.get("kind") == "step" and line["step"] >= step, process, timeout_s)
