@@ -5,7 +5,11 @@
 # makes. The file system is shared, so the project's programs are at the
 # same paths on every host.
 #
-#   tools/netns-cluster.sh up N      hosts node0..node{N-1} and master
+#   tools/netns-cluster.sh up N [--slurm]
+#                                    hosts node0..node{N-1} and master; with
+#                                    --slurm also a Slurm cluster of them:
+#                                    munged, slurmctld on master, a slurmd on
+#                                    each node (partition "hosts")
 #   tools/netns-cluster.sh down      kills everything in them, removes them
 #   tools/netns-cluster.sh exec HOST COMMAND...
 #                                    COMMAND on HOST (master, node3, ...)
@@ -24,9 +28,10 @@
 # the bridge has no port outside them, and the machine's own network and
 # files outside /etc/netns/<prefix>-* and the state folder are untouched.
 #
-# Needs root, iproute2, util-linux's unshare and openssh-server. `up` first
-# removes whatever an earlier run left; `down` is safe to run at any time.
-# State (keys, configurations, logs) in /run/<prefix>-netns.
+# Needs root, iproute2, util-linux's unshare and openssh-server (and
+# slurm-wlm and munge for --slurm). `up` first removes whatever an earlier
+# run left; `down` is safe to run at any time. State (keys, configurations,
+# logs) in /run/<prefix>-netns; `exec` sets SLURM_CONF to its slurm.conf.
 set -euo pipefail
 
 prefix=${NETNS_PREFIX:-oobleck}
@@ -59,6 +64,8 @@ down() {
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     if [ -n "$pids" ]; then kill -9 $pids 2>/dev/null || true; fi
   done
+  # munged lives outside the namespaces (its socket is a file).
+  if [ -s "$state/munged.pid" ]; then kill -9 "$(cat "$state/munged.pid")" 2>/dev/null || true; fi
   # Killed processes leave their namespace once they are reaped.
   for _ in $(seq 50); do
     local left=""
@@ -88,6 +95,76 @@ MaxSessions 200
 PidFile $state/sshd-$1.pid
 LogLevel ERROR
 EOF
+}
+
+write_slurm_config() {  # node count
+  local count=$1 d=$state/slurm
+  mkdir -p "$d/ctld"
+  {
+    cat <<EOF
+ClusterName=$prefix
+SlurmctldHost=master($(address_of master))
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+AuthInfo=socket=$state/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$d/ctld
+SlurmdSpoolDir=$d/spool-%n
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd-%n.pid
+SlurmctldLogFile=$d/slurmctld.log
+SlurmdLogFile=$d/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/linear
+SchedulerType=sched/builtin
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+ReturnToService=2
+SlurmdParameters=config_overrides
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=2
+MinJobAge=2
+EOF
+    for i in $(seq 0 $((count - 1))); do
+      echo "NodeName=node$i NodeAddr=$(address_of "node$i") CPUs=1 RealMemory=1000 State=UNKNOWN"
+    done
+    echo "PartitionName=hosts Nodes=node[0-$((count - 1))] Default=YES MaxTime=INFINITE State=UP"
+  } > "$state/slurm.conf"
+  # slurmd opens a cgroup plugin whatever tracks processes; its autodetect
+  # misses a v1 hierarchy under a tmpfs.
+  local cgroup=cgroup/v1
+  if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroup=cgroup/v2; fi
+  printf 'CgroupPlugin=%s\nCgroupMountpoint=/sys/fs/cgroup\n' "$cgroup" > "$state/cgroup.conf"
+}
+
+slurm_up() {  # node count
+  local count=$1 idle=0
+  for tool in munged slurmctld slurmd; do
+    [ -x "/usr/sbin/$tool" ] || die "needs $tool: apt-get install slurm-wlm munge"
+  done
+  dd if=/dev/urandom of="$state/munge.key" bs=1024 count=1 status=none
+  chmod 400 "$state/munge.key"
+  /usr/sbin/munged --force --key-file="$state/munge.key" --socket="$state/munge.socket" \
+    --pid-file="$state/munged.pid" --log-file="$state/munged.log" --seed-file="$state/munge.seed"
+  write_slurm_config "$count"
+  in_host master /usr/sbin/slurmctld -f "$state/slurm.conf"
+  for i in $(seq 0 $((count - 1))); do
+    in_host "node$i" /usr/sbin/slurmd -f "$state/slurm.conf" -N "node$i"
+  done
+  # Every node answering before anyone allocates.
+  for _ in $(seq 200); do
+    idle=$(in_host master sinfo -h -N -t idle -o %N 2> /dev/null | sort -u | wc -l)
+    [ "$idle" -eq "$count" ] && return 0
+    sleep 0.1
+  done
+  die "slurm: only $idle of $count nodes idle: see $state/slurm/*.log"
 }
 
 up() {
@@ -151,14 +228,15 @@ EOF
     done
     [ -s "$state/sshd-$h.pid" ] || die "the sshd of $h did not start: $(cat "$state/sshd-$h.log" 2>/dev/null)"
   done
-  echo "netns-cluster: master at $(address_of master), node0..node$((count - 1)) at $subnet.10.." >&2
+  if [ "${2:-}" = --slurm ]; then slurm_up "$count"; fi
+  echo "netns-cluster: master at $(address_of master), node0..node$((count - 1)) at $subnet.10..${2:+ (Slurm)}" >&2
 }
 
 # COMMAND in HOST's namespaces, under HOST's name (the words that do it).
 in_host_words() {
   address_of "$1" > /dev/null
   ip netns list | awk '{print $1}' | grep -qx "$prefix-$1" || die "no host $1: run '$0 up N' first"
-  words=(ip netns exec "$prefix-$1" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$@")
+  words=(ip netns exec "$prefix-$1" env SLURM_CONF="$state/slurm.conf" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$@")
 }
 in_host() {
   in_host_words "$@"
@@ -166,7 +244,10 @@ in_host() {
 }
 
 case "${1:-}" in
-  up) up "${2:-}" ;;
+  up)
+    [ $# -le 3 ] && { [ $# -lt 3 ] || [ "$3" = --slurm ]; } || die "up: expected N [--slurm]"
+    up "${2:-}" "${3:-}"
+    ;;
   down) down ;;
   exec)
     [ $# -ge 3 ] || die "exec: expected HOST COMMAND..."

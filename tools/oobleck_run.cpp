@@ -60,9 +60,14 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--hostfile", o.hostfile,
                  "MPI-style hostfile ('host slots=G'): the plan's node names are hosts; agents on other hosts "
                  "start over SSH (default: every node is a local process)");
+  app.add_option("--launcher", o.launcher,
+                 "Where agents start: local, ssh (the --hostfile's hosts), slurm (the nodes of the Slurm "
+                 "allocation this runs in, each with srun; its nodes not in the plan are spares), or auto: ssh "
+                 "with --hostfile, else slurm inside an allocation, else local")
+      ->check(CLI::IsMember({"auto", "local", "ssh", "slurm"}));
   app.add_option("--master-addr", o.master_addr,
-                 "Address agents and workers reach the master at (default 127.0.0.1; give this host's address "
-                 "with --hostfile)");
+                 "Address agents and workers reach the master at (default: 127.0.0.1 when every node is this "
+                 "host, else the address this host's name resolves to)");
   app.add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
                  "A node whose agent sends no heartbeat for this long is lost (a closed connection is noticed "
                  "at once)")
@@ -81,6 +86,9 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "rollback goes back at most M steps, and mirroring every step costs its copy over the network")
       ->check(CLI::Range(1, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
+  app.add_flag("--join-spares", o.join_spares,
+              "Start the hostfile's or the allocation's hosts that the plan leaves out, one for each node lost "
+              "(a host that failed is never started again)");
   app.add_option("--wait-for-nodes-s", o.wait_for_nodes_s,
                  "Past f, when too few nodes are left for any pipeline: wait this long for nodes to join "
                  "(then exit 3)")

@@ -12,7 +12,7 @@ packages=(
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
   python3-pytest  # tests/scripts: the tests of tools/oobleck-tools
   openssh-client  # agents on other hosts (--hostfile)
-  openssh-server iproute2 nftables  # tests/cluster: hosts made of network namespaces, each with an sshd
+  openssh-server iproute2 nftables slurm-wlm munge  # tests/cluster: namespace hosts with sshd and Slurm
   clang libclang-rt-14-dev  # tools/fuzz.sh: the libFuzzer targets of fuzz/
 )
 

@@ -37,8 +37,9 @@ class Cluster:
     this test process's own (clusters of tests running side by side do not
     meet)."""
 
-    def __init__(self, hosts):
+    def __init__(self, hosts, slurm=False):
         self.hosts = hosts
+        self.slurm = slurm
         self.env = {**os.environ, "NETNS_PREFIX": f"obt{os.getpid()}"}
         self.prefix = self.env["NETNS_PREFIX"]
 
@@ -47,7 +48,7 @@ class Cluster:
                               timeout=COMMAND_TIMEOUT_S, **kwargs)
 
     def up(self):
-        made = self.script("up", self.hosts)
+        made = self.script("up", self.hosts, *(["--slurm"] if self.slurm else []))
         assert made.returncode == 0, made.stderr
 
     def down(self):
@@ -89,13 +90,17 @@ class Cluster:
 
 @pytest.fixture
 def cluster(request):
-    """Up with the hosts the test's `hosts` mark asks for (default 5);
-    down afterwards, whatever happened."""
+    """Up with the hosts the test's `hosts` mark asks for (default 5), and
+    a Slurm cluster of them with the `slurm` mark; down afterwards, whatever
+    happened."""
     why = namespaces_unavailable()
     if why:
         pytest.skip(f"network namespaces cannot be made here: {why}")
     mark = request.node.get_closest_marker("hosts")
-    made = Cluster(mark.args[0] if mark else 5)
+    slurm = request.node.get_closest_marker("slurm") is not None
+    if slurm and not all(Path(f"/usr/sbin/{d}").exists() for d in ("munged", "slurmctld", "slurmd")):
+        pytest.skip("no Slurm here: apt-get install slurm-wlm munge")
+    made = Cluster(mark.args[0] if mark else 5, slurm)
     made.down()
     made.up()
     try:

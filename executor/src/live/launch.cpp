@@ -1,5 +1,7 @@
 #include "launch.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -7,6 +9,8 @@
 #include <array>
 #include <cstring>
 #include <string_view>
+
+#include "oobleck/common.h"
 #include <stdexcept>
 
 extern char** environ;
@@ -54,6 +58,39 @@ std::vector<std::string> over_ssh(const std::string& host, const std::vector<std
     remote += "'";
   }
   return {"ssh", "-o", "BatchMode=yes", "--", host, remote};  // "--": a host is never an option
+}
+
+std::vector<std::string> over_srun(const std::string& node, const std::vector<std::string>& args) {
+  // --overlap: the batch script's own step may hold this node's CPUs.
+  std::vector<std::string> command = {"srun",      "--nodes=1",           "--ntasks=1", "--nodelist=" + node,
+                                      "--overlap", "--kill-on-bad-exit=1", "--quiet",    "--job-name=oobleck-agent"};
+  command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+std::string this_host_address() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  std::string address;
+  if (getaddrinfo(name, nullptr, &hints, &found) == 0) {
+    for (const addrinfo* a = found; a != nullptr && address.empty(); a = a->ai_next) {
+      const auto* ip = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      char text[INET_ADDRSTRLEN] = {};
+      if ((ntohl(ip->sin_addr.s_addr) >> 24) != 127 && inet_ntop(AF_INET, &ip->sin_addr, text, sizeof text)) {
+        address = text;
+      }
+    }
+    freeaddrinfo(found);
+  }
+  if (address.empty()) {
+    throw InputError("--master-addr: needed, since agents run on other hosts and this host's name (" +
+                     std::string(name) + ") resolves to no address but loopback");
+  }
+  return address;
 }
 
 bool is_local_host(const std::string& host) {

@@ -24,6 +24,14 @@ namespace oobleck::executor {
 // LD_LIBRARY_PATH, sorted.
 [[nodiscard]] std::vector<std::string> forwarded_environment();
 
+// The same command on Slurm node `node` of the allocation this process runs
+// in: a job step of one task (srun passes the whole environment on).
+[[nodiscard]] std::vector<std::string> over_srun(const std::string& node, const std::vector<std::string>& args);
+
+// The IPv4 address this host's name resolves to, loopback excepted: where
+// processes on other hosts reach this one. Throws InputError when none.
+[[nodiscard]] std::string this_host_address();
+
 // Whether `host` names this machine.
 [[nodiscard]] bool is_local_host(const std::string& host);
 

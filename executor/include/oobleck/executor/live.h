@@ -78,7 +78,13 @@ struct MasterOptions {
   std::string metrics_path;          // JSON lines: one per step, one per reconfiguration
   std::string chrome_trace_path;     // the last step's schedule
   std::string hostfile;              // node names are hosts; others are reached over SSH
-  std::string master_addr = "127.0.0.1";
+  // Where agents start: "local", "ssh" (the hostfile's hosts), "slurm" (the
+  // nodes of the Slurm allocation this runs in, with srun), or "auto": ssh
+  // with a hostfile, else slurm inside an allocation, else local.
+  std::string launcher = "auto";
+  // Where agents reach the master; empty: 127.0.0.1 when every node is this
+  // host, else the address this host's name resolves to.
+  std::string master_addr;
   Milliseconds heartbeat_timeout_ms = 1000;
   double comm_timeout_s = 120;       // last resort for a communication nothing else interrupts
   std::vector<Injection> injections;
@@ -87,6 +93,10 @@ struct MasterOptions {
   int checkpoint_every = 0;
   std::string resume_dir;            // start from the checkpoint saved there
   double wait_for_nodes_s = 600;     // too few nodes for any plan: wait this long for joins, then exit 3
+  // Hosts of the hostfile or the allocation that the plan leaves out are
+  // spares: started, one per node lost, whenever fewer nodes run than the
+  // plan began with. A host that failed is never started again.
+  bool join_spares = false;
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
   std::string program;               // this executable: started again as agents and workers

@@ -1,9 +1,12 @@
 #include "job_inputs.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
+#include "live/launch.h"
 #include "oobleck/common/files.h"
+#include "oobleck/common/host_list.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/train.h"
 #include "oobleck/recovery/seats.h"
@@ -39,7 +42,7 @@ void check_runnable(const Plan& plan, const Profile& profile, const std::string&
 
 // Injections name nodes of the plan or nodes an earlier line adds (on the
 // hostfile's hosts, when there is one).
-void check_injections(const MasterOptions& o, const JobInputs& in) {
+void check_injections(const MasterOptions& o, const JobInputs& in, const std::string& hosts_origin) {
   const auto ranked = recovery::ranked_nodes(in.initial_plan);
   std::set<std::string> known(ranked.begin(), ranked.end());
   for (const auto& e : o.injections) {
@@ -47,12 +50,48 @@ void check_injections(const MasterOptions& o, const JobInputs& in) {
     if (e.action == Injection::Action::Add) {
       known.insert(e.node);
       if (!in.hosts.empty() && std::find(in.hosts.begin(), in.hosts.end(), e.node) == in.hosts.end()) {
-        throw InputError(where + " is not in " + o.hostfile);
+        throw InputError(where + " is not in " + hosts_origin);
       }
     } else if (!known.count(e.node)) {
       throw InputError(where + " is neither in the plan nor added by an earlier line");
     }
   }
+}
+
+// Where the nodes are: the hostfile's hosts (reached over SSH), the Slurm
+// allocation's nodes (srun), or this machine; and where they reach the
+// master. Returns what names the hosts, for messages.
+std::string locate_nodes(const MasterOptions& o, JobInputs& in) {
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  const bool in_allocation = nodelist != nullptr && *nodelist != '\0' && std::getenv("SLURM_JOB_ID") != nullptr;
+  std::string launcher = o.launcher;
+  if (launcher == "auto") launcher = !o.hostfile.empty() ? "ssh" : in_allocation ? "slurm" : "local";
+  if (launcher == "ssh" && o.hostfile.empty()) throw InputError("--launcher ssh: needs --hostfile");
+  if (launcher != "ssh" && !o.hostfile.empty()) {
+    throw InputError("--hostfile " + o.hostfile + ": its hosts are reached over SSH, not with --launcher " + launcher);
+  }
+  if (launcher == "slurm" && !in_allocation) {
+    throw InputError("--launcher slurm: not inside a Slurm allocation (SLURM_JOB_ID or SLURM_JOB_NODELIST unset): "
+                     "run it under salloc or sbatch");
+  }
+  std::string origin;
+  if (launcher == "ssh") {
+    in.hosts = parse_hostfile(read_text_file(o.hostfile), o.hostfile, in.profile.hardware.gpus_per_node);
+    origin = o.hostfile;
+  } else if (launcher == "slurm") {
+    in.hosts = expand_host_list(nodelist, "SLURM_JOB_NODELIST");
+    in.slurm = true;
+    origin = "the Slurm allocation (SLURM_JOB_NODELIST=" + std::string(nodelist).substr(0, 200) + ")";
+  }
+  bool remote = false;
+  for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
+    if (!in.hosts.empty() && std::find(in.hosts.begin(), in.hosts.end(), n) == in.hosts.end()) {
+      throw InputError(origin + ": the plan's node " + n + " is not listed");
+    }
+  }
+  for (const auto& h : in.hosts) remote = remote || !is_local_host(h);
+  in.master_addr = !o.master_addr.empty() ? o.master_addr : remote ? this_host_address() : "127.0.0.1";
+  return origin;
 }
 
 }  // namespace
@@ -73,15 +112,8 @@ JobInputs load_job_inputs(const MasterOptions& o) {
   check_tokens(read_tokens(o.data_path), model_of_profile(in.profile), o.seed, o.data_path);
   require_output_path("--metrics", o.metrics_path);
   require_output_path("--chrome-trace", o.chrome_trace_path);
-  if (!o.hostfile.empty()) {
-    in.hosts = parse_hostfile(read_text_file(o.hostfile), o.hostfile, in.profile.hardware.gpus_per_node);
-    for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
-      if (std::find(in.hosts.begin(), in.hosts.end(), n) == in.hosts.end()) {
-        throw InputError(o.hostfile + ": the plan's node " + n + " is not listed");
-      }
-    }
-  }
-  check_injections(o, in);
+  const std::string hosts_origin = locate_nodes(o, in);
+  check_injections(o, in, hosts_origin);
   if (!o.checkpoint_dir.empty() && o.checkpoint_every == 0) {
     throw InputError("--checkpoint " + o.checkpoint_dir + ": needs --checkpoint-every K");
   }

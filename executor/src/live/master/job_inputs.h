@@ -15,7 +15,9 @@ namespace oobleck::executor {
 struct JobInputs {
   Profile profile;
   Plan initial_plan;
-  std::vector<std::string> hosts;     // from --hostfile; empty: every node is local
+  std::vector<std::string> hosts;     // --hostfile's or the Slurm allocation's; empty: every node is local
+  bool slurm = false;                 // agents on other hosts start with srun, not ssh
+  std::string master_addr;            // where agents and workers reach the master
   std::optional<ResumePoint> resume;  // from --resume
 };
 

@@ -55,9 +55,9 @@ Master::Master(const MasterOptions& options)
       cost_(in_.profile, in_.initial_plan.template_microbatches),
       gpus_(in_.profile.hardware.gpus_per_node),
       token_(new_token()),
-      server_(o_.master_addr, token_),
-      processes_(LaunchSettings{o_.program, o_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
-                                gpus_, in_.hosts}),
+      server_(in_.master_addr, token_),
+      processes_(LaunchSettings{o_.program, in_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
+                                gpus_, in_.hosts, in_.slurm}),
       controller_(cost_, no_templates_, controller_options(o_, in_)),
       reporter_(o_.metrics_path),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
@@ -66,7 +66,7 @@ Master::Master(const MasterOptions& options)
   const int committed = in_.resume ? in_.resume->step : -1;
   if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ = samples_before(committed + 1);
-  store_ = make_store_server(o_.master_addr,
+  store_ = make_store_server(in_.master_addr,
                              std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000)));
   welcome_ = {profile_to_json(in_.profile),
               o_.profile_path,

@@ -63,6 +63,7 @@ class Master {
   void finish();
   // Injections and chaos.
   Milliseconds inject(Milliseconds wait_ms);
+  void join_spares();
   void fire(const Injection& event);
   void strike(const Injection& event, const std::string& why);
   void kill_node(const std::string& node, const std::string& why, bool hang);

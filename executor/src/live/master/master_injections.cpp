@@ -11,6 +11,7 @@ using protocol::Role;
 
 // Fires what is due; returns how long the loop may wait for the next.
 Milliseconds Master::inject(Milliseconds wait_ms) {
+  if (o_.join_spares) join_spares();
   const Milliseconds now = now_ms();
   fire_due_step_events();
   for (const auto& e : injector_.due(now - training_start_ms_)) fire(e);
@@ -39,6 +40,22 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
     }
   }
   return std::max(0.0, wait_ms);
+}
+
+// As many spares started as the nodes running fall short of the plan's
+// first count: hosts never started, in their order.
+void Master::join_spares() {
+  if (phase_ == Phase::finishing) return;
+  int running = 0;
+  for (const auto& [name, p] : processes_.nodes()) running += p.alive ? 1 : 0;
+  const auto wanted = static_cast<int>(recovery::ranked_nodes(in_.initial_plan).size());
+  for (const auto& host : in_.hosts) {
+    if (running >= wanted) return;
+    if (processes_.find(host) != nullptr) continue;
+    std::fprintf(stderr, "oobleck-run: starting spare node %s\n", host.c_str());
+    processes_.start(host, now_ms());
+    ++running;
+  }
 }
 
 // A crash restarts in place only once the worker's snapshot of the last
@@ -77,6 +94,10 @@ void Master::strike(const Injection& event, const std::string& why) {
   }
   if (const NodeProcess* p = processes_.find(event.node); p != nullptr && p->alive) {
     std::fprintf(stderr, "oobleck-run: %s: node %s is already running\n", why.c_str(), event.node.c_str());
+    return;
+  } else if (p != nullptr && in_.slurm) {
+    std::fprintf(stderr, "oobleck-run: %s: node %s failed earlier; later job steps leave it out\n", why.c_str(),
+                 event.node.c_str());
     return;
   }
   if (phase_ == Phase::finishing) return;

@@ -40,7 +40,7 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
     args.push_back("--parent-pid");
     args.push_back(std::to_string(::getpid()));
   } else {
-    args = over_ssh(node, args);
+    args = settings_.slurm ? over_srun(node, args) : over_ssh(node, args);
   }
   p.agent_pid = spawn_process(args);
   children_.insert(p.agent_pid);
@@ -97,7 +97,9 @@ std::vector<std::pair<std::string, std::string>> ProcessTable::ended_agents() {
       std::string how = WIFEXITED(status)     ? "exited with status " + std::to_string(WEXITSTATUS(status))
                         : WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
                                               : "ended";
-      std::string what = p.local ? "its agent process " : "the ssh starting its agent ";
+      std::string what = p.local ? "its agent process "
+                         : settings_.slurm ? "the srun starting its agent "
+                                           : "the ssh starting its agent ";
       out.emplace_back(name, what + how + (p.agent_connected ? "" : " before the agent connected"));
     }
   }

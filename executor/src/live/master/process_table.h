@@ -38,7 +38,8 @@ struct LaunchSettings {
   Milliseconds heartbeat_timeout_ms = 1000;
   Milliseconds connect_timeout_ms = 120000;  // from start to the workers' hellos
   int gpus_per_node = 1;                     // workers per node
-  std::vector<std::string> hosts;            // from a hostfile; empty: every node is local
+  std::vector<std::string> hosts;            // a hostfile's or a Slurm allocation's; empty: every node is local
+  bool slurm = false;                        // other hosts' agents start with srun, not ssh
 };
 
 class ProcessTable {

@@ -1,0 +1,46 @@
+"""oobleck-run inside a Slurm allocation (a real slurmctld and a slurmd per
+namespace host): agents start as job steps with srun on the allocation's
+nodes, the nodes the plan leaves out are spares that join as nodes are lost,
+and a failed node is left out of later steps. The losses are the
+single-process run's, bit for bit."""
+import pytest
+from conftest import RUN, assert_reference_losses, metrics, reference_losses, wait_for_line, wait_for_step
+
+STEPS = 120  # room for two spares to start (a few seconds each) while training goes on
+BATCH = 16  # 8 microbatches of 2
+
+
+@pytest.mark.slurm
+@pytest.mark.hosts(6)
+def test_agents_are_job_steps_and_spares_replace_lost_nodes(cluster, tiny_job, tmp_path):
+    folder, job = tiny_job  # planned on node0..node3; node4 and node5 are spares
+    inject = tmp_path / "inject.csv"
+    inject.write_text("step:2,remove,node1\nstep:110,add,node1\n")
+    live = tmp_path / "live.jsonl"
+    run = cluster.on("master", "salloc", "--nodes", 6, "--quiet", RUN, *job, "--steps", STEPS, "--join-spares",
+                     "--inject", inject, "--metrics", live, "--heartbeat-timeout-ms", 5000)
+    try:
+        wait_for_step(live, 0, run)
+        steps_on_node0 = cluster.commands("node0")
+        assert any("slurmstepd" in c for c in steps_on_node0), steps_on_node0
+        assert any("agent --node node0 " in c for c in steps_on_node0), steps_on_node0
+        # Once the spare has taken node1's place: node2's host dies whole.
+        wait_for_line(live, lambda line: line.get("kind") == "reconfiguration" and line["added"] == ["node4"], run)
+        cluster.kill_host("node2")  # slurmd, job steps and all
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err
+    lines = metrics(live)
+    assert_reference_losses(lines, reference_losses(tiny_job, STEPS, folder), STEPS, BATCH)
+    changes = [line for line in lines if line["kind"] == "reconfiguration" and not line["superseded"]]
+    lost = [n for c in changes for n in c["lost"]]
+    added = [n for c in changes for n in c["added"]]
+    assert lost == ["node1", "node2"]
+    assert added == ["node4", "node5"]  # the spares, in order, one per loss
+    assert "node node1 failed earlier; later job steps leave it out" in err
+    for node in ("node0", "node1", "node3", "node4", "node5"):
+        left = [c for c in cluster.commands(node) if "sshd" not in c and "slurmd" not in c]
+        assert left == [], left
