@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 
 #include "oobleck/common/files.h"
 #include "cli_io.h"
@@ -136,7 +137,6 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
     cmd->add_option("--master-addr", node.master_addr);
     cmd->add_option("--control-port", node.control_port)->required();
     cmd->add_option("--parent-pid", node.parent_pid);
-    cmd->add_option("--token", node.token);
     cmd->group("");
   }
   agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
@@ -158,6 +158,12 @@ int run_node_process(NodeProcessOptions node, bool agent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (node.parent_pid > 0 && getppid() != node.parent_pid) return kExitFailure;
   node.program = std::filesystem::read_symlink("/proc/self/exe").string();
+  // The job's token: the first line of standard input, never a flag
+  // (a command line is visible to every user of the host).
+  if (!std::getline(std::cin, node.token) || node.token.empty()) {
+    std::fprintf(stderr, "oobleck-run %s: expected the job's token on standard input\n", agent ? "agent" : "worker");
+    return kExitBadInput;
+  }
   if (agent) return run_agent(node);
   // A worker ends without running static destructors: a communicator
   // abandoned in a recovery may still be winding down on its own thread.

@@ -107,9 +107,10 @@ class Agent {
  private:
   pid_t spawn_worker(int gpu) {
     return spawn_process({o_.program, "worker", "--node", o_.node, "--gpu", std::to_string(gpu), "--master-addr",
-                          o_.master_addr, "--control-port", std::to_string(o_.control_port), "--token", o_.token,
+                          o_.master_addr, "--control-port", std::to_string(o_.control_port),
                           "--parent-pid", std::to_string(::getpid()), "--snapshot-port",
-                          std::to_string(snapshots_.port())});
+                          std::to_string(snapshots_.port())},
+                         o_.token + "\n");
   }
 
   void send(const protocol::Message& m) {

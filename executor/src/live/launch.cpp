@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -17,16 +18,28 @@ extern char** environ;
 
 namespace oobleck::executor {
 
-pid_t spawn_process(const std::vector<std::string>& args) {
+pid_t spawn_process(const std::vector<std::string>& args, const std::string& input) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
+  int pipe_ends[2] = {-1, -1};
+  if (::pipe2(pipe_ends, O_CLOEXEC) != 0) throw std::runtime_error("cannot start " + args.front() + ": no pipe");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_ends[0], STDIN_FILENO);  // dup2 clears close-on-exec
   pid_t pid = 0;
   const bool path_search = args.front().find('/') == std::string::npos;
-  const int error = path_search ? posix_spawnp(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ)
-                                : posix_spawn(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), environ);
+  const int error = path_search ? posix_spawnp(&pid, args.front().c_str(), &actions, nullptr, argv.data(), environ)
+                                : posix_spawn(&pid, args.front().c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_ends[0]);
+  // Far below a pipe's capacity: written at once, whatever the child does.
+  const bool written = error == 0 && ::write(pipe_ends[1], input.data(), input.size()) ==
+                                         static_cast<ssize_t>(input.size());
+  ::close(pipe_ends[1]);
   if (error != 0) throw std::runtime_error("cannot start " + args.front() + ": " + std::strerror(error));
+  if (!written) throw std::runtime_error("cannot hand " + args.front() + " its input");
   return pid;
 }
 

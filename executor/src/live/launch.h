@@ -9,9 +9,11 @@
 
 namespace oobleck::executor {
 
-// posix_spawn of args[0] (searched in PATH when it has no '/'). Throws with
-// the reason when it cannot start.
-[[nodiscard]] pid_t spawn_process(const std::vector<std::string>& args);
+// posix_spawn of args[0] (searched in PATH when it has no '/'), reading
+// `input` on its standard input (a pipe, closed after it): how the job's
+// token reaches the processes of a job without showing on a command line.
+// Throws with the reason when it cannot start.
+[[nodiscard]] pid_t spawn_process(const std::vector<std::string>& args, const std::string& input);
 
 // The same command on `host`, over SSH without prompts, with this
 // process's variables that steer the numerical and communication libraries

@@ -33,7 +33,6 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
       "--node",          node,
       "--master-addr",   settings_.master_addr,
       "--control-port",  std::to_string(settings_.control_port),
-      "--token",         settings_.token,
       "--heartbeat-ms",  std::to_string(std::max(10.0, settings_.heartbeat_timeout_ms / 5)),
       "--gpus",          std::to_string(settings_.gpus_per_node)};
   if (p.local) {
@@ -42,7 +41,7 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
   } else {
     args = settings_.slurm ? over_srun(node, args) : over_ssh(node, args);
   }
-  p.agent_pid = spawn_process(args);
+  p.agent_pid = spawn_process(args, settings_.token + "\n");
   children_.insert(p.agent_pid);
   nodes_[node] = p;
 }
