@@ -10,6 +10,7 @@
 #include <string>
 
 #include "oobleck/common.h"
+#include "oobleck/common/host_list.h"
 #include "oobleck/executor/analytic.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/executor/model_config.h"
@@ -79,8 +80,10 @@ void parse_scenario_text(std::string_view input) {
   });
 }
 
+// Both lists of hosts: a hostfile, and Slurm's compact list (SLURM_JOB_NODELIST).
 void parse_hostfile_text(std::string_view input) {
   expecting_input_error([&] { (void)parse_hostfile(input, kOrigin, 8); });
+  expecting_input_error([&] { (void)expand_host_list(input, kOrigin, 4096); });
 }
 
 void parse_injections_text(std::string_view input) {

@@ -54,10 +54,11 @@ class Cluster:
     def down(self):
         self.script("down")
 
-    def on(self, host, *command):
-        """COMMAND started on HOST; the Popen."""
+    def on(self, host, *command, stdout=subprocess.DEVNULL):
+        """COMMAND started on HOST; the Popen (its standard error a pipe: a
+        few lines, read at the end)."""
         return subprocess.Popen([str(NETNS), "exec", host, *map(str, command)], env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=stdout, stderr=subprocess.PIPE, text=True)
 
     def run_on(self, host, *command, stdin=None):
         """COMMAND run to its end on HOST; the finished process."""
@@ -155,6 +156,19 @@ def assert_reference_losses(lines, reference, steps, batch):
     for line in committed:
         assert line["loss"] == reference[line["step"]], f"step {line['step']}"
         assert line["samples"] == (line["step"] + 1) * batch
+
+
+def finish(run):
+    """The run's standard error once it has ended by itself, successfully
+    (killed if it has not within the bound)."""
+    try:
+        _, err = run.communicate(timeout=COMMAND_TIMEOUT_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err
+    return err
 
 
 def wait_for_line(path, wanted, process, timeout_s=COMMAND_TIMEOUT_S):

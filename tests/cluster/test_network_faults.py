@@ -1,13 +1,13 @@
 """Network faults on namespace hosts: a host's link pulled mid-step (a
 partition) and put back, and a host losing packets. Each run ends with the
 single-process run's losses, bit for bit."""
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import (COMMAND_TIMEOUT_S, RUN, assert_reference_losses, metrics, reference_losses, wait_for_step,
-                      wait_for_line)
+from conftest import RUN, assert_reference_losses, finish, metrics, reference_losses, wait_for_line, wait_for_step
 
 BATCH = 16  # 8 microbatches of 2
 HEARTBEAT_TIMEOUT_MS = 2000
@@ -20,17 +20,6 @@ def start(cluster, job, tmp_path, steps, *extra):
     run = cluster.on("master", RUN, *job, "--steps", steps, "--hostfile", hostfile,
                      "--master-addr", cluster.address("master"), "--metrics", live, *extra)
     return run, live
-
-
-def finish(run):
-    try:
-        _, err = run.communicate(timeout=COMMAND_TIMEOUT_S)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err
-    return err
 
 
 def job_processes(cluster, host):
@@ -86,7 +75,8 @@ def test_a_host_losing_five_percent_of_its_packets_stays_in_the_job(cluster, tin
 def test_a_host_200_ms_away_is_slow_not_dead(cluster, tiny_job, tmp_path):
     folder, job = tiny_job
     steps = 6
-    proxy = cluster.on("node1", sys.executable, Path(__file__).parent / "delay_proxy.py", 200, 15001)
+    proxy = cluster.on("node1", sys.executable, Path(__file__).parent / "delay_proxy.py", 200, 15001,
+                       stdout=subprocess.PIPE)
     try:
         assert proxy.stdout.readline().strip() == "ready", proxy.stderr.read()
         run, live = start(cluster, job, tmp_path, steps)  # the default heartbeat timeout

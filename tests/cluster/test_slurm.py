@@ -4,7 +4,7 @@ nodes, the nodes the plan leaves out are spares that join as nodes are lost,
 and a failed node is left out of later steps. The losses are the
 single-process run's, bit for bit."""
 import pytest
-from conftest import RUN, assert_reference_losses, metrics, reference_losses, wait_for_line, wait_for_step
+from conftest import RUN, finish, assert_reference_losses, metrics, reference_losses, wait_for_line, wait_for_step
 
 STEPS = 120  # room for two spares to start (a few seconds each) while training goes on
 BATCH = 16  # 8 microbatches of 2
@@ -19,20 +19,15 @@ def test_agents_are_job_steps_and_spares_replace_lost_nodes(cluster, tiny_job, t
     live = tmp_path / "live.jsonl"
     run = cluster.on("master", "salloc", "--nodes", 6, "--quiet", RUN, *job, "--steps", STEPS, "--join-spares",
                      "--inject", inject, "--metrics", live, "--heartbeat-timeout-ms", 5000)
-    try:
-        wait_for_step(live, 0, run)
-        steps_on_node0 = cluster.commands("node0")
-        assert any("slurmstepd" in c for c in steps_on_node0), steps_on_node0
-        assert any("agent --node node0 " in c for c in steps_on_node0), steps_on_node0
-        # Once the spare has taken node1's place: node2's host dies whole.
-        wait_for_line(live, lambda line: line.get("kind") == "reconfiguration" and line["added"] == ["node4"], run)
-        cluster.kill_host("node2")  # slurmd, job steps and all
-        _, err = run.communicate(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err
+    # (The cluster's teardown ends the run if a check below fails first.)
+    wait_for_step(live, 0, run)
+    steps_on_node0 = cluster.commands("node0")
+    assert any("slurmstepd" in c for c in steps_on_node0), steps_on_node0
+    assert any("agent --node node0 " in c for c in steps_on_node0), steps_on_node0
+    # Once the spare has taken node1's place: node2's host dies whole.
+    wait_for_line(live, lambda line: line.get("kind") == "reconfiguration" and line["added"] == ["node4"], run)
+    cluster.kill_host("node2")  # slurmd, job steps and all
+    err = finish(run)
     lines = metrics(live)
     assert_reference_losses(lines, reference_losses(tiny_job, STEPS, folder), STEPS, BATCH)
     changes = [line for line in lines if line["kind"] == "reconfiguration" and not line["superseded"]]

@@ -2,7 +2,7 @@
 hosts trains the single-process run's losses, bit for bit, through a node
 killed by the job, a host that dies whole (its sshd too), and two joins."""
 import pytest
-from conftest import RUN, assert_reference_losses, metrics, reference_losses, wait_for_step
+from conftest import RUN, finish, assert_reference_losses, metrics, reference_losses, wait_for_step
 
 STEPS = 16
 BATCH = 16  # 8 microbatches of 2
@@ -19,23 +19,18 @@ def test_ssh_agents_train_the_reference_through_kills_and_joins(cluster, tiny_jo
     run = cluster.on("master", RUN, *job, "--steps", STEPS, "--hostfile", hostfile,
                      "--master-addr", cluster.address("master"), "--inject", inject, "--metrics", live,
                      "--heartbeat-timeout-ms", 5000)
-    try:
-        wait_for_step(live, 0, run)
-        for node in ("node0", "node2", "node3"):
-            here = cluster.commands(node)
-            assert any(f"agent --node {node} " in c for c in here), here
-            assert any(f"worker --node {node} " in c for c in here), here
-            assert not any("token" in c for c in here), here  # it came on standard input
-        # node2's host dies whole once the job has healed from node1's loss
-        # and taken node4 in.
-        wait_for_step(live, 7, run)
-        cluster.kill_host("node2")
-        _, err = run.communicate(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    assert run.returncode == 0, err
+    # (The cluster's teardown ends the run if a check below fails first.)
+    wait_for_step(live, 0, run)
+    for node in ("node0", "node2", "node3"):
+        here = cluster.commands(node)
+        assert any(f"agent --node {node} " in c for c in here), here
+        assert any(f"worker --node {node} " in c for c in here), here
+        assert not any("token" in c for c in here), here  # it came on standard input
+    # node2's host dies whole once the job has healed from node1's loss
+    # and taken node4 in.
+    wait_for_step(live, 7, run)
+    cluster.kill_host("node2")
+    finish(run)
     lines = metrics(live)
     assert_reference_losses(lines, reference_losses(tiny_job, STEPS, folder), STEPS, BATCH)
     changes = [line for line in lines if line["kind"] == "reconfiguration" and not line["superseded"]]
