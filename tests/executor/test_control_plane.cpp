@@ -88,6 +88,37 @@ TEST_CASE("control plane: a stranger's endless line ends its connection after a 
   CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
 }
 
+TEST_CASE("control plane: a flood of silent connections keeps at most kMostStrangers open, and the job's hello "
+          "still comes in") {
+  ControlServer server("127.0.0.1", "job-token");
+  const auto accept_all = [](const protocol::Hello&) { return true; };
+  std::vector<std::unique_ptr<channel::Connection>> flood;
+  for (std::size_t i = 0; i < 2 * ControlServer::kMostStrangers; ++i) {
+    flood.push_back(channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5)));
+    if (i % 64 == 63) (void)server.poll(0, accept_all);
+  }
+  for (int i = 0; i < 20; ++i) (void)server.poll(5, accept_all);
+  // The oldest were dropped as newer ones came: the server closed them.
+  std::size_t closed = 0;
+  for (const auto& c : flood) {
+    char byte = 0;
+    closed += ::recv(c->fd(), &byte, 1, MSG_DONTWAIT) == 0 ? 1 : 0;
+  }
+  CHECK(closed == ControlServer::kMostStrangers);
+  auto agent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+  protocol::Hello hello;
+  hello.role = protocol::Role::agent;
+  hello.node = "node0";
+  hello.token = "job-token";
+  REQUIRE(protocol::send(*agent, hello));
+  std::vector<ControlServer::Inbound> seen;
+  for (int i = 0; i < 200 && seen.empty(); ++i) {
+    for (auto& in : server.poll(10, accept_all)) seen.push_back(std::move(in));
+  }
+  REQUIRE(seen.size() == 1);
+  CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
+}
+
 TEST_CASE("control plane: a connection that never says hello is closed at its deadline; one that did stays") {
   ControlServer server("127.0.0.1", "job-token", /*hello_deadline_ms=*/0);
   auto silent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));

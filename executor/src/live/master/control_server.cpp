@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -29,6 +30,11 @@ std::vector<ControlServer::Inbound> ControlServer::poll(double timeout_ms,
   if (::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::max(0.0, timeout_ms)))) <= 0) return out;
   if (fds[0].revents) {
     while (auto connection = listener_.accept()) {
+      if (strangers_.size() >= kMostStrangers) {
+        const auto oldest = std::min_element(strangers_.begin(), strangers_.end(),
+                                             [](const auto& a, const auto& b) { return a.second < b.second; });
+        drop(oldest->first);
+      }
       const int fd = connection->fd();
       connection->set_longest_line(kLongestHelloBytes);
       connections_[fd] = std::move(connection);

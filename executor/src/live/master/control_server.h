@@ -40,11 +40,13 @@ class ControlServer {
   // admitted when `admit` says so (its node known and alive), unless that
   // role (and GPU) is connected already, and arrives like any other message.
   // A connection that has not said hello within kHelloDeadlineMs, or sends
-  // more than kLongestHelloBytes without one, is dropped: a stranger costs
-  // the job neither memory nor time.
+  // more than kLongestHelloBytes without one, is dropped, and so is the
+  // oldest when more than kMostStrangers wait: strangers cost the job
+  // neither memory nor time, however many connect.
   std::vector<Inbound> poll(double timeout_ms, const std::function<bool(const protocol::Hello&)>& admit);
   static constexpr double kHelloDeadlineMs = 10000;
   static constexpr std::size_t kLongestHelloBytes = 64 * 1024;
+  static constexpr std::size_t kMostStrangers = 256;
 
   // To the node's agent, or to every worker of the node. False when a
   // connection it goes to is gone, or there is none.
