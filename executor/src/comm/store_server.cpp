@@ -71,6 +71,18 @@ c10::intrusive_ptr<c10d::TCPStore> loopback_store(const std::string& address, Op
 
 }  // namespace
 
+ServedStore serve_store(const std::string& master_addr, const std::string& token,
+                        std::chrono::milliseconds timeout) {
+  ServedStore served;
+  if (is_loopback_address(master_addr)) {
+    served.store = make_store_server(master_addr, timeout);
+  } else {
+    served.store = make_store_server("127.0.0.1", timeout);
+    served.guard = std::make_unique<StoreGuard>(master_addr, static_cast<int>(served.store->getPort()), token);
+  }
+  return served;
+}
+
 bool is_loopback_address(const std::string& address) {
   in_addr a{};
   return address == "localhost" || (inet_pton(AF_INET, address.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127);

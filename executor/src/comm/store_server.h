@@ -6,7 +6,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <memory>
 #include <string>
+
+#include "store_guard.h"
 
 namespace oobleck::executor {
 
@@ -15,6 +18,18 @@ namespace oobleck::executor {
 // (the store has no other choice there), as remote processes connect.
 [[nodiscard]] c10::intrusive_ptr<c10d::TCPStore> make_store_server(const std::string& address,
                                                                    std::chrono::milliseconds timeout);
+
+// The job's store as the master serves it: on the loopback alone, and, when
+// agents reach the master at another address, behind a StoreGuard there
+// (store_guard.h). port() is where workers connect (with a StoreTunnel when
+// guarded).
+struct ServedStore {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<StoreGuard> guard;
+  [[nodiscard]] int port() const { return guard ? guard->port() : static_cast<int>(store->getPort()); }
+};
+[[nodiscard]] ServedStore serve_store(const std::string& master_addr, const std::string& token,
+                                      std::chrono::milliseconds timeout);
 
 // True for 127.0.0.0/8 and "localhost".
 [[nodiscard]] bool is_loopback_address(const std::string& address);

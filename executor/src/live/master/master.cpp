@@ -66,7 +66,7 @@ Master::Master(const MasterOptions& options)
   const int committed = in_.resume ? in_.resume->step : -1;
   if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ = samples_before(committed + 1);
-  store_ = make_store_server(in_.master_addr,
+  store_ = serve_store(in_.master_addr, token_,
                              std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000)));
   welcome_ = {profile_to_json(in_.profile),
               o_.profile_path,
@@ -74,7 +74,7 @@ Master::Master(const MasterOptions& options)
               o_.device,
               o_.steps,
               o_.threads,
-              store_->getPort(),
+              store_.port(),
               o_.seed,
               static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
               o_.learning_rate,

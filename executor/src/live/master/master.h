@@ -4,8 +4,6 @@
 // restarts in master_snapshots.cpp.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "checkpoints.h"
+#include "comm/store_server.h"
 #include "control_server.h"
 #include "injector.h"
 #include "job_inputs.h"
@@ -92,7 +91,7 @@ class Master {
   int gpus_;  // per node: a worker each
   std::string token_;
   ControlServer server_;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
+  ServedStore store_;
   protocol::Welcome welcome_;
   ProcessTable processes_;
   recovery::Controller controller_;

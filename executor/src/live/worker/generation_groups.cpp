@@ -46,7 +46,7 @@ void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToM
           options.port = static_cast<std::uint16_t>(settings.store_port);
           options.isServer = false;
           options.timeout = settings.timeout;
-          auto store = c10::make_intrusive<c10d::TCPStore>(settings.master_addr, options);
+          auto store = c10::make_intrusive<c10d::TCPStore>(settings.store_host, options);
           const ToMake& g = groups[i];
           const std::string name = std::string("g").append(std::to_string(settings.generation)).append("/") + g.name;
           *g.slot = make_gloo_communicator(store, name, g.rank, g.size, settings.bind_host, settings.timeout);

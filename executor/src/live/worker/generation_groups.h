@@ -22,7 +22,7 @@ namespace oobleck::executor {
 struct GroupSettings {
   int generation = 0;
   int rank = 0, world_size = 0, trainers = 0;
-  std::string master_addr, bind_host;
+  std::string store_host, bind_host;  // the store: the master's, or this worker's tunnel to it
   int store_port = 0;
   std::chrono::milliseconds timeout{120000};
 };

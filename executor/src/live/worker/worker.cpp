@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "comm/store_guard.h"
+#include "comm/store_server.h"
 #include "generation_groups.h"
 #include "gradient_sync.h"
 #include "inbox.h"
@@ -101,8 +103,13 @@ class LiveWorker {
     keep_freed_host_memory();
     torch::manual_seed(o_.seed);
     tokens_ = read_tokens(welcome.data);
-    settings_.master_addr = master_addr_;
+    settings_.store_host = master_addr_;
     settings_.store_port = welcome.store_port;
+    if (!is_loopback_address(master_addr_)) {  // the store is behind the master's guard
+      store_tunnel_ = std::make_unique<StoreTunnel>(master_addr_, welcome.store_port, token_);
+      settings_.store_host = "127.0.0.1";
+      settings_.store_port = store_tunnel_->port();
+    }
     settings_.timeout = std::chrono::milliseconds(welcome.comm_timeout_ms);
     // On one machine everything stays on loopback; across machines Gloo
     // binds to this host's own address.
@@ -298,6 +305,7 @@ class LiveWorker {
   std::string node_;
   int gpu_ = 0, gpus_ = 1;  // this worker's GPU, and the node's count
   std::string master_addr_, token_;
+  std::unique_ptr<StoreTunnel> store_tunnel_;  // declared before groups_: outlives their store clients
   Inbox inbox_;
   SnapshotTaker taker_;  // after the inbox: gone first, as its job may send
   int snapshot_every_ = 0;
