@@ -154,9 +154,11 @@ slurm_up() {  # node count
   /usr/sbin/munged --force --key-file="$state/munge.key" --socket="$state/munge.socket" \
     --pid-file="$state/munged.pid" --log-file="$state/munged.log" --seed-file="$state/munge.seed"
   write_slurm_config "$count"
-  in_host master /usr/sbin/slurmctld -f "$state/slurm.conf"
+  in_host master /usr/sbin/slurmctld -f "$state/slurm.conf" ||
+    die "slurm: slurmctld did not start: $(tail -n 3 "$state/slurm/slurmctld.log" 2> /dev/null)"
   for i in $(seq 0 $((count - 1))); do
-    in_host "node$i" /usr/sbin/slurmd -f "$state/slurm.conf" -N "node$i"
+    in_host "node$i" /usr/sbin/slurmd -f "$state/slurm.conf" -N "node$i" ||
+      die "slurm: the slurmd of node$i did not start: $(tail -n 3 "$state/slurm/slurmd-node$i.log" 2> /dev/null)"
   done
   # Every node answering before anyone allocates.
   for _ in $(seq 200); do
