@@ -51,8 +51,8 @@ address_of() {
     master) echo "$subnet.1" ;;
     node[0-9]*)
       local i=${1#node}
-      [[ $i =~ ^[0-9]+$ ]] && ((i < 240)) || die "no host $1"
-      echo "$subnet.$((10 + i))"
+      [[ $i =~ ^[0-9]+$ ]] && ((10#$i < 240)) || die "no host $1"
+      echo "$subnet.$((10 + 10#$i))"
       ;;
     *) die "no host $1 (expected master or node<i>)" ;;
   esac
@@ -162,7 +162,7 @@ slurm_up() {  # node count
   done
   # Every node answering before anyone allocates.
   for _ in $(seq 200); do
-    idle=$(in_host master sinfo -h -N -t idle -o %N 2> /dev/null | sort -u | wc -l)
+    idle=$(in_host master sinfo -h -N -t idle -o %N 2> /dev/null | sort -u | wc -l || true)
     [ "$idle" -eq "$count" ] && return 0
     sleep 0.1
   done

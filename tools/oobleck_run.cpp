@@ -64,7 +64,7 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--launcher", o.launcher,
                  "Where agents start: local, ssh (the --hostfile's hosts), slurm (the nodes of the Slurm "
                  "allocation this runs in, each with srun; its nodes not in the plan are spares), or auto: ssh "
-                 "with --hostfile, else slurm inside an allocation, else local")
+                 "with --hostfile, else slurm inside an allocation that has the plan's nodes, else local")
       ->check(CLI::IsMember({"auto", "local", "ssh", "slurm"}));
   app.add_option("--master-addr", o.master_addr,
                  "Address agents and workers reach the master at (default: 127.0.0.1 when every node is this "

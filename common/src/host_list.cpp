@@ -8,6 +8,9 @@
 namespace oobleck {
 namespace {
 
+// A host name has at most 253 characters (DNS); a little room beyond.
+constexpr std::size_t kLongestName = 255;
+
 struct Expander {
   const std::string& origin;
   std::size_t max_hosts;
@@ -57,7 +60,10 @@ struct Expander {
       const std::size_t open = name.find('[', at);
       const std::string_view text = name.substr(at, open - at);
       if (text.find(']') != std::string_view::npos) fail("a ']' without its '['", name);
-      for (auto& m : made) m += text;
+      for (auto& m : made) {
+        m += text;
+        if (m.size() > kLongestName) fail("a name longer than " + std::to_string(kLongestName) + " characters", name);
+      }
       if (open == std::string_view::npos) break;
       const std::size_t close = name.find(']', open);
       if (close == std::string_view::npos) fail("a '[' without its ']'", name);
@@ -68,6 +74,9 @@ struct Expander {
       std::vector<std::string> next;
       for (const auto& m : made) {
         for (const auto& v : vals) next.push_back(m + v);
+      }
+      if (!next.empty() && next.back().size() > kLongestName) {
+        fail("a name longer than " + std::to_string(kLongestName) + " characters", name);
       }
       made = std::move(next);
       at = close + 1;

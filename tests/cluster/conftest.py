@@ -82,6 +82,19 @@ class Cluster:
                 pass
         return lines
 
+    def job_processes(self, host):
+        """HOST's command lines but its daemons' (sshd, slurmd)."""
+        return [c for c in self.commands(host) if not c.startswith(("sshd", "/usr/sbin/sshd", "/usr/sbin/slurmd",
+                                                                     "slurmd"))]
+
+    def wait_for_no_job_processes(self, host, timeout_s=60):
+        """Until nothing of the job runs on HOST (processes of a job that
+        ended take a moment to go); what is left after TIMEOUT_S."""
+        deadline = time.monotonic() + timeout_s
+        while self.job_processes(host) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self.job_processes(host)
+
     def kill_host(self, host):
         """Every process of HOST, sshd included, SIGKILLed: the host is gone."""
         pids = self.pids(host)
@@ -105,10 +118,10 @@ def cluster(request):
     made.down()
     try:
         made.up()
-    except AssertionError as failed:
+    except BaseException as failed:
+        made.down()
         # slurmd needs a cgroup hierarchy it can use; some containers have none.
         if slurm and "cgroup" in str(failed):
-            made.down()
             pytest.skip(f"Slurm cannot run here: {str(failed).splitlines()[0]}")
         raise
     try:

@@ -3,7 +3,6 @@ partition) and put back, and a host losing packets. Each run ends with the
 single-process run's losses, bit for bit."""
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,6 @@ def start(cluster, job, tmp_path, steps, *extra):
     run = cluster.on("master", RUN, *job, "--steps", steps, "--hostfile", hostfile,
                      "--master-addr", cluster.address("master"), "--metrics", live, *extra)
     return run, live
-
-
-def job_processes(cluster, host):
-    return [c for c in cluster.commands(host) if "sshd" not in c]
 
 
 @pytest.mark.hosts(4)
@@ -44,10 +39,7 @@ def test_a_partitioned_host_is_fenced_and_its_return_changes_nothing(cluster, ti
     assert "node node2 lost" in err
     # The fenced node's processes find their master gone once they can
     # reach it, and end (bounded wait: TCP's retransmission back-off).
-    deadline = time.monotonic() + 60
-    while job_processes(cluster, "node2") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert job_processes(cluster, "node2") == []
+    assert cluster.wait_for_no_job_processes("node2") == []
 
 
 @pytest.mark.hosts(4)

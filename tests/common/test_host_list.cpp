@@ -38,6 +38,10 @@ TEST_CASE("host list: malformed lists are refused with where and what") {
   CHECK(refused("n[0-999999999999]").find("more hosts than 1000") != std::string::npos);
   CHECK(refused("n[0-99]m[0-99]").find("more hosts than 1000") != std::string::npos);
   CHECK(refused("node[1-3").rfind("SLURM_JOB_NODELIST: ", 0) == 0);
+  std::string long_name = "x[0-9]";
+  for (int i = 0; i < 300; ++i) long_name += "[0]";
+  CHECK(refused(long_name.c_str()).find("longer than 255") != std::string::npos);
+  CHECK(refused(std::string(300, 'n').c_str()).find("longer than 255") != std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/store_guard.h"
 #include "comm/store_server.h"
 #include "live/master/control_server.h"
 #include "protocol/channel.h"
@@ -133,4 +134,42 @@ TEST_CASE("control plane: a loopback job's rendezvous store listens on the loopb
   CHECK(oobleck::executor::is_loopback_address("127.0.0.1"));
   CHECK(oobleck::executor::is_loopback_address("localhost"));
   CHECK_FALSE(oobleck::executor::is_loopback_address("10.0.0.1"));
+}
+
+TEST_CASE("store guard: the job's clients reach the store through tunnel and guard, every write whole; a wrong "
+          "token is closed unanswered") {
+  using oobleck::executor::StoreGuard;
+  using oobleck::executor::StoreTunnel;
+  const auto store = oobleck::executor::make_store_server("127.0.0.1", std::chrono::seconds(10));
+  const StoreGuard guard("127.0.0.1", static_cast<int>(store->getPort()), "job-token");
+  const StoreTunnel tunnel("127.0.0.1", guard.port(), "job-token");
+  const auto client = [&] {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(tunnel.port());
+    options.isServer = false;
+    options.timeout = std::chrono::seconds(10);
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  };
+  // Each client sets its key and goes at once: what it wrote still arrives.
+  for (int i = 0; i < 20; ++i) {
+    const std::string value(i * 10000 + 100, static_cast<char>('a' + i));
+    client()->set("key" + std::to_string(i), std::vector<std::uint8_t>(value.begin(), value.end()));
+  }
+  const auto reader = client();
+  for (int i = 0; i < 20; ++i) {
+    const auto got = reader->get("key" + std::to_string(i));
+    CHECK(got.size() == static_cast<std::size_t>(i * 10000 + 100));
+    CHECK(got.back() == static_cast<std::uint8_t>('a' + i));
+  }
+  CHECK(reader->add("counter", 5) == 5);
+  CHECK(client()->add("counter", 2) == 7);
+
+  // A stranger with the wrong token: closed, nothing said to it.
+  auto stranger = channel::connect_to("127.0.0.1", guard.port(), std::chrono::seconds(5));
+  const std::string wrong = "oobleck-store not-the-token\n";
+  REQUIRE(::send(stranger->fd(), wrong.data(), wrong.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(wrong.size()));
+  char byte = 0;
+  timeval wait{10, 0};
+  ::setsockopt(stranger->fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  CHECK(::recv(stranger->fd(), &byte, 1, 0) == 0);
 }

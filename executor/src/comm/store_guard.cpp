@@ -31,28 +31,38 @@ double steady_ms() {
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-// A blocking TCP connection to host:port, then made non-blocking; -1 when
-// it cannot be made.
-int connect_tcp(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
-  int fd = -1;
-  for (const addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
+// A TCP connection to `where` (made non-blocking once connected), or -1.
+// The connect waits at most kConnectTimeout: a tunnel's relay thread does
+// not stall its other connections for the kernel's two minutes when the
+// master is cut off.
+constexpr timeval kConnectTimeout = {5, 0};
+int connect_tcp(const sockaddr_in& where) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &kConnectTimeout, sizeof kConnectTimeout);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&where), sizeof where) != 0) {
+    ::close(fd);
+    return -1;
+  }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   set_nonblocking(fd);
   return fd;
+}
+
+// host:port resolved once, when the relay is made.
+sockaddr_in resolve(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) {
+    throw std::runtime_error("store relay: cannot resolve " + host);
+  }
+  sockaddr_in where{};
+  std::memcpy(&where, found->ai_addr, sizeof where);
+  ::freeaddrinfo(found);
+  return where;
 }
 
 }  // namespace
@@ -71,7 +81,8 @@ class ByteRelay {
     bool guard = false;
   };
 
-  explicit ByteRelay(Settings settings) : s_(std::move(settings)), listener_(s_.listen_address, 0) {
+  explicit ByteRelay(Settings settings)
+      : s_(std::move(settings)), upstream_(resolve(s_.upstream_host, s_.upstream_port)), listener_(s_.listen_address, 0) {
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("store relay: no pipe");
     spared_.emplace(listener_.fd());  // a worker's abandoned communication leaves it listening
     thread_ = std::thread([this] { loop(); });
@@ -92,6 +103,8 @@ class ByteRelay {
   struct Side {
     int fd = -1;
     std::string pending;  // to be written to this side
+    bool ended = false;   // it sent its last byte (read returned 0)
+    bool shut = false;    // everything for it was written, then its write half shut
   };
   struct Link {
     Side client, upstream;  // upstream.fd < 0: a guard's stranger, not yet joined
@@ -110,9 +123,10 @@ class ByteRelay {
 
   void accept_all() {
     while (auto connection = listener_.accept()) {
-      const int fd = ::dup(connection->fd());  // the Connection closes its own
+      // The Connection closes its own; this copy must not leak into a
+      // process another thread spawns meanwhile.
+      const int fd = ::fcntl(connection->fd(), F_DUPFD_CLOEXEC, 0);
       if (fd < 0) continue;
-      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
       set_nonblocking(fd);
       Link link;
       link.client.fd = fd;
@@ -125,10 +139,12 @@ class ByteRelay {
           auto oldest = std::find_if(links_.begin(), links_.end(), [](const Link& l) {
             return !l.closed && l.upstream.fd < 0;
           });
-          close_link(*oldest);
+          // What it said may be the hello, waiting unread behind the flood.
+          if (!read_side(*oldest, oldest->client, oldest->upstream)) close_link(*oldest);
+          if (!oldest->closed && oldest->upstream.fd < 0) close_link(*oldest);
         }
       } else {
-        link.upstream.fd = connect_tcp(s_.upstream_host, s_.upstream_port);
+        link.upstream.fd = connect_tcp(upstream_);
         if (link.upstream.fd < 0) {
           ::close(fd);
           continue;
@@ -152,7 +168,7 @@ class ByteRelay {
       close_link(link);
       return;
     }
-    link.upstream.fd = connect_tcp(s_.upstream_host, s_.upstream_port);
+    link.upstream.fd = connect_tcp(upstream_);
     if (link.upstream.fd < 0) {
       close_link(link);
       return;
@@ -161,12 +177,17 @@ class ByteRelay {
     link.hello.clear();
   }
 
-  // Reads what `from` sent into `to`'s pending bytes; false when it closed.
+  // Reads what `from` sent into `to`'s pending bytes; false when the link
+  // is broken. A side that ended is read no more: what it sent still goes
+  // on, and then the other side's write half is shut.
   bool read_side(Link& link, Side& from, Side& to) {
     char chunk[1 << 16];
     const ssize_t got = ::recv(from.fd, chunk, sizeof chunk, 0);
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return false;
-    if (got < 0) return true;
+    if (got == 0) {
+      from.ended = true;
+      return link.upstream.fd >= 0;  // a stranger that ends is gone
+    }
+    if (got < 0) return errno == EAGAIN || errno == EINTR;
     const std::string_view bytes(chunk, static_cast<std::size_t>(got));
     if (link.upstream.fd < 0) {
       hear_stranger(link, bytes);
@@ -183,9 +204,23 @@ class ByteRelay {
     return true;
   }
 
+  // After a pass: the write half of a side whose peer ended is shut once
+  // everything for it is written; a link whose two sides ended, or whose
+  // side ended while its peer had shut, is done.
+  static void settle(Link& link) {
+    for (auto [side, peer] : {std::pair{&link.client, &link.upstream}, std::pair{&link.upstream, &link.client}}) {
+      if (peer->ended && !side->shut && side->pending.empty() && side->fd >= 0) {
+        ::shutdown(side->fd, SHUT_WR);
+        side->shut = true;
+      }
+    }
+    if (link.client.ended && link.upstream.ended && link.client.shut && link.upstream.shut) close_link(link);
+  }
+
   void loop() {
     while (!stop_) {
-      std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
+      const short listening = accept_paused_ ? 0 : POLLIN;
+      std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}, {listener_.fd(), listening, 0}};
       std::vector<std::pair<Link*, bool>> owners;  // (link, upstream side?) of fds[2..]
       const double now = steady_ms();
       for (auto& link : links_) {
@@ -195,15 +230,20 @@ class ByteRelay {
         if (link.closed) continue;
         const auto watch = [&](Side& side, const Side& other, bool upstream) {
           if (side.fd < 0) return;
-          short events = other.pending.size() < kRelayBufferBytes ? POLLIN : 0;
+          short events = !side.ended && other.pending.size() < kRelayBufferBytes ? POLLIN : 0;
           if (!side.pending.empty()) events |= POLLOUT;
+          if (events == 0) return;
           fds.push_back({side.fd, events, 0});
           owners.emplace_back(&link, upstream);
         };
         watch(link.client, link.upstream, false);
         watch(link.upstream, link.client, true);
       }
-      if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) return;
+      // (Another failure of poll is a lack of memory: looked at again soon.)
+      if (::poll(fds.data(), fds.size(), accept_paused_ ? 100 : 1000) < 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       if (fds[0].revents) {
         char drained[64];
         while (::read(wake_[0], drained, sizeof drained) > 0) {
@@ -216,17 +256,27 @@ class ByteRelay {
         Side& other = upstream ? link->client : link->upstream;
         if (side.fd != fds[i].fd) continue;  // joined meanwhile: looked at next time
         bool open = true;
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) open = read_side(*link, side, other);
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && !side.ended) open = read_side(*link, side, other);
         if (open && !link->closed && (fds[i].revents & POLLOUT)) open = write_side(side);
         if (!open) close_link(*link);
+        if (!link->closed) settle(*link);
       }
       links_.remove_if([](const Link& l) { return l.closed; });
-      if (fds[1].revents) accept_all();
+      // Out of descriptors, accept fails and the listener stays readable:
+      // it is looked at again after a pause, not in a busy loop.
+      const std::size_t before = links_.size();
+      accept_paused_ = false;
+      if (fds[1].revents) {
+        accept_all();
+        accept_paused_ = links_.size() == before;
+      }
     }
   }
 
   Settings s_;
+  sockaddr_in upstream_;
   channel::Listener listener_;
+  bool accept_paused_ = false;
   std::optional<channel::SparedSocket> spared_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};

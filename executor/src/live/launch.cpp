@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +41,11 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& inp
                                          static_cast<ssize_t>(input.size());
   ::close(pipe_ends[1]);
   if (error != 0) throw std::runtime_error("cannot start " + args.front() + ": " + std::strerror(error));
-  if (!written) throw std::runtime_error("cannot hand " + args.front() + " its input");
+  if (!written) {  // it ended at once: nothing of it is left behind
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    throw std::runtime_error("cannot hand " + args.front() + " its input");
+  }
   return pid;
 }
 
@@ -51,9 +57,12 @@ std::vector<std::string> forwarded_environment() {
     const std::string_view entry(*e);
     const std::string_view name = entry.substr(0, entry.find('='));
     if (name.size() == entry.size()) continue;
+    // (Not what names this host's own devices and interfaces.)
+    const bool own = name == "CUDA_VISIBLE_DEVICES" || name.ends_with("_SOCKET_IFNAME");
     const bool steers = name == "LD_LIBRARY_PATH" || std::any_of(kPrefixes.begin(), kPrefixes.end(), [&](auto p) {
                           return name.size() > p.size() && name.starts_with(p);
                         });
+    if (own) continue;
     if (steers) out.emplace_back(entry);
   }
   std::sort(out.begin(), out.end());

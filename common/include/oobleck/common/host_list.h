@@ -12,7 +12,8 @@ namespace oobleck {
 
 // The names of `list`, in order, each once. Throws InputError naming
 // `origin` for a malformed list (unbalanced or nested brackets, a range
-// running backwards, an empty name) or one of more than `max_hosts` names.
+// running backwards, an empty name, a name over 255 characters) or one of
+// more than `max_hosts` names.
 [[nodiscard]] std::vector<std::string> expand_host_list(std::string_view list, const std::string& origin,
                                                         std::size_t max_hosts = 1 << 20);
 

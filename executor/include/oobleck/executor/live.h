@@ -80,7 +80,8 @@ struct MasterOptions {
   std::string hostfile;              // node names are hosts; others are reached over SSH
   // Where agents start: "local", "ssh" (the hostfile's hosts), "slurm" (the
   // nodes of the Slurm allocation this runs in, with srun), or "auto": ssh
-  // with a hostfile, else slurm inside an allocation, else local.
+  // with a hostfile, else slurm inside an allocation that has the plan's
+  // nodes, else local.
   std::string launcher = "auto";
   // Where agents reach the master; empty: 127.0.0.1 when every node is this
   // host, else the address this host's name resolves to.

@@ -31,9 +31,11 @@ std::vector<ControlServer::Inbound> ControlServer::poll(double timeout_ms,
   if (fds[0].revents) {
     while (auto connection = listener_.accept()) {
       if (strangers_.size() >= kMostStrangers) {
-        const auto oldest = std::min_element(strangers_.begin(), strangers_.end(),
-                                             [](const auto& a, const auto& b) { return a.second < b.second; });
-        drop(oldest->first);
+        const int oldest = std::min_element(strangers_.begin(), strangers_.end(), [](const auto& a, const auto& b) {
+                             return a.second < b.second;
+                           })->first;
+        read(oldest, out, admit);  // its hello may be waiting unread behind the flood
+        if (strangers_.count(oldest)) drop(oldest);
       }
       const int fd = connection->fd();
       connection->set_longest_line(kLongestHelloBytes);

@@ -65,7 +65,18 @@ std::string locate_nodes(const MasterOptions& o, JobInputs& in) {
   const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
   const bool in_allocation = nodelist != nullptr && *nodelist != '\0' && std::getenv("SLURM_JOB_ID") != nullptr;
   std::string launcher = o.launcher;
-  if (launcher == "auto") launcher = !o.hostfile.empty() ? "ssh" : in_allocation ? "slurm" : "local";
+  if (launcher == "auto") {
+    // Inside an allocation, a plan of other node names (node0.. of a local
+    // test, say) runs locally.
+    bool plan_in_allocation = in_allocation;
+    if (in_allocation) {
+      const auto allocated = expand_host_list(nodelist, "SLURM_JOB_NODELIST");
+      for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
+        plan_in_allocation = plan_in_allocation && std::find(allocated.begin(), allocated.end(), n) != allocated.end();
+      }
+    }
+    launcher = !o.hostfile.empty() ? "ssh" : plan_in_allocation ? "slurm" : "local";
+  }
   if (launcher == "ssh" && o.hostfile.empty()) throw InputError("--launcher ssh: needs --hostfile");
   if (launcher != "ssh" && !o.hostfile.empty()) {
     throw InputError("--hostfile " + o.hostfile + ": its hosts are reached over SSH, not with --launcher " + launcher);
