@@ -38,3 +38,24 @@ def test_agents_are_job_steps_and_spares_replace_lost_nodes(cluster, tiny_job, t
     assert "node node1 failed earlier; later job steps leave it out" in err
     for node in ("node0", "node1", "node3", "node4", "node5"):
         assert cluster.wait_for_no_job_processes(node) == []
+
+
+@pytest.mark.slurm
+@pytest.mark.hosts(5)
+def test_a_batch_job_runs_the_master_on_its_first_node(cluster, tiny_job, tmp_path):
+    folder, job = tiny_job
+    steps = 20
+    live, out = tmp_path / "live.jsonl", tmp_path / "job.out"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nset -euo pipefail\necho \"batch on $(hostname)\"\n" +
+                      " ".join([str(RUN), *job, "--steps", str(steps), "--inject", str(tmp_path / "inject.csv"),
+                                "--metrics", str(live)]) + "\n")
+    script.chmod(0o755)
+    (tmp_path / "inject.csv").write_text("step:3,remove,node2\n")
+    # sbatch --wait ends with the job, with its exit status.
+    submitted = cluster.run_on("master", "sbatch", "--wait", "--nodes", 5, "--output", out, script)
+    assert submitted.returncode == 0, out.read_text() if out.exists() else submitted.stderr
+    text = out.read_text()
+    assert "batch on node0" in text  # the allocation's first node: its agent is local there, the others' srun steps
+    assert "node node2 lost" in text
+    assert_reference_losses(metrics(live), reference_losses(tiny_job, steps, folder), steps, BATCH)
