@@ -1,5 +1,6 @@
 #include "oobleck/common/host_list.h"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -52,6 +53,12 @@ struct Expander {
     }
   }
 
+  void check_length(const std::vector<std::string>& made, std::string_view name) const {
+    if (std::any_of(made.begin(), made.end(), [](const std::string& m) { return m.size() > kLongestName; })) {
+      fail("a name longer than " + std::to_string(kLongestName) + " characters", name);
+    }
+  }
+
   // One name with its bracket groups multiplied out.
   void expand(std::string_view name, std::vector<std::string>& out) const {
     std::vector<std::string> made = {""};
@@ -60,10 +67,8 @@ struct Expander {
       const std::size_t open = name.find('[', at);
       const std::string_view text = name.substr(at, open - at);
       if (text.find(']') != std::string_view::npos) fail("a ']' without its '['", name);
-      for (auto& m : made) {
-        m += text;
-        if (m.size() > kLongestName) fail("a name longer than " + std::to_string(kLongestName) + " characters", name);
-      }
+      for (auto& m : made) m += text;
+      check_length(made, name);
       if (open == std::string_view::npos) break;
       const std::size_t close = name.find(']', open);
       if (close == std::string_view::npos) fail("a '[' without its ']'", name);
@@ -75,10 +80,8 @@ struct Expander {
       for (const auto& m : made) {
         for (const auto& v : vals) next.push_back(m + v);
       }
-      if (!next.empty() && next.back().size() > kLongestName) {
-        fail("a name longer than " + std::to_string(kLongestName) + " characters", name);
-      }
       made = std::move(next);
+      check_length(made, name);
       at = close + 1;
     }
     for (auto& m : made) out.push_back(std::move(m));

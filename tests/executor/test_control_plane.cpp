@@ -36,6 +36,23 @@ bool closed_by_server(ControlServer& server, int client_fd, int polls, std::vect
   return false;
 }
 
+// node0's agent says hello with the job's token: it arrives, and alone.
+void check_agent_hello_arrives(ControlServer& server) {
+  auto agent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+  protocol::Hello hello;
+  hello.role = protocol::Role::agent;
+  hello.node = "node0";
+  hello.token = "job-token";
+  REQUIRE(protocol::send(*agent, hello));
+  std::vector<ControlServer::Inbound> seen;
+  for (int i = 0; i < 200 && seen.empty(); ++i) {
+    for (auto& in : server.poll(10, [](const protocol::Hello&) { return true; })) seen.push_back(std::move(in));
+  }
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].node == "node0");
+  CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
+}
+
 // The LISTEN sockets of this process's network namespace on `port`, as the
 // kernel lists them: local addresses in /proc/net/tcp's hex form.
 std::vector<std::string> listening_addresses(int port) {
@@ -74,19 +91,7 @@ TEST_CASE("control plane: a stranger's endless line ends its connection after a 
   CHECK(closed_by_server(server, stranger->fd(), 1000));
   flood.join();
 
-  auto agent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
-  protocol::Hello hello;
-  hello.role = protocol::Role::agent;
-  hello.node = "node0";
-  hello.token = "job-token";
-  REQUIRE(protocol::send(*agent, hello));
-  std::vector<ControlServer::Inbound> seen;
-  for (int i = 0; i < 200 && seen.empty(); ++i) {
-    for (auto& in : server.poll(10, [](const protocol::Hello&) { return true; })) seen.push_back(std::move(in));
-  }
-  REQUIRE(seen.size() == 1);
-  CHECK(seen[0].node == "node0");
-  CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
+  check_agent_hello_arrives(server);
 }
 
 TEST_CASE("control plane: a flood of silent connections keeps at most kMostStrangers open, and the job's hello "
@@ -106,18 +111,7 @@ TEST_CASE("control plane: a flood of silent connections keeps at most kMostStran
     closed += ::recv(c->fd(), &byte, 1, MSG_DONTWAIT) == 0 ? 1 : 0;
   }
   CHECK(closed == ControlServer::kMostStrangers);
-  auto agent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
-  protocol::Hello hello;
-  hello.role = protocol::Role::agent;
-  hello.node = "node0";
-  hello.token = "job-token";
-  REQUIRE(protocol::send(*agent, hello));
-  std::vector<ControlServer::Inbound> seen;
-  for (int i = 0; i < 200 && seen.empty(); ++i) {
-    for (auto& in : server.poll(10, accept_all)) seen.push_back(std::move(in));
-  }
-  REQUIRE(seen.size() == 1);
-  CHECK(std::holds_alternative<ControlServer::Arrived>(seen[0].what));
+  check_agent_hello_arrives(server);
 }
 
 TEST_CASE("control plane: a connection that never says hello is closed at its deadline; one that did stays") {

@@ -205,8 +205,8 @@ class ByteRelay {
   }
 
   // After a pass: the write half of a side whose peer ended is shut once
-  // everything for it is written; a link whose two sides ended, or whose
-  // side ended while its peer had shut, is done.
+  // everything for it is written; a link whose two sides ended and were
+  // both shut is done.
   static void settle(Link& link) {
     for (auto [side, peer] : {std::pair{&link.client, &link.upstream}, std::pair{&link.upstream, &link.client}}) {
       if (peer->ended && !side->shut && side->pending.empty() && side->fd >= 0) {

@@ -64,17 +64,17 @@ void check_injections(const MasterOptions& o, const JobInputs& in, const std::st
 std::string locate_nodes(const MasterOptions& o, JobInputs& in) {
   const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
   const bool in_allocation = nodelist != nullptr && *nodelist != '\0' && std::getenv("SLURM_JOB_ID") != nullptr;
+  const auto allocated = in_allocation ? expand_host_list(nodelist, "SLURM_JOB_NODELIST") : std::vector<std::string>{};
+  const auto planned = recovery::ranked_nodes(in.initial_plan);
+  const auto listed = [](const std::vector<std::string>& hosts, const std::string& node) {
+    return std::find(hosts.begin(), hosts.end(), node) != hosts.end();
+  };
   std::string launcher = o.launcher;
   if (launcher == "auto") {
     // Inside an allocation, a plan of other node names (node0.. of a local
     // test, say) runs locally.
-    bool plan_in_allocation = in_allocation;
-    if (in_allocation) {
-      const auto allocated = expand_host_list(nodelist, "SLURM_JOB_NODELIST");
-      for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
-        plan_in_allocation = plan_in_allocation && std::find(allocated.begin(), allocated.end(), n) != allocated.end();
-      }
-    }
+    const bool plan_in_allocation =
+        in_allocation && std::all_of(planned.begin(), planned.end(), [&](const auto& n) { return listed(allocated, n); });
     launcher = !o.hostfile.empty() ? "ssh" : plan_in_allocation ? "slurm" : "local";
   }
   if (launcher == "ssh" && o.hostfile.empty()) throw InputError("--launcher ssh: needs --hostfile");
@@ -90,17 +90,14 @@ std::string locate_nodes(const MasterOptions& o, JobInputs& in) {
     in.hosts = parse_hostfile(read_text_file(o.hostfile), o.hostfile, in.profile.hardware.gpus_per_node);
     origin = o.hostfile;
   } else if (launcher == "slurm") {
-    in.hosts = expand_host_list(nodelist, "SLURM_JOB_NODELIST");
+    in.hosts = allocated;
     in.slurm = true;
     origin = "the Slurm allocation (SLURM_JOB_NODELIST=" + std::string(nodelist).substr(0, 200) + ")";
   }
-  bool remote = false;
-  for (const auto& n : recovery::ranked_nodes(in.initial_plan)) {
-    if (!in.hosts.empty() && std::find(in.hosts.begin(), in.hosts.end(), n) == in.hosts.end()) {
-      throw InputError(origin + ": the plan's node " + n + " is not listed");
-    }
+  for (const auto& n : planned) {
+    if (!in.hosts.empty() && !listed(in.hosts, n)) throw InputError(origin + ": the plan's node " + n + " is not listed");
   }
-  for (const auto& h : in.hosts) remote = remote || !is_local_host(h);
+  const bool remote = std::any_of(in.hosts.begin(), in.hosts.end(), [](const auto& h) { return !is_local_host(h); });
   in.master_addr = !o.master_addr.empty() ? o.master_addr : remote ? this_host_address() : "127.0.0.1";
   return origin;
 }
