@@ -18,6 +18,7 @@
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
 #include "live/master/checkpoint_manifest.h"
+#include "live/master/master_state.h"
 
 #ifndef OOBLECK_SOURCE_DIR
 #error "OOBLECK_SOURCE_DIR must name the repository: plans are checked against a profile from it"
@@ -150,6 +151,14 @@ void parse_checkpoint_manifest_text(std::string_view input) {
   expecting_input_error([&] { (void)executor::parse_checkpoint_manifest(input, kOrigin); });
 }
 
+// The state a master keeps for its restart; its plans against the fixed
+// profile, whatever profile path it names.
+void parse_master_state_text(std::string_view input) {
+  expecting_input_error([&] {
+    (void)executor::parse_master_state(input, kOrigin, [](const std::string&) { return plan_profile(); });
+  });
+}
+
 constexpr std::array kTargets = {
     ParserTarget{"profile", parse_profile_text},
     ParserTarget{"plan", parse_plan_text},
@@ -161,6 +170,7 @@ constexpr std::array kTargets = {
     ParserTarget{"model_config", parse_model_config_text},
     ParserTarget{"hardware", parse_hardware_file},
     ParserTarget{"checkpoint_manifest", parse_checkpoint_manifest_text},
+    ParserTarget{"master_state", parse_master_state_text},
 };
 
 }  // namespace

@@ -90,6 +90,14 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--join-spares", o.join_spares,
               "Start the hostfile's or the allocation's hosts that the plan leaves out, one for each node lost "
               "(a host that failed is never started again)");
+  app.add_option("--state-dir", o.state_dir,
+                 "Where the master keeps the job's state (plan, generation, last committed step, members, "
+                 "options), written before it acts, so that --resume-master can go on if the master dies "
+                 "(default: oobleck-state-<pid> here, removed when the run ends by itself)");
+  app.add_option("--master-wait-s", o.master_wait_s,
+                 "When the master dies, agents and workers keep their training state and wait this long for "
+                 "--resume-master, then end")
+      ->check(CLI::Range(0.0, 31536000.0));
   app.add_option("--wait-for-nodes-s", o.wait_for_nodes_s,
                  "Past f, when too few nodes are left for any pipeline: wait this long for nodes to join "
                  "(then exit 3)")
@@ -98,9 +106,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
 
 void add_failure_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--inject", f.inject_path,
-                 "Failures and joins to inject: lines 'when,add|remove|hang|crash,node' where when is milliseconds since "
-                 "training started, step:N (during step N), recovery:R (during the R-th reconfiguration) or "
-                 "rollback:R (during the R-th rollback past f)");
+                 "Failures and joins to inject: lines 'when,add|remove|hang|crash|kill-master,node' where when is "
+                 "milliseconds since training started, step:N (during step N), recovery:R (during the R-th "
+                 "reconfiguration), rollback:R (during the R-th rollback past f) or commit:N (kill-master only: "
+                 "once the commit of step N is kept, before it is sent); kill-master's node is 'master'");
   f.chaos = app.add_option("--chaos", f.chaos_seed,
                            "Kill random nodes at random moments (also during recoveries) and start new ones, "
                            "from this seed");
@@ -137,6 +146,7 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
     cmd->add_option("--master-addr", node.master_addr);
     cmd->add_option("--control-port", node.control_port)->required();
     cmd->add_option("--parent-pid", node.parent_pid);
+    cmd->add_option("--master-wait-ms", node.master_wait_ms)->check(CLI::NonNegativeNumber);
     cmd->group("");
   }
   agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
@@ -154,8 +164,9 @@ int run_tokenize(const TokenizeFlags& f) {
 }
 
 int run_node_process(NodeProcessOptions node, bool agent) {
-  // Die with the parent, and make sure it had not died already.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A worker dies with its agent; an agent outlives its master, for a
+  // restarted one to find. Neither starts when its parent is gone already.
+  if (!agent) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (node.parent_pid > 0 && getppid() != node.parent_pid) return kExitFailure;
   node.program = std::filesystem::read_symlink("/proc/self/exe").string();
   // The job's token: the first line of standard input, never a flag
@@ -225,6 +236,17 @@ int main(int argc, char** argv) {
   const auto options = app.get_options();
   auto* single = app.get_option("--single-process");
   for (std::size_t i = data_flags; i < options.size(); ++i) options[i]->excludes(single);
+  // A restarted master takes every option from the kept state.
+  auto* resume_master =
+      app.add_option("--resume-master", run.master.resume_master_dir,
+                     "Go on with the job whose master died, from the state it kept in this folder (--state-dir, or "
+                     "the one it printed): its agents and workers, still holding their training state, reconnect; "
+                     "training resumes after the last committed step and the metrics file is appended to. Takes no "
+                     "other option");
+  for (auto* option : app.get_options()) {
+    if (option != resume_master && option->get_name() != "--help" && option->get_name() != "--version")
+      option->excludes(resume_master);
+  }
   TokenizeFlags tokenize;
   const auto* tokenize_cmd = add_tokenize_command(app, tokenize);
   NodeProcessOptions node;

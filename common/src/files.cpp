@@ -41,12 +41,12 @@ std::string read_text_file(const std::filesystem::path& path) {
   return std::move(text).str();
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, unsigned mode) {
   const auto folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string name = ".";  // (appended, not "." + ...: GCC 12 warns falsely on that)
   name.append(path.filename().string()).append(".tmp").append(std::to_string(::getpid()));
   const auto temporary = folder / name;
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) throw InputError(path.string() + ": cannot write (" + system_reason() + ")");
   const bool written = write_and_flush(fd, bytes);
   const std::string reason = written ? "" : system_reason();

@@ -50,7 +50,54 @@ Controller::Controller(const CostModel& cost, const TemplateSet& templates, Cont
       templates_(&templates),
       options_(std::move(options)),
       committed_(options_.first_step - 1),
-      start_source_(options_.first_source) {}
+      start_source_(options_.first_source) {
+  if (options_.resumed) restore(*options_.resumed);
+}
+
+void Controller::restore(const ControllerState& state) {
+  generations_ = state.generations;
+  if (state.current) {
+    set_current(std::make_shared<const Generation>(*state.current));
+    for (const auto& node : state.gone) {
+      if (const auto it = rank_index_.find(node); it != rank_index_.end()) gone_[static_cast<std::size_t>(it->second)] = 1;
+    }
+  }
+  ready_ = state.ready;
+  established_ = state.established;
+  committed_ = state.committed;
+  if (state.base) base_ = std::make_shared<const Plan>(*state.base);
+  base_generation_ = state.base_generation;
+  start_source_ = state.start_source;
+  lost_since_base_ = state.lost_since_base;
+  added_since_base_.assign(state.added_since_base);
+  pending_joins_.assign(state.pending_joins);
+  saved_step_ = state.saved_step;
+  rolled_back_from_ = state.rolled_back_from;
+}
+
+ControllerState Controller::state() const {
+  ControllerState s;
+  s.generations = generations_;
+  if (current_) {
+    s.current = *current_;
+    s.current->transfers.clear();
+    for (std::size_t r = 0; r < ranked_.size(); ++r) {
+      if (gone_[r]) s.gone.emplace_back(ranked_[r]);
+    }
+  }
+  s.ready = ready_;
+  s.established = established_;
+  s.committed = committed_;
+  if (base_) s.base = *base_;
+  s.base_generation = base_generation_;
+  s.start_source = start_source_;
+  s.lost_since_base = lost_since_base_;
+  s.added_since_base = added_since_base_.names;
+  s.pending_joins = pending_joins_.names;
+  s.saved_step = saved_step_;
+  s.rolled_back_from = rolled_back_from_;
+  return s;
+}
 
 Actions Controller::handle(const Event& event) {
   if (finished_) return {};
@@ -211,6 +258,24 @@ Actions Controller::on(const WorkerRestarted& e) {
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
   return {RestartInPlace{current_->number, committed_ + 1, e.node}};
+}
+
+// ---------------------------------------------------------------- a restarted master
+
+// Whatever was in flight is moot: the members start over where the state
+// is, as a recovery from the base would (or, with no base, as a loss there
+// would: from the start's source, choosing again past f).
+Actions Controller::on(const MasterRestarted& e) {
+  for (const auto& node : e.lost) note_loss(node);
+  if (!current_) return try_start();
+  return recover(Cause::master_restart);
+}
+
+bool Controller::counts_state_on(std::string_view node) const {
+  if (!base_ || std::find(lost_since_base_.begin(), lost_since_base_.end(), node) != lost_since_base_.end()) return false;
+  return std::any_of(base_->pipelines.begin(), base_->pipelines.end(), [&](const Pipeline& p) {
+    return std::find(p.nodes.begin(), p.nodes.end(), node) != p.nodes.end();
+  });
 }
 
 // ---------------------------------------------------------------- saves
@@ -387,15 +452,7 @@ Actions Controller::begin(Generation g) {
   }
   g.lost = lost_since_base_;
   g.added = added_since_base_.names;
-  current_ = std::make_shared<const Generation>(std::move(g));
-  const Plan& plan = current_->plan;
-  ranked_.clear();
-  for (const auto& p : plan.pipelines) ranked_.insert(ranked_.end(), p.nodes.begin(), p.nodes.end());
-  trainers_ = static_cast<int>(ranked_.size());
-  ranked_.insert(ranked_.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
-  gone_.assign(ranked_.size(), 0);
-  rank_index_.clear();
-  for (std::size_t r = 0; r < ranked_.size(); ++r) rank_index_.emplace(ranked_[r], static_cast<int>(r));
+  set_current(std::make_shared<const Generation>(std::move(g)));
   // The nodes that waited to join are in the new plan now (a recovery takes
   // them all in), but for those beside a given initial plan.
   std::erase_if(pending_joins_.names, [&](const std::string& node) { return rank_of(node) >= 0; });
@@ -405,6 +462,18 @@ Actions Controller::begin(Generation g) {
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
   return {StartGeneration{current_, current_->source == StateSource::replicas ? base_ : nullptr}};
+}
+
+void Controller::set_current(std::shared_ptr<const Generation> generation) {
+  current_ = std::move(generation);
+  const Plan& plan = current_->plan;
+  ranked_.clear();
+  for (const auto& p : plan.pipelines) ranked_.insert(ranked_.end(), p.nodes.begin(), p.nodes.end());
+  trainers_ = static_cast<int>(ranked_.size());
+  ranked_.insert(ranked_.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
+  gone_.assign(ranked_.size(), 0);
+  rank_index_.clear();
+  for (std::size_t r = 0; r < ranked_.size(); ++r) rank_index_.emplace(ranked_[r], static_cast<int>(r));
 }
 
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {

@@ -32,8 +32,26 @@ std::string_view cause_name(Cause cause) {
       return "communication";
     case Cause::nodes_back:
       return "nodes_back";
+    case Cause::master_restart:
+      return "master_restart";
   }
   return "?";
+}
+
+std::optional<StateSource> source_named(std::string_view name) {
+  for (const StateSource s : {StateSource::replicas, StateSource::initial, StateSource::checkpoint,
+                              StateSource::memory, StateSource::mirror}) {
+    if (source_name(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
+std::optional<Cause> cause_named(std::string_view name) {
+  for (const Cause c :
+       {Cause::start, Cause::loss, Cause::join, Cause::communication, Cause::nodes_back, Cause::master_restart}) {
+    if (cause_name(c) == name) return c;
+  }
+  return std::nullopt;
 }
 
 std::string generation_record(const Generation& g, Milliseconds at_ms) {

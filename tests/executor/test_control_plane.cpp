@@ -115,7 +115,7 @@ TEST_CASE("control plane: a flood of silent connections keeps at most kMostStran
 }
 
 TEST_CASE("control plane: a connection that never says hello is closed at its deadline; one that did stays") {
-  ControlServer server("127.0.0.1", "job-token", /*hello_deadline_ms=*/0);
+  ControlServer server("127.0.0.1", "job-token", /*port=*/0, /*hello_deadline_ms=*/0);
   auto silent = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
   CHECK(closed_by_server(server, silent->fd(), 1000));
 }
@@ -166,4 +166,55 @@ TEST_CASE("store guard: the job's clients reach the store through tunnel and gua
   timeval wait{10, 0};
   ::setsockopt(stranger->fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
   CHECK(::recv(stranger->fd(), &byte, 1, 0) == 0);
+}
+
+TEST_CASE("control plane: a hello of this job the master does not admit is answered Kill; a stranger's is not "
+          "answered") {
+  ControlServer server("127.0.0.1", "job-token");
+  const auto refuse = [](const protocol::Hello&) { return false; };
+  const auto say_hello = [&](const std::string& token) {
+    auto c = channel::connect_to("127.0.0.1", server.port(), std::chrono::seconds(5));
+    protocol::Hello hello;
+    hello.role = protocol::Role::worker;
+    hello.node = "node7";
+    hello.token = token;
+    REQUIRE(protocol::send(*c, hello));
+    std::vector<protocol::Message> heard;
+    for (int i = 0; i < 200; ++i) {
+      CHECK(server.poll(5, refuse).empty());  // nothing of it reaches the master
+      if (!protocol::receive(*c, heard, std::chrono::milliseconds(5))) break;  // closed
+    }
+    return heard;
+  };
+  const auto fenced = say_hello("job-token");
+  REQUIRE(fenced.size() == 1);
+  CHECK(std::holds_alternative<protocol::Kill>(fenced[0]));
+  CHECK(say_hello("not-the-token").empty());
+}
+
+TEST_CASE("store tunnel: when the store goes, its clients' connections stay open and silent; retargeted, new "
+          "clients reach the next store") {
+  using oobleck::executor::StoreTunnel;
+  auto first = oobleck::executor::make_store_server("127.0.0.1", std::chrono::seconds(10));
+  StoreTunnel tunnel("127.0.0.1", static_cast<int>(first->getPort()), "");
+  const auto client = [&](std::chrono::milliseconds timeout) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(tunnel.port());
+    options.isServer = false;
+    options.timeout = timeout;
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  };
+  auto before = client(std::chrono::seconds(10));
+  before->set("key", std::vector<std::uint8_t>{1, 2, 3});
+  CHECK(before->get("key").size() == 3);
+  first.reset();  // the master's store is gone (its master died)
+  // The client's connections are neither reset nor closed (libtorch's
+  // client would end the process, or spin): a request waits, and times out.
+  before->setTimeout(std::chrono::milliseconds(300));
+  CHECK_THROWS(before->get("key"));
+  auto second = oobleck::executor::make_store_server("127.0.0.1", std::chrono::seconds(10));
+  tunnel.retarget(static_cast<int>(second->getPort()));
+  auto after = client(std::chrono::seconds(10));
+  after->set("other", std::vector<std::uint8_t>{4});
+  CHECK(after->get("other") == std::vector<std::uint8_t>{4});
 }

@@ -67,29 +67,33 @@ TEST_CASE("run: bad input is refused before any worker starts") {
   CHECK(s.run("--plan " + s.str("plan.json") + " --device tpu").status == 2);
 }
 
-TEST_CASE("run: when the master dies, its workers go too") {
+TEST_CASE("run: when the master dies and none comes back within --master-wait-s, its agents and workers go") {
   oobleck::test::Scratch s(OOBLECK_RUN_BINARY);
   REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + kSource +
                                                  "/profiles/gpt-mini-cpu.measured.json --nodes 2 --fault-tolerance 1 "
                                                  "--global-microbatches 2 --json " + s.str("plan.json"))
               .status == 0);
   REQUIRE(s.run("tokenize --text " + kSource + "/executor/data/corpus.txt --out " + s.str("tokens.bin")).status == 0);
-  // Start a long run, wait (bounded) until its workers are up, kill the
-  // master with SIGKILL (no clean-up of its own), then every worker must be
-  // gone within the bound.
+  // Start a long run, wait (bounded) until it has committed a step, kill
+  // the master with SIGKILL (no clean-up of its own), then every agent and
+  // worker must be gone within the bound, once the 1 s they wait for a
+  // restarted master has passed.
   // The master's children are the agents; theirs, the workers.
   const std::string script =
       std::string(OOBLECK_RUN_BINARY) + " --plan " + s.str("plan.json") + " --profile " + kSource +
-      "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --steps 100000 >/dev/null 2>&1 & "
+      "/profiles/gpt-mini-cpu.measured.json --data " + s.str("tokens.bin") + " --steps 100000 --master-wait-s 1 "
+      "--state-dir " + s.str("state") + " --metrics " + s.str("live.jsonl") + " >/dev/null 2>&1 & "
       "master=$!; "
-      "workers() { for a in $(pgrep -P $master); do pgrep -P $a; done; }; "
-      "for i in $(seq 600); do [ $(workers | wc -l) -ge 2 ] && break; sleep 0.1; done; "
-      "found=$(workers | tr '\\n' ' '); "
-      "[ $(echo $found | wc -w) -ge 2 ] || { kill -9 $master; exit 3; }; "
+      "for i in $(seq 600); do grep -q '\"kind\":\"step\"' " + s.str("live.jsonl") + " 2>/dev/null && break; "
+      "sleep 0.1; done; "
+      "agents=$(pgrep -P $master | tr '\n' ' '); "
+      "found=\"$agents $(for a in $agents; do pgrep -P $a; done | tr '\n' ' ')\"; "
+      "[ $(echo $found | wc -w) -ge 4 ] || { kill -9 $master; exit 3; }; "
       "kill -9 $master; "
-      "for i in $(seq 600); do alive=0; for w in $found; do kill -0 $w 2>/dev/null && alive=1; done; "
+      "for i in $(seq 600); do alive=0; for p in $found; do kill -0 $p 2>/dev/null && alive=1; done; "
       "[ $alive = 0 ] && exit 0; sleep 0.1; done; exit 4";
   s.write("kill.sh", script);
   const auto r = s.run_program("bash", s.str("kill.sh"));
   CHECK(r.status == 0);
+  CHECK(s.processes_left() == 0);
 }

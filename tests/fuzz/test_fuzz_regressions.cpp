@@ -71,3 +71,4 @@ TEST_CASE("fuzz regressions: injections") { replay("injections"); }
 TEST_CASE("fuzz regressions: model_config") { replay("model_config"); }
 TEST_CASE("fuzz regressions: hardware") { replay("hardware"); }
 TEST_CASE("fuzz regressions: checkpoint_manifest") { replay("checkpoint_manifest"); }
+TEST_CASE("fuzz regressions: master_state") { replay("master_state"); }

@@ -453,3 +453,112 @@ TEST_CASE("controller: chaos asks whether a loss would still be survivable") {
   CHECK(controller.committed_step() == 0);
   CHECK(!controller.commit_wanted());
 }
+
+namespace {
+
+// The decisions of a controller rebuilt from another's kept state, after
+// MasterRestarted{lost}, beside the first one's after the same losses: the
+// same plans, copies and steps; only the cause differs.
+std::vector<std::string> restarted(const Cluster& cluster, const ControllerOptions& options,
+                                   const std::vector<Event>& before, std::vector<std::string> lost_meanwhile,
+                                   const std::vector<Event>& after) {
+  Controller first(cluster.cost, cluster.templates, options);
+  (void)play(first, before);
+  ControllerOptions resumed = options;
+  resumed.resumed = first.state();
+  Controller second(cluster.cost, cluster.templates, resumed);
+  CHECK(second.committed_step() == first.committed_step());
+  std::vector<Event> events = {MasterRestarted{std::move(lost_meanwhile), 0}};
+  events.insert(events.end(), after.begin(), after.end());
+  return play(second, events);
+}
+
+}  // namespace
+
+TEST_CASE("controller: a restarted master goes on from the kept state, where the nodes hold it") {
+  const Cluster cluster;
+  ControllerOptions options = live_past_f_options();
+  options.fault_tolerance = 2;
+  options.initial_plan = cluster.plan(6, 2);
+  options.last_step = 20;
+  const auto all = cluster.nodes(6);
+  const std::vector<Event> trained = {joined(all), ready(1), completed(1, 0), completed(1, 1)};
+
+  SUBCASE("while training: the same plan and members, nothing copied, the step in flight again") {
+    CHECK(restarted(cluster, options, trained, {}, {ready(2), completed(2, 2)}) ==
+          std::vector<std::string>{
+              "0: start g2 master_restart from replicas at step 2: [node0,node1] [node2,node3] [node4,node5]",
+              "2: commit g2 step 2 establishes"});
+  }
+  SUBCASE("a node that did not come back is lost: planned from the base as a loss would be") {
+    std::vector<Event> with_loss = trained;
+    with_loss.push_back(lost({"node1"}));
+    Controller oracle(cluster.cost, cluster.templates, options);
+    const auto by_loss = play(oracle, with_loss);
+    REQUIRE(by_loss.back() ==
+            "4: start g2 loss from replicas at step 2 lost [node1]: [node0,node4,node5] [node2,node3] copies 1");
+    CHECK(restarted(cluster, options, trained, {"node1"}, {}) ==
+          std::vector<std::string>{"0: start g2 master_restart from replicas at step 2 lost [node1]: "
+                                   "[node0,node4,node5] [node2,node3] copies 1"});
+  }
+  SUBCASE("during a recovery: planned from its base again, with its losses and those since") {
+    std::vector<Event> recovering = trained;
+    recovering.push_back(lost({"node1"}));
+    // g2 (lost node1) had not become ready; node2 is lost while the master is away.
+    CHECK(restarted(cluster, options, recovering, {"node2"}, {ready(3), completed(3, 2)}) ==
+          std::vector<std::string>{
+              "0: start g3 master_restart from replicas at step 2 lost [node1,node2]: [node4,node5] [node0,node3]",
+              "2: commit g3 step 2 establishes"});
+  }
+  SUBCASE("a join waiting for the next commit is taken in") {
+    std::vector<Event> waiting = trained;
+    waiting.push_back(joined({"node6"}));
+    const auto got = restarted(cluster, options, waiting, {}, {});
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].starts_with("0: start g2 master_restart from replicas at step 2 added [node6]: "));
+  }
+  SUBCASE("past f, waiting for nodes: still waiting, then back to the checkpoint when they come") {
+    std::vector<Event> waiting = trained;
+    waiting.push_back(StateSaved{0, 0});
+    waiting.push_back(lost({"node0", "node1", "node2", "node3", "node4"}));
+    Controller oracle(cluster.cost, cluster.templates, options);
+    const auto by_loss = play(oracle, waiting);
+    REQUIRE(by_loss.back() == "5: wait rolled back");
+    CHECK(restarted(cluster, options, waiting, {}, {joined({"node6"}), ready(2), completed(2, 1)}) ==
+          std::vector<std::string>{
+              "0: wait",
+              "1: start g2 nodes_back from checkpoint rolled back from step 1 at step 1: [node5,node6]",
+              "3: commit g2 step 1 establishes"});
+  }
+}
+
+TEST_CASE("controller: the kept state, rebuilt, is the state it was kept from") {
+  const Cluster cluster;
+  ControllerOptions options = live_past_f_options();
+  options.fault_tolerance = 2;
+  options.initial_plan = cluster.plan(6, 2);
+  Controller first(cluster.cost, cluster.templates, options);
+  (void)play(first, {joined(cluster.nodes(6)), ready(1), completed(1, 0), StateSaved{0, 0}, lost({"node1"}),
+                     joined({"node6"})});
+  ControllerOptions resumed = options;
+  resumed.resumed = first.state();
+  const Controller second(cluster.cost, cluster.templates, resumed);
+  const ControllerState a = first.state(), b = second.state();
+  CHECK(b.generations == a.generations);
+  REQUIRE(b.current.has_value());
+  CHECK(describe(StartGeneration{std::make_shared<Generation>(*b.current), nullptr}) ==
+        describe(StartGeneration{std::make_shared<Generation>(*a.current), nullptr}));
+  CHECK(b.gone == a.gone);
+  CHECK(b.ready == a.ready);
+  CHECK(b.established == a.established);
+  CHECK(b.committed == a.committed);
+  REQUIRE(b.base.has_value());
+  CHECK(ranked_nodes(*b.base) == ranked_nodes(*a.base));
+  CHECK(b.base_generation == a.base_generation);
+  CHECK(b.lost_since_base == std::vector<std::string>{"node1"});
+  CHECK(b.pending_joins == std::vector<std::string>{"node6"});
+  CHECK(b.saved_step == std::optional<int>(0));
+  CHECK(second.counts_state_on("node0"));
+  CHECK_FALSE(second.counts_state_on("node1"));  // lost since the base
+  CHECK_FALSE(second.counts_state_on("node6"));  // joined since
+}

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -77,7 +78,7 @@ class ByteRelay {
     std::string listen_address;
     std::string upstream_host;
     int upstream_port = 0;
-    std::string hello;  // "oobleck-store TOKEN\n"
+    std::string hello;  // "oobleck-store TOKEN\n" (empty: none)
     bool guard = false;
   };
 
@@ -98,6 +99,10 @@ class ByteRelay {
   ByteRelay(const ByteRelay&) = delete;
   ByteRelay& operator=(const ByteRelay&) = delete;
   [[nodiscard]] int port() const { return listener_.port(); }
+  void retarget(int port) {
+    const std::lock_guard lock(upstream_mutex_);
+    upstream_.sin_port = htons(static_cast<std::uint16_t>(port));
+  }
 
  private:
   struct Side {
@@ -107,11 +112,21 @@ class ByteRelay {
     bool shut = false;    // everything for it was written, then its write half shut
   };
   struct Link {
-    Side client, upstream;  // upstream.fd < 0: a guard's stranger, not yet joined
+    Side client, upstream;  // upstream.fd < 0: a guard's stranger, not yet joined; or orphaned
     std::string hello;      // what a stranger said so far
     double since_ms = 0;
     bool closed = false;
+    bool orphaned = false;  // a tunnel's whose store side is gone: the client's is held silent
   };
+
+  // A tunnel's link whose store side broke or ended: the client's side stays
+  // open (what the store sent before still reaches it), and what the client
+  // says is dropped, until it closes.
+  static void orphan(Link& link) {
+    if (link.upstream.fd >= 0) ::close(link.upstream.fd);
+    link.upstream = Side();
+    link.orphaned = true;
+  }
 
   static void close_link(Link& link) {
     for (Side* side : {&link.client, &link.upstream}) {
@@ -144,12 +159,17 @@ class ByteRelay {
           if (!oldest->closed && oldest->upstream.fd < 0) close_link(*oldest);
         }
       } else {
-        link.upstream.fd = connect_tcp(upstream_);
-        if (link.upstream.fd < 0) {
-          ::close(fd);
-          continue;
+        sockaddr_in upstream{};
+        {
+          const std::lock_guard lock(upstream_mutex_);
+          upstream = upstream_;
         }
-        link.upstream.pending = s_.hello;
+        link.upstream.fd = connect_tcp(upstream);
+        if (link.upstream.fd < 0) {
+          orphan(link);  // the store is gone (its master died): the client waits
+        } else {
+          link.upstream.pending = s_.hello;
+        }
       }
       links_.push_back(std::move(link));
     }
@@ -183,12 +203,18 @@ class ByteRelay {
   bool read_side(Link& link, Side& from, Side& to) {
     char chunk[1 << 16];
     const ssize_t got = ::recv(from.fd, chunk, sizeof chunk, 0);
+    const bool store_side = &from == &link.upstream;
+    if (!s_.guard && store_side && (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))) {
+      orphan(link);
+      return true;
+    }
     if (got == 0) {
       from.ended = true;
-      return link.upstream.fd >= 0;  // a stranger that ends is gone
+      return link.upstream.fd >= 0 && !link.orphaned;  // a stranger that ends is gone; so is an orphan's client
     }
     if (got < 0) return errno == EAGAIN || errno == EINTR;
     const std::string_view bytes(chunk, static_cast<std::size_t>(got));
+    if (link.orphaned) return true;  // dropped
     if (link.upstream.fd < 0) {
       hear_stranger(link, bytes);
     } else {
@@ -197,8 +223,12 @@ class ByteRelay {
     return true;
   }
 
-  static bool write_side(Side& side) {
+  bool write_side(Link& link, Side& side) {
     const ssize_t sent = ::send(side.fd, side.pending.data(), side.pending.size(), MSG_NOSIGNAL);
+    if (sent < 0 && !s_.guard && &side == &link.upstream && errno != EAGAIN && errno != EINTR) {
+      orphan(link);
+      return true;
+    }
     if (sent < 0) return errno == EAGAIN || errno == EINTR;
     side.pending.erase(0, static_cast<std::size_t>(sent));
     return true;
@@ -257,7 +287,8 @@ class ByteRelay {
         if (side.fd != fds[i].fd) continue;  // joined meanwhile: looked at next time
         bool open = true;
         if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && !side.ended) open = read_side(*link, side, other);
-        if (open && !link->closed && (fds[i].revents & POLLOUT)) open = write_side(side);
+        if (open && !link->closed && side.fd == fds[i].fd && (fds[i].revents & POLLOUT))
+          open = write_side(*link, side);
         if (!open) close_link(*link);
         if (!link->closed) settle(*link);
       }
@@ -274,6 +305,7 @@ class ByteRelay {
   }
 
   Settings s_;
+  std::mutex upstream_mutex_;  // retarget() against the relay's thread
   sockaddr_in upstream_;
   channel::Listener listener_;
   bool accept_paused_ = false;
@@ -295,9 +327,11 @@ StoreGuard::~StoreGuard() = default;
 int StoreGuard::port() const { return relay_->port(); }
 
 StoreTunnel::StoreTunnel(const std::string& guard_address, int guard_port, std::string token)
-    : relay_(std::make_unique<ByteRelay>(
-          ByteRelay::Settings{"127.0.0.1", guard_address, guard_port, hello_line(token), /*guard=*/false})) {}
+    : relay_(std::make_unique<ByteRelay>(ByteRelay::Settings{
+          "127.0.0.1", guard_address, guard_port, token.empty() ? std::string() : hello_line(token),
+          /*guard=*/false})) {}
 StoreTunnel::~StoreTunnel() = default;
 int StoreTunnel::port() const { return relay_->port(); }
+void StoreTunnel::retarget(int port) { relay_->retarget(port); }
 
 }  // namespace oobleck::executor

@@ -13,8 +13,15 @@
 // a relay reads no more from a side while kRelayBufferBytes wait to be
 // written to the other: an outsider costs the master bounded memory.
 //
-// Both run one thread each, polling every connection; a connection's two
-// sides close together.
+// Both run one thread each, polling every connection. On a machine of its
+// own a worker still reaches the store through a tunnel (with no token line:
+// there is no guard), because the tunnel outlives the master: when the
+// store's side of a connection breaks or ends (the master died), the
+// tunnel keeps the client's side open and silent, and reads and drops what
+// the client sends, until the client closes it. libtorch's TCPStore client
+// would end the process on a reset (its callback thread throws) and spin
+// on an orderly close; silent, it waits, as the worker does, for a
+// restarted master's generation.
 #pragma once
 
 #include <cstddef>
@@ -46,12 +53,16 @@ class StoreGuard {
 class StoreTunnel {
  public:
   // Listens on 127.0.0.1 (any free port); each connection goes on to the
-  // guard at `guard_address`:`guard_port` with the job's token.
+  // guard at `guard_address`:`guard_port` with the job's token, or, with
+  // no token, straight to a store there.
   StoreTunnel(const std::string& guard_address, int guard_port, std::string token);
   ~StoreTunnel();
   StoreTunnel(const StoreTunnel&) = delete;
   StoreTunnel& operator=(const StoreTunnel&) = delete;
   [[nodiscard]] int port() const;
+  // Connections from now on go to another port there (a restarted
+  // master's); those in hand stay as they are.
+  void retarget(int port);
 
  private:
   std::unique_ptr<ByteRelay> relay_;

@@ -1,9 +1,14 @@
 // A node's agent: starts the node's workers (one per GPU; on CPU each a
 // process standing for one), sends the master a heartbeat, owns the node's
 // snapshots in host memory (snapshots/snapshot_store.h) and reports a
-// worker's end. It dies with the master: locally through the parent-death
-// signal, remotely when the control channel closes; the workers die with it
-// in both cases.
+// worker's end. The workers die with it (the parent-death signal).
+//
+// When the master goes (its connection closes), the agent and its workers
+// keep their training state and wait up to master_wait_ms for a restarted
+// master at the same address and port (--resume-master), and say hello to
+// it again: the agent with the snapshots it holds. A master that does not
+// want this node (it fenced it, or the job is over) answers Kill; with no
+// master by then, the agent stops its workers and ends.
 //
 // A worker killed by a signal (a crash) is restarted in place: the new one
 // reads its layers back from this agent's memory and the master has the
@@ -18,7 +23,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "launch.h"
 #include "oobleck/executor/live.h"
@@ -68,33 +75,36 @@ class Agent {
 
   int run() {
     watch_children();
-    protocol::Hello hello{protocol::Role::agent, o_.node, o_.token, ::getpid(), 0, {}, snapshots_.port()};
-    for (int gpu = 0; gpu < o_.gpus; ++gpu) {
-      workers_.push_back(spawn_worker(gpu));
-      hello.worker_pids.push_back(workers_.back());
-    }
+    for (int gpu = 0; gpu < o_.gpus; ++gpu) workers_.push_back(spawn_worker(gpu));
     restarts_.assign(workers_.size(), 0);
-    send(hello);
+    send(hello());
     const auto interval = std::chrono::milliseconds(static_cast<int>(o_.heartbeat_interval_ms));
     auto next_beat = std::chrono::steady_clock::now();
     for (;;) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_beat) {
-        send(protocol::Heartbeat{});
+        if (connected()) send(protocol::Heartbeat{});
         next_beat = now + interval;
       }
-      const int wait_ms =
+      int wait_ms =
           static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count()) + 1;
-      pollfd watched[2] = {{channel_->fd(), POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
+      if (!connected()) wait_ms = std::min(wait_ms, 50);  // the next attempt to reach a restarted master
+      pollfd watched[2] = {{child_pipe[0], POLLIN, 0}, {connected() ? channel_->fd() : -1, POLLIN, 0}};
       ::poll(watched, 2, wait_ms);
       char drained[64];
       while (::read(child_pipe[0], drained, sizeof drained) > 0) {
       }
-      std::vector<protocol::Message> messages;
-      const bool open = protocol::receive(*channel_, messages, std::chrono::milliseconds(0));
-      for (const auto& m : messages) obey(m);
+      bool open = true;
+      if (connected()) {
+        std::vector<protocol::Message> messages;
+        open = protocol::receive(*channel_, messages, std::chrono::milliseconds(0));
+        for (const auto& m : messages) obey(m);
+      }
       if (const auto status = reap()) return *status;
-      if (!open) {
+      if (!open) lose_master();
+      if (!connected() && !reach_master()) {
+        std::fprintf(stderr, "oobleck-run agent %s: no master came back within %.0f s; ending\n", o_.node.c_str(),
+                     o_.master_wait_ms / 1000);
         kill_all(workers_, SIGKILL);
         int status = 0;
         while (::waitpid(-1, &status, 0) > 0) {
@@ -109,13 +119,61 @@ class Agent {
     return spawn_process({o_.program, "worker", "--node", o_.node, "--gpu", std::to_string(gpu), "--master-addr",
                           o_.master_addr, "--control-port", std::to_string(o_.control_port),
                           "--parent-pid", std::to_string(::getpid()), "--snapshot-port",
-                          std::to_string(snapshots_.port())},
+                          std::to_string(snapshots_.port()), "--master-wait-ms",
+                          std::to_string(static_cast<std::int64_t>(o_.master_wait_ms))},
                          o_.token + "\n");
+  }
+
+  [[nodiscard]] bool connected() const { return channel_ != nullptr; }
+
+  protocol::Hello hello() const {
+    protocol::Hello hello;
+    hello.role = protocol::Role::agent;
+    hello.node = o_.node;
+    hello.token = o_.token;
+    hello.pid = ::getpid();
+    hello.worker_pids.assign(workers_.begin(), workers_.end());
+    hello.snapshot_port = snapshots_.port();
+    return hello;
   }
 
   void send(const protocol::Message& m) {
     const std::lock_guard lock(send_mutex_);
-    protocol::send(*channel_, m);
+    if (channel_) protocol::send(*channel_, m);
+  }
+
+  // The master's connection closed: until a restarted one answers, what
+  // the snapshot server seals is told to it in the hello instead.
+  void lose_master() {
+    const std::lock_guard lock(send_mutex_);
+    channel_.reset();
+    // A connection that ends at once was made to a master on its way out
+    // (its listening socket goes last): the wait goes on from the loss.
+    const auto now = std::chrono::steady_clock::now();
+    if (reconnected_ && now - *reconnected_ < std::chrono::seconds(1)) return;
+    master_gone_ = now;
+    std::fprintf(stderr, "oobleck-run agent %s: the master went away; waiting up to %.0f s for it to come back\n",
+                 o_.node.c_str(), o_.master_wait_ms / 1000);
+  }
+
+  // One attempt to reach a restarted master; false once waiting is over.
+  bool reach_master() {
+    auto connection = channel::try_connect(o_.master_addr, o_.control_port, std::chrono::milliseconds(200));
+    if (!connection) {
+      const auto waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - master_gone_);
+      return waited.count() < o_.master_wait_ms;
+    }
+    const std::lock_guard lock(send_mutex_);
+    protocol::Hello again = hello();
+    for (const auto& s : snapshots_.seals()) {
+      again.snapshots.push_back(
+          {s.owner, s.gpu, s.step, s.layer_begin, s.layer_end, s.degree, s.shard, s.owner != o_.node});
+    }
+    if (protocol::send(*connection, again)) {
+      channel_ = std::move(connection);
+      reconnected_ = std::chrono::steady_clock::now();
+    }
+    return true;
   }
 
   void obey(const protocol::Message& m) {
@@ -159,8 +217,10 @@ class Agent {
   }
 
   NodeProcessOptions o_;
-  std::unique_ptr<channel::Connection> channel_;
-  std::mutex send_mutex_;  // the loop and the snapshot server's threads
+  std::unique_ptr<channel::Connection> channel_;  // null while the master is away
+  std::chrono::steady_clock::time_point master_gone_;
+  std::optional<std::chrono::steady_clock::time_point> reconnected_;
+  std::mutex send_mutex_;  // the loop and the snapshot server's threads; guards channel_ when it changes
   SnapshotServer snapshots_;
   std::vector<pid_t> workers_;  // by GPU; 0 once ended
   std::vector<int> restarts_;

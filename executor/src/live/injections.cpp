@@ -16,7 +16,7 @@ bool parse_count(std::string_view text, long long& out) {
 
 std::vector<Injection> parse_injections(std::string_view text, const std::string& origin) {
   std::vector<Injection> out;
-  for_each_event_line(text, origin, "when,add|remove|hang|crash,node", [&](const EventLine& line) {
+  for_each_event_line(text, origin, "when,add|remove|hang|crash|kill-master,node", [&](const EventLine& line) {
     Injection event;
     event.line = line.line;
     long long value = 0;
@@ -32,11 +32,11 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       return true;
     };
     if (!indexed("step:", Injection::When::DuringStep) && !indexed("recovery:", Injection::When::DuringRecovery) &&
-        !indexed("rollback:", Injection::When::DuringRollback)) {
+        !indexed("rollback:", Injection::When::DuringRollback) && !indexed("commit:", Injection::When::AtCommit)) {
       if (!parse_count(when, value) || value > (1LL << 53)) {
         fail_at_line(origin, line.line,
                      quoted_excerpt(when) +
-                         ": expected milliseconds since training started, step:N, recovery:N or rollback:N");
+                         ": expected milliseconds since training started, step:N, recovery:N, rollback:N or commit:N");
       }
       event.when = Injection::When::AtTime;
       event.time_ms = static_cast<Milliseconds>(value);
@@ -55,8 +55,15 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
       event.action = Injection::Action::Hang;
     } else if (line.action == "crash") {
       event.action = Injection::Action::Crash;
+    } else if (line.action == "kill-master") {
+      event.action = Injection::Action::KillMaster;
+      if (line.node != "master") fail_at_line(origin, line.line, "kill-master strikes the master: its node is 'master'");
     } else {
-      fail_at_line(origin, line.line, quoted_excerpt(line.action) + ": expected add, remove, hang or crash");
+      fail_at_line(origin, line.line,
+                   quoted_excerpt(line.action) + ": expected add, remove, hang, crash or kill-master");
+    }
+    if (event.when == Injection::When::AtCommit && event.action != Injection::Action::KillMaster) {
+      fail_at_line(origin, line.line, "commit:N is for kill-master (the moment a commit is kept, not yet sent)");
     }
     event.node = std::string(line.node);
     out.push_back(std::move(event));

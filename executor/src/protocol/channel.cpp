@@ -167,6 +167,26 @@ std::unique_ptr<Connection> connect_to(const std::string& address, int port, std
   }
 }
 
+std::unique_ptr<Connection> try_connect(const std::string& address, int port, std::chrono::milliseconds wait) {
+  const sockaddr_in where = resolve(address, port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return nullptr;
+  bool connected = ::connect(fd, reinterpret_cast<const sockaddr*>(&where), sizeof where) == 0;
+  if (!connected && errno == EINPROGRESS) {
+    pollfd handshake{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof error;
+    connected = ::poll(&handshake, 1, static_cast<int>(wait.count())) == 1 &&
+                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+  }
+  if (!connected) {
+    ::close(fd);
+    return nullptr;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return std::make_unique<Connection>(fd);
+}
+
 namespace {
 
 std::mutex spared_mutex;

@@ -65,6 +65,11 @@ class Listener {
 // Connects, retrying until `timeout` while the master is not yet listening.
 [[nodiscard]] std::unique_ptr<Connection> connect_to(const std::string& address, int port,
                                                      std::chrono::milliseconds timeout);
+// One attempt, waiting at most `wait` for the handshake (an unreachable
+// host must not hold up the caller for TCP's own minutes); null when it
+// fails.
+[[nodiscard]] std::unique_ptr<Connection> try_connect(const std::string& address, int port,
+                                                      std::chrono::milliseconds wait);
 
 // Shuts down every socket of this process but those in `keep`: every
 // communication in flight (Gloo pairs, listening or connected, and store

@@ -29,11 +29,16 @@ T field(const Json& j, const char* key) {
 
 // ---------------------------------------------------------------- fields
 
+void to_json(Json& j, const SnapshotStored& m);
+void from_json(const Json& j, SnapshotStored& m);
+
 void to_json(Json& j, const Hello& m) {
   j = {{"role", m.role == Role::agent ? "agent" : "worker"}, {"node", m.node}, {"token", m.token}, {"pid", m.pid}};
   if (m.role == Role::agent) j["worker_pids"] = m.worker_pids;
   if (m.role == Role::agent) j["snapshot_port"] = m.snapshot_port;
+  if (m.role == Role::agent && !m.snapshots.empty()) j["snapshots"] = m.snapshots;
   if (m.role == Role::worker) j["gpu"] = m.gpu;
+  if (m.role == Role::worker && m.generation > 0) j["generation"] = m.generation;
 }
 void from_json(const Json& j, Hello& m) {
   const auto role = field<std::string>(j, "role");
@@ -45,6 +50,8 @@ void from_json(const Json& j, Hello& m) {
   m.worker_pids = j.value("worker_pids", std::vector<std::int64_t>{});
   m.gpu = j.value("gpu", 0);
   m.snapshot_port = j.value("snapshot_port", 0);
+  m.generation = j.value("generation", 0);
+  m.snapshots = j.value("snapshots", std::vector<SnapshotStored>{});
 }
 
 void to_json(Json& j, const Heartbeat&) { j = Json::object(); }

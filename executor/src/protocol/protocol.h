@@ -26,7 +26,18 @@ namespace oobleck::executor::protocol {
 
 enum class Role { agent, worker };
 
+// A worker's snapshot sealed in this agent's memory (snapshot_store.h):
+// its own node's (mirrored false) or another node's, mirrored here.
+struct SnapshotStored {
+  std::string owner;
+  int gpu = 0, step = 0, layer_begin = 0, layer_end = 0, degree = 1, shard = 0;
+  bool mirrored = false;
+};
+
 // The first message on every connection; `token` proves it is of this job.
+// Agents and workers say it again to a restarted master, with what that
+// one must know: a worker the generation (wire number) it is in (0: none
+// yet, it holds no state), an agent the snapshots it holds.
 struct Hello {
   Role role = Role::agent;
   std::string node, token;
@@ -34,6 +45,8 @@ struct Hello {
   int gpu = 0;                            // a worker's GPU on its node
   std::vector<std::int64_t> worker_pids;  // an agent's workers, by GPU
   int snapshot_port = 0;                  // an agent's snapshot server
+  int generation = 0;                     // a worker's
+  std::vector<SnapshotStored> snapshots;  // an agent's, to a restarted master
 };
 struct Heartbeat {};
 // The agent's worker of GPU `gpu` ended with `status`.
@@ -52,13 +65,6 @@ struct Crash {
 struct WorkerRestarted {
   int gpu = 0, status = 0;
   std::int64_t pid = 0;
-};
-// A worker's snapshot sealed in this agent's memory (snapshot_store.h):
-// its own node's (mirrored false) or another node's, mirrored here.
-struct SnapshotStored {
-  std::string owner;
-  int gpu = 0, step = 0, layer_begin = 0, layer_end = 0, degree = 1, shard = 0;
-  bool mirrored = false;
 };
 // Forward this node's snapshots to the agent at host:port (0: nowhere).
 struct MirrorTo {

@@ -14,7 +14,8 @@ namespace oobleck {
 [[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
 
 // Atomic and durable; throws InputError naming `path` when it cannot.
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+// `mode`: the new file's permissions (before the umask).
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, unsigned mode = 0644);
 
 // Flushes a folder's entries (new names, renames) to the disk; best effort.
 void sync_folder(const std::filesystem::path& folder);

@@ -28,7 +28,9 @@ namespace oobleck::executor {
 // once its first forward pass has run), `recovery:R` (during the R-th
 // reconfiguration, once the workers have started rebuilding) or
 // `rollback:R` (during the R-th generation that rolls back past f, once its
-// workers have started restoring). `remove`
+// workers have started restoring) or `commit:N` (as the master commits step
+// N: once it kept the commit in its state, before any worker hears of it).
+// `remove`
 // kills the node's agent and worker (SIGKILL: connections close at once),
 // `hang` stops them (SIGSTOP: connections stay open, only the heartbeat
 // tells), `add` starts a new node of that name, `crash` kills the node's
@@ -36,10 +38,11 @@ namespace oobleck::executor {
 // or checkpoints, a crash, removal or hang during step N strikes once the
 // snapshots before N are in the agents' memory and mirrors and the
 // checkpoints before N on disk, and step N is not committed before it
-// struck, whatever the timing.
+// struck, whatever the timing. `kill-master` (its node field `master`)
+// SIGKILLs the master itself, at once: the job waits for --resume-master.
 struct Injection {
-  enum class When { AtTime, DuringStep, DuringRecovery, DuringRollback };
-  enum class Action { Remove, Add, Hang, Crash };
+  enum class When { AtTime, DuringStep, DuringRecovery, DuringRollback, AtCommit };
+  enum class Action { Remove, Add, Hang, Crash, KillMaster };
   When when = When::AtTime;
   Milliseconds time_ms = 0;  // AtTime
   int index = 0;             // the step N, the recovery R or the rollback R
@@ -100,6 +103,16 @@ struct MasterOptions {
   bool join_spares = false;
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
+  // Where the master keeps what a master restarted after it needs
+  // (master_state.h); empty: oobleck-state-<pid> in the working folder,
+  // removed when the run ends by itself.
+  std::string state_dir;
+  // How long agents and workers wait for a restarted master when theirs is
+  // gone, training state in hand, before they end.
+  double master_wait_s = 300;
+  // Go on with the job whose master kept its state here (every other
+  // option comes from there).
+  std::string resume_master_dir;
   std::string program;               // this executable: started again as agents and workers
 };
 
@@ -110,7 +123,10 @@ class NodeStartError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Trains to the end. Throws InputError for bad input (before anything
+// Trains to the end, or (resume_master_dir) goes on with the job of a
+// master that died: reconnects its agents and workers, which kept their
+// training state, and resumes after its last committed step, appending to
+// its metrics. Throws InputError for bad input (before anything
 // starts) and NoPlanError when a loss leaves no plan and no checkpoint to
 // roll back to, or too few nodes for wait_for_nodes_s (exit kExitNoPlan, as
 // oobleck-plan); returns kExitSuccess or kExitFailure.
@@ -129,6 +145,9 @@ struct NodeProcessOptions {
   int gpus = 1;              // an agent starts a worker for each
   int gpu = 0;               // a worker's: on CUDA, its device
   int snapshot_port = 0;     // a worker's: its agent's snapshot server, on this host
+  // The master gone, how long to wait for a restarted one (reconnecting
+  // to the same address and port) before ending.
+  Milliseconds master_wait_ms = 300000;
 };
 [[nodiscard]] int run_agent(const NodeProcessOptions& options);
 [[nodiscard]] int run_worker(const NodeProcessOptions& options);

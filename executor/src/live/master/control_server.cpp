@@ -15,8 +15,8 @@ double steady_ms() {
 
 }  // namespace
 
-ControlServer::ControlServer(const std::string& address, std::string token, double hello_deadline_ms)
-    : listener_(address, 0), token_(std::move(token)), hello_deadline_ms_(hello_deadline_ms) {}
+ControlServer::ControlServer(const std::string& address, std::string token, int port, double hello_deadline_ms)
+    : listener_(address, port), token_(std::move(token)), hello_deadline_ms_(hello_deadline_ms) {}
 
 std::vector<ControlServer::Inbound> ControlServer::poll(double timeout_ms,
                                                         const std::function<bool(const protocol::Hello&)>& admit) {
@@ -57,7 +57,12 @@ void ControlServer::read(int fd, std::vector<Inbound>& out, const std::function<
     if (const auto* hello = std::get_if<protocol::Hello>(&m); hello && !owners_.count(fd)) {
       // Not of this job, or not admitted: refused.
       const Owner owner{hello->node, hello->role, hello->role == protocol::Role::worker ? hello->gpu : 0};
-      if (hello->token != token_ || !admit(*hello)) {
+      if (hello->token != token_) {
+        drop(fd);
+        return;
+      }
+      if (!admit(*hello)) {
+        (void)protocol::send(*connections_.at(fd), protocol::Kill{});
         drop(fd);
         return;
       }

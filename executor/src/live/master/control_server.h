@@ -19,7 +19,10 @@ namespace oobleck::executor {
 
 class ControlServer {
  public:
-  ControlServer(const std::string& address, std::string token, double hello_deadline_ms = kHelloDeadlineMs);
+  // On `address`:`port` (0: any free port; a restarted master takes its
+  // predecessor's, where the job's processes reconnect).
+  ControlServer(const std::string& address, std::string token, int port = 0,
+                double hello_deadline_ms = kHelloDeadlineMs);
   [[nodiscard]] int port() const { return listener_.port(); }
 
   // What a poll found, in order of arrival.
@@ -38,7 +41,10 @@ class ControlServer {
   };
   // Waits up to `timeout_ms` for traffic. A hello with the job's token is
   // admitted when `admit` says so (its node known and alive), unless that
-  // role (and GPU) is connected already, and arrives like any other message.
+  // role (and GPU) is connected already, and arrives like any other message;
+  // not admitted, it is answered Kill (a process of this job the master
+  // has fenced, or never knew, must not wait for a master that will not
+  // have it).
   // A connection that has not said hello within kHelloDeadlineMs, or sends
   // more than kLongestHelloBytes without one, is dropped, and so is the
   // oldest when more than kMostStrangers wait: strangers cost the job

@@ -44,6 +44,10 @@ std::vector<Injection> Injector::at_rollback(int rollback) {
   return take([&](const Injection& e) { return e.when == Injection::When::DuringRollback && e.index == rollback; });
 }
 
+std::vector<Injection> Injector::at_commit(int step) {
+  return take([&](const Injection& e) { return e.when == Injection::When::AtCommit && e.index == step; });
+}
+
 std::optional<Milliseconds> Injector::chaos_due_ms(Milliseconds now) {
   if (!chaos_.enabled || chaos_left_ <= 0) return std::nullopt;
   if (!chaos_next_ms_) {

@@ -45,6 +45,8 @@ class Injector {
   std::vector<Injection> at_step(int step);
   std::vector<Injection> at_recovery(int recovery);
   std::vector<Injection> at_rollback(int rollback);
+  // Scripted events of the moment step `step`'s commit is kept.
+  std::vector<Injection> at_commit(int step);
 
   // When the next chaos event is due, on the caller's clock (none when
   // chaos is off or done).

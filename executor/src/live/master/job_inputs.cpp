@@ -46,6 +46,7 @@ void check_injections(const MasterOptions& o, const JobInputs& in, const std::st
   const auto ranked = recovery::ranked_nodes(in.initial_plan);
   std::set<std::string> known(ranked.begin(), ranked.end());
   for (const auto& e : o.injections) {
+    if (e.action == Injection::Action::KillMaster) continue;
     const std::string where = "--inject line " + std::to_string(e.line) + ": node " + e.node;
     if (e.action == Injection::Action::Add) {
       known.insert(e.node);
@@ -85,6 +86,7 @@ std::string locate_nodes(const MasterOptions& o, JobInputs& in) {
     throw InputError("--launcher slurm: not inside a Slurm allocation (SLURM_JOB_ID or SLURM_JOB_NODELIST unset): "
                      "run it under salloc or sbatch");
   }
+  in.launcher = launcher;
   std::string origin;
   if (launcher == "ssh") {
     in.hosts = parse_hostfile(read_text_file(o.hostfile), o.hostfile, in.profile.hardware.gpus_per_node);

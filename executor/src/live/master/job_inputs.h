@@ -17,6 +17,7 @@ struct JobInputs {
   Plan initial_plan;
   std::vector<std::string> hosts;     // --hostfile's or the Slurm allocation's; empty: every node is local
   bool slurm = false;                 // agents on other hosts start with srun, not ssh
+  std::string launcher;               // local, ssh or slurm: --launcher resolved
   std::string master_addr;            // where agents and workers reach the master
   std::optional<ResumePoint> resume;  // from --resume
 };

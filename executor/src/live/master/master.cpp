@@ -32,7 +32,8 @@ std::string new_token() {
   return token;
 }
 
-recovery::ControllerOptions controller_options(const MasterOptions& o, const JobInputs& in) {
+recovery::ControllerOptions controller_options(const MasterOptions& o, const JobInputs& in,
+                                               const std::optional<MasterState>& kept) {
   recovery::ControllerOptions c;
   c.fault_tolerance = in.initial_plan.fault_tolerance;
   c.global_microbatches = in.initial_plan.global_microbatches;
@@ -44,28 +45,39 @@ recovery::ControllerOptions controller_options(const MasterOptions& o, const Job
   c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::restart_from_checkpoint;
   c.saves_reported = true;
   c.communication_grace_ms = o.heartbeat_timeout_ms;
+  if (kept) c.resumed = kept->controller;
   return c;
+}
+
+// A restarted master's options are its predecessor's, reached where it was.
+MasterOptions options_of(const MasterOptions& given, const std::optional<MasterState>& kept) {
+  if (!kept) return given;
+  MasterOptions o = kept->options;
+  o.master_addr = kept->master_addr;
+  o.program = given.program;
+  o.state_dir = given.resume_master_dir;
+  return o;
 }
 
 }  // namespace
 
-Master::Master(const MasterOptions& options)
-    : o_(options),
+Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
+    : o_(options_of(options, kept)),
+      kept_(std::move(kept)),
       in_(load_job_inputs(o_)),
       cost_(in_.profile, in_.initial_plan.template_microbatches),
       gpus_(in_.profile.hardware.gpus_per_node),
-      token_(new_token()),
-      server_(in_.master_addr, token_),
+      token_(kept_ ? kept_->token : new_token()),
+      server_(in_.master_addr, token_, kept_ ? kept_->control_port : 0),
       processes_(LaunchSettings{o_.program, in_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
-                                gpus_, in_.hosts, in_.slurm}),
-      controller_(cost_, no_templates_, controller_options(o_, in_)),
-      reporter_(o_.metrics_path),
+                                gpus_, in_.hosts, in_.slurm, o_.master_wait_s * 1000}),
+      controller_(cost_, no_templates_, controller_options(o_, in_, kept_)),
+      reporter_(o_.metrics_path, kept_ ? std::optional<std::string>(kept_->last_step_record) : std::nullopt),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
       injector_(o_.injections, o_.chaos),
       ledger_(samples_before(1)) {
-  const int committed = in_.resume ? in_.resume->step : -1;
-  if (in_.resume) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
-  samples_ = samples_before(committed + 1);
+  if (in_.resume && !kept_) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
+  samples_ = samples_before(controller_.committed_step() + 1);
   store_ = serve_store(in_.master_addr, token_,
                              std::chrono::milliseconds(static_cast<std::int64_t>(o_.comm_timeout_s * 1000)));
   welcome_ = {profile_to_json(in_.profile),
@@ -79,18 +91,48 @@ Master::Master(const MasterOptions& options)
               static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
               o_.learning_rate,
               o_.snapshot_every};
+  state_dir_ = o_.state_dir;
+  if (state_dir_.empty()) {
+    state_dir_ = (std::filesystem::current_path() / ("oobleck-state-" + std::to_string(::getpid()))).string();
+    default_state_dir_ = true;
+  }
+  if (kept_) {
+    wire_ = kept_->wire;
+    rollbacks_ = kept_->rollbacks;
+    last_step_record_ = kept_->last_step_record;
+    snapshots_.pin(kept_->snapshot_pin);
+    training_start_unix_ms_ = kept_->training_start_unix_ms;
+  }
+}
+
+Master::~Master() {
+  if (!ended_by_itself_) {
+    // An error ends the job: agents elsewhere would wait for a restarted
+    // master, and none comes. (Local ones go with the process table.)
+    for (const auto& [name, p] : processes_.nodes()) {
+      if (p.alive && !p.local) server_.send(name, Role::agent, protocol::Kill{});
+    }
+  }
+  end_kept_state();
 }
 
 // ---------------------------------------------------------------- the loop
 
 int Master::run() {
   started_ms_ = now_ms();
-  const auto nodes = recovery::ranked_nodes(in_.initial_plan);
-  for (const auto& node : nodes) processes_.start(node, started_ms_);
-  std::fprintf(stderr, "oobleck-run: %zu nodes (%zu pipelines), one agent and %d worker%s each, steps %d..%d\n",
-               nodes.size(), in_.initial_plan.pipelines.size(), gpus_, gpus_ == 1 ? "" : "s",
-               controller_.committed_step() + 1, o_.steps - 1);
-  reporter_.run_started(o_.plan_path, o_.profile_path, o_.steps, o_.seed, static_cast<int>(nodes.size()));
+  if (kept_) {
+    adopt_kept_nodes();
+  } else {
+    const auto nodes = recovery::ranked_nodes(in_.initial_plan);
+    for (const auto& node : nodes) processes_.start(node, started_ms_);
+    std::fprintf(stderr, "oobleck-run: %zu nodes (%zu pipelines), one agent and %d worker%s each, steps %d..%d\n",
+                 nodes.size(), in_.initial_plan.pipelines.size(), gpus_, gpus_ == 1 ? "" : "s",
+                 controller_.committed_step() + 1, o_.steps - 1);
+    reporter_.run_started(o_.plan_path, o_.profile_path, o_.steps, o_.seed, static_cast<int>(nodes.size()));
+    keep_state();
+    std::fprintf(stderr, "oobleck-run: the job's state is kept in %s (oobleck-run --resume-master %s goes on with it "
+                 "if this master dies)\n", state_dir_.c_str(), state_dir_.c_str());
+  }
   const auto admit = [this](const protocol::Hello& hello) {
     const NodeProcess* p = processes_.find(hello.node);
     return p != nullptr && p->alive;
@@ -111,7 +153,8 @@ int Master::run() {
     }
     // A worker restarting in place has no state for a new plan to count on.
     if (!lost_now_.empty()) for (const auto& n : unrestored_nodes()) lose(n, "it was restarting a worker in place");
-    if (!lost_now_.empty() || !joined_now_.empty()) {
+    if (phase_ == Phase::resuming) resume_when_reconnected();
+    if (phase_ != Phase::resuming && (!lost_now_.empty() || !joined_now_.empty())) {
       recovery::NodesChanged changed{std::move(lost_now_), std::move(joined_now_), now_ms()};
       lost_now_.clear();
       joined_now_.clear();
@@ -120,9 +163,11 @@ int Master::run() {
     }
     if (phase_ == Phase::training) decide(recovery::Timer{now_ms()});
     advance();
+    if (state_changed_) keep_state();
   }
   std::fprintf(stderr, "oobleck-run: %d steps done, %d generations\n", controller_.committed_step() + 1,
                generation_ ? generation_->number : 0);
+  ended_by_itself_ = true;
   return kExitSuccess;
 }
 
@@ -181,6 +226,9 @@ void Master::from_agent(const std::string& node, const protocol::Message& m) {
     p->agent_connected = true;
     p->worker_pids.assign(hello->worker_pids.begin(), hello->worker_pids.end());
     p->snapshot_port = hello->snapshot_port;
+    processes_.confirm_agent(node, static_cast<pid_t>(hello->pid));
+    // A restarted master hears what the agent holds.
+    for (const auto& s : hello->snapshots) on_snapshot_stored(node, s);
   } else if (const auto* stored = std::get_if<protocol::SnapshotStored>(&m)) {
     on_snapshot_stored(node, *stored);
   } else if (const auto* restarted = std::get_if<protocol::WorkerRestarted>(&m)) {
@@ -202,6 +250,8 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
       return;
     }
     NodeProcess* p = processes_.find(node);
+    if (phase_ == Phase::resuming) check_reconnected_worker(node, std::get<protocol::Hello>(m));
+    if (!p->alive) return;
     // A worker restarted in place, the restart overtaken by a new generation.
     if (p->all_workers_connected()) return lose(node, "its worker restarted after a new generation began");
     ++p->workers_connected;
@@ -280,6 +330,7 @@ void Master::lose(const std::string& node, const std::string& reason) {
   worker_gone_.erase(node);
   if (p == nullptr || !p->alive) return;
   checkpoints_.saver_lost(node);
+  state_changed_ = true;
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
   server_.disconnect(node);
@@ -306,6 +357,12 @@ void Master::lose(const std::string& node, const std::string& reason) {
 
 void Master::decide(const recovery::Event& event) {
   const Milliseconds start = now_ms();
+  // What the kept state holds changes with these (commits and generations
+  // are kept before they are sent).
+  if (std::holds_alternative<recovery::NodesChanged>(event) || std::holds_alternative<recovery::GenerationReady>(event) ||
+      std::holds_alternative<recovery::StateSaved>(event)) {
+    state_changed_ = true;
+  }
   const recovery::Actions actions = controller_.handle(event);
   const Milliseconds plan_ms = now_ms() - start;
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -330,6 +387,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   if (phase_ == Phase::starting) {
     phase_ = Phase::training;
     training_start_ms_ = now;
+    training_start_unix_ms_ = unix_now_ms();
   }
   if (g.cause == recovery::Cause::join) chain_failure_ms_ = -1, chain_detected_ms_ = now;
   if (g.cause == recovery::Cause::communication) {
@@ -365,6 +423,7 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   timing_.planned_ms = now;
   timing_.plan_ms = plan_ms;
   for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
+  keep_state();  // its wire number, before any worker sees it
   send_generation(g, base);
   assign_mirrors();
   ledger_.clear();
@@ -438,11 +497,16 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
     for (int gpu = 0; gpu < gpus_; ++gpu) savers.push_back(worker_name(node, gpu));
   }
   const protocol::Commit message{wire_, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
-  for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   last_iteration_ms_ = now - step_start_ms_;
   step_start_ms_ = now;
-  reporter_.step(
-      {c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_, now - training_start_ms_});
+  const StepReport report{c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_,
+                          now - training_start_ms_};
+  // Kept before any worker applies it: a restarted master commits no less.
+  last_step_record_ = Reporter::step_record(report);
+  keep_state();
+  for (const auto& e : injector_.at_commit(c.step)) fire(e);
+  for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
+  reporter_.step(report);
   unrestored_.clear();
   for (const auto& r : std::exchange(restarts_, {})) reporter_.restart(r, now);
   if (c.establishes) {
@@ -483,7 +547,7 @@ void Master::finish() {
                  "the latest complete one is after step %d\n",
                  controller_.committed_step(), checkpoints_.last_complete());
   }
-  if (!o_.chrome_trace_path.empty() || !timelines_.empty()) {
+  if (generation_ && (!o_.chrome_trace_path.empty() || !timelines_.empty())) {
     const LastStepReport report = last_step_report(generation_->plan, gpus_, timelines_, last_iteration_ms_);
     if (!o_.chrome_trace_path.empty()) write_file_atomically(o_.chrome_trace_path, report.chrome_trace);
     std::fputs(report.stage_summary.c_str(), stdout);
@@ -492,7 +556,16 @@ void Master::finish() {
 }
 
 int run_master(const MasterOptions& options) {
-  Master master(options);
+  if (options.resume_master_dir.empty()) {
+    Master master(options);
+    return master.run();
+  }
+  MasterState kept = read_master_state(options.resume_master_dir);
+  if (kept.finished) {
+    throw InputError("--resume-master " + options.resume_master_dir +
+                     ": the job kept there ended (its master finished it, or gave it up): nothing to resume");
+  }
+  Master master(options, std::move(kept));
   return master.run();
 }
 

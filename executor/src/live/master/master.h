@@ -1,7 +1,8 @@
 // The master of a live run (master.cpp): one thread, one event loop,
 // carrying out the recovery controller's decisions. Its injections and
 // chaos are in master_injections.cpp; snapshots, mirrors and in-place
-// restarts in master_snapshots.cpp.
+// restarts in master_snapshots.cpp; the state it keeps for a master
+// restarted after it, and that one's resumption, in master_resume.cpp.
 #pragma once
 
 #include <map>
@@ -15,6 +16,7 @@
 #include "control_server.h"
 #include "injector.h"
 #include "job_inputs.h"
+#include "master_state.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/recovery/controller.h"
 #include "process_table.h"
@@ -26,11 +28,19 @@ namespace oobleck::executor {
 
 class Master {
  public:
-  explicit Master(const MasterOptions& options);
+  // `kept`: go on with the job of a master that died (its kept state).
+  explicit Master(const MasterOptions& options, std::optional<MasterState> kept = std::nullopt);
+  // A run that did not end by itself (an error, an exception) takes its
+  // processes with it; the state folder says the job is over (or goes,
+  // when it was the default one).
+  ~Master();
+  Master(const Master&) = delete;
+  Master& operator=(const Master&) = delete;
   int run();
 
  private:
-  enum class Phase { starting, training, finishing };
+  // resuming: a restarted master waits for the job's nodes to reconnect.
+  enum class Phase { starting, resuming, training, finishing };
 
   // What comes in.
   void handle(const ControlServer::Inbound& in);
@@ -83,8 +93,17 @@ class Master {
   void add_snapshot_sources(protocol::NewGeneration& m, int step, bool with_mirrors);
   [[nodiscard]] std::string snapshot_host(const std::string& node) const;
   [[nodiscard]] ChaosView chaos_view();
+  // The kept state (master_resume.cpp): written before any worker hears
+  // of what it records (keep_state), or at the end of a loop's turn when
+  // something else changed (state_changed_).
+  void keep_state(bool finished = false);
+  void adopt_kept_nodes();
+  void check_reconnected_worker(const std::string& node, const protocol::Hello& hello);
+  void resume_when_reconnected();
+  void end_kept_state();
 
   MasterOptions o_;
+  std::optional<MasterState> kept_;  // a restarted master's start
   JobInputs in_;
   CostModel cost_;
   TemplateSet no_templates_;  // the controller builds them as nodes take part
@@ -154,6 +173,13 @@ class Master {
   // Restarted in place, their layers not read back before the next commit.
   std::set<std::pair<std::string, int>> unrestored_;
   std::vector<RestartTiming> restarts_;  // in place since the last commit
+  // The kept state.
+  std::string state_dir_;
+  bool default_state_dir_ = false;
+  bool state_changed_ = false;
+  bool ended_by_itself_ = false;
+  double training_start_unix_ms_ = 0;
+  std::string last_step_record_;
 };
 
 }  // namespace oobleck::executor

@@ -1,5 +1,7 @@
 // The master's injections: scripted failures and joins (--inject) and
 // random ones (--chaos), fired from its loop.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -74,6 +76,12 @@ void Master::crash_during_next_step(const std::string& node, const std::string& 
 
 void Master::fire(const Injection& event) {
   const std::string why = "--inject line " + std::to_string(event.line);
+  if (event.action == Injection::Action::KillMaster) {
+    // As a dying host would: no goodbye, nothing flushed but what is kept.
+    std::fprintf(stderr, "oobleck-run: %s: killing the master (SIGKILL)\n", why.c_str());
+    std::fflush(nullptr);
+    ::raise(SIGKILL);
+  }
   if (event.action != Injection::Action::Add && event.when == Injection::When::DuringStep &&
       (o_.snapshot_every > 0 || checkpoints_.enabled())) {
     pending_step_events_.push_back({event, why, now_ms()});

@@ -199,6 +199,7 @@ std::vector<std::string> Master::unrestored_nodes() const {
 // restarted ones read their layers from their own agent's memory.
 void Master::restart_in_place(const recovery::RestartInPlace& r) {
   ++wire_;
+  keep_state();  // its wire number, before any worker sees it
   const recovery::Generation& g = *generation_;
   protocol::NewGeneration message;
   message.generation = wire_;

@@ -22,6 +22,7 @@ struct NodeProcess {
   pid_t agent_pid = 0;
   std::vector<pid_t> worker_pids;  // by GPU, as the agent reported them
   Milliseconds spawned_ms = 0, last_heartbeat_ms = 0;
+  Milliseconds connect_by_ms = 0;  // its agent and workers said hello by then, or it is lost
   Milliseconds killed_ms = -1;  // when an injection killed or stopped it
   bool alive = true;            // not yet declared lost
   bool agent_connected = false;
@@ -40,6 +41,7 @@ struct LaunchSettings {
   int gpus_per_node = 1;                     // workers per node
   std::vector<std::string> hosts;            // a hostfile's or a Slurm allocation's; empty: every node is local
   bool slurm = false;                        // other hosts' agents start with srun, not ssh
+  Milliseconds master_wait_ms = 300000;      // agents and workers wait this long for a restarted master
 };
 
 class ProcessTable {
@@ -52,6 +54,14 @@ class ProcessTable {
   ProcessTable& operator=(const ProcessTable&) = delete;
 
   void start(const std::string& node, Milliseconds now_ms);
+  // A restarted master's: a node its predecessor started, whose agent is
+  // to reconnect by `connect_by_ms` (`agent_pid`: a local agent's, killed
+  // when the node is fenced once the agent confirmed it in its hello).
+  void adopt(const std::string& node, bool local, pid_t agent_pid, Milliseconds now_ms, Milliseconds connect_by_ms);
+  // A node its predecessor lost: never started again.
+  void remember_lost(const std::string& node, bool local);
+  // The agent of an adopted node said hello with its pid.
+  void confirm_agent(const std::string& node, pid_t pid);
   [[nodiscard]] NodeProcess* find(const std::string& node);
   [[nodiscard]] const std::map<std::string, NodeProcess>& nodes() const { return nodes_; }
   // Alive and not killed by an injection (which is not yet detected).
@@ -82,10 +92,13 @@ class ProcessTable {
   LaunchSettings settings_;
   std::map<std::string, NodeProcess> nodes_;
   std::set<pid_t> children_;  // not yet reaped
+  std::set<pid_t> adopted_;   // local agents of a predecessor, confirmed by their hellos
   std::vector<std::pair<pid_t, int>> ended_;  // reaped agent processes and their wait statuses
 };
 
 // Monotonic milliseconds, the time base of every process on this machine.
 [[nodiscard]] Milliseconds now_ms();
+// Milliseconds since 1970 (wall clock): what outlives a process.
+[[nodiscard]] double unix_now_ms();
 
 }  // namespace oobleck::executor

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "oobleck/common.h"
+#include "oobleck/common/files.h"
 
 namespace oobleck::executor {
 
@@ -20,9 +22,43 @@ std::string joined(const std::vector<std::string>& names) {
   return out.empty() ? "-" : out;
 }
 
-Reporter::Reporter(const std::string& metrics_path) {
+namespace {
+
+// The metrics a master that died left: whole lines only, ending with the
+// last committed step's record.
+std::string reconciled(const std::string& text, const std::string& last_step_record) {
+  const std::size_t cut = text.rfind('\n');
+  const std::string whole = cut == std::string::npos ? std::string() : text.substr(0, cut + 1);
+  if (last_step_record.empty()) return whole;
+  std::vector<std::string> lines;
+  for (std::size_t from = 0; from < whole.size();) {
+    const std::size_t next = whole.find('\n', from);
+    lines.push_back(whole.substr(from, next - from));
+    from = next + 1;
+  }
+  const int last_step = nlohmann::json::parse(last_step_record).at("step").get<int>();
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    const auto record = nlohmann::json::parse(*line, nullptr, false);
+    if (record.is_object() && record.value("kind", "") == "step") {
+      if (record.value("step", -1) == last_step) return whole;  // written before the death
+      break;
+    }
+  }
+  return whole + last_step_record + "\n";
+}
+
+}  // namespace
+
+Reporter::Reporter(const std::string& metrics_path, const std::optional<std::string>& resumed_after) {
   if (metrics_path.empty()) return;
-  metrics_.open(metrics_path, std::ios::trunc);
+  if (resumed_after) {
+    std::string text;
+    if (std::filesystem::exists(metrics_path)) text = read_text_file(metrics_path);
+    write_file_atomically(metrics_path, reconciled(text, *resumed_after));
+    metrics_.open(metrics_path, std::ios::app);
+  } else {
+    metrics_.open(metrics_path, std::ios::trunc);
+  }
   if (!metrics_) throw InputError("--metrics " + metrics_path + ": cannot write");
 }
 
@@ -67,16 +103,30 @@ void Reporter::generation_started(const recovery::Generation& g, Milliseconds el
                g.resume_step);
 }
 
-void Reporter::step(const StepReport& r) {
-  emit(ordered_json{{"kind", "step"},
-                    {"step", r.step},
-                    {"loss", r.loss},
-                    {"samples", r.samples},
-                    {"step_samples", r.step_samples},
-                    {"iteration_ms", r.iteration_ms},
-                    {"elapsed_ms", r.elapsed_ms},
-                    {"generation", r.generation}}
+std::string Reporter::step_record(const StepReport& r) {
+  return ordered_json{{"kind", "step"},
+                      {"step", r.step},
+                      {"loss", r.loss},
+                      {"samples", r.samples},
+                      {"step_samples", r.step_samples},
+                      {"iteration_ms", r.iteration_ms},
+                      {"elapsed_ms", r.elapsed_ms},
+                      {"generation", r.generation}}
+      .dump();
+}
+
+void Reporter::master_restarted(Milliseconds elapsed_ms, int committed_step, const std::string& state_dir,
+                                double unix_ms) {
+  emit(ordered_json{{"kind", "master_restart"},
+                    {"at_ms", elapsed_ms},
+                    {"resumed_after_step", committed_step},
+                    {"state_dir", state_dir},
+                    {"unix_ms", unix_ms}}
            .dump());
+}
+
+void Reporter::step(const StepReport& r) {
+  emit(step_record(r));
   std::printf("step %3d  loss %.6f  samples %lld  %.1f ms\n", r.step, r.loss, static_cast<long long>(r.samples),
               r.iteration_ms);
   std::fflush(stdout);

@@ -10,11 +10,15 @@
 //                                  a worker restarted in place (no new generation)
 //   {kind: "rollback", generation, from_step, to_step, source}   past f
 //   {kind: "no_plan", generation, lost, added, resume_step, checkpoint_bytes, message}
+//   {kind: "master_restart", at_ms, resumed_after_step, state_dir, unix_ms}
+//                                  a master restarted with --resume-master goes on
+//                                  appending to the same file
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,13 +59,21 @@ struct StepReport {
 class Reporter {
  public:
   // No metrics file when `metrics_path` is empty. InputError when it cannot
-  // be written.
-  explicit Reporter(const std::string& metrics_path);
+  // be written. With `resumed_after` (a restarted master's: the record of
+  // the last step its predecessor committed, "" before any), the file is
+  // appended to: a line cut short by the death is dropped, and the last
+  // committed step's record added when the death came before it was
+  // written, so that every committed step is recorded once.
+  explicit Reporter(const std::string& metrics_path, const std::optional<std::string>& resumed_after = std::nullopt);
 
   void run_started(const std::string& plan_path, const std::string& profile_path, int steps, std::uint64_t seed,
                    int nodes);
   void generation_started(const recovery::Generation& g, Milliseconds elapsed_ms);
   void step(const StepReport& report);
+  // The metrics line of a step (what step() writes).
+  [[nodiscard]] static std::string step_record(const StepReport& report);
+  void master_restarted(Milliseconds elapsed_ms, int committed_step, const std::string& state_dir,
+                        double unix_ms);
   // A recovery is over: it trained a step, or a newer generation replaced it.
   void reconfiguration(const RecoveryTiming& timing, bool superseded, Milliseconds now_ms);
   void restart(const RestartTiming& timing, Milliseconds now_ms);

@@ -30,6 +30,7 @@ class SnapshotLedger {
   // The step a rollback restores, until its generation trains (none: no
   // such rollback): its snapshots stay named, however many newer ones come.
   void pin(std::optional<int> step) { pinned_ = step; }
+  [[nodiscard]] std::optional<int> pinned() const { return pinned_; }
   // Whether `holder`'s agent holds `owner`'s GPU's snapshot of `step`.
   [[nodiscard]] bool holds(const std::string& holder, const std::string& owner, int gpu, int step) const;
   // Whether `node`'s own agent holds its GPU's snapshot of `step`.

@@ -100,6 +100,8 @@ class SnapshotServer {
   SnapshotServer& operator=(const SnapshotServer&) = delete;
 
   [[nodiscard]] int port() const { return listener_.port(); }
+  // Every snapshot sealed here and still kept (this node's and mirrors').
+  [[nodiscard]] std::vector<SnapshotSeal> seals() const { return memory_.seals(); }
   // Where this node's sealed snapshots of steps s with (s + 1) % every == 0
   // are forwarded from now on (port 0: nowhere). The newest sealed snapshot
   // of each GPU goes there at once.

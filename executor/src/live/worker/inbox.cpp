@@ -2,8 +2,11 @@
 
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "oobleck/common.h"
 
@@ -16,6 +19,24 @@ namespace {
 constexpr bool kKeepGlooListeners = TORCH_VERSION_MAJOR >= 2;
 
 }  // namespace
+
+Inbox::Inbox(InboxIdentity identity)
+    : identity_(std::move(identity)),
+      connection_(channel::connect_to(identity_.master_addr, identity_.control_port, std::chrono::seconds(60))),
+      control_fd_(connection_->fd()) {
+  send(hello());
+}
+
+protocol::Hello Inbox::hello() const {
+  protocol::Hello h;
+  h.role = protocol::Role::worker;
+  h.node = identity_.node;
+  h.token = identity_.token;
+  h.pid = ::getpid();
+  h.gpu = identity_.gpu;
+  h.generation = in_hand_;
+  return h;
+}
 
 Inbox::~Inbox() {
   stop_ = true;
@@ -37,6 +58,7 @@ protocol::Welcome Inbox::welcome() {
     std::lock_guard lock(mutex_);
     for (auto& m : messages) {
       if (auto* w = std::get_if<protocol::Welcome>(&m)) {
+        store_port_ = w->store_port;
         welcome = std::move(*w);
       } else {
         handle(std::move(m));  // what came with it (a generation) is kept
@@ -78,7 +100,7 @@ void Inbox::throw_if_superseded() const {
 
 void Inbox::abandon() {
   std::lock_guard lock(mutex_);
-  channel::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
+  channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
 }
 
 protocol::NewGeneration Inbox::next_generation(int generation) {
@@ -112,18 +134,46 @@ void Inbox::read_loop() {
     for (const auto& what : malformed) {
       std::fprintf(stderr, "oobleck-run worker: ignoring a malformed control message (%s)\n", what.c_str());
     }
-    std::lock_guard lock(mutex_);
-    for (auto& m : messages) handle(std::move(m));
-    if (newest_number_ > in_hand_) {
-      for (auto* c : watched_) c->abort();
-      channel::abandon_sockets({connection_->fd()}, kKeepGlooListeners);
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& m : messages) handle(std::move(m));
+      if (newest_number_ > in_hand_) {
+        for (auto* c : watched_) c->abort();
+        channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
+      }
     }
     if (!open) {
       if (finishing_) return;
-      // The master is gone: so is the job. Nothing here can be saved by waiting.
-      std::fprintf(stderr, "oobleck-run worker: the master went away; exiting\n");
+      reconnect();
+    }
+  }
+}
+
+void Inbox::reconnect() {
+  const auto gone = std::chrono::steady_clock::now();
+  for (;;) {
+    auto connection =
+        channel::try_connect(identity_.master_addr, identity_.control_port, std::chrono::milliseconds(200));
+    if (connection) {
+      const std::lock_guard lock(send_mutex_);
+      protocol::Hello again;
+      {
+        std::lock_guard state(mutex_);
+        again = hello();
+      }
+      if (protocol::send(*connection, again)) {
+        control_fd_ = connection->fd();
+        connection_ = std::move(connection);
+        return;
+      }
+    }
+    if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - gone).count() >
+        identity_.master_wait_ms) {
+      std::fprintf(stderr, "oobleck-run worker %s: no master came back within %.0f s; exiting\n",
+                   identity_.node.c_str(), identity_.master_wait_ms / 1000);
       std::_Exit(kExitFailure);
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
@@ -140,6 +190,13 @@ void Inbox::handle(protocol::Message message) {
   } else if (std::holds_alternative<protocol::Finish>(message)) {
     finishing_ = true;
     finished_ = true;
+  } else if (const auto* w = std::get_if<protocol::Welcome>(&message)) {
+    store_port_ = w->store_port;  // a restarted master's store
+  } else if (std::holds_alternative<protocol::Kill>(message)) {
+    // The master does not have this worker (it was fenced): nothing it
+    // holds may touch the job.
+    std::fprintf(stderr, "oobleck-run worker %s: the master refused this worker; exiting\n", identity_.node.c_str());
+    std::_Exit(kExitFailure);
   }
   changed_.notify_all();
 }

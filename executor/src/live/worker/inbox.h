@@ -2,7 +2,10 @@
 // thread keeps the newest generation and the commits, and abandons every
 // socket of this process (but its own) as soon as a generation newer than
 // the one in hand arrives, so that no communication waits on a peer that is
-// gone.
+// gone. When the master goes, the reader reconnects to a restarted one (at
+// the same address and port) and says hello again with the generation in
+// hand, while the training thread keeps its state and waits; a master that
+// answers Kill, or none within the wait, ends the process.
 #pragma once
 
 #include <atomic>
@@ -25,9 +28,17 @@ struct Superseded final : std::runtime_error {
   Superseded() : std::runtime_error("a newer generation started") {}
 };
 
+// Who this worker is, for its hellos, and where its master is.
+struct InboxIdentity {
+  std::string node, token, master_addr;
+  int gpu = 0, control_port = 0;
+  double master_wait_ms = 300000;
+};
+
 class Inbox {
  public:
-  explicit Inbox(std::unique_ptr<channel::Connection> connection) : connection_(std::move(connection)) {}
+  // Connects, and says hello.
+  explicit Inbox(InboxIdentity identity);
   ~Inbox();
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
@@ -36,6 +47,9 @@ class Inbox {
 
   // The job's configuration, read before the reader thread starts.
   protocol::Welcome welcome();
+  // The rendezvous store's port, as the newest welcome says (a restarted
+  // master serves a store of its own).
+  [[nodiscard]] int store_port() const { return store_port_; }
   void start();
 
   // The generation in hand: from now on only newer ones abandon sockets.
@@ -61,8 +75,14 @@ class Inbox {
  private:
   void read_loop();
   void handle(protocol::Message message);
+  [[nodiscard]] protocol::Hello hello() const;
+  // The master went away: reconnect to a restarted one, or end the process.
+  void reconnect();
 
-  std::unique_ptr<channel::Connection> connection_;
+  InboxIdentity identity_;
+  std::unique_ptr<channel::Connection> connection_;  // replaced (under send_mutex_) by reconnect()
+  std::atomic<int> control_fd_{-1};                  // what abandon_sockets keeps
+  std::atomic<int> store_port_{0};
   std::mutex send_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -40,11 +40,11 @@ class LiveWorker {
         gpu_(options.gpu),
         master_addr_(options.master_addr),
         token_(options.token),
-        inbox_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))),
+        inbox_(InboxIdentity{options.node, options.token, options.master_addr, options.gpu, options.control_port,
+                             options.master_wait_ms}),
         taker_(options.token, options.snapshot_port) {}
 
   int run() {
-    inbox_.send(protocol::Hello{protocol::Role::worker, node_, token_, ::getpid(), gpu_, {}});
     configure(inbox_.welcome());
     inbox_.start();
     protocol::NewGeneration generation = inbox_.next_generation(0);
@@ -103,17 +103,27 @@ class LiveWorker {
     keep_freed_host_memory();
     torch::manual_seed(o_.seed);
     tokens_ = read_tokens(welcome.data);
-    settings_.store_host = master_addr_;
-    settings_.store_port = welcome.store_port;
-    if (!is_loopback_address(master_addr_)) {  // the store is behind the master's guard
-      store_tunnel_ = std::make_unique<StoreTunnel>(master_addr_, welcome.store_port, token_);
-      settings_.store_host = "127.0.0.1";
-      settings_.store_port = store_tunnel_->port();
-    }
+    reach_store(welcome.store_port);
     settings_.timeout = std::chrono::milliseconds(welcome.comm_timeout_ms);
     // On one machine everything stays on loopback; across machines Gloo
     // binds to this host's own address.
     settings_.bind_host = master_addr_ == "127.0.0.1" || master_addr_ == "localhost" ? "127.0.0.1" : "";
+  }
+
+  // The master's rendezvous store at `port`, through a tunnel of this
+  // worker's (store_guard.h): behind the master's guard when the master is
+  // on another host; and always so that the master's death leaves the
+  // store's clients waiting rather than ending this process.
+  void reach_store(int port) {
+    store_port_ = port;
+    if (store_tunnel_) {
+      store_tunnel_->retarget(port);
+    } else {
+      store_tunnel_ =
+          std::make_unique<StoreTunnel>(master_addr_, port, is_loopback_address(master_addr_) ? "" : token_);
+    }
+    settings_.store_host = "127.0.0.1";
+    settings_.store_port = store_tunnel_->port();
   }
 
   // ------------------------------------------------------------ generations
@@ -121,6 +131,7 @@ class LiveWorker {
   void enter(const protocol::NewGeneration& g) {
     taker_.wait();
     step_.reset();
+    if (inbox_.store_port() != store_port_) reach_store(inbox_.store_port());  // a restarted master's
     number_ = g.generation;
     inbox_.begin(number_);
     const double start = now_ms();
@@ -306,6 +317,7 @@ class LiveWorker {
   int gpu_ = 0, gpus_ = 1;  // this worker's GPU, and the node's count
   std::string master_addr_, token_;
   std::unique_ptr<StoreTunnel> store_tunnel_;  // declared before groups_: outlives their store clients
+  int store_port_ = 0;                         // the master's
   Inbox inbox_;
   SnapshotTaker taker_;  // after the inbox: gone first, as its job may send
   int snapshot_every_ = 0;

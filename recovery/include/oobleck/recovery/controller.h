@@ -35,6 +35,11 @@
 // - A process restarted in place on a live node, once the generation has
 //   committed a step: the generation goes on (RestartInPlace), the step in
 //   flight is trained again; nothing is re-planned.
+// - A master restarted from its kept state (ControllerState) starts a
+//   generation as a recovery would (MasterRestarted): planned from the base
+//   with the nodes lost and added since, which the nodes left still hold,
+//   so no state is read from disk; past f or before any base, as a loss
+//   there would.
 #pragma once
 
 #include <optional>
@@ -48,6 +53,25 @@
 #include "oobleck/recovery/events.h"
 
 namespace oobleck::recovery {
+
+// What a controller knows, as plain values: a master keeps it (--state-dir)
+// so that a master restarted after it goes on with the same decisions
+// (ControllerOptions::resumed). What is moot once the master is gone is not
+// kept: the reports of the step in flight (it is trained again), awaited
+// joins, deadlines, and the snapshots held (the agents tell them again).
+struct ControllerState {
+  int generations = 0;                // started so far
+  std::optional<Generation> current;  // its transfers left out (they happened, or a recovery plans anew)
+  std::vector<std::string> gone;      // of the current generation's nodes, those lost since it started
+  bool ready = false, established = false;
+  int committed = -1;
+  std::optional<Plan> base;  // where the state after `committed` is (none: where the start takes it from)
+  int base_generation = 0;
+  StateSource start_source = StateSource::initial;
+  std::vector<std::string> lost_since_base, added_since_base, pending_joins;
+  std::optional<int> saved_step;
+  int rolled_back_from = -1;
+};
 
 struct ControllerOptions {
   int fault_tolerance = 0;
@@ -71,6 +95,9 @@ struct ControllerOptions {
   // row without a commit before the job gives up.
   Milliseconds communication_grace_ms = 1000;
   int restarts_without_progress = 3;
+  // Go on from a kept state (first_source and first_step are then moot):
+  // the controller waits for MasterRestarted.
+  std::optional<ControllerState> resumed;
 };
 
 class Controller {
@@ -96,6 +123,11 @@ class Controller {
   // Whether, past f, a rollback would find a complete state if `nodes`
   // were lost too.
   [[nodiscard]] bool can_roll_back_losing(const std::vector<std::string>& nodes) const;
+  // Whether the base counts `node` as holding layers of the state after
+  // the committed step (a trainer of the base plan, not lost since).
+  [[nodiscard]] bool counts_state_on(std::string_view node) const;
+  // All of the above that a restarted master needs to go on.
+  [[nodiscard]] ControllerState state() const;
 
  private:
   Actions on(const NodesLost& e);
@@ -110,6 +142,7 @@ class Controller {
   Actions on(const StateSaved& e);
   Actions on(const SnapshotsHeld& e);
   Actions on(const WorkerRestarted& e);
+  Actions on(const MasterRestarted& e);
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
@@ -131,6 +164,9 @@ class Controller {
   [[nodiscard]] std::optional<Restorable> newest_restorable(const std::vector<std::string>& alive) const;
   void rebase();
   Actions begin(Generation generation);
+  // The generation in hand, its nodes ranked (trainers first), none lost yet.
+  void set_current(std::shared_ptr<const Generation> generation);
+  void restore(const ControllerState& state);
   Actions no_plan(const std::string& why, bool replicas_gone);
   Actions give_up(const std::string& why);
   Plan plan_for(const std::vector<std::string>& nodes);

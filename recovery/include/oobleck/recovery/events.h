@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -92,9 +93,17 @@ struct WorkerRestarted {
   Milliseconds at_ms = 0;
 };
 
+// The master was restarted (--resume-master) and every node of the job
+// either reconnected or is `lost`; the step in flight when it died is moot.
+// (Only a controller built from a ControllerState hears it.)
+struct MasterRestarted {
+  std::vector<std::string> lost;
+  Milliseconds at_ms = 0;
+};
+
 using Event = std::variant<NodesLost, NodesJoined, NodesChanged, JoinAwaited, GenerationReady, StepReported,
                            StepCompleted, CommunicationFailed, Timer, StateSaved, SnapshotsHeld,
-                           WorkerRestarted>;
+                           WorkerRestarted, MasterRestarted>;
 
 // ---------------------------------------------------------------- actions
 
@@ -114,6 +123,7 @@ enum class Cause {
   join,           // nodes joined at a step boundary
   communication,  // a collective failed with no node lost: the same members start over
   nodes_back,     // enough nodes came back to train again after waiting
+  master_restart, // the master was restarted: the members start over where the state is
 };
 
 struct Generation {
@@ -186,6 +196,9 @@ using Actions = std::vector<Action>;
 
 [[nodiscard]] std::string_view source_name(StateSource source);
 [[nodiscard]] std::string_view cause_name(Cause cause);
+// The names back (nullopt: not one of them).
+[[nodiscard]] std::optional<StateSource> source_named(std::string_view name);
+[[nodiscard]] std::optional<Cause> cause_named(std::string_view name);
 
 // A generation as one JSON object, the record both a live run's metrics and
 // the simulator's decision log carry: {kind: "generation", at_ms,
