@@ -28,6 +28,11 @@
 #                (node2 alone cannot hold the model), so its start counts.
 #              Each past-f row also reports the steps trained again and the
 #              time until the interrupted step is done again.
+#   master:    the master kills itself during step 5 (SIGKILL) and
+#              oobleck-run --resume-master starts at once: from the kill to
+#              the restarted master's generation (a new process, the agents
+#              and workers reconnecting; they kept their state), and to the
+#              next completed step.
 #   restart:   the whole job starts again from a checkpoint saved after the
 #              last completed step: detection (median within f) plus the time
 #              from launching oobleck-run --resume to its first completed
@@ -113,7 +118,22 @@ step:5,remove,node4
 step:5,add,node5
 CSV
 
+echo "step:5,kill-master,master" > "$out/master.csv"
+echo "bench-recovery: master" >&2
+if "$bin/oobleck-run" "${common[@]}" --steps 8 --state-dir "$out/master-state" --inject "$out/master.csv" \
+    --metrics "$out/master.jsonl" > "$out/master.txt" 2> "$out/master.err"; then
+  echo "bench-recovery: the master was to kill itself during step 5, and did not" >&2
+  exit 1
+fi
+if ! "$bin/oobleck-run" --resume-master "$out/master-state" > "$out/master-resumed.txt" \
+    2> "$out/master-resumed.err"; then
+  echo "bench-recovery: the resumed master failed:" >&2
+  cat "$out/master-resumed.err" >&2
+  exit 1
+fi
+
 tools/oobleck-tools bench-recovery "$out/live.jsonl" "$out/checkpoint" --out "$out" --repeats "$repeats" \
+  --master-restart "$out/master.jsonl" "$out/master-state" "$out/master.err" \
   --past-f memory "$out/past-f-memory.jsonl" "past f, from memory" \
   --past-f mirror "$out/past-f-mirror.jsonl" "past f, from mirrors" \
   --past-f checkpoint "$out/past-f-disk.jsonl" "past f, from disk (no snapshots)" \

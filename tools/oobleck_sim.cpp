@@ -6,13 +6,16 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <mutex>
 
 #include "cli_io.h"
+#include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
 #include "oobleck/planner.h"
 #include "oobleck/sim/experiment.h"
@@ -35,7 +38,8 @@ constexpr int kDefaultGpusPerNode = 8;
 struct IterationFlags {
   std::string plan_path, profile_path, scenario_path, json_out, chrome_out;
   double gradient_scale = 1;
-  bool shared_device = false, tied_embedding = false;
+  bool shared_device = false, tied_embedding = false, gradient_norm = false;
+  std::vector<std::string> node_delays;  // NODE=MS
 };
 
 // What `replay` and `sweep` share.
@@ -105,6 +109,12 @@ CLI::App* add_iteration_command(CLI::App& app, IterationFlags& flags) {
   cmd->add_flag("--tied-embedding", flags.tied_embedding,
                 "The LM head's weight is the token embedding's: first and last layers' gradients are "
                 "all-reduced together, among the holders of either");
+  cmd->add_flag("--gradient-norm", flags.gradient_norm,
+                "The global gradient norm (for clipping) is all-reduced among every trainer before the optimizer "
+                "steps, as oobleck-run does");
+  cmd->add_option("--node-delay-ms", flags.node_delays,
+                  "NODE=MS: what NODE sends arrives MS later (a distant node, one way; its transfers and every "
+                  "ring step of its all-reduces); repeatable");
   return cmd;
 }
 
@@ -209,6 +219,29 @@ TraceSet trace_set_of(const ExperimentFlags& flags, const Profile& profile) {
 
 // ------------------------------------------------------------------ subcommands
 
+// --node-delay-ms NODE=MS, each NODE a node of the plan and MS a finite
+// number from 0.
+std::map<std::string, Milliseconds> parse_node_delays(const std::vector<std::string>& given, const Plan& plan) {
+  std::map<std::string, Milliseconds> out;
+  std::vector<std::string> nodes = plan.spare_nodes;
+  for (const auto& p : plan.pipelines) nodes.insert(nodes.end(), p.nodes.begin(), p.nodes.end());
+  for (const auto& item : given) {
+    const auto eq = item.find('=');
+    const std::string node = item.substr(0, eq);
+    const std::string shown = "--node-delay-ms " + quoted_excerpt(item);
+    if (eq == std::string::npos || node.empty()) throw InputError(shown + ": expected NODE=MS");
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end())
+      throw InputError(shown + ": node " + excerpt(node) + " is not in the plan");
+    double ms = 0;
+    const std::string value = item.substr(eq + 1);
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(ms) || ms < 0 || ms > 1e9)
+      throw InputError(shown + ": expected milliseconds from 0 after '='");
+    if (!out.emplace(node, ms).second) throw InputError(shown + ": node " + excerpt(node) + " given twice");
+  }
+  return out;
+}
+
 int run_iteration(const IterationFlags& flags) {
   require_output_path("--json", flags.json_out);
   require_output_path("--chrome-trace", flags.chrome_out);
@@ -221,6 +254,8 @@ int run_iteration(const IterationFlags& flags) {
   options.gradient_scale = flags.gradient_scale;
   options.shared_device = flags.shared_device;
   options.tied_embedding = flags.tied_embedding;
+  options.gradient_norm = flags.gradient_norm;
+  options.node_send_delay_ms = parse_node_delays(flags.node_delays, plan);
   const IterationResult result = simulate_iteration(cost, plan, options);
   if (!flags.chrome_out.empty()) cli::emit(flags.chrome_out, chrome_trace_json(result, plan, in.profile));
   if (cli::emit(flags.json_out, iteration_to_json(result, plan))) return 0;

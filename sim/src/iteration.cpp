@@ -10,6 +10,13 @@
 // the all-reduces queued before it. A stage's optimizer step follows the
 // all-reduces of all its layers.
 //
+// Delays at nodes (IterationOptions::node_send_delay_ms) add to the arrival
+// of what the node sends, not to its link's occupancy; a ring all-reduce of
+// k ranks takes 2(k - 1) steps, each waiting for its slowest sender, so it
+// ends 2(k - 1) times its members' largest delay later. With the gradient
+// norm, every stage's optimizer step waits for one all-reduce of a number
+// among all trainers, started once the last stage's gradients are summed.
+//
 // Tensor parallelism: a stage at degree t > 1 all-reduces each split layer's
 // output twice per pass among its t GPUs (CostModel::*_allreduce_ms). Each
 // forward or backward op is shown as its compute followed by one
@@ -93,8 +100,9 @@ class IterationModel {
   // True when pipeline `p` is played: it stands for itself, or is the first
   // of its kind.
   bool is_played(std::size_t p, std::map<std::pair<std::vector<double>, int>, int>& representative_of) {
-    // (A shared device sees every copy's work: then each is played.)
-    if (options_.record_ops || options_.shared_device) {
+    // (A shared device sees every copy's work, and a delay is one node's:
+    // then each is played.)
+    if (options_.record_ops || options_.shared_device || !options_.node_send_delay_ms.empty()) {
       representative_[p] = static_cast<int>(p);
       copies_[p] = 1;
       return true;
@@ -268,7 +276,7 @@ class IterationModel {
     const Milliseconds start = std::max(engine_.now(), link);
     link = start + duration;
     record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start, link);
-    engine_.schedule_at(link, [this, to, activation, microbatch] {
+    engine_.schedule_at(link + delay_of(a.node), [this, to, activation, microbatch] {
       auto& arrived = activation ? stages_[to].activation_arrived : stages_[to].gradient_arrived;
       arrived[microbatch] = 1;
       try_start(to);
@@ -289,7 +297,7 @@ class IterationModel {
     // the layer. Every holder's interfaces carry their share in the order
     // the layers became ready; the all-reduce is done when the last holder
     // is (bandwidth accounting: no convoys across holders).
-    Milliseconds start = 0, end = 0;
+    Milliseconds start = 0, end = 0, slowest = 0;
     for (int h : r.stages) {
       Milliseconds& nic = nic_free_ms_[h];
       const Milliseconds begin = std::max(engine_.now(), nic);
@@ -297,7 +305,9 @@ class IterationModel {
                                        cost_.profile().hardware.gradient_allreduce_bytes_per_s());
       start = std::max(start, begin);
       end = std::max(end, nic);
+      slowest = std::max(slowest, delay_of(stages_[h].node));
     }
+    end += 2 * (ranks - 1) * slowest;
     record(OpKind::allreduce, -1, -1, layer, start, end);
     last_allreduce_ms_ = std::max(last_allreduce_ms_, end);
     engine_.schedule_at(end, [this, reduction] { reduced(reduction); });
@@ -312,9 +322,38 @@ class IterationModel {
     }
   }
 
+  Milliseconds delay_of(const std::string& node) const {
+    const auto it = options_.node_send_delay_ms.find(node);
+    return it == options_.node_send_delay_ms.end() ? 0.0 : it->second;
+  }
+
   void maybe_step(int id) {
     StageState& st = stages_[id];
     if (!st.backward_done || st.layers_unreduced > 0) return;
+    if (options_.gradient_norm) {
+      st.layers_unreduced = -2;  // summed, waiting for the norm
+      if (++summed_ < static_cast<int>(stages_.size())) return;
+      // Every trainer (each stage's GPUs) takes part; one number.
+      int trainers = 0;
+      Milliseconds slowest = 0;
+      for (const auto& s : stages_) {
+        trainers += s.stage.gpus * copies_[s.pipeline];
+        slowest = std::max(slowest, delay_of(s.node));
+      }
+      const Milliseconds norm_ms =
+          trainers > 1 ? cost_.allreduce_ms(8, trainers, cost_.profile().hardware.gradient_allreduce_bytes_per_s()) +
+                             2 * (trainers - 1) * slowest
+                       : 0;
+      engine_.schedule_after(norm_ms, [this] {
+        for (std::size_t h = 0; h < stages_.size(); ++h) step(static_cast<int>(h));
+      });
+      return;
+    }
+    step(id);
+  }
+
+  void step(int id) {
+    StageState& st = stages_[id];
     st.layers_unreduced = -1;  // stepped
     const Milliseconds start = engine_.now();
     engine_.schedule_after(st.optimizer_ms, [this, id, start] {
@@ -386,6 +425,7 @@ class IterationModel {
   std::vector<OpRecord> ops_;
   Milliseconds last_backward_ms_ = 0;
   Milliseconds last_allreduce_ms_ = 0;
+  int summed_ = 0;  // stages whose gradients are all summed (with the gradient norm)
 };
 
 }  // namespace

@@ -4,7 +4,9 @@ workers kept their training state and reconnect, training resumes after
 the last committed step, the same metrics file goes on, and every step is
 committed once with the single-process run's loss, bit for bit. Nothing is
 read from disk: the generation after the restart copies nothing."""
+import json
 import signal
+import time
 
 import pytest
 from conftest import RUN, assert_reference_losses, finish, metrics, reference_losses, wait_for_step
@@ -23,6 +25,7 @@ def test_a_master_killed_mid_step_is_resumed_where_its_job_is(cluster, tiny_job,
                      "--master-addr", cluster.address("master"), "--metrics", live, "--state-dir", state,
                      "--heartbeat-timeout-ms", 5000)
     wait_for_step(live, 4, run)
+    killed_unix_ms = time.time() * 1000
     run.send_signal(signal.SIGKILL)  # training goes on: mid-step, or about to start one
     run.wait(timeout=60)
     before = [line for line in metrics(live, partial_ok=True) if line["kind"] == "step"]
@@ -42,9 +45,12 @@ def test_a_master_killed_mid_step_is_resumed_where_its_job_is(cluster, tiny_job,
     assert [g["cause"] for g in generation] == ["master_restart"]
     assert generation[0]["source"] == "replicas" and generation[0]["copy_bytes"] == 0
     assert generation[0]["pipelines"] == [line for line in lines if line["kind"] == "generation"][0]["pipelines"]
-    # The time from the kill to the next committed step, for the README.
+    # The time from the kill to the restarted master's generation and to
+    # the next committed step (--resume-master started at once), printed
+    # for the README; timing is not asserted.
     first = next(line for line in after if line["kind"] == "step")
-    print(f"\nmaster restart: resumed {restart[0]['at_ms'] - before[-1]['elapsed_ms']:.0f} ms after the last step "
-          f"before the kill; first step after it {first['elapsed_ms'] - restart[0]['at_ms']:.0f} ms later")
+    start = json.loads((state / "state.json").read_text())["training_start_unix_ms"]
+    print(f"\nmaster restart across hosts: generation {restart[0]['unix_ms'] - killed_unix_ms:.0f} ms after the "
+          f"kill, next step {start + first['elapsed_ms'] - killed_unix_ms:.0f} ms after it")
     for node in ("node0", "node1", "node2", "node3"):
         assert cluster.wait_for_no_job_processes(node) == []

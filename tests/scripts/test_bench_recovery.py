@@ -176,3 +176,25 @@ def test_bad_past_f_runs_are_bad_input(tmp_path, past_f, message):
     assert result.returncode == 2
     assert message in result.stderr
     assert_no_traceback(result)
+
+
+def test_a_master_restart_is_timed_from_the_kill_to_the_restarted_master_and_the_next_step(tmp_path):
+    from oobleck_tools.bench_recovery import read_master_restart
+    metrics = tmp_path / "master.jsonl"
+    write_lines(metrics, [HEADER, step(0, 100.0), step(1, 200.0),
+                          {"kind": "master_restart", "at_ms": 1300.0, "resumed_after_step": 1, "state_dir": "s",
+                           "unix_ms": 10_000_800.0},
+                          step(2, 1500.0, generation=2), step(3, 1600.0, generation=2)])
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text(json.dumps({"training_start_unix_ms": 9_999_500.0}))
+    err = tmp_path / "master.err"
+    err.write_text("oobleck-run: --inject line 1: killing the master (SIGKILL) at unix ms 10000000\n")
+    event = read_master_restart(metrics, state, err)
+    # Killed at 10,000,000; back at 10,000,800; step 2 done at 9,999,500 + 1,500.
+    assert event["restore_ms"] == 800.0
+    assert event["recovery_ms"] == event["back_ms"] == 1000.0
+    assert event["step_ms"] == 200.0
+    err.write_text("nothing of a kill\n")
+    with pytest.raises(InputError, match="killing the master"):
+        read_master_restart(metrics, state, err)

@@ -58,6 +58,24 @@ TEST_CASE("cli: iteration of a plan from oobleck-plan, with a Chrome trace") {
   const Run human = s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile);
   CHECK(human.status == 0);
   CHECK(human.out.find("simulated op by op") != std::string::npos);
+
+  // A distant node: later, never sooner; bad delays named, exit 2.
+  const std::string node = plan["pipelines"][0]["nodes"][0].get<std::string>();
+  REQUIRE(s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile + " --gradient-norm " +
+                "--node-delay-ms " + node + "=50 --json " + s.str("far.json"))
+              .status == 0);
+  CHECK(json::parse(s.read("far.json"))["iteration_ms"].get<double>() >= it["iteration_ms"].get<double>() + 50);
+  for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>{
+           {"nowhere=5", "node nowhere is not in the plan"},
+           {node + "=-1", "expected milliseconds from 0"},
+           {node + "=x", "expected milliseconds from 0"},
+           {node, "expected NODE=MS"},
+           {node + "=1 --node-delay-ms " + node + "=2", "given twice"}}) {
+    const Run bad = s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile + " --node-delay-ms " + flag);
+    CAPTURE(flag);
+    CHECK(bad.status == 2);
+    CHECK(bad.err.find(message) != std::string::npos);
+  }
 }
 
 TEST_CASE("cli: replay writes JSON, timeline and plot; same inputs give the same bytes") {

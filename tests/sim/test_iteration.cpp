@@ -508,3 +508,56 @@ TEST_CASE("iteration: the trace names TP all-reduces and links; the summary show
   CHECK(json["stages"][0]["tp_allreduces_per_pass"] == 4);
   CHECK(json["stages"][0]["tp_allreduce_ms"].get<double>() == doctest::Approx(2 * c.M * c.pass_allreduce));
 }
+
+TEST_CASE("iteration: a node's send delay adds to what it sends and to each ring step of its all-reduces") {
+  SUBCASE("one microbatch through two stages: the delayed node's one transfer") {
+    const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 2}), 1 << 20, 0.5);
+    const CostModel cost(profile, 1);
+    const Plan plan = plan_of(cost, {{0, 2, 4}}, {1});
+    const IterationResult plain = simulate_iteration(cost, plan);
+    for (const std::string node : {"n0", "n1"}) {
+      CAPTURE(node);
+      IterationOptions options;
+      options.node_send_delay_ms = {{node, 37.5}};
+      // n0 sends the activation, n1 the gradient back: one each.
+      CHECK(simulate_iteration(cost, plan, options).iteration_ms == doctest::Approx(plain.iteration_ms + 37.5));
+    }
+    IterationOptions elsewhere;
+    elsewhere.node_send_delay_ms = {{"not-in-the-plan", 1000}};
+    CHECK(simulate_iteration(cost, plan, elsewhere).iteration_ms == plain.iteration_ms);
+  }
+  SUBCASE("k one-stage pipelines: each layer's ring of k takes 2(k - 1) steps longer") {
+    for (int k = 2; k <= 5; ++k) {
+      CAPTURE(k);
+      const Profile profile = profile_of(std::vector<LayerCost>(3, {1, 1}), 0, 0.25);
+      const CostModel cost(profile, 2);
+      const Plan plan = plan_of(cost, std::vector<std::vector<int>>(static_cast<std::size_t>(k), {0, 3}),
+                                std::vector<int>(static_cast<std::size_t>(k), 2));
+      const IterationResult plain = simulate_iteration(cost, plan);
+      IterationOptions options;
+      options.node_send_delay_ms = {{"n1", 10}, {"n0", 4}};  // the slowest sender sets each step
+      const IterationResult delayed = simulate_iteration(cost, plan, options);
+      CHECK(delayed.last_backward_ms == plain.last_backward_ms);  // no transfers
+      CHECK(delayed.iteration_ms == doctest::Approx(plain.iteration_ms + 2 * (k - 1) * 10.0));
+    }
+  }
+}
+
+TEST_CASE("iteration: the gradient norm is one all-reduce among every trainer before any optimizer step") {
+  const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 1}), 0, 0.5);
+  const CostModel cost(profile, 2);
+  const Plan plan = plan_of(cost, {{0, 2, 4}, {0, 2, 4}}, {2, 2});
+  const IterationResult plain = simulate_iteration(cost, plan);
+  IterationOptions options;
+  options.gradient_norm = true;
+  const IterationResult normed = simulate_iteration(cost, plan, options);
+  // Four trainers, one number: 2 x 3 ring steps of latency, and 8 bytes.
+  const double norm = cost.allreduce_ms(8, 4, profile.hardware.gradient_allreduce_bytes_per_s());
+  CHECK(norm == doctest::Approx(6 * 0.5 + 1.5 * 8 / 10e9 * 1000));
+  CHECK(normed.iteration_ms == doctest::Approx(plain.iteration_ms + norm));
+  for (const auto& st : normed.stages) CHECK(st.finished_ms == doctest::Approx(normed.iteration_ms));
+  IterationOptions delayed = options;
+  delayed.node_send_delay_ms = {{"n3", 20}};
+  // n3 holds layers 2..3 with n1: their ring of 2 waits 2 x 20 ms; the norm's ring of 4, 6 x 20 ms.
+  CHECK(simulate_iteration(cost, plan, delayed).iteration_ms >= normed.iteration_ms + 6 * 20.0);
+}

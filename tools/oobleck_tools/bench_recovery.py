@@ -9,6 +9,12 @@ Reads oobleck-run metrics:
                       and rolled back (rollback lines) to SOURCE: memory (the
                       snapshots of the nodes that took them), mirror or
                       checkpoint; LABEL names its row.
+  --master-restart METRICS STATE ERR  a run whose master killed itself
+                      (kill-master: ERR, its standard error, says when) and
+                      was resumed at once with --resume-master STATE: from
+                      the kill to the restarted master's generation (its
+                      process, the reconnections), and to the next
+                      completed step.
 then times REPEATS restarts: oobleck-run --resume CHECKPOINT launched with
 RUN_ARGS, from launch to its first completed step (watched in its metrics).
 A restart costs the detection measured live plus that launch.
@@ -54,6 +60,7 @@ RESTORE_MEANING = {
     "memory": "layer states read from the snapshots in the agents' memory",
     "mirror": "layer states read from the snapshots mirrored to other nodes' agents",
     "checkpoint": "layer states read from the checkpoint on disk",
+    "kept": "a new master process, its agents and workers reconnected; they kept their state (nothing read)",
 }
 # What the metrics do not hold, so that no row can show it.
 NOT_RECORDED = [
@@ -72,6 +79,8 @@ def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=3, help="restarts timed; the median counts (default: 3)")
     parser.add_argument("--past-f", nargs=3, action="append", default=[], metavar=("SOURCE", "METRICS", "LABEL"),
                         help="a run that rolled back past f to SOURCE (memory, mirror or checkpoint); repeatable")
+    parser.add_argument("--master-restart", nargs=3, metavar=("METRICS", "STATE", "ERR"),
+                        help="a run whose master was killed (kill-master) and resumed with --resume-master STATE")
     parser.add_argument("--oobleck-run", default=str(REPOSITORY / "build/bin/oobleck-run"), metavar="PATH",
                         help="the oobleck-run program (default: build/bin/oobleck-run in this repository)")
     parser.add_argument("--restart-steps", type=int, default=6, help="--steps of each restart (default: 6)")
@@ -171,6 +180,38 @@ def read_recoveries(path):
                               "steps_lost": rollback["from_step"] - rollback["to_step"],
                               "back_ms": again["elapsed_ms"] - failure_ms})
     return out
+
+
+def read_master_restart(metrics_path, state_dir, err_path):
+    """The restart of a master killed by kill-master: one event, timed from
+    the kill (ERR's line) to the restarted master's generation and to the
+    next committed step (elapsed_ms counts from the training start kept in
+    STATE)."""
+    kill = None
+    with open(err_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if "killing the master (SIGKILL) at unix ms " in line:
+                kill = float(line.rsplit(" ", 1)[1])
+    if kill is None:
+        raise InputError(f"{err_path}: no 'killing the master (SIGKILL) at unix ms' line")
+    state_path = os.path.join(state_dir, "state.json")
+    try:
+        with open(state_path, encoding="utf-8") as f:
+            start = json.load(f)["training_start_unix_ms"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{state_path}: expected a master's kept state with training_start_unix_ms") from None
+    restart, step = None, None
+    for number, line in read_json_lines(metrics_path):
+        if line.get("kind") == "master_restart":
+            restart = line
+        elif restart is not None and line.get("kind") == "step" and step is None:
+            step = line
+    if restart is None or step is None:
+        raise InputError(f"{metrics_path}: no master_restart line followed by a step")
+    back = start + step["elapsed_ms"] - kill
+    return {"source": "kept", "detect_ms": None, "plan_ms": None, "communicators_ms": None,
+            "restore_ms": restart["unix_ms"] - kill, "step_ms": back - (restart["unix_ms"] - kill),
+            "recovery_ms": back, "steps_lost": 0, "back_ms": back}
 
 
 def summarize(name, events):
@@ -308,6 +349,8 @@ def run(args):
     if live.crashes:
         rows.append(summarize("worker crash, restarted in place", live.crashes))
     rows += [summarize(label, rollbacks) for _, label, rollbacks in past_f]
+    if args.master_restart:
+        rows.append(summarize("master killed, --resume-master at once", [read_master_restart(*args.master_restart)]))
     restart_row = {"name": "whole-job restart from a checkpoint", "source": "checkpoint", "count": args.repeats,
                    "detect_ms": detect, "plan_ms": None, "communicators_ms": None, "restore_ms": None,
                    "step_ms": None, "launch_ms": launch, "recovery_ms": restart, "steps_lost": 0, "back_ms": restart,

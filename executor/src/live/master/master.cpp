@@ -165,8 +165,9 @@ int Master::run() {
     advance();
     if (state_changed_) keep_state();
   }
-  std::fprintf(stderr, "oobleck-run: %d steps done, %d generations\n", controller_.committed_step() + 1,
-               generation_ ? generation_->number : 0);
+  std::fprintf(stderr, "oobleck-run: %d steps done, %d generations; the job's state kept %d times (%.2f ms each)\n",
+               controller_.committed_step() + 1, generation_ ? generation_->number : 0, times_kept_,
+               times_kept_ > 0 ? kept_ms_ / times_kept_ : 0.0);
   ended_by_itself_ = true;
   return kExitSuccess;
 }

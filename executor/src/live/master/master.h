@@ -180,6 +180,8 @@ class Master {
   bool ended_by_itself_ = false;
   double training_start_unix_ms_ = 0;
   std::string last_step_record_;
+  Milliseconds kept_ms_ = 0;  // writing it, in all
+  int times_kept_ = 0;
 };
 
 }  // namespace oobleck::executor

@@ -78,7 +78,8 @@ void Master::fire(const Injection& event) {
   const std::string why = "--inject line " + std::to_string(event.line);
   if (event.action == Injection::Action::KillMaster) {
     // As a dying host would: no goodbye, nothing flushed but what is kept.
-    std::fprintf(stderr, "oobleck-run: %s: killing the master (SIGKILL)\n", why.c_str());
+    std::fprintf(stderr, "oobleck-run: %s: killing the master (SIGKILL) at unix ms %.0f\n", why.c_str(),
+                 unix_now_ms());
     std::fflush(nullptr);
     ::raise(SIGKILL);
   }

@@ -24,6 +24,7 @@ Milliseconds reconnect_window_ms(Milliseconds heartbeat_timeout_ms) {
 }  // namespace
 
 void Master::keep_state(bool finished) {
+  const Milliseconds start = now_ms();
   state_changed_ = false;
   MasterState s;
   s.options = with_absolute_paths(o_);
@@ -46,6 +47,8 @@ void Master::keep_state(bool finished) {
   s.last_step_record = last_step_record_;
   s.finished = finished;
   write_master_state(state_dir_, s, in_.profile, controller_.templates());
+  kept_ms_ += now_ms() - start;
+  ++times_kept_;
 }
 
 void Master::end_kept_state() {

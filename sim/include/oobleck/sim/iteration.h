@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,16 @@ struct IterationOptions {
   // the first and the last layer are all-reduced together, among the
   // holders of either, a pipeline's first and last stages included.
   bool tied_embedding = false;
+  // What a node sends arrives this much later than its link's latency says
+  // (a distant node, or a slow path at it; one way, as a netem delay on its
+  // interface): its stage-to-stage transfers, and every ring step of an
+  // all-reduce it takes part in, since each step waits for its slowest
+  // sender. Empty: none.
+  std::map<std::string, Milliseconds> node_send_delay_ms;
+  // The global gradient norm (for clipping) is all-reduced among every
+  // trainer once all gradients are summed, before any optimizer step, as
+  // oobleck-run does: one number, so its latency alone counts.
+  bool gradient_norm = false;
 };
 
 // tp_allreduce_*: a tensor-parallel stage's all-reduces of one forward or
