@@ -138,6 +138,37 @@ TEST_CASE("master restart: killed during a recovery: the resumed master plans fr
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("master restart: killed during a rollback past f: the resumed master chooses again from what the "
+          "agents hold") {
+  LiveSetup setup(6, 2, 12);
+  // The first stage of every pipeline lost during step 5: the mirrors'
+  // snapshot of step 3 is the newest state (as in test_recovery.cpp); the
+  // master dies while the workers restore it, and the agents tell the
+  // restarted one what they hold.
+  const auto r = kill_and_resume(
+      setup, 9, "step:5,remove,node0\nstep:5,remove,node2\nstep:5,remove,node4\nrollback:1,kill-master,master\n");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  REQUIRE(r.generations_after.size() == 1);
+  const json& g = r.generations_after[0];
+  CHECK(g["cause"] == "master_restart");
+  CHECK(g["source"] == "mirror");
+  CHECK(g["rolled_back"] == true);
+  CHECK(g["rolled_back_from"] == 4);
+  CHECK(g["resume_step"] == 4);
+  std::vector<int> order;
+  const auto reference = setup.reference_losses(9, 3);
+  for (const auto& step : setup.steps("live.jsonl")) {
+    const int k = step["step"].get<int>();
+    order.push_back(k);
+    CAPTURE(k);
+    CHECK(step["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
+    CHECK(step["step_samples"] == 24);
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 4, 5, 6, 7, 8});  // step 4 trained again, once
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("master restart: a node lost while no master ran is left out; the others' state stands") {
   LiveSetup setup(4, 1, 8);
   const auto kill_node2 = [&] {

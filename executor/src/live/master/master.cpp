@@ -101,6 +101,10 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
     rollbacks_ = kept_->rollbacks;
     last_step_record_ = kept_->last_step_record;
     snapshots_.pin(kept_->snapshot_pin);
+    // Until each agent says what it holds now (its hello).
+    for (const auto& k : kept_->snapshots) {
+      snapshots_.stored(k.holder, {k.owner, k.gpu, k.step, k.layer_begin, k.layer_end, k.degree, k.shard, k.mirrored});
+    }
     training_start_unix_ms_ = kept_->training_start_unix_ms;
   }
 }
@@ -228,7 +232,9 @@ void Master::from_agent(const std::string& node, const protocol::Message& m) {
     p->worker_pids.assign(hello->worker_pids.begin(), hello->worker_pids.end());
     p->snapshot_port = hello->snapshot_port;
     processes_.confirm_agent(node, static_cast<pid_t>(hello->pid));
-    // A restarted master hears what the agent holds.
+    // A restarted master hears what the agent holds now: that replaces what
+    // its predecessor kept of it.
+    if (phase_ == Phase::resuming) snapshots_.forget_holder(node);
     for (const auto& s : hello->snapshots) on_snapshot_stored(node, s);
   } else if (const auto* stored = std::get_if<protocol::SnapshotStored>(&m)) {
     on_snapshot_stored(node, *stored);

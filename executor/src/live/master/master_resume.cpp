@@ -43,6 +43,10 @@ void Master::keep_state(bool finished) {
     s.nodes.push_back({name, p.alive, p.local, static_cast<std::int64_t>(p.agent_pid)});
   }
   s.controller = controller_.state();
+  for (const auto& [holder, k] : snapshots_.entries()) {
+    s.snapshots.push_back(
+        {holder, k.owner, k.gpu, k.step, k.layer_begin, k.layer_end, k.degree, k.shard, k.mirrored});
+  }
   s.snapshot_pin = snapshots_.pinned();
   s.last_step_record = last_step_record_;
   s.finished = finished;

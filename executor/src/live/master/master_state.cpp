@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "oobleck/common/files.h"
 #include "oobleck/common/json_input.h"
@@ -206,6 +207,16 @@ void write_master_state(const std::string& dir, const MasterState& s, const Prof
   for (const auto& n : s.nodes) {
     nodes.push_back({{"name", n.name}, {"alive", n.alive}, {"local", n.local}, {"agent_pid", n.agent_pid}});
   }
+  ordered_json snapshots = ordered_json::array();
+  for (const auto& k : s.snapshots) {
+    snapshots.push_back({{"holder", k.holder},
+                         {"owner", k.owner},
+                         {"gpu", k.gpu},
+                         {"step", k.step},
+                         {"layers", {k.layer_begin, k.layer_end}},
+                         {"shard", {k.shard, k.degree}},
+                         {"mirrored", k.mirrored}});
+  }
   const ordered_json state = {
       {"format", kFormat},
       {"finished", s.finished},
@@ -217,6 +228,7 @@ void write_master_state(const std::string& dir, const MasterState& s, const Prof
       {"training_start_unix_ms", s.training_start_unix_ms},
       {"nodes", nodes},
       {"controller", controller_json(s.controller, templates, profile)},
+      {"snapshots", snapshots},
       {"snapshot_pin", s.snapshot_pin ? ordered_json(*s.snapshot_pin) : ordered_json(nullptr)},
       {"last_step_record", s.last_step_record}};
   write_file_atomically(std::filesystem::path(dir) / "state.json", state.dump() + "\n", 0600);
@@ -262,6 +274,28 @@ MasterState parse_master_state(std::string_view text, const std::string& path,
   }
   const Profile profile = profile_of(s.options.profile_path);
   s.controller = parse_controller(require_object(root, "controller", where), where / "controller", profile);
+  const json& snapshots = require_array(root, "snapshots", where);
+  for (std::size_t i = 0; i < snapshots.size(); ++i) {
+    const FieldPath at = (where / "snapshots")[i];
+    const json& j = snapshots[i];
+    KeptSnapshot k;
+    k.holder = require_string(j, "holder", at);
+    k.owner = require_string(j, "owner", at);
+    k.gpu = static_cast<int>(require_integer(j, "gpu", at, 0, 1 << 20));
+    k.step = static_cast<int>(require_integer(j, "step", at, 0, 100000000));
+    const auto pair_of = [&](std::string_view key, std::int64_t most) {
+      const json& p = require_array(j, key, at);
+      if (p.size() != 2) throw (at / key).error("expected two whole numbers");
+      return std::pair{static_cast<int>(as_integer(p[0], (at / key)[0], 0, most)),
+                       static_cast<int>(as_integer(p[1], (at / key)[1], 0, most))};
+    };
+    std::tie(k.layer_begin, k.layer_end) = pair_of("layers", 1 << 20);
+    std::tie(k.shard, k.degree) = pair_of("shard", 1 << 20);
+    if (k.layer_begin >= k.layer_end) throw (at / "layers").error("expected [begin, end) with begin < end");
+    if (k.shard >= k.degree) throw (at / "shard").error("expected [shard, degree) with shard < degree");
+    k.mirrored = boolean(j, "mirrored", at);
+    s.snapshots.push_back(std::move(k));
+  }
   s.snapshot_pin = optional_step(root, "snapshot_pin", where);
   s.last_step_record = require_string(root, "last_step_record", where);
   if (!s.last_step_record.empty()) {

@@ -2,8 +2,8 @@
 // started after it dies (--resume-master DIR) goes on with the same job:
 // the options it was started with, where agents and workers reach it, the
 // recovery controller's state (the plan, the generation, the last committed
-// step, the members), the nodes it started, and the last committed step's
-// metrics record. Written atomically, before the master acts on it: a
+// step, the members), the nodes it started, where the snapshots are, and
+// the last committed step's metrics record. Written atomically, before the master acts on it: a
 // commit is kept before any worker hears of it, a generation's wire number
 // before any worker sees it, so a restarted master never promises less
 // than its predecessor did.
@@ -32,6 +32,14 @@ struct KeptNode {
   std::int64_t agent_pid = 0;  // a local agent's
 };
 
+// A worker's snapshot sealed in an agent's memory, as the master's ledger
+// names it: who holds it, whose it is, its step, layers and shard.
+struct KeptSnapshot {
+  std::string holder, owner;
+  int gpu = 0, step = 0, layer_begin = 0, layer_end = 0, degree = 1, shard = 0;
+  bool mirrored = false;
+};
+
 struct MasterState {
   // The job's options, paths absolute; a restarted master's own injections
   // and chaos are none (they were its predecessor's).
@@ -44,7 +52,8 @@ struct MasterState {
   double training_start_unix_ms = 0;  // metrics' at_ms and elapsed_ms go on from it
   std::vector<KeptNode> nodes;
   recovery::ControllerState controller;
-  std::optional<int> snapshot_pin;  // a rollback's step, until its generation trains
+  std::vector<KeptSnapshot> snapshots;  // where the snapshots are (the agents say so again when they reconnect)
+  std::optional<int> snapshot_pin;      // a rollback's step, until its generation trains
   std::string last_step_record;     // the metrics line of the last committed step ("" before the first)
   bool finished = false;            // training ended: nothing to resume
 };

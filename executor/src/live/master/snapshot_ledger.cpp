@@ -50,6 +50,14 @@ std::string SnapshotLedger::owner_of(const std::string& holder, int step, const 
                          std::to_string(step));
 }
 
+std::vector<std::pair<std::string, protocol::SnapshotStored>> SnapshotLedger::entries() const {
+  std::vector<std::pair<std::string, protocol::SnapshotStored>> out;
+  for (const auto& [who, list] : held_) {
+    for (const auto& s : list) out.emplace_back(std::get<0>(who), s);
+  }
+  return out;
+}
+
 std::vector<recovery::Snapshot> SnapshotLedger::complete(int layers) const {
   std::map<int, std::map<std::tuple<int, int, int>, recovery::SnapshotPiece>, std::greater<>> by_step;
   std::set<std::string> holders;

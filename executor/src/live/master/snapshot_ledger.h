@@ -41,6 +41,8 @@ class SnapshotLedger {
   [[nodiscard]] std::string owner_of(const std::string& holder, int step, const recovery::PieceSource& piece) const;
   // The snapshots complete for layers [0, layers) across the holders, newest first.
   [[nodiscard]] std::vector<recovery::Snapshot> complete(int layers) const;
+  // Every entry, each holder's oldest first (what stored() takes back).
+  [[nodiscard]] std::vector<std::pair<std::string, protocol::SnapshotStored>> entries() const;
 
  private:
   // (holder, owner, GPU) -> sealed snapshots, newest last
