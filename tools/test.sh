@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 echo "== sanitizers: the planner, the simulator, the recovery rule and their tests under AddressSanitizer and UBSan"
 tools/sanitize.sh
-echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
-FUZZ_SECONDS="${FUZZ_SECONDS:-20}" tools/fuzz.sh
+echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each, two at a time; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_PARALLEL="${FUZZ_PARALLEL:-2}" tools/fuzz.sh
 echo "== benchmarks (short mode; run build/bin/planner_benchmarks and build/bin/sim_benchmarks for full timings)"
 build/bin/planner_benchmarks --benchmark_min_time=0.05
 build/bin/sim_benchmarks --benchmark_min_time=0.05

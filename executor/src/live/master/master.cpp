@@ -55,7 +55,6 @@ MasterOptions options_of(const MasterOptions& given, const std::optional<MasterS
   MasterOptions o = kept->options;
   o.master_addr = kept->master_addr;
   o.program = given.program;
-  o.state_dir = given.resume_master_dir;
   return o;
 }
 
@@ -91,10 +90,12 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
               static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
               o_.learning_rate,
               o_.snapshot_every};
-  state_dir_ = o_.state_dir;
+  // (o_.state_dir stays as the job was started: empty for the default
+  // folder, which goes when the job ends by itself, whichever master ends it.)
+  state_dir_ = kept_ ? options.resume_master_dir : o_.state_dir;
+  default_state_dir_ = o_.state_dir.empty();
   if (state_dir_.empty()) {
     state_dir_ = (std::filesystem::current_path() / ("oobleck-state-" + std::to_string(::getpid()))).string();
-    default_state_dir_ = true;
   }
   if (kept_) {
     wire_ = kept_->wire;
