@@ -14,6 +14,8 @@
 #              loss (reconfigured): failure to the next completed step for
 #              each, from the metrics.
 # Outputs in build/bench-snapshots/ (OUT_DIR overrides it; emptied first).
+# MODEL=mini NODES=5 FAULT_TOLERANCE=1 MICROBATCHES=10 measures GPT-mini
+# instead (its state per worker about ten times GPT-tiny's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT_DIR:-build/bench-snapshots}
@@ -23,7 +25,8 @@ steps=${STEPS:-24}
 warm=${WARM:-12}
 rm -rf "$out" && mkdir -p "$out"
 
-tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microbatches 12
+tools/cluster-setup.sh "${MODEL:-tiny}" "$out" --nodes "${NODES:-6}" --fault-tolerance "${FAULT_TOLERANCE:-2}" \
+  --global-microbatches "${MICROBATCHES:-12}"
 common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --seed 1
         --heartbeat-timeout-ms 5000)
 
