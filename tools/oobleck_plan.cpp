@@ -63,6 +63,7 @@ std::string format_bytes(double bytes) {
 
 // "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8". Long pipelines compress runs of
 // nodes laid out alike: "n2-n40 [9,48) 1x8 each" (layers x GPUs per stage).
+// A stage that recomputes its activations is marked "r".
 std::string layout(const std::vector<Stage>& stages) {
   std::ostringstream out;
   const int nodes = stages.empty() ? 0 : stages.back().node + 1;
@@ -73,7 +74,8 @@ std::string layout(const std::vector<Stage>& stages) {
         out << (node < 0 ? "" : " | ") << "n" << s.node;
         node = s.node;
       }
-      out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus;
+      out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus
+          << (s.recompute == Recompute::full ? "r" : "");
     }
     return out.str();
   }
@@ -86,8 +88,8 @@ std::string layout(const std::vector<Stage>& stages) {
     auto& n = shapes[s.node];
     if (n.shape.empty()) n.first_layer = s.layer_begin;
     n.end_layer = s.layer_end;
-    n.shape +=
-        (n.shape.empty() ? "" : "+") + std::to_string(s.layer_end - s.layer_begin) + "x" + std::to_string(s.gpus);
+    n.shape += (n.shape.empty() ? "" : "+") + std::to_string(s.layer_end - s.layer_begin) + "x" +
+               std::to_string(s.gpus) + (s.recompute == Recompute::full ? "r" : "");
   }
   for (int a = 0; a < nodes;) {
     int b = a;
@@ -117,7 +119,7 @@ void print_templates(const TemplateSet& templates, const std::set<int>& only = {
                 templates.min_nodes(), templates.templates.back().nodes);
   }
   std::printf("%6s %7s %12s %12s %12s %8s  %s\n", "nodes", "stages", "T(M) ms", "T(1) ms", "slowest ms", "max m",
-              "layout (node: [layers) x GPUs)");
+              "layout (node: [layers) x GPUs; r: recomputes)");
   for (const auto& t : templates.templates) {
     if (!only.empty() && !only.count(t.nodes)) continue;
     std::printf("%6d %7zu %12s %12s %12s %8s  %s\n", t.nodes, t.stages.size(), format_ms(t.iteration_ms).c_str(),
@@ -217,8 +219,18 @@ Profile load_reported_profile(const std::string& path) {
 
 // ------------------------------------------------------------ templates
 
+// --recompute: which stages may recompute their activations.
+void add_recompute_option(CLI::App* cmd, std::string& policy) {
+  cmd->add_option("--recompute", policy,
+                  "Activation recomputation: none, auto (each stage recomputes where that makes the template "
+                  "fit or faster; each backward then runs the forward again) or full (every stage)")
+      ->check(CLI::IsMember({"none", "auto", "full"}));
+}
+
+RecomputePolicy recompute_policy(const std::string& name) { return *recompute_policy_named(name); }
+
 struct TemplatesFlags {
-  std::string profile_path, json_out;
+  std::string profile_path, json_out, recompute = "none";
   int max_nodes = 0, microbatches = 0;
 };
 
@@ -232,13 +244,15 @@ CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
                   "count, so every stage holds its full 1F1B load)")
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--json", f.json_out, "Write JSON here ('-' for stdout)");
+  add_recompute_option(cmd, f.recompute);
   return cmd;
 }
 
 int run_templates(const TemplatesFlags& f) {
   const Profile profile = load_reported_profile(f.profile_path);
   const int m = f.microbatches > 0 ? f.microbatches : default_template_microbatches(profile, f.max_nodes);
-  const CostModel cost(profile, m);
+  CostModel cost(profile, m);
+  cost.set_recompute(recompute_policy(f.recompute));
   const TemplateSet templates = timed_templates(cost, f.max_nodes);
   if (emit_json(f.json_out, templates_to_json(templates, profile))) return 0;
   print_profile_header(profile);
@@ -249,7 +263,7 @@ int run_templates(const TemplatesFlags& f) {
 // ------------------------------------------------------------ instantiate
 
 struct InstantiateFlags {
-  std::string profile_path, json_out, hostfile;
+  std::string profile_path, json_out, hostfile, recompute = "none";
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, microbatches = 0;
 };
 
@@ -271,6 +285,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
                   "found by re-planning from ceil(B / (f+1)))")
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--json", f.json_out, "Write the plan as JSON here ('-' for stdout)");
+  add_recompute_option(cmd, f.recompute);
   return cmd;
 }
 
@@ -292,7 +307,8 @@ int run_instantiate(const InstantiateFlags& f) {
   }
   const auto start = Clock::now();
   const ClusterPlan result =
-      plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress());
+      plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
+                   recompute_policy(f.recompute));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
   if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
@@ -331,7 +347,8 @@ int run_reconfigure(const ReconfigureFlags& f) {
   }
   const auto lost_nodes = split_list(f.lost);
   const auto added_nodes = split_list(f.added);
-  const CostModel cost(profile, current.template_microbatches);
+  CostModel cost(profile, current.template_microbatches);
+  cost.set_recompute(current.recompute);  // as the plan's templates could choose
   const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
   ReconfigureOptions options;
   options.replan_all = f.replan_all;

@@ -20,6 +20,9 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
   const int gpus = cost.gpus_per_node();
   std::optional<std::vector<Stage>> best;
   double best_time = kInfinity;
+  // Recomputing where the templates may choose not to costs time for
+  // nothing here: the seed recomputes only when every stage must.
+  const Recompute r = cost.recompute_choices().front();
   for (int t : cost.degrees()) {
     const int per_node = gpus / t;
     const int count = nodes * per_node;
@@ -31,20 +34,20 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
         const int in_flight = std::min(cost.microbatches(), count - s);
         const int last_end = layers - (count - s - 1);
         int end = begin + 1;
-        if (cost.stage_compute_ms(begin, end, t) > limit || !cost.stage_fits(begin, end, t, in_flight)) {
+        if (cost.stage_compute_ms(begin, end, t, r) > limit || !cost.stage_fits(begin, end, t, in_flight, r)) {
           return std::nullopt;
         }
-        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t) <= limit &&
-               cost.stage_fits(begin, end + 1, t, in_flight)) {
+        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t, r) <= limit &&
+               cost.stage_fits(begin, end + 1, t, in_flight, r)) {
           ++end;
         }
         if (s == count - 1 && end != layers) return std::nullopt;
-        stages.push_back({begin, end, t, s / per_node});
+        stages.push_back({begin, end, t, s / per_node, r});
         begin = end;
       }
       return stages;
     };
-    double lo = 0, hi = cost.stage_compute_ms(0, layers, t);
+    double lo = 0, hi = cost.stage_compute_ms(0, layers, t, r);
     auto found = greedy(hi);
     if (!found) continue;
     for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {

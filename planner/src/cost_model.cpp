@@ -8,10 +8,19 @@
 //  * the exposed gradient synchronisation is the all-reduce of layer 0 across
 //    the pipelines; every other layer's all-reduce overlaps the backward
 //    passes still running on the layers before it.
+//  * full activation recomputation (Recompute::full) keeps, per microbatch in
+//    flight, each layer's input whole on every GPU (no sequence
+//    parallelism), plus one layer's activations while its backward runs: per
+//    GPU, state / t + in_flight x sum(inputs) + max(one layer's
+//    activations on a GPU). Both terms grow with the stage, as the
+//    template search's windows need. Its backward passes run the forward
+//    first.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string_view>
 
 #include "oobleck/planner.h"
 
@@ -30,6 +39,9 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   compute_prefix_ = forward_prefix_;
   forward_allreduce_prefix_ = forward_prefix_;
   backward_allreduce_prefix_ = forward_prefix_;
+  recompute_backward_prefix_ = forward_prefix_;
+  recompute_compute_prefix_ = forward_prefix_;
+  recompute_backward_allreduce_prefix_ = forward_prefix_;
   for (std::size_t d = 0; d < degrees_.size(); ++d) {
     for (int l = 0; l < count; ++l) {
       const double f = layer_forward_ms(l, degrees_[d]);
@@ -41,6 +53,9 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
       const double ba = layer_backward_allreduce_ms(l, degrees_[d]);
       forward_allreduce_prefix_[d][l + 1] = forward_allreduce_prefix_[d][l] + fa;
       backward_allreduce_prefix_[d][l + 1] = backward_allreduce_prefix_[d][l] + ba;
+      recompute_backward_prefix_[d][l + 1] = recompute_backward_prefix_[d][l] + (f + b);
+      recompute_compute_prefix_[d][l + 1] = recompute_compute_prefix_[d][l] + (f + f + b);
+      recompute_backward_allreduce_prefix_[d][l + 1] = recompute_backward_allreduce_prefix_[d][l] + (fa + ba);
     }
   }
   state_prefix_.assign(count + 1, 0);
@@ -58,6 +73,61 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
       replicated_activation_prefix_[d][l + 1] = replicated_activation_prefix_[d][l] + (whole ? layer.activation_bytes : 0);
     }
   }
+  input_prefix_.assign(count + 1, 0);
+  for (int l = 1; l < count; ++l) input_prefix_[l + 1] = input_prefix_[l] + profile.layers[l - 1].output_bytes;
+  working_max_.assign(degrees_.size(), {});
+  for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    const Bytes t = degrees_[d];
+    std::vector<Bytes> one(count);
+    for (int l = 0; l < count; ++l) {
+      const Bytes a = profile.layers[l].activation_bytes;
+      one[l] = layer_replicated(l, degrees_[d]) ? a : (a + t - 1) / t;
+    }
+    auto& table = working_max_[d];
+    table.push_back(std::move(one));
+    for (int width = 2; width <= count; width *= 2) {
+      const auto& below = table.back();
+      std::vector<Bytes> level(count - width + 1);
+      for (int l = 0; l + width <= count; ++l) level[l] = std::max(below[l], below[l + width / 2]);
+      table.push_back(std::move(level));
+    }
+  }
+}
+
+std::string_view recompute_name(Recompute recompute) { return recompute == Recompute::full ? "full" : "none"; }
+
+std::string_view recompute_policy_name(RecomputePolicy policy) {
+  switch (policy) {
+    case RecomputePolicy::none:
+      return "none";
+    case RecomputePolicy::automatic:
+      return "auto";
+    case RecomputePolicy::full:
+      return "full";
+  }
+  return "none";
+}
+
+std::optional<RecomputePolicy> recompute_policy_named(std::string_view name) {
+  for (const auto p : {RecomputePolicy::none, RecomputePolicy::automatic, RecomputePolicy::full}) {
+    if (recompute_policy_name(p) == name) return p;
+  }
+  return std::nullopt;
+}
+
+void CostModel::set_recompute(RecomputePolicy policy) {
+  recompute_policy_ = policy;
+  recompute_choices_ = policy == RecomputePolicy::none        ? std::vector<Recompute>{Recompute::none}
+                       : policy == RecomputePolicy::automatic ? std::vector<Recompute>{Recompute::none, Recompute::full}
+                                                              : std::vector<Recompute>{Recompute::full};
+}
+
+Bytes CostModel::working_bytes(int begin, int end, std::size_t d) const {
+  if (end <= begin) return 0;
+  const auto& table = working_max_[d];
+  int level = 0;
+  while ((2 << level) <= end - begin) ++level;
+  return std::max(table[level][begin], table[level][end - (1 << level)]);
 }
 
 int CostModel::degree_index(int degree) const {
@@ -111,11 +181,12 @@ Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {
   return l.forward_ms / degree + output_allreduces_ms(layer, degree);
 }
 
-Milliseconds CostModel::layer_backward_ms(int layer, int degree) const {
+Milliseconds CostModel::layer_backward_ms(int layer, int degree, Recompute recompute) const {
+  const double again = recompute == Recompute::full ? layer_forward_ms(layer, degree) : 0.0;
   const auto& l = profile_->layers[layer];
-  if (degree == 1) return l.backward_ms;
-  if (const auto* m = measured(l, degree)) return m->backward_ms;
-  return l.backward_ms / degree + output_allreduces_ms(layer, degree);
+  if (degree == 1) return again + l.backward_ms;
+  if (const auto* m = measured(l, degree)) return again + m->backward_ms;
+  return again + l.backward_ms / degree + output_allreduces_ms(layer, degree);
 }
 
 // Measured totals include the all-reduces but do not say how much of them:
@@ -138,8 +209,8 @@ Milliseconds CostModel::layer_backward_allreduce_ms(int layer, int degree) const
   return output_allreduces_ms(layer, degree);
 }
 
-Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree) const {
-  const auto& prefix = compute_prefix_[degree_index(degree)];
+Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree, Recompute recompute) const {
+  const auto& prefix = (recompute == Recompute::full ? recompute_compute_prefix_ : compute_prefix_)[degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -148,8 +219,9 @@ Milliseconds CostModel::stage_forward_ms(int begin, int end, int degree) const {
   return prefix[end] - prefix[begin];
 }
 
-Milliseconds CostModel::stage_backward_ms(int begin, int end, int degree) const {
-  const auto& prefix = backward_prefix_[degree_index(degree)];
+Milliseconds CostModel::stage_backward_ms(int begin, int end, int degree, Recompute recompute) const {
+  const auto& prefix =
+      (recompute == Recompute::full ? recompute_backward_prefix_ : backward_prefix_)[degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -158,8 +230,9 @@ Milliseconds CostModel::stage_forward_allreduce_ms(int begin, int end, int degre
   return prefix[end] - prefix[begin];
 }
 
-Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degree) const {
-  const auto& prefix = backward_allreduce_prefix_[degree_index(degree)];
+Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degree, Recompute recompute) const {
+  const auto& prefix = (recompute == Recompute::full ? recompute_backward_allreduce_prefix_
+                                                     : backward_allreduce_prefix_)[degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -185,25 +258,42 @@ Bytes CostModel::stage_state_bytes_per_gpu(int begin, int end, int degree) const
   return (held + degree - 1) / degree;
 }
 
-Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight) const {
+Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight, Recompute recompute) const {
   const auto [state, activation] = stage_held_bytes(begin, end, degree);
   // In long double: in_flight x activations can pass 2^63 for absurd M.
-  const long double total =
-      static_cast<long double>(state) + static_cast<long double>(in_flight) * static_cast<long double>(activation);
-  const long double per_gpu = std::ceil(total / degree);
+  long double per_gpu = 0;
+  if (recompute == Recompute::full) {
+    const auto d = static_cast<std::size_t>(degree_index(degree));
+    per_gpu = std::ceil(static_cast<long double>(state) / degree) +
+              static_cast<long double>(in_flight) * static_cast<long double>(input_prefix_[end] - input_prefix_[begin]) +
+              static_cast<long double>(working_bytes(begin, end, d));
+  } else {
+    const long double total =
+        static_cast<long double>(state) + static_cast<long double>(in_flight) * static_cast<long double>(activation);
+    per_gpu = std::ceil(total / degree);
+  }
   return per_gpu >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<Bytes>(per_gpu);
 }
 
-int CostModel::stage_max_in_flight(int begin, int end, int degree) const {
-  const Bytes capacity = static_cast<Bytes>(degree) * profile_->hardware.gpu_memory_bytes;
+int CostModel::stage_max_in_flight(int begin, int end, int degree, Recompute recompute) const {
   const auto [state, activation] = stage_held_bytes(begin, end, degree);
+  if (recompute == Recompute::full) {
+    const Bytes capacity = profile_->hardware.gpu_memory_bytes;
+    const Bytes fixed = (state + degree - 1) / degree +
+                        working_bytes(begin, end, static_cast<std::size_t>(degree_index(degree)));
+    if (fixed > capacity) return 0;
+    const Bytes inputs = input_prefix_[end] - input_prefix_[begin];
+    if (inputs == 0) return INT_MAX;
+    return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - fixed) / inputs));
+  }
+  const Bytes capacity = static_cast<Bytes>(degree) * profile_->hardware.gpu_memory_bytes;
   if (state > capacity) return 0;
   if (activation == 0) return INT_MAX;
   return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - state) / activation));
 }
 
-bool CostModel::stage_fits(int begin, int end, int degree, int in_flight) const {
-  return stage_max_in_flight(begin, end, degree) >= in_flight;
+bool CostModel::stage_fits(int begin, int end, int degree, int in_flight, Recompute recompute) const {
+  return stage_max_in_flight(begin, end, degree, recompute) >= in_flight;
 }
 
 Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
@@ -231,10 +321,10 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
   Milliseconds tail = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
-    const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+    const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
     Milliseconds ready = stage_end - backward, finish = -std::numeric_limits<double>::infinity();
     for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
-      ready += layer_backward_ms(l, st.gpus);
+      ready += layer_backward_ms(l, st.gpus, st.recompute);
       const double shard = static_cast<double>(profile_->layers[l].param_bytes) / st.gpus;
       finish = std::max(finish, ready) + allreduce_ms(shard, ranks, bytes_per_s);
     }
@@ -252,7 +342,7 @@ Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {
 Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {
   double total = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
-    total += stage_compute_ms(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus);
+    total += stage_compute_ms(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, stages[s].recompute);
     if (s + 1 < stages.size()) total += 2 * transfer_ms(stages[s].layer_end, stages[s].node == stages[s + 1].node);
   }
   return total;
@@ -260,7 +350,9 @@ Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) co
 
 Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
   double worst = 0;
-  for (const auto& s : stages) worst = std::max(worst, stage_compute_ms(s.layer_begin, s.layer_end, s.gpus));
+  for (const auto& s : stages) {
+    worst = std::max(worst, stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute));
+  }
   return worst;
 }
 
@@ -272,7 +364,8 @@ bool CostModel::pipeline_fits(const std::vector<Stage>& stages, int microbatches
   const int count = static_cast<int>(stages.size());
   for (int s = 0; s < count; ++s) {
     const int in_flight = std::min(microbatches, count - s);
-    if (!stage_fits(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, in_flight)) return false;
+    if (!stage_fits(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, in_flight, stages[s].recompute))
+      return false;
   }
   return true;
 }

@@ -23,6 +23,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
                const std::vector<std::vector<std::string>>& pipeline_nodes, std::vector<std::string> spare,
                int fault_tolerance) {
   Plan plan;
+  plan.recompute = cost.recompute_policy();
   plan.fault_tolerance = fault_tolerance;
   int total = 0;
   for (int m : composition.microbatches) total += m;
@@ -105,11 +106,13 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
 }
 
 ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
-                         int global_microbatches, int microbatches, const Progress& progress) {
+                         int global_microbatches, int microbatches, const Progress& progress,
+                         RecomputePolicy recompute) {
   if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
   const int max_nodes = static_cast<int>(nodes.size());
   auto plan_for = [&](int m) {
-    const CostModel cost(profile, m);
+    CostModel cost(profile, m);
+    cost.set_recompute(recompute);
     ClusterPlan out{build_templates(cost, max_nodes, progress), {}};
     out.plan = instantiate(cost, out.templates, nodes, fault_tolerance, global_microbatches);
     return out;

@@ -24,12 +24,16 @@ json stages_to_json(const CostModel& cost, const std::vector<Stage>& stages, int
   for (int s = 0; s < count; ++s) {
     const Stage& stage = stages[s];
     const int in_flight = std::min(microbatches, count - s);
-    out.push_back({{"layers", {stage.layer_begin, stage.layer_end}},
-                   {"gpus", stage.gpus},
-                   {"node", stage.node},
-                   {"forward_ms", cost.stage_forward_ms(stage.layer_begin, stage.layer_end, stage.gpus)},
-                   {"backward_ms", cost.stage_backward_ms(stage.layer_begin, stage.layer_end, stage.gpus)},
-                   {"memory_bytes", cost.stage_memory_bytes(stage.layer_begin, stage.layer_end, stage.gpus, in_flight)}});
+    json object = {
+        {"layers", {stage.layer_begin, stage.layer_end}},
+        {"gpus", stage.gpus},
+        {"node", stage.node},
+        {"forward_ms", cost.stage_forward_ms(stage.layer_begin, stage.layer_end, stage.gpus)},
+        {"backward_ms", cost.stage_backward_ms(stage.layer_begin, stage.layer_end, stage.gpus, stage.recompute)},
+        {"memory_bytes",
+         cost.stage_memory_bytes(stage.layer_begin, stage.layer_end, stage.gpus, in_flight, stage.recompute)}};
+    if (stage.recompute != Recompute::none) object["recompute"] = recompute_name(stage.recompute);
+    out.push_back(std::move(object));
   }
   return out;
 }
@@ -67,18 +71,20 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
                          {"iteration_ms", p.iteration_ms},
                          {"stages", stages_to_json(cost, p.stages, p.microbatches)}});
   }
-  return {{"format", kPlanFormat},
-          {"profile", profile_summary(profile)},
-          {"fault_tolerance", plan.fault_tolerance},
-          {"global_microbatches", plan.global_microbatches},
-          {"microbatches", plan.template_microbatches},
-          {"nodes", plan_node_count(plan)},
-          {"iteration_ms", plan.iteration_ms},
-          {"pipelines_ms", plan.pipelines_ms},
-          {"sync_ms", plan.sync_ms},
-          {"pipelines", std::move(pipelines)},
-          {"spare_nodes", plan.spare_nodes},
-          {"templates", templates_array(cost, templates)}};
+  json out = {{"format", kPlanFormat},
+              {"profile", profile_summary(profile)},
+              {"fault_tolerance", plan.fault_tolerance},
+              {"global_microbatches", plan.global_microbatches},
+              {"microbatches", plan.template_microbatches},
+              {"nodes", plan_node_count(plan)},
+              {"iteration_ms", plan.iteration_ms},
+              {"pipelines_ms", plan.pipelines_ms},
+              {"sync_ms", plan.sync_ms},
+              {"pipelines", std::move(pipelines)},
+              {"spare_nodes", plan.spare_nodes},
+              {"templates", templates_array(cost, templates)}};
+  if (plan.recompute != RecomputePolicy::none) out["recompute"] = recompute_policy_name(plan.recompute);
+  return out;
 }
 
 // Node names, each unique within the plan.
@@ -122,6 +128,9 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
   stage.layer_end = static_cast<int>(json_input::as_integer(range[1], (at / "layers")[1], 0, layers));
   stage.gpus = static_cast<int>(json_input::require_integer(value, "gpus", at, 1, gpus));
   stage.node = static_cast<int>(json_input::require_integer(value, "node", at, 0, nodes - 1));
+  const std::string recompute = json_input::optional_string(value, "recompute", at, "none");
+  if (recompute != "none" && recompute != "full") throw (at / "recompute").error("expected none or full");
+  stage.recompute = recompute == "full" ? Recompute::full : Recompute::none;
   return stage;
 }
 
@@ -227,6 +236,9 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
       static_cast<int>(json_input::require_integer(root, "global_microbatches", where, 1, 1000000));
   plan.template_microbatches = static_cast<int>(json_input::require_integer(root, "microbatches", where, 1, 100000000));
   plan.profile_fingerprint = check_made_for(root, where, profile);
+  const auto policy = recompute_policy_named(json_input::optional_string(root, "recompute", where, "none"));
+  if (!policy) throw (where / "recompute").error("expected none, auto or full");
+  plan.recompute = *policy;
   NodeNames names;
   const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");

@@ -17,6 +17,10 @@
 // (uniform layers) the walk starts near its bottom instead of stepping down
 // through every tie.
 //
+// A stage is one of the cost model's variants: a degree t, and whether it
+// recomputes its activations (when the cost model's policy lets it choose,
+// each variant is a stage kind of its own, with its compute and memory).
+//
 // The dynamic programme runs over suffixes of the layers: state (m, U, l) is
 // "layers [l, L) on the last U GPUs in m stages". m matters only through
 // memory (stage s keeps min(M, S-s+1) microbatches, i.e. min(M, m) for the
@@ -43,14 +47,14 @@ constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
 class TemplateSearch {
  public:
   TemplateSearch(const CostModel& cost, int max_nodes)
-      : layers_(cost.layers()),
-        gpus_(cost.gpus_per_node()),
-        degrees_(cost.degrees()),
-        max_gpus_(max_nodes * cost.gpus_per_node()) {
-    const std::size_t degree_count = degrees_.size();
+      : layers_(cost.layers()), gpus_(cost.gpus_per_node()), max_gpus_(max_nodes * cost.gpus_per_node()) {
+    for (int t : cost.degrees()) {
+      for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
+    }
+    const std::size_t degree_count = variants_.size();
     prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
     for (std::size_t d = 0; d < degree_count; ++d) {
-      for (int l = 1; l <= layers_; ++l) prefix_[d][l] = cost.stage_compute_ms(0, l, degrees_[d]);
+      for (int l = 1; l <= layers_; ++l) prefix_[d][l] = cost.stage_compute_ms(0, l, degree(d), recompute(d));
     }
     transfer_same_.assign(layers_ + 1, 0.0);
     transfer_cross_.assign(layers_ + 1, 0.0);
@@ -66,7 +70,7 @@ class TemplateSearch {
     for (std::size_t d = 0; d < degree_count; ++d) {
       for (int l = 0; l < layers_; ++l) {
         for (int e = l + 1; e <= layers_; ++e) {
-          const int limit = cost.stage_max_in_flight(l, e, degrees_[d]);
+          const int limit = cost.stage_max_in_flight(l, e, degree(d), recompute(d));
           if (limit < full_cap) relevant = std::max(relevant, limit);
         }
       }
@@ -79,7 +83,7 @@ class TemplateSearch {
         int e = 0;
         for (int l = 0; l < layers_; ++l) {
           e = std::max(e, l);
-          while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degrees_[d]) >= k) ++e;
+          while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degree(d), recompute(d)) >= k) ++e;
           hi_memory_[window_index(d, k, l)] = e;  // e == l: not even one layer fits
         }
       }
@@ -124,7 +128,7 @@ class TemplateSearch {
       alive_lo_[r] = layers_ + 1;
       alive_hi_[r] = -1;
     }
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    for (std::size_t d = 0; d < variants_.size(); ++d) {
       int e = 0;
       const double* prefix = prefix_[d].data();
       for (int l = 0; l < layers_; ++l) {
@@ -139,8 +143,8 @@ class TemplateSearch {
     for (int u = 1; u <= gpu_limit_; ++u) {
       for (int m = 1; m <= cap_; ++m) {
         if (u < u_lo_[m] || u > u_hi_[m]) continue;
-        for (std::size_t d = 0; d < degrees_.size(); ++d) {
-          if (fits_in_node(u, degrees_[d])) sweep(m, u, d);
+        for (std::size_t d = 0; d < variants_.size(); ++d) {
+          if (fits_in_node(u, degree(d))) sweep(m, u, d);
         }
       }
     }
@@ -199,7 +203,7 @@ class TemplateSearch {
   }
 
   void sweep(int m, int u, std::size_t d) {
-    const int t = degrees_[d];
+    const int t = degree(d);
     const int u_next = u - t;
     const int l_max = layers_ - m;  // the suffix needs m layers
     if (l_max < 0) return;
@@ -261,14 +265,14 @@ class TemplateSearch {
     while (true) {
       const double target = row(m, u)[l];
       bool found = false;
-      for (std::size_t d = 0; d < degrees_.size() && !found; ++d) {
-        const int t = degrees_[d];
+      for (std::size_t d = 0; d < variants_.size() && !found; ++d) {
+        const int t = degree(d);
         if (!fits_in_node(u, t)) continue;
         const int node = nodes - 1 - (u - 1) / gpus_;
         const double* prefix = prefix_[d].data();
         const int hi = hi_[window_index(d, m, l)];
         if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
-          stages.push_back({l, layers_, t, node});
+          stages.push_back({l, layers_, t, node, recompute(d)});
           return stages;
         }
         const int u_next = u - t;
@@ -280,7 +284,7 @@ class TemplateSearch {
         for (int e = l + 1; e <= hi; ++e) {
           const double r = rest(exact, capped, e);
           if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
-          stages.push_back({l, e, t, node});
+          stages.push_back({l, e, t, node, recompute(d)});
           m = (exact && exact[e] == r) ? m - 1 : cap_;
           u = u_next;
           l = e;
@@ -293,13 +297,21 @@ class TemplateSearch {
     }
   }
 
+  // The stage kinds: a tensor-parallel degree and a recomputation choice.
+  struct Variant {
+    int degree;
+    Recompute recompute;
+  };
+  [[nodiscard]] int degree(std::size_t d) const { return variants_[d].degree; }
+  [[nodiscard]] Recompute recompute(std::size_t d) const { return variants_[d].recompute; }
+
   int layers_;
   int gpus_;
-  std::vector<int> degrees_;
+  std::vector<Variant> variants_;
   int max_gpus_;
   int cap_ = 1;
   int gpu_limit_ = 0;
-  std::vector<std::vector<double>> prefix_;             // compute prefix sums per degree
+  std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
   std::vector<double> transfer_same_, transfer_cross_;  // 2 C at each boundary
   std::vector<int> hi_memory_;                          // memory limit on the window end
   std::vector<int> hi_;                                 // this solve's window end per (d, m, l)
@@ -322,7 +334,8 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
   const int count = static_cast<int>(stages.size());
   int cap = 0;
   for (int s = 0; s < count; ++s) {
-    const int limit = cost.stage_max_in_flight(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus);
+    const int limit =
+        cost.stage_max_in_flight(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, stages[s].recompute);
     if (limit < count - s) cap = (cap == 0) ? limit : std::min(cap, limit);
   }
   out.max_microbatches = cap;
@@ -338,9 +351,11 @@ class StageFloor {
     for (int l = 0; l < cost.layers(); ++l) {
       double cheapest = kInfinity, least_gpu_time = kInfinity;
       for (int t : cost.degrees()) {
-        const double c = cost.stage_compute_ms(l, l + 1, t);
-        cheapest = std::min(cheapest, c);
-        least_gpu_time = std::min(least_gpu_time, c * t);
+        for (Recompute r : cost.recompute_choices()) {
+          const double c = cost.stage_compute_ms(l, l + 1, t, r);
+          cheapest = std::min(cheapest, c);
+          least_gpu_time = std::min(least_gpu_time, c * t);
+        }
       }
       layer_floor_ = std::max(layer_floor_, cheapest);
       gpu_time_ += least_gpu_time;

@@ -111,7 +111,8 @@ class IterationModel {
     std::vector<double> signature;
     for (const auto& st : pipeline.stages) {
       signature.insert(signature.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
-                                         static_cast<double>(st.gpus), static_cast<double>(st.node)});
+                                         static_cast<double>(st.gpus), static_cast<double>(st.node),
+                                         static_cast<double>(st.recompute)});
     }
     if (!options_.extra_forward_ms.empty()) {
       signature.insert(signature.end(), options_.extra_forward_ms[p].begin(), options_.extra_forward_ms[p].end());
@@ -138,7 +139,7 @@ class IterationModel {
       state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
       state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
       if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
-      state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus);
+      state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
       set_tensor_parallel(state);
       if (options_.optimizer_bytes_per_s > 0) {
         // Reads and writes the stage's weights and optimizer state once.
@@ -162,7 +163,8 @@ class IterationModel {
     const Stage& st = state.stage;
     if (st.gpus == 1) return;
     state.forward_allreduce_ms = cost_.stage_forward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
-    state.backward_allreduce_ms = cost_.stage_backward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
+    state.backward_allreduce_ms =
+        cost_.stage_backward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
     for (int l = st.layer_begin; l < st.layer_end; ++l) {
       const bool split =
           cost_.layer_forward_allreduce_ms(l, st.gpus) > 0 || cost_.layer_backward_allreduce_ms(l, st.gpus) > 0;
@@ -223,7 +225,7 @@ class IterationModel {
     const StageState& st = stages_[id];
     Milliseconds t = start;
     for (int l = st.stage.layer_end - 1; l >= st.stage.layer_begin; --l) {
-      t += cost_.layer_backward_ms(l, st.stage.gpus);
+      t += cost_.layer_backward_ms(l, st.stage.gpus, st.stage.recompute);
       engine_.schedule_at(t, [this, l] { gradient_ready(l); });
     }
   }

@@ -1,5 +1,7 @@
 // Planner speed on the bundled 98-layer GPT-3 175B profile (8-GPU A100 nodes).
 //   BM_Templates/256: every template for 1..256 nodes (targets: < 1 s)
+//   BM_TemplatesRecomputing/256: the same, each stage choosing whether it
+//     recomputes its activations (--recompute auto: twice the stage kinds)
 //   BM_Instantiate/2048: 2048 nodes, f = 16, B = 4096, templates given (< 0.5 s)
 //   BM_PlanCluster/2048: the same with templates and the default M search
 //   BM_Reconfigure/2048: two nodes of different pipelines lost in a 2048-node
@@ -26,12 +28,13 @@ std::vector<std::string> names(int count) {
   return out;
 }
 
-void BM_Templates(benchmark::State& state) {
+void templates(benchmark::State& state, RecomputePolicy recompute) {
   const int max_nodes = static_cast<int>(state.range(0));
   const Profile& profile = gpt3_175b();
   // The CLI's default M: the largest stage count any template can have.
   const int microbatches = std::min<int>(static_cast<int>(profile.layers.size()), max_nodes * profile.hardware.gpus_per_node);
-  const CostModel cost(profile, microbatches);
+  CostModel cost(profile, microbatches);
+  cost.set_recompute(recompute);
   TemplateSet set;
   for (auto _ : state) {
     set = build_templates(cost, max_nodes);
@@ -40,7 +43,10 @@ void BM_Templates(benchmark::State& state) {
   state.counters["templates"] = static_cast<double>(set.templates.size());
   state.counters["M"] = microbatches;
 }
+void BM_Templates(benchmark::State& state) { templates(state, RecomputePolicy::none); }
+void BM_TemplatesRecomputing(benchmark::State& state) { templates(state, RecomputePolicy::automatic); }
 BENCHMARK(BM_Templates)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TemplatesRecomputing)->Arg(256)->Unit(benchmark::kMillisecond);
 
 void BM_Instantiate(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));

@@ -86,7 +86,10 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
   for (std::size_t s = 0; s < stages.size(); ++s) {
     double stage = 0;
     for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
-      stage += cost.layer_forward_ms(l, stages[s].gpus) + cost.layer_backward_ms(l, stages[s].gpus);
+      const double forward = cost.layer_forward_ms(l, stages[s].gpus);
+      // Recomputing, the backward runs the forward again first.
+      stage += forward + cost.layer_backward_ms(l, stages[s].gpus) +
+               (stages[s].recompute == Recompute::full ? forward : 0.0);
     }
     sum += stage;
     slowest = std::max(slowest, stage);
@@ -109,7 +112,19 @@ bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
     state += profile.layers[l].param_bytes + profile.layers[l].optimizer_bytes;
     activation += profile.layers[l].activation_bytes;
   }
-  return state + in_flight * activation <= stage.gpus * profile.hardware.gpu_memory_bytes;
+  if (stage.recompute == Recompute::none) {
+    return state + in_flight * activation <= stage.gpus * profile.hardware.gpu_memory_bytes;
+  }
+  // Per GPU: its share of the state, every microbatch's layer inputs whole
+  // (layer l's is layer l - 1's output; the first layer's, tokens, nothing),
+  // and the largest layer's activations on one GPU, one layer at a time.
+  Bytes inputs = 0, largest = 0;
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    if (l > 0) inputs += profile.layers[l - 1].output_bytes;
+    largest = std::max(largest, (profile.layers[l].activation_bytes + stage.gpus - 1) / stage.gpus);
+  }
+  const Bytes per_gpu = (state + stage.gpus - 1) / stage.gpus + in_flight * inputs + largest;
+  return per_gpu <= profile.hardware.gpu_memory_bytes;
 }
 
 }  // namespace
@@ -119,7 +134,11 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
   const int microbatches = cost.microbatches();
-  const auto& degrees = cost.degrees();
+  // Every stage kind: a degree and a recomputation choice the cost model allows.
+  std::vector<std::pair<int, Recompute>> kinds;
+  for (int t : cost.degrees()) {
+    for (Recompute r : cost.recompute_choices()) kinds.emplace_back(t, r);
+  }
   std::vector<std::optional<BruteTemplate>> best(max_nodes + 1);
   for (unsigned mask = 0; mask < (1u << (layers - 1)); ++mask) {
     std::vector<std::pair<int, int>> ranges;
@@ -139,9 +158,9 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
       int used = 0;
       bool valid = true;
       for (int s = 0; s < count && valid; ++s) {
-        const int t = degrees[choice[s]];
+        const auto [t, r] = kinds[choice[s]];
         if (used / gpus != (used + t - 1) / gpus) valid = false;
-        stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus});
+        stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus, r});
         used += t;
       }
       const int nodes = used / gpus;
@@ -154,7 +173,7 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
         if (!best[nodes] || t < best[nodes]->iteration_ms) best[nodes] = BruteTemplate{t, stages};
       }
       int digit = 0;
-      while (digit < count && ++choice[digit] == static_cast<int>(degrees.size())) choice[digit++] = 0;
+      while (digit < count && ++choice[digit] == static_cast<int>(kinds.size())) choice[digit++] = 0;
       if (digit == count) break;
     }
   }

@@ -229,3 +229,56 @@ TEST_CASE("cli: Oobleck profile folders can be planned directly or converted") {
   CHECK(r.status == 0);
   CHECK(r.err.find("assumed") != std::string::npos);
 }
+
+TEST_CASE("cli: --recompute: templates where memory allows none without it, kept through reconfigure") {
+  Scratch s(kBinary);
+  const std::string big = (kSource / "profiles/gpt3-175b-a100.analytic.json").string();
+  const auto smallest = [&](const std::string& recompute) {
+    const Run r = s.run("templates --profile " + big + " --max-nodes 8 --recompute " + recompute + " --json -");
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.out)["templates"][0];
+  };
+  const auto none = smallest("none"), automatic = smallest("auto"), full = smallest("full");
+  // Recomputing fits the model on fewer nodes; every stage of `full` recomputes.
+  CHECK(automatic["nodes"].get<int>() < none["nodes"].get<int>());
+  bool recomputes = false;
+  for (const auto& st : automatic["stages"]) recomputes |= st.value("recompute", "none") == "full";
+  CHECK(recomputes);
+  for (const auto& st : full["stages"]) CHECK(st["recompute"] == "full");
+  for (const auto& st : none["stages"]) CHECK_FALSE(st.contains("recompute"));
+
+  REQUIRE(s.run("instantiate --profile " + big + " --nodes 10 --fault-tolerance 1 --global-microbatches 64 "
+                "--recompute auto --json " + s.str("plan.json"))
+              .status == 0);
+  const auto plan = read_json(s.path("plan.json"));
+  CHECK(plan["recompute"] == "auto");
+  // Read back, the plan and its stages are the same.
+  const Profile profile = load_profile(big);
+  const Plan parsed = parse_plan(s.read("plan.json"), "plan.json", profile);
+  CHECK(parsed.recompute == RecomputePolicy::automatic);
+  for (std::size_t p = 0; p < parsed.pipelines.size(); ++p) {
+    for (std::size_t k = 0; k < parsed.pipelines[p].stages.size(); ++k) {
+      CHECK((parsed.pipelines[p].stages[k].recompute == Recompute::full) ==
+            (plan["pipelines"][p]["stages"][k].value("recompute", "none") == "full"));
+    }
+  }
+  const Run next = s.run("reconfigure --profile " + big + " --plan " + s.str("plan.json") +
+                         " --lost node0 --json " + s.str("next.json"));
+  REQUIRE(next.status == 0);
+  CHECK(read_json(s.path("next.json"))["recompute"] == "auto");
+
+  // Bad values, named.
+  const Run bad = s.run("templates --profile " + big + " --max-nodes 2 --recompute sometimes");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--recompute") != std::string::npos);
+  auto edited = plan;
+  edited["pipelines"][0]["stages"][0]["recompute"] = "half";
+  s.write("edited.json", edited.dump());
+  CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", profile),
+                       doctest::Contains("pipelines[0].stages[0].recompute: expected none or full"), InputError);
+  edited = plan;
+  edited["recompute"] = "maybe";
+  s.write("edited.json", edited.dump());
+  CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", profile),
+                       doctest::Contains("recompute: expected none, auto or full"), InputError);
+}

@@ -101,3 +101,72 @@ TEST_CASE("memory decides which node counts have templates") {
   CHECK(set.min_nodes() == 2);
   for (const auto& t : set.templates) CHECK(cost.pipeline_fits(t.stages, 4));
 }
+
+TEST_CASE("templates with recomputation minimise T(M) exactly: random instances against brute force") {
+  std::mt19937_64 rng(20261127);
+  std::uniform_int_distribution<int> microbatches(1, 8);
+  int compared = 0, recomputing = 0, mixed = 0, only_by_recomputing = 0;
+  for (int instance = 0; instance < 600; ++instance) {
+    const int gpus = std::array{1, 2, 4}[instance % 3];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 4 ? 5 : 6;
+    options.memory_bound = true;
+    const Profile profile = test::random_profile(rng, options);
+    const int m = microbatches(rng);
+    const RecomputePolicy policy = instance % 4 == 3 ? RecomputePolicy::full : RecomputePolicy::automatic;
+    CostModel cost(profile, m);
+    const TemplateSet without = build_templates(cost, 4);
+    cost.set_recompute(policy);
+    const TemplateSet set = build_templates(cost, 4);
+    const auto brute = test::brute_force_templates(cost, 4);
+    for (int n = 1; n <= 4; ++n) {
+      const PipelineTemplate* t = set.find(n);
+      CAPTURE(instance);
+      CAPTURE(n);
+      REQUIRE(static_cast<bool>(t) == brute[n].has_value());
+      if (!t) continue;
+      ++compared;
+      CHECK(t->iteration_ms == doctest::Approx(brute[n]->iteration_ms).epsilon(1e-9));
+      check_layout(cost, *t);
+      const auto full = std::count_if(t->stages.begin(), t->stages.end(),
+                                      [](const Stage& s) { return s.recompute == Recompute::full; });
+      if (policy == RecomputePolicy::full) CHECK(full == static_cast<long>(t->stages.size()));
+      if (policy == RecomputePolicy::automatic) {
+        // Choosing is never worse than not recomputing at all.
+        if (const PipelineTemplate* plain = without.find(n)) CHECK(t->iteration_ms <= plain->iteration_ms + 1e-9);
+        only_by_recomputing += without.find(n) == nullptr;
+        recomputing += full > 0;
+        mixed += full > 0 && full < static_cast<long>(t->stages.size());
+      }
+    }
+  }
+  MESSAGE("compared " << compared << " templates; " << recomputing << " recompute somewhere (" << mixed
+                      << " some stages only); " << only_by_recomputing << " exist only by recomputing");
+  CHECK(compared > 300);
+  CHECK(recomputing > 20);
+  CHECK(mixed > 5);
+  CHECK(only_by_recomputing > 5);
+}
+
+TEST_CASE("recomputation: each backward also runs the forward; a microbatch in flight keeps only the layers' inputs") {
+  // Four layers of 1 ms forward and 2 ms backward, state 400 and 100 bytes
+  // of activations each, 1 MiB outputs (uniform_profile).
+  const Profile profile = test::uniform_profile(4, 2, 1.0, 2.0, 400, 100, Bytes{1} << 30);
+  CostModel cost(profile, 4);
+  CHECK(cost.stage_compute_ms(0, 4, 1, Recompute::full) == doctest::Approx(cost.stage_compute_ms(0, 4, 1) + 4.0));
+  CHECK(cost.stage_backward_ms(1, 3, 1, Recompute::full) == doctest::Approx(2 * 2.0 + 2 * 1.0));
+  CHECK(cost.layer_backward_ms(2, 1, Recompute::full) == doctest::Approx(3.0));
+  // Layers 1..3 keep their inputs (layers 0..2's outputs, 1 MiB each) per
+  // microbatch, whole; the state halved on two GPUs; one layer's 100 bytes
+  // of activations halved.
+  CHECK(cost.stage_memory_bytes(1, 4, 2, 5, Recompute::full) == 3 * 400 / 2 + 5 * 3 * (Bytes{1} << 20) + 50);
+  CHECK(cost.stage_memory_bytes(0, 1, 1, 5, Recompute::full) == 400 + 100);  // the first layer's input: tokens
+  CHECK(cost.stage_max_in_flight(0, 1, 1, Recompute::full) > 1000000);
+  CHECK(cost.stage_memory_bytes(1, 4, 2, 5) == (3 * 400 + 5 * 3 * 100 + 1) / 2);
+  CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::none});
+  cost.set_recompute(RecomputePolicy::automatic);
+  CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::none, Recompute::full});
+  CHECK(recompute_policy_named("auto") == RecomputePolicy::automatic);
+  CHECK_FALSE(recompute_policy_named("sometimes").has_value());
+}

@@ -561,3 +561,30 @@ TEST_CASE("iteration: the gradient norm is one all-reduce among every trainer be
   // n3 holds layers 2..3 with n1: their ring of 2 waits 2 x 20 ms; the norm's ring of 4, 6 x 20 ms.
   CHECK(simulate_iteration(cost, plan, delayed).iteration_ms >= normed.iteration_ms + 6 * 20.0);
 }
+
+TEST_CASE("iteration: a stage that recomputes runs its forward again in each backward, as the planner prices it") {
+  for (int S = 1; S <= 4; ++S) {
+    for (int M = 1; M <= 6; ++M) {
+      CAPTURE(S);
+      CAPTURE(M);
+      const Profile profile = profile_of(std::vector<LayerCost>(2 * S, {1.5, 2.75}));
+      const CostModel cost(profile, M);
+      Plan plan = plan_of(cost, {even_cuts(S, 2)}, {M});
+      for (auto& st : plan.pipelines[0].stages) st.recompute = Recompute::full;
+      const IterationResult r = simulate_iteration(cost, plan);
+      // Equal stages, no transfers: (M + S - 1)(F + B + F), exactly the formula's.
+      CHECK(r.iteration_ms == doctest::Approx((M + S - 1) * (3.0 + 5.5 + 3.0)));
+      CHECK(r.iteration_ms == doctest::Approx(cost.pipeline_ms(plan.pipelines[0].stages, M)));
+    }
+  }
+  // Two one-stage pipelines: each layer's gradient is ready after its
+  // forward again and its backward, so the last all-reduce starts F later.
+  const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 1}), 0, 0, Bytes{1} << 20);
+  const CostModel cost(profile, 2);
+  Plan plan = plan_of(cost, {{0, 4}, {0, 4}}, {2, 2});
+  const IterationResult plain = simulate_iteration(cost, plan);
+  for (auto& p : plan.pipelines) p.stages[0].recompute = Recompute::full;
+  const IterationResult again = simulate_iteration(cost, plan);
+  CHECK(again.last_backward_ms == doctest::Approx(plain.last_backward_ms + 2 * 4 * 1.0));
+  CHECK(again.sync_exposed_ms == doctest::Approx(plain.sync_exposed_ms));
+}

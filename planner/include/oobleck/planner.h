@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -85,6 +86,22 @@ struct OobleckImportOptions {
 
 // ---------------------------------------------------------------- cost model
 
+// Activation recomputation of a stage, full (Korthikanti et al. 2022, as
+// Megatron's "uniform" method with one layer per checkpoint): in the forward
+// pass each layer keeps only its input, and its backward first runs its
+// forward again. Each backward pass then also costs the forward; each
+// microbatch in flight keeps only the layers' inputs (whole on every GPU of
+// the stage), and one layer's activations live at a time, while its
+// backward runs.
+enum class Recompute : std::uint8_t { none, full };
+// Which stages the planner may make recompute: none, each one where that is
+// best (a stage that does not fit otherwise, or fits more microbatches in
+// flight), or every one.
+enum class RecomputePolicy : std::uint8_t { none, automatic, full };
+[[nodiscard]] std::string_view recompute_name(Recompute recompute);
+[[nodiscard]] std::string_view recompute_policy_name(RecomputePolicy policy);  // none, auto, full
+[[nodiscard]] std::optional<RecomputePolicy> recompute_policy_named(std::string_view name);
+
 // A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
 // degree) of node `node` (0-based position within its pipeline).
 struct Stage {
@@ -92,6 +109,7 @@ struct Stage {
   int layer_end = 0;
   int gpus = 1;
   int node = 0;
+  Recompute recompute = Recompute::none;
   friend bool operator==(const Stage&, const Stage&) = default;
 };
 
@@ -108,13 +126,20 @@ class CostModel {
   [[nodiscard]] int microbatches() const { return microbatches_; }
   // Tensor-parallel degrees a stage may use: the divisors of gpus_per_node.
   [[nodiscard]] const std::vector<int>& degrees() const { return degrees_; }
+  // What templates may choose for their stages (none by default).
+  void set_recompute(RecomputePolicy policy);
+  [[nodiscard]] RecomputePolicy recompute_policy() const { return recompute_policy_; }
+  [[nodiscard]] const std::vector<Recompute>& recompute_choices() const { return recompute_choices_; }
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
-  [[nodiscard]] Milliseconds layer_backward_ms(int layer, int degree) const;
+  // With recomputation, the layer's forward again, then its backward.
+  [[nodiscard]] Milliseconds layer_backward_ms(int layer, int degree, Recompute recompute = Recompute::none) const;
   // F_s + B_s of layers [begin, end) at `degree`.
-  [[nodiscard]] Milliseconds stage_compute_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_compute_ms(int begin, int end, int degree,
+                                              Recompute recompute = Recompute::none) const;
   [[nodiscard]] Milliseconds stage_forward_ms(int begin, int end, int degree) const;
-  [[nodiscard]] Milliseconds stage_backward_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_backward_ms(int begin, int end, int degree,
+                                               Recompute recompute = Recompute::none) const;
   // The tensor-parallel all-reduce part of layer_forward_ms / layer_backward_ms
   // at `degree`; the rest of the pass (total minus this) is compute. The
   // estimate is two ring all-reduces of the layer's output among the degree's
@@ -128,7 +153,8 @@ class CostModel {
   // Those summed over layers [begin, end): the all-reduce part of
   // stage_forward_ms / stage_backward_ms, in O(1).
   [[nodiscard]] Milliseconds stage_forward_allreduce_ms(int begin, int end, int degree) const;
-  [[nodiscard]] Milliseconds stage_backward_allreduce_ms(int begin, int end, int degree) const;
+  [[nodiscard]] Milliseconds stage_backward_allreduce_ms(int begin, int end, int degree,
+                                                         Recompute recompute = Recompute::none) const;
   // C_s: send the output of layer `boundary - 1` to the stage starting at `boundary`.
   [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node) const;
   // Whether every GPU of a stage at `degree` holds the layer whole: a layer
@@ -137,10 +163,12 @@ class CostModel {
   // layers' are. Without a measurement a layer is split.
   [[nodiscard]] bool layer_replicated(int layer, int degree) const;
   // Memory per GPU of a stage holding `in_flight` microbatches.
-  [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight) const;
-  [[nodiscard]] bool stage_fits(int begin, int end, int degree, int in_flight) const;
+  [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight,
+                                         Recompute recompute = Recompute::none) const;
+  [[nodiscard]] bool stage_fits(int begin, int end, int degree, int in_flight,
+                                Recompute recompute = Recompute::none) const;
   // Largest number of in-flight microbatches the stage fits with (0 if none).
-  [[nodiscard]] int stage_max_in_flight(int begin, int end, int degree) const;
+  [[nodiscard]] int stage_max_in_flight(int begin, int end, int degree, Recompute recompute = Recompute::none) const;
   // Weights plus optimizer state: what a state copy moves.
   [[nodiscard]] Bytes layer_state_bytes(int layer) const { return state_bytes(layer, layer + 1); }
   [[nodiscard]] Bytes state_bytes(int begin, int end) const { return state_prefix_[end] - state_prefix_[begin]; }
@@ -177,7 +205,21 @@ class CostModel {
   // and of the tensor-parallel all-reduce parts of forward and backward.
   std::vector<std::vector<double>> forward_prefix_, backward_prefix_, compute_prefix_;
   std::vector<std::vector<double>> forward_allreduce_prefix_, backward_allreduce_prefix_;
+  // The same with full recomputation (the forward again in each backward):
+  // kept as sums of their own, so that a stage's cost is one difference, as
+  // the template search computes it.
+  std::vector<std::vector<double>> recompute_backward_prefix_, recompute_compute_prefix_;
+  std::vector<std::vector<double>> recompute_backward_allreduce_prefix_;
   std::vector<Bytes> state_prefix_, activation_prefix_;
+  // Recomputation: the layers' inputs (layer l's is layer l-1's output; the
+  // first layer's, tokens, counted as nothing), and per degree index a
+  // sparse table of range maxima of one layer's activations on one GPU.
+  std::vector<Bytes> input_prefix_;
+  std::vector<std::vector<std::vector<Bytes>>> working_max_;
+  RecomputePolicy recompute_policy_ = RecomputePolicy::none;
+  std::vector<Recompute> recompute_choices_{Recompute::none};
+  // The most activation bytes one GPU holds for one layer of [begin, end).
+  [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index) const;
   // Per degree index: prefix sums of the replicated layers' state and
   // activations (counted once more per GPU beyond the first, see below).
   std::vector<std::vector<Bytes>> replicated_state_prefix_, replicated_activation_prefix_;
@@ -238,6 +280,7 @@ struct Pipeline {
 };
 
 struct Plan {
+  RecomputePolicy recompute = RecomputePolicy::none;  // what its templates could choose
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -289,7 +332,8 @@ struct ClusterPlan {
 // four rounds); the best plan wins.
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
-                                       const Progress& progress = {});
+                                       const Progress& progress = {},
+                                       RecomputePolicy recompute = RecomputePolicy::none);
 
 struct Transfer {
   int layer = 0;

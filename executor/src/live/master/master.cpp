@@ -75,6 +75,8 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
       injector_(o_.injections, o_.chaos),
       ledger_(samples_before(1)) {
+  // Recoveries plan as the plan's templates could: recomputing where it chose to.
+  cost_.set_recompute(in_.initial_plan.recompute);
   if (in_.resume && !kept_) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ = samples_before(controller_.committed_step() + 1);
   store_ = serve_store(in_.master_addr, token_,

@@ -61,6 +61,37 @@ torch::Tensor PipelineStep::forward_layers(torch::Tensor x) {
   return x;
 }
 
+torch::Tensor PipelineStep::forward_keeping_inputs(torch::Tensor x, std::vector<torch::Tensor>& kept) {
+  torch::NoGradGuard no_graph;
+  kept.clear();
+  for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+    inbox_.throw_if_superseded();
+    kept.push_back(x.detach());
+    x = held_.at(l).module->forward(x);
+  }
+  return x;
+}
+
+torch::Tensor PipelineStep::recompute_backward(std::vector<torch::Tensor>& kept, torch::Tensor gradient,
+                                               const torch::Tensor& targets) {
+  const bool last = seat().stage == seat().stages - 1;
+  for (int l = seat().layer_end - 1; l >= seat().layer_begin; --l) {
+    inbox_.throw_if_superseded();
+    torch::Tensor& in = kept[static_cast<std::size_t>(l - seat().layer_begin)];
+    // (Token ids, the first layer's input, take no gradient.)
+    const torch::Tensor x = in.is_floating_point() ? in.detach().requires_grad_(true) : in;
+    torch::Tensor y = held_.at(l).module->forward(x);
+    if (last && l == seat().layer_end - 1) {
+      (language_model_loss(y, targets) / place_.plan->global_microbatches).backward();
+    } else {
+      y.backward(gradient);
+    }
+    gradient = x.is_floating_point() ? x.grad() : torch::Tensor();
+    in = torch::Tensor();
+  }
+  return gradient;
+}
+
 double PipelineStep::one_f_one_b(int step) {
   const Plan& plan = *place_.plan;
   const recovery::WorkerSeat& me = seat();
@@ -80,7 +111,9 @@ double PipelineStep::one_f_one_b(int step) {
   // Stage boundaries carry fp32 (under autocast too: the residual stream is fp32).
   const auto activation = torch::TensorOptions().dtype(torch::kFloat32).device(train_device(o_));
   Communicator& links = groups_.trainers();
-  std::vector<torch::Tensor> inputs(M), outputs(M);
+  const bool recompute = pipeline.stages[static_cast<std::size_t>(position)].recompute == Recompute::full;
+  std::vector<torch::Tensor> inputs(M), outputs(M), input_gradients(M);
+  std::vector<std::vector<torch::Tensor>> kept(recompute ? M : 0);  // each layer's input, per microbatch
   std::vector<std::unique_ptr<PendingOp>> sends;
   double loss_sum = 0;
   auto forward = [&](int m) {
@@ -95,8 +128,10 @@ double PipelineStep::one_f_one_b(int step) {
       x = buffer.requires_grad_(true);
     }
     const double start = now_ms();
-    auto y = forward_layers(x);
+    auto y = recompute ? forward_keeping_inputs(x, kept[m]) : forward_layers(x);
     if (last) {
+      // (Recomputing, y came without a graph, and so does the loss: its
+      // backward computes it again.)
       y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
       if (me.shard == 0) loss_sum += y.item<double>();
     }
@@ -116,14 +151,22 @@ double PipelineStep::one_f_one_b(int step) {
     inbox_.throw_if_superseded();
     double start = now_ms();
     if (last) {
-      outputs[m].backward();
+      if (recompute) {
+        input_gradients[m] = recompute_backward(kept[m], torch::Tensor(), microbatch_tokens(step, m, true));
+      } else {
+        outputs[m].backward();
+      }
     } else {
       auto buffer = torch::empty(activation_shape, activation);
       links.recv(buffer, from_next, 2 * m + 1);
       const double arrived = now_ms();
       timeline_.wait_ms += arrived - start;
       start = arrived;
-      outputs[m].backward(buffer);
+      if (recompute) {
+        input_gradients[m] = recompute_backward(kept[m], buffer, torch::Tensor());
+      } else {
+        outputs[m].backward(buffer);
+      }
     }
     add_microbatch(slots_);
     wait_for_device(o_);
@@ -131,9 +174,10 @@ double PipelineStep::one_f_one_b(int step) {
     record('B', m, start, end);
     timeline_.compute_ms += end - start;
     if (!first) {
-      for (int peer : to_previous) sends.push_back(links.send(inputs[m].grad(), peer, 2 * m + 1));
+      const torch::Tensor gradient = recompute ? input_gradients[m] : inputs[m].grad();
+      for (int peer : to_previous) sends.push_back(links.send(gradient, peer, 2 * m + 1));
     }
-    inputs[m] = outputs[m] = torch::Tensor();
+    inputs[m] = outputs[m] = input_gradients[m] = torch::Tensor();
   };
   for (const PipelinePass pass : oobleck::one_f_one_b(position, stages, M)) {
     pass_ = pass;

@@ -10,6 +10,13 @@
 // gradients flow back the same way. Within a stage, every GPU holds the
 // same activations and input gradients (the blocks' all-reduces make them
 // so), so any one of them will do.
+//
+// A stage the plan makes recompute (Recompute::full) runs each forward
+// without keeping what autograd would, only every layer's input; its
+// backward runs each layer's forward again, from the last layer down, and
+// that layer's backward at once. The same operations on the same inputs:
+// the gradients, and so the losses, are those of the stage that keeps its
+// activations, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +74,12 @@ class PipelineStep {
   [[nodiscard]] std::pair<int, int> stage_group(int stage) const;
   torch::Tensor microbatch_tokens(int step, int microbatch, bool targets) const;
   torch::Tensor forward_layers(torch::Tensor x);
+  // Recomputation: the forward keeping each layer's input in `kept`; the
+  // backward from the output's gradient (undefined on the last stage, which
+  // recomputes its loss from `targets`), returning the input's gradient.
+  torch::Tensor forward_keeping_inputs(torch::Tensor x, std::vector<torch::Tensor>& kept);
+  torch::Tensor recompute_backward(std::vector<torch::Tensor>& kept, torch::Tensor gradient,
+                                   const torch::Tensor& targets);
   void record(char kind, int index, double start_ms, double end_ms);
 
   const TrainOptions& o_;
