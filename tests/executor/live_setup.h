@@ -79,6 +79,19 @@ class LiveSetup {
   }
 };
 
+// For 3 nodes of 2 GPUs: pipeline 0 on node0 and node1, layers 0-2 as one
+// stage of degree 2 on node0, node1 holding two stages, layers 3-4 and
+// layer 5; pipeline 1 on node2: two stages of degree 1. Layers 1-2 are held
+// at degree 2 by one pipeline and at degree 1 by the other.
+inline nlohmann::json tensor_parallel_pipelines() {
+  return nlohmann::json::parse(R"([
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0", "node1"], "template_nodes": 2,
+     "stages": [{"gpus": 2, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 5], "node": 1},
+                {"gpus": 1, "layers": [5, 6], "node": 1}]},
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node2"], "template_nodes": 1,
+     "stages": [{"gpus": 1, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 6], "node": 0}]}])");
+}
+
 // Every step's loss equals the reference's within `tolerance` (relative).
 inline void check_losses_equal(const std::vector<nlohmann::json>& steps, const std::vector<double>& reference,
                                double tolerance = 1e-4) {

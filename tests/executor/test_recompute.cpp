@@ -66,12 +66,7 @@ TEST_CASE("recompute: a plan from oobleck-plan --recompute full trains, and a no
 TEST_CASE("recompute: a degree-2 stage recomputing (its all-reduces again) trains what the same plan trains without") {
   LiveSetup setup(3, 1, 12, 2);
   auto plan = setup.plan();
-  plan["pipelines"] = json::parse(R"([
-    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0", "node1"], "template_nodes": 2,
-     "stages": [{"gpus": 2, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 5], "node": 1},
-                {"gpus": 1, "layers": [5, 6], "node": 1}]},
-    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node2"], "template_nodes": 1,
-     "stages": [{"gpus": 1, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 6], "node": 0}]}])");
+  plan["pipelines"] = oobleck::test::tensor_parallel_pipelines();
   setup.s.write("plan.json", plan.dump());
   REQUIRE(setup.live(6, 3, "plain.jsonl", "--learning-rate 1e-3").status == 0);
   plan["pipelines"][0]["stages"][0]["recompute"] = "full";

@@ -24,18 +24,10 @@ using oobleck::test::LiveSetup;
 constexpr double kTensorParallelTolerance = 1e-5;
 const std::string kSmooth = "--learning-rate 1e-3";
 
-// Pipeline 0 on node0 and node1: layers 0-2 as one stage of degree 2 on
-// node0; node1 holds two stages, layers 3-4 and layer 5. Pipeline 1 on
-// node2: two stages of degree 1. Layers 1-2 are held at degree 2 by one
-// pipeline and at degree 1 by the other.
+// The pipelines of oobleck::test::tensor_parallel_pipelines().
 void write_tensor_parallel_plan(LiveSetup& setup) {
   auto plan = setup.plan();
-  plan["pipelines"] = nlohmann::json::parse(R"([
-    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0", "node1"], "template_nodes": 2,
-     "stages": [{"gpus": 2, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 5], "node": 1},
-                {"gpus": 1, "layers": [5, 6], "node": 1}]},
-    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node2"], "template_nodes": 1,
-     "stages": [{"gpus": 1, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 6], "node": 0}]}])");
+  plan["pipelines"] = oobleck::test::tensor_parallel_pipelines();
   setup.s.write("plan.json", plan.dump());
 }
 
