@@ -52,7 +52,7 @@ struct ExperimentFlags {
 struct ReplayFlags {
   ExperimentFlags experiment;
   int fault_tolerance = 1;
-  std::string policies = "all", timeline_out, plot_out, decisions_out;
+  std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none";
 };
 
 struct SweepFlags {
@@ -142,6 +142,10 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "fall-back past f restores in-memory snapshots, own or mirrored, before the disk checkpoint; "
                   "scenario overrides snapshot_every_iterations, mirror_every_iterations, snapshot_stall_ms, "
                   "snapshot_restore_{memory,mirror,disk}_ms)");
+  cmd->add_option("--recompute", flags.recompute,
+                  "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto "
+                  "or full")
+      ->check(CLI::IsMember({"none", "auto", "full"}));
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,
@@ -317,6 +321,7 @@ int run_replay(const ReplayFlags& flags) {
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
   options.record_decisions = !flags.decisions_out.empty();
+  options.recompute = *recompute_policy_named(flags.recompute);
   const auto runs = [&](Policy p) {
     return std::find(options.policies.begin(), options.policies.end(), p) != options.policies.end();
   };

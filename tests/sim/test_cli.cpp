@@ -282,3 +282,30 @@ TEST_CASE("cli: hostile scenarios exit 2 with a short message naming the file an
     CHECK_FALSE(fs::exists(s.path("out.json")));
   }
 }
+
+TEST_CASE("cli: replay --recompute: recomputing templates keep f + 1 pipelines where none fit without") {
+  Scratch s(kSim);
+  // GPT-3 175B needs 6 A100 nodes a pipeline without recomputation and 5 with
+  // it: 12 nodes less 2 hold two pipelines only when stages may recompute.
+  std::string trace;
+  for (int n = 0; n < 12; ++n) trace += "0,add,n" + std::to_string(n) + "\n";
+  trace += "3600000,remove,n3\n3600000,remove,n4\n";
+  s.write("t.csv", trace);
+  const auto pipelines_after_loss = [&](const std::string& recompute) {
+    const Run r = s.run("replay --trace " + s.str("t.csv") + " --profile " +
+                        (kSource / "profiles/gpt3-175b-a100.analytic.json").string() +
+                        " --fault-tolerance 1 --global-microbatches 64 --policy oobleck --recompute " + recompute +
+                        " --decisions " + s.str("d.jsonl"));
+    REQUIRE(r.status == 0);
+    std::istringstream lines(s.read("d.jsonl"));
+    json last;
+    for (std::string line; std::getline(lines, line);) last = json::parse(line);
+    CHECK(last["cause"] == "loss");
+    return last["pipelines"].size();
+  };
+  CHECK(pipelines_after_loss("none") == 1);
+  CHECK(pipelines_after_loss("auto") == 2);
+  const Run bad = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile + " --recompute half");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--recompute") != std::string::npos);
+}

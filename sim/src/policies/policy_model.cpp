@@ -36,14 +36,16 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   std::vector<std::string> names;
   for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
   try {
-    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in);
+    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
+                           options.recompute);
   } catch (const NoPlanError& e) {
     peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
                         " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
     if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
-    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in);
+    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute);
   }
   cost.emplace(profile, cluster.templates.microbatches);
+  cost->set_recompute(options.recompute);  // as the templates were made
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
   for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
 }

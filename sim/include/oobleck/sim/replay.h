@@ -92,6 +92,8 @@ struct ReplayOptions {
   bool parallel = true;
   // Keep the oobleck policies' decisions (PolicyResult::decisions).
   bool record_decisions = false;
+  // What the templates every policy plans with may choose (oobleck-plan --recompute).
+  RecomputePolicy recompute = RecomputePolicy::none;
 };
 
 struct TimeBreakdown {
