@@ -1,8 +1,9 @@
 // oobleck-sim: one iteration op by op, trace replay with recovery policies,
-// Monte Carlo over generated traces, sweeps, and trace generation.
+// Monte Carlo over generated traces, sweeps, trace generation, and the
+// iteration model validated against published measurements.
 //
 // Exit status: 0 success, 2 bad input, 3 no plan even at the trace's peak,
-// 1 anything unexpected.
+// 1 anything unexpected or a validation error beyond its bounds.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "oobleck/sim/sweep.h"
 #include "oobleck/sim/trace.h"
 #include "oobleck/sim/trace_generator.h"
+#include "oobleck/validation.h"
 
 namespace {
 
@@ -162,6 +164,22 @@ CLI::App* add_sweep_command(CLI::App& app, SweepFlags& flags) {
   cmd->add_option("--fault-tolerance", flags.fault_tolerances, "Values of f to try, e.g. 0,1,2,3");
   cmd->add_option("--checkpoint-interval", flags.checkpoint_intervals,
                   "Checkpoint intervals in iterations, e.g. auto,50,100");
+  return cmd;
+}
+
+struct ValidateFlags {
+  std::string suite = "tests/validation/suite.json", json_out;
+  bool every_row = false;
+};
+
+CLI::App* add_validate_command(CLI::App& app, ValidateFlags& flags) {
+  auto* cmd = app.add_subcommand(
+      "validate", "Predict published measured iterations (tests/validation/) and report the errors; exit 1 beyond "
+                  "the bounds recorded beside the data");
+  cmd->add_option("--suite", flags.suite, "The suite: datasets, clusters, calibration rows and bounds")
+      ->capture_default_str();
+  cmd->add_option("--json", flags.json_out, "Write every run's prediction and the summaries as JSON here");
+  cmd->add_flag("--every-row", flags.every_row, "List every run, not groups of runs");
   return cmd;
 }
 
@@ -368,6 +386,25 @@ int run_trace(const TraceFlags& flags) {
   return 0;
 }
 
+int run_validate(const ValidateFlags& flags) {
+  require_output_path("--json", flags.json_out);
+  const validation::Suite suite = validation::load_suite(flags.suite);
+  const auto start = Clock::now();
+  const auto hardware = executor::load_hardware(suite.hardware);
+  const auto calibration = validation::calibrate(suite, hardware, progress_printer("oobleck-sim"));
+  const auto result = validation::validate(suite, calibration);
+  if (!cli::emit(flags.json_out, validation::validation_to_json(result))) {
+    std::cout << validation::validation_report(result, flags.every_row);
+  }
+  std::cerr << "oobleck-sim: validated in " << std::chrono::duration<double>(Clock::now() - start).count()
+            << " s\n";
+  if (!result.within_bounds()) {
+    std::cerr << "oobleck-sim: validation errors beyond the bounds in " << flags.suite << "\n";
+    return kExitFailure;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -378,9 +415,11 @@ int main(int argc, char** argv) {
   ReplayFlags replay_flags;
   SweepFlags sweep_flags;
   TraceFlags trace_flags;
+  ValidateFlags validate_flags;
   const auto* iteration_cmd = add_iteration_command(app, iteration_flags);
   const auto* replay_cmd = add_replay_command(app, replay_flags);
   const auto* sweep_cmd = add_sweep_command(app, sweep_flags);
+  const auto* validate_cmd = add_validate_command(app, validate_flags);
   add_trace_command(app, trace_flags);
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
@@ -389,6 +428,7 @@ int main(int argc, char** argv) {
     if (*iteration_cmd) return run_iteration(iteration_flags);
     if (*replay_cmd) return run_replay(replay_flags);
     if (*sweep_cmd) return run_sweep(sweep_flags);
+    if (*validate_cmd) return run_validate(validate_flags);
     return run_trace(trace_flags);
   });
 }

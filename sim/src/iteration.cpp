@@ -220,12 +220,14 @@ class IterationModel {
   }
 
   // The last backward pass goes from the stage's last layer to its first;
-  // each layer's gradient is final once the pass has gone through it.
+  // each layer's gradient is final once the pass has gone through it (with
+  // GradientSync::after_backward, handed over once the pass ends).
   void announce_gradients(int id, Milliseconds start) {
     const StageState& st = stages_[id];
+    const bool at_end = options_.gradient_sync == GradientSync::after_backward;
     Milliseconds t = start;
     for (int l = st.stage.layer_end - 1; l >= st.stage.layer_begin; --l) {
-      t += cost_.layer_backward_ms(l, st.stage.gpus, st.stage.recompute);
+      t = at_end ? start + st.backward_ms : t + cost_.layer_backward_ms(l, st.stage.gpus, st.stage.recompute);
       engine_.schedule_at(t, [this, l] { gradient_ready(l); });
     }
   }

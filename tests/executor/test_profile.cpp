@@ -84,6 +84,35 @@ TEST_CASE("profile: analytic GPT-3 profiles add up to the model and plan") {
   }
 }
 
+TEST_CASE("profile: analytic times at each tensor-parallel degree: the work divided, the overhead and the "
+          "LayerNorms' traffic whole, plus the all-reduces") {
+  const ModelConfig c = load_model_config("gpt3-1.3b");  // 32 heads: every degree of 8 GPUs
+  HardwareDescription hw = load_hardware("a100-80gb");
+  hw.layer_overhead_ms = 0.5;
+  const Profile p = analytic_profile(c, hw, 2, "bf16");
+  const LayerProfile& block = p.layers[1];
+  REQUIRE(block.tensor_parallel.size() == 3);
+  const LayerWork w = layer_work(c, 1, 2, 2);
+  const double peak = hw.peak_bf16_flops_per_s * hw.compute_efficiency, bw = hw.memory_bytes_per_s * hw.memory_efficiency;
+  const double activation = 2.0 * c.seq_len * c.hidden * 2;  // b s h at 2 bytes
+  for (const auto& t : block.tensor_parallel) {
+    CAPTURE(t.degree);
+    const double k = t.degree;
+    const double work = (w.flops / k / peak + ((w.bytes - w.unsplit_bytes) / k + w.unsplit_bytes) / bw) * 1000;
+    const double allreduce = 2 * (k - 1) / k * activation / hw.intra_node_bytes_per_s * 1000 + 2 * (k - 1) * hw.latency_ms;
+    CHECK(t.forward_ms == doctest::Approx(work + 0.5 + 2 * allreduce));
+    CHECK(t.backward_ms == doctest::Approx(2 * (work + 0.5) + 2 * allreduce));
+    CHECK(t.forward_ms < block.forward_ms);
+  }
+  // oobleck-run replicates the embedding and the head; Megatron splits them.
+  CHECK(p.layers[0].tensor_parallel[0].forward_ms == p.layers[0].forward_ms);
+  AnalyticOptions megatron;
+  megatron.vocabulary_parallel = true;
+  const Profile split = analytic_profile(c, hw, 2, "bf16", megatron);
+  CHECK(split.layers.back().tensor_parallel[2].forward_ms < split.layers.back().forward_ms);
+  CHECK(split.layers[1].tensor_parallel[0].forward_ms == block.tensor_parallel[0].forward_ms);
+}
+
 TEST_CASE("profile: the efficiency fit recovers the efficiencies that made the times") {
   const ModelConfig c = small();
   HardwareDescription hw = load_hardware("h100-80gb");

@@ -56,7 +56,9 @@ TEST_CASE("run: 2-GPU nodes with a degree-2 stage and a node of two stages train
   for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // 12 microbatches of 2, each once
   CHECK(steps.back()["loss"].get<double>() < steps.front()["loss"].get<double>() - 1.0);  // it learns
   // The same plan again: bit for bit the same losses.
-  REQUIRE(setup.live(50, 3, "second.jsonl", kSmooth).status == 0);
+  const auto second = setup.live(50, 3, "second.jsonl", kSmooth);
+  INFO(second.err);
+  REQUIRE(second.status == 0);
   CHECK(losses(setup.steps("second.jsonl")) == losses(steps));
   // The per-stage summary has a row per GPU.
   CHECK(first.out.find("0   1/2   node0") != std::string::npos);

@@ -205,6 +205,19 @@ TEST_CASE("iteration: gradient all-reduce across pipelines, per layer, overlappi
   CHECK(r.sync_exposed_ms == doctest::Approx(13 + 4 * one - 16));
   CHECK(r.sync_exposed_ms > plan.sync_ms);
 
+  SUBCASE("handed over after the whole backward, every all-reduce is exposed") {
+    options.gradient_sync = GradientSync::after_backward;
+    const IterationResult late = simulate_iteration(cost, plan, options);
+    std::vector<OpRecord> after;
+    for (const auto& op : late.ops) {
+      if (op.kind == OpKind::allreduce) after.push_back(op);
+    }
+    REQUIRE(after.size() == 4);
+    CHECK(after[0].start_ms == doctest::Approx(16));  // once the last backward ends
+    CHECK(late.iteration_ms == doctest::Approx(16 + 4 * one));
+    CHECK(late.sync_exposed_ms == doctest::Approx(4 * one));
+  }
+
   SUBCASE("with small gradients only the last layer's all-reduce is exposed, as the planner assumes") {
     const Profile small = profile_of(std::vector<LayerCost>(4, {1, 1}), 0, 0, Bytes{1} << 20);
     const CostModel small_cost(small, 2);

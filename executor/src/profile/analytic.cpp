@@ -107,8 +107,11 @@ LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int e
   }
   // Matrix products: 24 b s h^2 (QKV, projection, MLP) + 4 b s^2 h (scores
   // and their product with V). Traffic: the weights, ~30 activation-sized
-  // passes, and the attention scores written and read a few times.
-  return {24 * b * s * h * h + 4 * b * s * s * h, (12 * h * h + 30 * b * s * h + 4 * a * b * s * s) * e};
+  // passes, and the attention scores written and read a few times. Of the
+  // passes, ~16 are the two LayerNorms (read, write), the two dropouts
+  // (read, write, mask) and the two residual adds (two reads, a write).
+  return {24 * b * s * h * h + 4 * b * s * s * h, (12 * h * h + 30 * b * s * h + 4 * a * b * s * s) * e,
+          16 * b * s * h * e};
 }
 
 namespace {
@@ -119,8 +122,20 @@ double peak_for(const HardwareDescription& hw, const std::string& dtype) {
 
 }  // namespace
 
+namespace {
+
+// A ring all-reduce of `bytes` among `ranks` GPUs of a node, as
+// CostModel::allreduce_ms prices it.
+Milliseconds node_allreduce_ms(double bytes, int ranks, const HardwareDescription& hw) {
+  if (ranks <= 1 || !(hw.intra_node_bytes_per_s > 0)) return 0;
+  const double k = ranks;
+  return 2 * (k - 1) / k * bytes / hw.intra_node_bytes_per_s * 1000.0 + 2 * (k - 1) * hw.latency_ms;
+}
+
+}  // namespace
+
 Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, int microbatch_size,
-                         const std::string& dtype) {
+                         const std::string& dtype, const AnalyticOptions& options) {
   validate(c, "--model");
   if (microbatch_size < 1) throw InputError("--microbatch-size: expected a positive integer");
   if (dtype != "fp32" && dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16, got " + dtype);
@@ -137,10 +152,14 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
   for (int i = 0; i < pipeline_layers(c); ++i) {
     const LayerWork w = layer_work(c, i, microbatch_size, e);
-    // An efficiency of 0 (a fit that found the term explains nothing) drops the term.
-    const Milliseconds forward =
-        ((peak > 0 ? w.flops / peak : 0) + (bandwidth > 0 ? w.bytes / bandwidth : 0)) * 1000.0 +
-        hw.layer_overhead_ms;
+    // The work of one GPU of `t`; an efficiency of 0 (a fit that found the
+    // term explains nothing) drops the term.
+    const auto work_ms = [&](int t) {
+      const double bytes = (w.bytes - w.unsplit_bytes) / t + w.unsplit_bytes;
+      return ((peak > 0 ? w.flops / t / peak : 0) + (bandwidth > 0 ? bytes / bandwidth : 0)) * 1000.0 +
+             hw.layer_overhead_ms;
+    };
+    const Milliseconds forward = work_ms(1);
     LayerProfile l;
     l.name = layer_name(c, i);
     l.forward_ms = forward;
@@ -162,12 +181,28 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       l.activation_bytes = static_cast<Bytes>(s * b * h * (34 + 5 * a * s / h) * e / 2);
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
     }
-    // oobleck-run replicates the embedding and the head in a tensor-parallel
-    // stage (gpt.h): at any degree they take their whole time.
-    if (i == 0 || i == c.layers + 1) {
-      for (int t = 2; t <= hw.gpus_per_node; ++t) {
-        if (hw.gpus_per_node % t == 0) l.tensor_parallel.push_back({t, l.forward_ms, l.backward_ms});
+    const bool embedding_or_head = i == 0 || i == c.layers + 1;
+    for (int t = 2; t <= hw.gpus_per_node; ++t) {
+      if (hw.gpus_per_node % t != 0 || c.heads % t != 0) continue;
+      if (embedding_or_head && !options.vocabulary_parallel) {
+        // oobleck-run replicates the embedding and the head in a
+        // tensor-parallel stage (gpt.h): at any degree they take their whole time.
+        l.tensor_parallel.push_back({t, l.forward_ms, l.backward_ms});
+        continue;
       }
+      const Milliseconds activation_allreduce_ms = node_allreduce_ms(b * s * h * e, t, hw);
+      Milliseconds forward_allreduces = 2 * activation_allreduce_ms, backward_allreduces = forward_allreduces;
+      if (i == 0) {
+        // The looked-up rows summed across the vocabulary's shards.
+        forward_allreduces = activation_allreduce_ms;
+        backward_allreduces = 0;
+      } else if (embedding_or_head) {
+        // The cross-entropy's maxima and sums (b s numbers, twice), then the
+        // input's gradient summed in the backward.
+        forward_allreduces = 2 * node_allreduce_ms(b * s * 4, t, hw);
+        backward_allreduces = activation_allreduce_ms;
+      }
+      l.tensor_parallel.push_back({t, work_ms(t) + forward_allreduces, 2 * work_ms(t) + backward_allreduces});
     }
     p.layers.push_back(l);
   }

@@ -40,13 +40,29 @@ struct HardwareDescription {
 struct LayerWork {
   double flops = 0;
   double bytes = 0;  // memory traffic
+  // Of `bytes`, what each GPU of a tensor-parallel stage does whole: a
+  // block's LayerNorms, dropouts and residual adds (no sequence
+  // parallelism). The rest, and every FLOP, divide among the GPUs.
+  double unsplit_bytes = 0;
 };
 [[nodiscard]] LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int element_bytes);
 
+struct AnalyticOptions {
+  // Split the embedding and the head among a tensor-parallel stage's GPUs
+  // (Megatron's vocabulary-parallel layers), instead of replicating them
+  // as oobleck-run does.
+  bool vocabulary_parallel = false;
+};
+
 // Roofline time, compute and memory serialised, plus the fixed overhead:
 // flops / (peak e_c) + bytes / (bw e_m) + overhead; backward twice each.
+// Each layer also gets its times at every tensor-parallel degree that
+// divides both the GPUs per node and the heads: its share of the work, the
+// unsplit traffic whole, the overhead whole (kernels launch on every GPU
+// whatever their size), and the all-reduces inside the node (a block's
+// output twice a pass, as CostModel estimates them).
 [[nodiscard]] Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, int microbatch_size,
-                                       const std::string& dtype);
+                                       const std::string& dtype, const AnalyticOptions& options = {});
 
 struct EfficiencyFit {
   double compute_efficiency = 0;  // 0: the term explains nothing and is left out

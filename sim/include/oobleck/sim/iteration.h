@@ -14,6 +14,13 @@
 
 namespace oobleck::sim {
 
+// When a stage's gradients go to the all-reduce: each layer's as soon as the
+// last backward has gone through it (overlapping the rest of that backward,
+// as oobleck-run and PyTorch DDP do), or all of them once that backward
+// ends (a framework without gradient buckets or overlap, such as
+// Megatron-DeepSpeed as vTrain ran it).
+enum class GradientSync : std::uint8_t { per_layer, after_backward };
+
 struct IterationOptions {
   // Device memory bandwidth the optimizer step streams the stage's state at
   // (it reads and writes every byte once); 0 leaves the step out.
@@ -43,6 +50,7 @@ struct IterationOptions {
   // trainer once all gradients are summed, before any optimizer step, as
   // oobleck-run does: one number, so its latency alone counts.
   bool gradient_norm = false;
+  GradientSync gradient_sync = GradientSync::per_layer;
 };
 
 // tp_allreduce_*: a tensor-parallel stage's all-reduces of one forward or
