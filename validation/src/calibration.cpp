@@ -1,8 +1,10 @@
 // Calibration and validation.
 //
-// Three numbers of the hardware description are fitted: the share of the
-// matrix-product peak reached, the share of the memory bandwidth reached,
-// and a fixed time per layer pass (kernel launches). The objective is the
+// Five numbers are fitted: the share of the matrix-product peak reached,
+// the share of the memory bandwidth reached, a fixed time per layer pass
+// (kernel launches), a fixed time per microbatch on each stage (the
+// framework's scheduling), and the links' latency per ring step (what a
+// small collective costs). The objective is the
 // mean absolute relative error of the predicted iteration over the
 // calibration rows, which is not smooth in the parameters (the pipeline's
 // critical path switches between stages), so the search is a plain pattern
@@ -25,11 +27,14 @@ bool calibrates(const Dataset& d, const MeasuredRun& r) {
 // The overhead is searched as log(overhead + 1 us), so that 0 is reachable.
 constexpr double kOverheadFloorMs = 0.001;
 
-executor::HardwareDescription with(const executor::HardwareDescription& base, const std::array<double, 3>& x) {
+using Parameters = std::array<double, 5>;
+
+executor::HardwareDescription with(const executor::HardwareDescription& base, const Parameters& x) {
   executor::HardwareDescription hw = base;
   hw.compute_efficiency = std::exp(x[0]);
   hw.memory_efficiency = std::exp(x[1]);
   hw.layer_overhead_ms = std::max(0.0, std::exp(x[2]) - kOverheadFloorMs);
+  hw.latency_ms = std::exp(x[4]);
   return hw;
 }
 
@@ -46,18 +51,24 @@ Calibration calibrate(const Suite& suite, const executor::HardwareDescription& s
   out.hardware = start;
   out.rows = static_cast<int>(rows.size());
   if (rows.empty()) return out;
-  const auto objective = [&](const std::array<double, 3>& x) {
+  const auto microbatch_overhead = [](const Parameters& x) { return std::max(0.0, std::exp(x[3]) - kOverheadFloorMs); };
+  const auto objective = [&](const Parameters& x) {
     const auto hw = with(start, x);
     double sum = 0;
-    for (const auto& [run, cluster] : rows) sum += std::abs(predict_ms(*run, hw, *cluster) / run->measured_ms - 1);
+    for (const auto& [run, cluster] : rows) {
+      sum += std::abs(predict_ms(*run, hw, *cluster, microbatch_overhead(x)) / run->measured_ms - 1);
+    }
     return sum / static_cast<double>(rows.size());
   };
-  std::array<double, 3> x = {std::log(std::clamp(start.compute_efficiency, 0.01, 1.0)),
-                             std::log(std::clamp(start.memory_efficiency, 0.01, 1.0)),
-                             std::log(start.layer_overhead_ms + kOverheadFloorMs)};
-  // Efficiencies stay in [1 %, 100 %]; the overhead in [0, 10 ms].
-  const std::array<double, 3> lowest = {std::log(0.01), std::log(0.01), std::log(kOverheadFloorMs)};
-  const std::array<double, 3> highest = {0.0, 0.0, std::log(10.0)};
+  Parameters x = {std::log(std::clamp(start.compute_efficiency, 0.01, 1.0)),
+                  std::log(std::clamp(start.memory_efficiency, 0.01, 1.0)),
+                  std::log(start.layer_overhead_ms + kOverheadFloorMs), std::log(kOverheadFloorMs),
+                  std::log(std::clamp(start.latency_ms, 0.001, 1.0))};
+  // Efficiencies stay in [1 %, 100 %]; the overheads in [0, 10 ms] and
+  // [0, 100 ms]; a link's latency in [1 us, 1 ms].
+  const Parameters lowest = {std::log(0.01), std::log(0.01), std::log(kOverheadFloorMs), std::log(kOverheadFloorMs),
+                             std::log(0.001)};
+  const Parameters highest = {0.0, 0.0, std::log(10.0), std::log(100.0), 0.0};
   double best = objective(x);
   double step = 1.0;  // in log space: a factor of e
   int evaluations = 1;
@@ -84,6 +95,7 @@ Calibration calibrate(const Suite& suite, const executor::HardwareDescription& s
     }
   }
   out.hardware = with(start, x);
+  out.microbatch_overhead_ms = microbatch_overhead(x);
   out.mean_error = best;
   return out;
 }
@@ -116,7 +128,7 @@ ValidationResult validate(const Suite& suite, const Calibration& calibration) {
       row.calibration = calibrates(d, r);
       row.unsupported = unsupported(r);
       if (row.unsupported.empty()) {
-        row.predicted_ms = predict_ms(r, calibration.hardware, d.cluster);
+        row.predicted_ms = predict_ms(r, calibration.hardware, d.cluster, calibration.microbatch_overhead_ms);
         row.error = row.predicted_ms / r.measured_ms - 1;
         (row.calibration ? calibrated : held_out).push_back(std::abs(row.error));
       } else {

@@ -33,7 +33,7 @@ std::string unsupported(const MeasuredRun& run) {
 }
 
 Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescription& hardware,
-                        const DatasetCluster& cluster) {
+                        const DatasetCluster& cluster, Milliseconds microbatch_overhead_ms) {
   if (const std::string why = unsupported(run); !why.empty()) {
     throw std::invalid_argument(run.dataset + " row " + std::to_string(run.row) + ": not expressible: " + why);
   }
@@ -82,6 +82,9 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
   options.tied_embedding = true;
   options.gradient_norm = true;
   options.gradient_sync = sim::GradientSync::after_backward;
+  if (microbatch_overhead_ms > 0) {
+    options.extra_forward_ms.assign(plan.pipelines.size(), std::vector<Milliseconds>(p, microbatch_overhead_ms));
+  }
   return sim::simulate_iteration(cost, plan, options).iteration_ms;
 }
 

@@ -103,7 +103,9 @@ LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int e
   if (index == 0) return {b * s * h, (2 * b * s * h + b * s) * e};  // gather two rows, add, write
   if (index == c.layers + 1) {
     // Final LayerNorm, logits against the tied weight, softmax cross-entropy.
-    return {2 * b * s * h * V + 5 * b * s * V + 5 * b * s * h, (V * h + 3 * b * s * V + 2 * b * s * h) * e};
+    // The logits are written in the dtype, and the cross-entropy reads them
+    // in fp32 about four times (conversion, maximum, exponentials, sum).
+    return {2 * b * s * h * V + 5 * b * s * V + 5 * b * s * h, (V * h + 2 * b * s * h) * e + b * s * V * (e + 16)};
   }
   // Matrix products: 24 b s h^2 (QKV, projection, MLP) + 4 b s^2 h (scores
   // and their product with V). Traffic: the weights, ~30 activation-sized

@@ -66,15 +66,19 @@ struct Suite {
 [[nodiscard]] std::string unsupported(const MeasuredRun& run);
 
 // The predicted iteration time of a run on `hardware` (links as `cluster`
-// gives them). Throws std::invalid_argument for an unsupported run.
+// gives them), each stage also spending `microbatch_overhead_ms` per
+// microbatch (the framework's own work: scheduling the pass, its Python,
+// the data). Throws std::invalid_argument for an unsupported run.
 [[nodiscard]] Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescription& hardware,
-                                      const DatasetCluster& cluster);
+                                      const DatasetCluster& cluster, Milliseconds microbatch_overhead_ms = 0);
 
-// The efficiencies and the per-layer overhead of `hardware` that minimise
+// The efficiencies and the per-layer overhead of `hardware`, and the
+// framework's overhead per microbatch, that minimise
 // the mean absolute relative error over the calibration rows of every
 // dataset (a deterministic pattern search in log space).
 struct Calibration {
   executor::HardwareDescription hardware;
+  Milliseconds microbatch_overhead_ms = 0;
   int rows = 0;
   double mean_error = 0;  // on those rows
 };
