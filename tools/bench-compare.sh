@@ -82,7 +82,8 @@ done
 if [ "$short" = 1 ]; then
   rounds="${rounds:-2}" repetitions="${repetitions:-3}" min_time="${min_time:-0.01}"
   # The quick ones: the ones left out take seconds each (BM_ReplayLlama3,
-  # the largest count trace) or repeat what a smaller size shows.
+  # the largest count trace, the recomputing template search) or repeat
+  # what another size shows.
   filter="${filter:-^BM_(Templates/32|Instantiate|PlanCluster|Reconfigure|EventQueueHold/256|EventQueueCancel|Iteration|ReplayCountTrace/10000)(/|$)}"
   if ((live)) || [ -n "$history" ]; then die "--live and --history belong to the long mode"; fi
 else
