@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test (CTest prints the summary), the sanitizer build's tests, the
-# fuzz targets briefly, then the benchmarks in a short mode. Expects
+# fuzz targets briefly, then the benchmarks in a short mode against the
+# previous commit's (tools/bench-compare.sh: fails on a slowdown). Expects
 # tools/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,9 +10,15 @@ echo "== sanitizers: the planner, the simulator, the recovery rule and their tes
 tools/sanitize.sh
 echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each, two at a time; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_PARALLEL="${FUZZ_PARALLEL:-2}" tools/fuzz.sh
-echo "== benchmarks (short mode; run build/bin/planner_benchmarks and build/bin/sim_benchmarks for full timings)"
-build/bin/planner_benchmarks --benchmark_min_time=0.05
-build/bin/sim_benchmarks --benchmark_min_time=0.05
+echo "== benchmarks: the previous commit against this tree (short mode; tools/bench-compare.sh [BASE] for the long one)"
+if git rev-parse --verify -q 'HEAD~1^{commit}' > /dev/null 2>&1; then
+  tools/bench-compare.sh --short HEAD~1
+else
+  echo "bench-compare: skipped: this clone has no previous commit to compare with (a shallow clone: git fetch --deepen=1);"
+  echo "the benchmarks once each instead"
+  build/bin/planner_benchmarks --benchmark_min_time=0.05
+  build/bin/sim_benchmarks --benchmark_min_time=0.05
+fi
 if [ -x build/bin/oobleck-run ]; then
   echo "== oobleck-run against oobleck-sim iteration (short: 5 steps; run tools/bench-run-vs-sim.sh for more)"
   STEPS=5 tools/bench-run-vs-sim.sh

@@ -179,8 +179,10 @@ std::optional<std::vector<int>> feasible(const Problem& problem, double tau, Tub
 // The least slowest-pipeline time for this pipeline count, exactly, with the
 // pool multiset achieving it.
 // Only a time below `beat_ms` is of use: none, nullopt.
+// Each feasibility test adds one to `tests`.
 std::optional<Solution> solve_for_count(const Problem& problem, double lower_bound, double beat_ms,
-                                        TubeSearch& tube) {
+                                        TubeSearch& tube, std::int64_t& tests) {
+  ++tests;
   auto counts = feasible(problem, beat_ms == kInfinity ? kInfinity : std::nextafter(beat_ms, 0.0), tube);
   if (!counts) return std::nullopt;
   Solution best{solution_time(problem, *counts), std::move(*counts)};
@@ -194,6 +196,7 @@ std::optional<Solution> solve_for_count(const Problem& problem, double lower_bou
       mid = lo + (best.pipelines_ms - lo) / 2;
       if (!(mid > lo && mid < best.pipelines_ms)) break;
     }
+    ++tests;
     if (auto found = feasible(problem, mid, tube)) {
       best = {solution_time(problem, *found), std::move(*found)};
     } else {
@@ -230,8 +233,10 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     double sync_ms;  // a lower bound on every pipeline's tail
   };
   std::vector<Candidate> candidates;
+  std::int64_t tests = 0;  // relaxed bounds and feasibility tests
   for (int p = pool_min; p <= pool_limit; ++p) {
     if (!has(reach, p) || p + fixed_count == 0) continue;
+    ++tests;
     if (auto bound = relaxed_lower_bound(Problem{kinds, fixed, nodes, p, B})) {
       candidates.push_back({p, *bound, cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
@@ -265,13 +270,14 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     if (!e.tight) {
       auto& held = synced[e.candidate];
       held = with_sync_tails(cost, templates, kinds, c.pool + fixed_count);
+      ++tests;
       if (const auto tight = relaxed_lower_bound(Problem{held, fixed, nodes, c.pool, B})) {
         queue.push({std::max(*tight, e.bound), e.candidate, true});
       }
       continue;
     }
     const Problem problem{synced.at(e.candidate), fixed, nodes, c.pool, B};
-    auto solution = solve_for_count(problem, e.bound, best_total * (1 - 1e-12), tube);
+    auto solution = solve_for_count(problem, e.bound, best_total * (1 - 1e-12), tube, tests);
     synced.erase(e.candidate);
     if (!solution) continue;
     if (solution->pipelines_ms < best_total * (1 - 1e-12)) {
@@ -282,7 +288,9 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   if (!best_counts) return std::nullopt;
   std::vector<int> sizes = fixed_sizes;
   for (std::size_t i = 0; i < kinds.size(); ++i) sizes.insert(sizes.end(), (*best_counts)[i], kinds[i].nodes);
-  return evaluate_composition(cost, templates, std::move(sizes), B);
+  Composition out = evaluate_composition(cost, templates, std::move(sizes), B);
+  out.tests = tests;
+  return out;
 }
 
 std::optional<Composition> best_composition_on_most_nodes(const CostModel& cost, const TemplateSet& templates,

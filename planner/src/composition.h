@@ -17,6 +17,7 @@ struct Composition {
   Milliseconds pipelines_ms = 0;  // slowest pipeline: max T(q)
   Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
   Milliseconds iteration_ms = 0;  // max over pipelines of T(q) + its synchronisation tail
+  std::int64_t tests = 0;         // the search's relaxed bounds and feasibility tests (work)
 };
 
 // A template's synchronisation tail among the pipelines of a composition.

@@ -32,6 +32,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
   plan.pipelines_ms = composition.pipelines_ms;
   plan.sync_ms = composition.sync_ms;
   plan.iteration_ms = composition.iteration_ms;
+  plan.composition_tests = composition.tests;
   plan.spare_nodes = std::move(spare);
   plan.profile_fingerprint = profile_fingerprint(cost.profile());
   for (std::size_t i = 0; i < composition.template_nodes.size(); ++i) {
@@ -110,14 +111,24 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
                          RecomputePolicy recompute) {
   if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
   const int max_nodes = static_cast<int>(nodes.size());
+  int searches = 0;
+  std::int64_t states = 0;
   auto plan_for = [&](int m) {
     CostModel cost(profile, m);
     cost.set_recompute(recompute);
-    ClusterPlan out{build_templates(cost, max_nodes, progress), {}};
+    ClusterPlan out;
+    out.templates = build_templates(cost, max_nodes, progress);
+    ++searches;
+    states += out.templates.search_states;
     out.plan = instantiate(cost, out.templates, nodes, fault_tolerance, global_microbatches);
     return out;
   };
-  if (microbatches > 0) return plan_for(microbatches);
+  auto counted = [&](ClusterPlan out) {
+    out.template_searches = searches;
+    out.template_states = states;
+    return out;
+  };
+  if (microbatches > 0) return counted(plan_for(microbatches));
   // A large M keeps many microbatches in flight and can rule out templates
   // that a plan with more pipelines, each running fewer, could use: halve M
   // until some plan exists.
@@ -147,7 +158,7 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
     if (!(next->plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12))) break;
     best = std::move(next);
   }
-  return std::move(*best);
+  return counted(std::move(*best));
 }
 
 }  // namespace oobleck

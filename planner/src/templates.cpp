@@ -167,6 +167,9 @@ class TemplateSearch {
     return std::make_pair(best_value, reconstruct(best_m, u, nodes));
   }
 
+  // States (m, U, l) swept by all solves so far.
+  [[nodiscard]] std::int64_t states() const { return states_; }
+
  private:
   [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
     return (d * static_cast<std::size_t>(cap_ + 1) + static_cast<std::size_t>(m)) * static_cast<std::size_t>(layers_ + 1) +
@@ -207,6 +210,7 @@ class TemplateSearch {
     const int u_next = u - t;
     const int l_max = layers_ - m;  // the suffix needs m layers
     if (l_max < 0) return;
+    states_ += l_max + 1;
     const auto out_index = row_index(m, u);
     double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
     const double* prefix = prefix_[d].data();
@@ -321,6 +325,7 @@ class TemplateSearch {
   std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
   std::vector<double> through_;
   std::vector<int> window_;
+  std::int64_t states_ = 0;
 };
 
 PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Stage> stages) {
@@ -471,6 +476,8 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   for (int n = 1; n <= searched; ++n) {
     if (!walk[n].stages.empty()) set.templates.push_back(make_template(cost, n, std::move(walk[n].stages)));
   }
+  set.search_solves = runs;
+  set.search_states = search.states();
   return set;
 }
 

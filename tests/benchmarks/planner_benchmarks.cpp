@@ -6,6 +6,9 @@
 //   BM_PlanCluster/2048: the same with templates and the default M search
 //   BM_Reconfigure/2048: two nodes of different pipelines lost in a 2048-node
 //     plan; /0 keeps the intact pipelines (default), /1 re-plans everything
+// Counters named work_* count the work done (dynamic-programme states,
+// feasibility tests): they do not depend on timing, so tools/bench-compare.sh
+// flags any growth in them exactly, however noisy the machine.
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
@@ -42,6 +45,8 @@ void templates(benchmark::State& state, RecomputePolicy recompute) {
   }
   state.counters["templates"] = static_cast<double>(set.templates.size());
   state.counters["M"] = microbatches;
+  state.counters["work_dp_solves"] = static_cast<double>(set.search_solves);
+  state.counters["work_dp_states"] = static_cast<double>(set.search_states);
 }
 void BM_Templates(benchmark::State& state) { templates(state, RecomputePolicy::none); }
 void BM_TemplatesRecomputing(benchmark::State& state) { templates(state, RecomputePolicy::automatic); }
@@ -62,6 +67,7 @@ void BM_Instantiate(benchmark::State& state) {
   }
   state.counters["iteration_ms"] = plan.iteration_ms;
   state.counters["pipelines"] = static_cast<double>(plan.pipelines.size());
+  state.counters["work_composition_tests"] = static_cast<double>(plan.composition_tests);
 }
 BENCHMARK(BM_Instantiate)->Arg(2048)->Unit(benchmark::kMillisecond);
 
@@ -75,6 +81,9 @@ void BM_PlanCluster(benchmark::State& state) {
   }
   state.counters["iteration_ms"] = result.plan.iteration_ms;
   state.counters["M"] = result.plan.template_microbatches;
+  state.counters["work_template_searches"] = result.template_searches;
+  state.counters["work_dp_states"] = static_cast<double>(result.template_states);
+  state.counters["work_composition_tests"] = static_cast<double>(result.plan.composition_tests);
 }
 BENCHMARK(BM_PlanCluster)->Arg(2048)->Unit(benchmark::kMillisecond);
 
@@ -93,6 +102,7 @@ void BM_Reconfigure(benchmark::State& state) {
   state.counters["layer_copies"] = static_cast<double>(result.transfers.size());
   state.counters["copy_GiB"] = static_cast<double>(result.copy_bytes) / (1 << 30);
   state.counters["iteration_ms"] = result.plan.iteration_ms;
+  state.counters["work_composition_tests"] = static_cast<double>(result.plan.composition_tests);
 }
 BENCHMARK(BM_Reconfigure)->Args({2048, 0})->Args({2048, 1})->Unit(benchmark::kMillisecond);
 

@@ -10,6 +10,9 @@
 //     (3N events), replayed by checkpoint, inmemory and bamboo one after
 //     another; items are trace events, so a flat rate across N is replay in
 //     O(events log nodes)
+// Counters named work_* count the work done (events run, plans made): they do
+// not depend on timing, so tools/bench-compare.sh flags any growth in them
+// exactly, however noisy the machine.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -48,21 +51,23 @@ struct Hold {
 
 void BM_EventQueueHold(benchmark::State& state) {
   const auto pending = state.range(0);
-  std::int64_t total = 0;
+  std::int64_t total = 0, last = 0;
   for (auto _ : state) {
     Engine engine;
     Random random;
     std::int64_t left = 1'000'000;
     for (std::int64_t i = 0; i < pending; ++i) engine.schedule_at(random.next_ms(), Hold{&engine, &random, &left});
     engine.run();
-    total += static_cast<std::int64_t>(engine.executed());
+    last = static_cast<std::int64_t>(engine.executed());
+    total += last;
   }
   state.SetItemsProcessed(total);
+  state.counters["work_events"] = static_cast<double>(last);
 }
 BENCHMARK(BM_EventQueueHold)->Arg(16)->Arg(256)->Arg(4096)->Unit(benchmark::kMillisecond);
 
 void BM_EventQueueCancel(benchmark::State& state) {
-  std::int64_t total = 0;
+  std::int64_t total = 0, last = 0;
   for (auto _ : state) {
     Engine engine;
     Random random;
@@ -80,9 +85,11 @@ void BM_EventQueueCancel(benchmark::State& state) {
     };
     for (int i = 0; i < 1024; ++i) engine.schedule_at(random.next_ms(), Pair{&engine, &random, &left});
     engine.run();
-    total += 2 * static_cast<std::int64_t>(engine.executed());  // each ran one and cancelled one
+    last = static_cast<std::int64_t>(engine.executed());
+    total += 2 * last;  // each ran one and cancelled one
   }
   state.SetItemsProcessed(total);
+  state.counters["work_events"] = static_cast<double>(last);
 }
 BENCHMARK(BM_EventQueueCancel)->Unit(benchmark::kMillisecond);
 
@@ -105,8 +112,16 @@ void BM_Iteration(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(result.events) * state.iterations());
   state.counters["iteration_ms"] = result.iteration_ms;
   state.counters["planner_ms"] = cluster.plan.iteration_ms;
+  state.counters["work_events"] = static_cast<double>(result.events);
 }
 BENCHMARK(BM_Iteration)->Arg(32)->Arg(2048)->Unit(benchmark::kMillisecond);
+
+// Plans a replay made: every policy's reconfigurations and restarts.
+double replans(const oobleck::sim::ReplayResult& result) {
+  double total = 0;
+  for (const auto& p : result.policies) total += p.reconfigurations + p.restarts;
+  return total;
+}
 
 void BM_ReplayLlama3(benchmark::State& state) {
   using namespace oobleck::sim;
@@ -124,6 +139,7 @@ void BM_ReplayLlama3(benchmark::State& state) {
   for (const auto& p : result.policies) {
     state.counters[std::string(policy_name(p.policy)) + "_goodput"] = p.goodput;
   }
+  state.counters["work_replans"] = replans(result);
 }
 BENCHMARK(BM_ReplayLlama3)->Arg(2048)->Unit(benchmark::kSecond)->Iterations(1);
 
@@ -146,6 +162,7 @@ void BM_ReplayCountTrace(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(trace.events.size()) * state.iterations());
   state.counters["trace_events"] = static_cast<double>(trace.events.size());
+  state.counters["work_replans"] = replans(result);
 }
 BENCHMARK(BM_ReplayCountTrace)->Arg(10'000)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond);
 

@@ -29,6 +29,8 @@ SUBCOMMANDS = {
     "plot-gpu-profiles": "plot_gpu_profiles",
     "compare-replays": "compare_replays",
     "step-times": "step_times",
+    "bench-compare": "bench_compare",
+    "bench-history": "bench_history",
 }
 
 

@@ -251,6 +251,11 @@ struct TemplateSet {
   int microbatches = 0;
   int max_nodes = 0;                      // node counts 1..max_nodes were searched
   std::vector<PipelineTemplate> templates;  // feasible ones, by increasing nodes
+  // The work the search did, counted so that the benchmarks can tell a
+  // slower search apart from a noisy machine: its dynamic-programme runs (one
+  // per stage bound) and the states they swept.
+  std::int64_t search_solves = 0;
+  std::int64_t search_states = 0;
   [[nodiscard]] const PipelineTemplate* find(int nodes) const;
   [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
 };
@@ -290,6 +295,9 @@ struct Plan {
   std::vector<Pipeline> pipelines;
   std::vector<std::string> spare_nodes;  // nodes no template combination could use
   std::string profile_fingerprint;       // of the profile it was made from
+  // Feasibility tests the composition search made for this plan (work, for
+  // the benchmarks; not part of the plan's file).
+  std::int64_t composition_tests = 0;
 };
 
 // Uses all nodes in at least f+1 pipelines (fewer nodes only when no
@@ -322,6 +330,10 @@ struct PipelineGroup {
 struct ClusterPlan {
   TemplateSet templates;
   Plan plan;
+  // Every template search the M search ran, the ones it discarded included
+  // (work, for the benchmarks).
+  int template_searches = 0;
+  std::int64_t template_states = 0;
 };
 
 // Templates and instantiation together. With `microbatches` > 0 the templates
