@@ -20,6 +20,9 @@
 #           (counted work, e.g. DP states: exact, whatever the timing says);
 #   exit 2  bad input, a missing tool, or BASE does not build;
 #   exit 0  otherwise. Benchmarks and counters BASE lacks are shown as new.
+# A timing regression is confirmed before it counts: the benchmarks found
+# slower run again alone, with twice the rounds, and only a slowdown the
+# second comparison finds too fails (--no-confirm: the first one decides).
 # Modes:
 #   --short (or SHORT=1): the quick benchmarks, 2 rounds x 3 repetitions,
 #       min time 0.01 s: for CI (tools/test.sh).
@@ -49,6 +52,7 @@ history=""
 base="HEAD~1"
 base_given=0
 counters_only=0
+confirm=1
 base_bin=""
 current_bin=""
 out="build-bench"
@@ -66,6 +70,7 @@ while (($#)); do
     --filter) [ $# -ge 2 ] || die "--filter needs a regular expression"; filter="$2"; shift ;;
     --thresholds) [ $# -ge 2 ] || die "--thresholds needs a file"; thresholds="$2"; shift ;;
     --counters-only) counters_only=1 ;;
+    --no-confirm) confirm=0 ;;
     --base-bin) [ $# -ge 2 ] || die "--base-bin needs a folder"; base_bin="$2"; shift ;;
     --current-bin) [ $# -ge 2 ] || die "--current-bin needs a folder"; current_bin="$2"; shift ;;
     --out) [ $# -ge 2 ] || die "--out needs a folder"; out="$2"; shift ;;
@@ -187,9 +192,6 @@ fi
 build_s=$((SECONDS - started))
 
 runs="$out/runs"
-rm -rf "$runs"
-mkdir -p "$runs"
-echo "== bench-compare: $rounds rounds x $repetitions repetitions a side, min time $min_time s, filter $filter"
 base_runs=() current_runs=()
 run_side() {
   local side="$1" bin="$2" program="$3" round="$4" file="$runs/$1-$3-$4.json"
@@ -200,27 +202,35 @@ run_side() {
   fi
   if [ "$side" = base ]; then base_runs+=("$file"); else current_runs+=("$file"); fi
 }
-for ((round = 1; round <= rounds; round++)); do
-  # Alternated, and which side goes first alternates too: a drift in the
-  # machine's speed falls on both sides alike.
-  order=(base current)
-  if ((round % 2 == 0)); then order=(current base); fi
-  for program in "${programs[@]}"; do
-    grep -qx "$program" <<< "$current_programs" || continue
-    for side in "${order[@]}"; do
-      if [ "$side" = base ]; then
-        if grep -qx "$program" <<< "$base_programs"; then run_side base "$base_bin" "$program" "$round"; fi
-      else
-        run_side current "$current_bin" "$program" "$round"
-      fi
+# Runs every round of both sides into a fresh $runs.
+run_rounds() {
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  base_runs=() current_runs=()
+  echo "== bench-compare: $rounds rounds x $repetitions repetitions a side, min time $min_time s, filter $filter"
+  for ((round = 1; round <= rounds; round++)); do
+    # Alternated, and which side goes first alternates too: a drift in the
+    # machine's speed falls on both sides alike.
+    order=(base current)
+    if ((round % 2 == 0)); then order=(current base); fi
+    for program in "${programs[@]}"; do
+      grep -qx "$program" <<< "$current_programs" || continue
+      for side in "${order[@]}"; do
+        if [ "$side" = base ]; then
+          if grep -qx "$program" <<< "$base_programs"; then run_side base "$base_bin" "$program" "$round"; fi
+        else
+          run_side current "$current_bin" "$program" "$round"
+        fi
+      done
     done
   done
-done
-# BASE without any benchmark program: every row is new.
-if ((${#base_runs[@]} == 0)); then
-  echo '{"context": {}, "benchmarks": []}' > "$runs/base-none.json"
-  base_runs=("$runs/base-none.json")
-fi
+  # BASE without any benchmark program: every row is new.
+  if ((${#base_runs[@]} == 0)); then
+    echo '{"context": {}, "benchmarks": []}' > "$runs/base-none.json"
+    base_runs=("$runs/base-none.json")
+  fi
+}
+run_rounds
 
 live_args=()
 if ((live)); then
@@ -264,5 +274,18 @@ status=0
 "$python" tools/oobleck-tools bench-compare --base "${base_runs[@]}" --current "${current_runs[@]}" \
   --compare-py "$compare_py" --out "$out" --thresholds "$thresholds" "${judge_args[@]}" "${live_args[@]}" \
   "${history_args[@]}" || status=$?
+# A timing regression alone is confirmed by a second run of just those
+# benchmarks, twice the rounds: on a shared machine another process's load
+# can fall on one side's runs (counted work needs no confirmation).
+if [ "$status" = 1 ] && ((confirm)) && [ -s "$out/slower.txt" ] && [ ! -s "$out/grown.txt" ] && ((live == 0)); then
+  filter="^($(sed 's/[][\\.*+?^$(){}|]/\\&/g' "$out/slower.txt" | paste -sd '|'))\$"
+  rounds=$((2 * rounds))
+  echo "== bench-compare: confirming what was slower, alone"
+  run_rounds
+  status=0
+  "$python" tools/oobleck-tools bench-compare --base "${base_runs[@]}" --current "${current_runs[@]}" \
+    --compare-py "$compare_py" --out "$out" --thresholds "$thresholds" "${judge_args[@]}" || status=$?
+  ((status != 0)) || echo "bench-compare: the first run's slowdown was not confirmed: timing noise"
+fi
 echo "bench-compare: ${build_s} s building, $((SECONDS - started)) s in all"
 exit "$status"

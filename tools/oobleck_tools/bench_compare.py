@@ -264,6 +264,12 @@ def run(args):
         append_history(args.history, args.revision, args.base_revision, history)
         print(f"history: appended to {args.history}")
 
+    # What a second, confirming run looks at (tools/bench-compare.sh).
+    for file_name, names_found in (("slower.txt", slower), ("grown.txt", grown)):
+        with atomic_output(os.path.join(args.out, file_name)) as temporary:
+            with open(temporary, "w", encoding="utf-8") as f:
+                f.write("".join(n + "\n" for n in names_found))
+
     failed = False
     if grown:
         print(f"bench-compare: work grew (counted, not timed): {', '.join(grown)}")
