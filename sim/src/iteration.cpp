@@ -17,6 +17,11 @@
 // norm, every stage's optimizer step waits for one all-reduce of a number
 // among all trainers, started once the last stage's gradients are summed.
 //
+// Interleaved 1F1B: each stage is a virtual stage, and each device runs its
+// virtual stages' passes in Megatron's order (interleaved_one_f_one_b): a
+// pass starts when it is the device's next and its input has arrived. The
+// transfers between virtual stages each have their own link.
+//
 // Tensor parallelism: a stage at degree t > 1 all-reduces each split layer's
 // output twice per pass among its t GPUs (CostModel::*_allreduce_ms). Each
 // forward or backward op is shown as its compute followed by one
@@ -53,6 +58,7 @@ struct StageState {
   Milliseconds optimizer_ms = 0;
   std::vector<PipelinePass> order;
   std::size_t next = 0;
+  int device = -1;  // shared with other stages; -1: its own
   bool busy = false;
   std::vector<char> activation_arrived;  // per microbatch, from the previous stage
   std::vector<char> gradient_arrived;    // per microbatch, from the next stage
@@ -81,6 +87,7 @@ class IterationModel {
     if (!options_.extra_forward_ms.empty() && options_.extra_forward_ms.size() != plan_.pipelines.size()) {
       throw std::invalid_argument("extra_forward_ms: one entry per pipeline expected");
     }
+    devices_ = options_.shared_device ? 1 : 0;
     holders_.assign(cost_.layers(), {});
     representative_.assign(plan_.pipelines.size(), -1);
     copies_.assign(plan_.pipelines.size(), 0);
@@ -91,6 +98,9 @@ class IterationModel {
     nic_free_ms_.assign(stages_.size(), 0);
     link_free_ms_.assign(2 * stages_.size(), 0);
     queued_.assign(stages_.size(), 0);
+    device_busy_.assign(devices_, 0);
+    waiting_.assign(devices_, {});
+    device_next_.assign(device_order_.size(), 0);
     build_reductions();
   }
 
@@ -129,6 +139,13 @@ class IterationModel {
     const Pipeline& pipeline = plan_.pipelines[p];
     const int S = static_cast<int>(pipeline.stages.size());
     const int M = pipeline.microbatches;
+    const int v = options_.interleave;
+    if (v < 1 || S % v != 0) {
+      throw InputError("plan: pipeline " + std::to_string(p) + " has " + std::to_string(S) +
+                       " stages, not a multiple of the interleave " + std::to_string(v));
+    }
+    const int first_device = devices_;
+    if (!options_.shared_device && v > 1) devices_ += S / v;
     first_stage_[p] = static_cast<int>(stages_.size());
     for (int s = 0; s < S; ++s) {
       const Stage& st = pipeline.stages[s];
@@ -147,12 +164,30 @@ class IterationModel {
                              static_cast<double>(cost_.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus)) /
                              options_.optimizer_bytes_per_s * 1000.0;
       }
-      state.order = one_f_one_b(s, S, M);
+      if (v == 1) state.order = one_f_one_b(s, S, M);
       state.activation_arrived.assign(M, s == 0 ? 1 : 0);
       state.gradient_arrived.assign(M, s == S - 1 ? 1 : 0);
       state.layers_unreduced = st.layer_end - st.layer_begin;
+      state.device = options_.shared_device ? 0 : v > 1 ? first_device + s % (S / v) : -1;
       for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
       stages_.push_back(std::move(state));
+    }
+    if (v > 1 && !options_.shared_device) {
+      // Each device runs its chunks' passes in Megatron's interleaved order.
+      const int p_devices = S / v;
+      if (M % p_devices != 0) {
+        throw InputError("plan: pipeline " + std::to_string(p) + " has " + std::to_string(M) +
+                         " microbatches, not a multiple of its " + std::to_string(p_devices) +
+                         " devices (interleaved 1F1B)");
+      }
+      device_order_.resize(devices_);
+      for (int rank = 0; rank < p_devices; ++rank) {
+        for (const PipelinePass& pass : interleaved_one_f_one_b(rank, p_devices, v, M)) {
+          const int id = first_stage_[p] + pass.chunk * p_devices + rank;
+          device_order_[first_device + rank].push_back(id);
+          stages_[id].order.push_back({pass.forward, pass.microbatch});
+        }
+      }
     }
   }
 
@@ -204,13 +239,21 @@ class IterationModel {
     if (st.busy || st.next == st.order.size()) return;
     const PipelinePass op = st.order[st.next];
     if (op.forward ? !st.activation_arrived[op.microbatch] : !st.gradient_arrived[op.microbatch]) return;
-    if (options_.shared_device) {
-      if (device_busy_) {
-        if (!queued_[id]) waiting_.push_back(id);
+    if (st.device >= 0 && !device_order_.empty()) {
+      // Interleaved: only the device's next pass, and one at a time.
+      const auto& order = device_order_[st.device];
+      if (device_busy_[st.device] || device_next_[st.device] >= order.size() ||
+          order[device_next_[st.device]] != id) {
+        return;
+      }
+      device_busy_[st.device] = 1;
+    } else if (st.device >= 0) {
+      if (device_busy_[st.device]) {
+        if (!queued_[id]) waiting_[st.device].push_back(id);
         queued_[id] = 1;
         return;
       }
-      device_busy_ = true;
+      device_busy_[st.device] = 1;
     }
     st.busy = true;
     const Milliseconds start = engine_.now();
@@ -258,12 +301,18 @@ class IterationModel {
       last_backward_ms_ = std::max(last_backward_ms_, engine_.now());
       maybe_step(id);
     }
-    if (options_.shared_device) {
+    if (st.device >= 0 && !device_order_.empty()) {
+      // Interleaved: on to the device's next pass, once its input is there.
+      const int device = st.device;
+      device_busy_[device] = 0;
+      if (++device_next_[device] < device_order_[device].size()) try_start(device_order_[device][device_next_[device]]);
+    } else if (st.device >= 0) {
       // The device goes to the stages that waited for it, first come first.
-      device_busy_ = false;
-      while (!device_busy_ && !waiting_.empty()) {
-        const int next = waiting_.front();
-        waiting_.pop_front();
+      const int device = st.device;
+      device_busy_[device] = 0;
+      while (!device_busy_[device] && !waiting_[device].empty()) {
+        const int next = waiting_[device].front();
+        waiting_[device].pop_front();
         queued_[next] = 0;
         try_start(next);
       }
@@ -421,9 +470,17 @@ class IterationModel {
   };
   std::vector<Reduction> reductions_;
   std::vector<int> reduction_of_;  // per layer
-  bool device_busy_ = false;       // with a shared device
-  std::deque<int> waiting_;        // stages ready for it, in arrival order
+  // Devices that several stages share (one for every stage with a shared
+  // device; each pipeline's with interleaving): busy or not, and the stages
+  // ready for each, in arrival order.
+  int devices_ = 0;
+  std::vector<char> device_busy_;
+  std::vector<std::deque<int>> waiting_;
   std::vector<char> queued_;
+  // With interleaving, per device: the stage of each of its passes in the
+  // order it runs them, and how many have started.
+  std::vector<std::vector<int>> device_order_;
+  std::vector<std::size_t> device_next_;
   std::vector<Milliseconds> nic_free_ms_;   // per stage: its GPUs' network interfaces
   std::vector<Milliseconds> link_free_ms_;  // per stage: its forward and backward send links
   std::vector<OpRecord> ops_;

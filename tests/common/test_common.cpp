@@ -124,6 +124,46 @@ TEST_CASE("chrome trace: processes, threads and spans in the event format, times
   CHECK(events[5]["args"] == nlohmann::json::parse(R"({"microbatch":0.0,"link":"intra-node"})"));
 }
 
+TEST_CASE("interleaved 1F1B: every chunk's microbatches forward in order, backward in order after their forward") {
+  for (int devices = 1; devices <= 4; ++devices) {
+    for (int chunks = 1; chunks <= 3; ++chunks) {
+      for (int microbatches = devices; microbatches <= 3 * devices; microbatches += devices) {
+        for (int rank = 0; rank < devices; ++rank) {
+          CAPTURE(devices);
+          CAPTURE(chunks);
+          CAPTURE(microbatches);
+          CAPTURE(rank);
+          const auto order = interleaved_one_f_one_b(rank, devices, chunks, microbatches);
+          REQUIRE(order.size() == 2 * static_cast<std::size_t>(microbatches * chunks));
+          std::vector<std::vector<int>> forwards(chunks), backwards(chunks);
+          for (const auto& pass : order) {
+            REQUIRE(pass.chunk >= 0);
+            REQUIRE(pass.chunk < chunks);
+            auto& done = pass.forward ? forwards[pass.chunk] : backwards[pass.chunk];
+            if (!pass.forward) {
+              CHECK(std::count(forwards[pass.chunk].begin(), forwards[pass.chunk].end(), pass.microbatch) == 1);
+            }
+            done.push_back(pass.microbatch);
+          }
+          for (int c = 0; c < chunks; ++c) {
+            std::vector<int> all(microbatches);
+            for (int m = 0; m < microbatches; ++m) all[m] = m;
+            CHECK(forwards[c] == all);
+            CHECK(backwards[c] == all);
+          }
+          // Warm-up: Megatron's count of forwards before the first backward.
+          const auto first_backward = std::find_if(order.begin(), order.end(), [](auto& p) { return !p.forward; });
+          const int warmup = microbatches == devices ? microbatches * chunks
+                                                     : std::min(microbatches * chunks,
+                                                                (devices - rank - 1) * 2 + (chunks - 1) * devices);
+          // (after the warm-up, each turn runs its forward first)
+          CHECK(first_backward - order.begin() == (warmup == microbatches * chunks ? warmup : warmup + 1));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("1F1B: every microbatch forward then backward, warm-up S-s-1, at most min(M, S-s) in flight") {
   for (int stages = 1; stages <= 6; ++stages) {
     for (int microbatches = 1; microbatches <= 9; ++microbatches) {

@@ -601,3 +601,38 @@ TEST_CASE("iteration: a stage that recomputes runs its forward again in each bac
   CHECK(again.last_backward_ms == doctest::Approx(plain.last_backward_ms + 2 * 4 * 1.0));
   CHECK(again.sync_exposed_ms == doctest::Approx(plain.sync_exposed_ms));
 }
+
+TEST_CASE("iteration: interleaved 1F1B: v chunks a device shrink the bubble to (p - 1)(F + B) / v") {
+  // p devices each holding v chunks of the model: p v equal virtual stages,
+  // each with 1/v of a device's forward F and backward B, no transfers.
+  for (const int p : {2, 4}) {
+    for (const int v : {1, 2, 3}) {
+      for (const int M : {p, 2 * p, 4 * p}) {
+        CAPTURE(p);
+        CAPTURE(v);
+        CAPTURE(M);
+        const double F = 1.2, B = 2.4;
+        const Profile profile = profile_of(std::vector<LayerCost>(p * v, {F / v, B / v}));
+        const CostModel cost(profile, M);
+        const Plan plan = plan_of(cost, {even_cuts(p * v, 1)}, {M});
+        IterationOptions options;
+        options.interleave = v;
+        const IterationResult r = simulate_iteration(cost, plan, options);
+        CHECK(r.iteration_ms == doctest::Approx(M * (F + B) + (p - 1) * (F + B) / v));
+        // Each device busy M (F + B) in all.
+        for (int d = 0; d < p; ++d) {
+          double busy = 0;
+          for (int s = d; s < p * v; s += p) busy += r.stages[s].compute_ms;
+          CHECK(busy == doctest::Approx(M * (F + B)));
+        }
+      }
+    }
+  }
+  const Profile profile = profile_of(std::vector<LayerCost>(6, {1, 2}));
+  const CostModel cost(profile, 4);
+  const Plan plan = plan_of(cost, {even_cuts(3, 2)}, {4});
+  IterationOptions options;
+  options.interleave = 2;
+  CHECK_THROWS_WITH_AS((void)simulate_iteration(cost, plan, options),
+                       "plan: pipeline 0 has 3 stages, not a multiple of the interleave 2", InputError);
+}

@@ -5,7 +5,9 @@
 // k (d t) + i t, and a node holds gpus_per_node consecutive ranks. Each
 // replica is a pipeline of p stages of t GPUs; stage k holds blocks
 // [k L/p, (k+1) L/p), the first also the embedding and the last the final
-// LayerNorm with the head. Megatron splits the embedding and the head over
+// LayerNorm with the head. With v virtual stages a device (interleaved
+// 1F1B), the pipeline has p v stages of L/(p v) blocks, virtual stage j on
+// device j mod p. Megatron splits the embedding and the head over
 // the tensor-parallel GPUs (vocabulary-parallel), so no layer is replicated;
 // the analytic profile gives every layer's time at each degree.
 // Data-parallel replicas of a stage that share a node all-reduce over its
@@ -25,7 +27,6 @@
 namespace oobleck::validation {
 
 std::string unsupported(const MeasuredRun& run) {
-  if (run.interleave > 1) return "interleaved 1F1B (virtual stages)";
   if (run.recompute != "full") return "selective recomputation";
   if (run.sequence_parallel) return "sequence parallelism";
   if (run.feedforward != 4 * run.model.hidden) return "a feed-forward width other than 4 h";
@@ -51,7 +52,7 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
     for (auto& t : layer.tensor_parallel) t.backward_ms += t.forward_ms;
   }
   const int per_node = hw.gpus_per_node;
-  const int t = run.tensor, d = run.data, p = run.pipeline, L = run.model.layers;
+  const int t = run.tensor, d = run.data, p = run.pipeline, v = run.interleave, L = run.model.layers;
   profile.hardware.allreduce_bytes_per_s = d * t <= per_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s;
 
   const int microbatches = run.global_batch / (run.microbatch * d);
@@ -63,13 +64,14 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
     Pipeline pipeline;
     pipeline.microbatches = microbatches;
     std::map<int, int> position;  // node id -> its index in the pipeline's nodes
-    for (int k = 0; k < p; ++k) {
-      const int node = (k * d * t + i * t) / per_node;
+    const int chunks = p * v;  // virtual stage j on device j mod p
+    for (int j = 0; j < chunks; ++j) {
+      const int node = (j % p * d * t + i * t) / per_node;
       const auto [it, fresh] = position.try_emplace(node, static_cast<int>(pipeline.nodes.size()));
       if (fresh) pipeline.nodes.push_back("node" + std::to_string(node));
       Stage stage;
-      stage.layer_begin = k == 0 ? 0 : 1 + k * L / p;
-      stage.layer_end = k == p - 1 ? L + 2 : 1 + (k + 1) * L / p;
+      stage.layer_begin = j == 0 ? 0 : 1 + j * L / chunks;
+      stage.layer_end = j == chunks - 1 ? L + 2 : 1 + (j + 1) * L / chunks;
       stage.gpus = t;
       stage.node = it->second;
       pipeline.stages.push_back(stage);
@@ -82,8 +84,9 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
   options.tied_embedding = true;
   options.gradient_norm = true;
   options.gradient_sync = sim::GradientSync::after_backward;
+  options.interleave = v;
   if (microbatch_overhead_ms > 0) {
-    options.extra_forward_ms.assign(plan.pipelines.size(), std::vector<Milliseconds>(p, microbatch_overhead_ms));
+    options.extra_forward_ms.assign(plan.pipelines.size(), std::vector<Milliseconds>(p * v, microbatch_overhead_ms));
   }
   return sim::simulate_iteration(cost, plan, options).iteration_ms;
 }

@@ -15,6 +15,7 @@ namespace oobleck {
 struct PipelinePass {
   bool forward = true;
   int microbatch = 0;
+  int chunk = 0;  // with interleaving, which of the device's model chunks
   friend bool operator==(const PipelinePass&, const PipelinePass&) = default;
 };
 
@@ -27,6 +28,38 @@ struct PipelinePass {
     if (warmup + m < microbatches) order.push_back({true, warmup + m});
     order.push_back({false, m});
   }
+  return order;
+}
+
+// Interleaved 1F1B (Narayanan et al. 2021; Megatron-LM's
+// forward_backward_pipelining_with_interleaving): device `rank` of
+// `devices` holds `chunks` model chunks, chunk c being virtual stage
+// c x devices + rank. Forward passes go through the microbatches in groups
+// of `devices`: all of a group's passes on chunk 0, then on chunk 1, and so
+// on; backward passes likewise from the last chunk. The device first runs
+// (devices - rank - 1) x 2 + (chunks - 1) x devices warm-up forwards (all
+// of them when there are only `devices` microbatches), then one forward and
+// one backward in turn, then the backwards left. Microbatches must be a
+// multiple of `devices`, as Megatron requires.
+[[nodiscard]] inline std::vector<PipelinePass> interleaved_one_f_one_b(int rank, int devices, int chunks,
+                                                                      int microbatches) {
+  const int total = microbatches * chunks;
+  const int group = devices * chunks;
+  const auto pass = [&](int k, bool forward) {
+    const int in_group = k % group;
+    const int chunk = in_group / devices;
+    return PipelinePass{forward, k / group * devices + in_group % devices, forward ? chunk : chunks - 1 - chunk};
+  };
+  const int warmup =
+      microbatches == devices ? total : std::min(total, (devices - rank - 1) * 2 + (chunks - 1) * devices);
+  std::vector<PipelinePass> order;
+  order.reserve(2 * static_cast<std::size_t>(total));
+  for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
+  for (int k = 0; k < total - warmup; ++k) {
+    order.push_back(pass(warmup + k, true));
+    order.push_back(pass(k, false));
+  }
+  for (int k = total - warmup; k < total; ++k) order.push_back(pass(k, false));
   return order;
 }
 

@@ -51,6 +51,12 @@ struct IterationOptions {
   // oobleck-run does: one number, so its latency alone counts.
   bool gradient_norm = false;
   GradientSync gradient_sync = GradientSync::per_layer;
+  // Interleaved 1F1B (Narayanan et al. 2021): each pipeline's stages are
+  // virtual stages, `interleave` to a device, stage j on device j mod
+  // (S / interleave), so that each device holds chunks spread along the
+  // model. A device runs one pass at a time, serving its ready chunks in
+  // the order they became ready. S must be a multiple of it.
+  int interleave = 1;
 };
 
 // tp_allreduce_*: a tensor-parallel stage's all-reduces of one forward or
