@@ -113,6 +113,45 @@ TEST_CASE("profile: analytic times at each tensor-parallel degree: the work divi
   CHECK(split.layers[1].tensor_parallel[0].forward_ms == block.tensor_parallel[0].forward_ms);
 }
 
+TEST_CASE("profile: Megatron's recomputation and sequence parallelism in analytic times") {
+  const ModelConfig c = load_model_config("gpt3-1.3b");
+  HardwareDescription hw = load_hardware("a100-80gb");
+  hw.layer_overhead_ms = 0.2;
+  const double peak = hw.peak_bf16_flops_per_s * hw.compute_efficiency, bw = hw.memory_bytes_per_s * hw.memory_efficiency;
+  const LayerWork w = layer_work(c, 1, 2, 2);
+  AnalyticOptions plain, selective, blocks, sequence;
+  plain.vocabulary_parallel = selective.vocabulary_parallel = blocks.vocabulary_parallel = true;
+  sequence.vocabulary_parallel = true;
+  selective.recompute = AnalyticRecompute::selective;
+  blocks.recompute = AnalyticRecompute::blocks;
+  sequence.sequence_parallel = true;
+  const Profile p = analytic_profile(c, hw, 2, "bf16", plain), sel = analytic_profile(c, hw, 2, "bf16", selective),
+                all = analytic_profile(c, hw, 2, "bf16", blocks), seq = analytic_profile(c, hw, 2, "bf16", sequence);
+  for (std::size_t d = 0; d < p.layers[1].tensor_parallel.size(); ++d) {
+    const double t = p.layers[1].tensor_parallel[d].degree;
+    CAPTURE(t);
+    const auto& base = p.layers[1].tensor_parallel[d];
+    // Selective: the attention core's share of the work again; blocks: the whole forward.
+    CHECK(sel.layers[1].tensor_parallel[d].backward_ms ==
+          doctest::Approx(base.backward_ms + (w.attention_flops / t / peak + w.attention_bytes / t / bw) * 1000));
+    CHECK(all.layers[1].tensor_parallel[d].backward_ms == doctest::Approx(base.backward_ms + base.forward_ms));
+    // Sequence parallelism divides the LayerNorms' and dropouts' traffic and
+    // gathers the inputs again in the backward.
+    const double saved = w.unsplit_bytes * (1 - 1 / t) / bw * 1000;
+    const double gather = 2 * (t - 1) / t * (2.0 * c.seq_len * c.hidden * 2) / hw.intra_node_bytes_per_s * 1000 +
+                          2 * (t - 1) * hw.latency_ms;
+    CHECK(seq.layers[1].tensor_parallel[d].forward_ms == doctest::Approx(base.forward_ms - saved));
+    CHECK(seq.layers[1].tensor_parallel[d].backward_ms == doctest::Approx(base.backward_ms - 2 * saved + gather));
+  }
+  // The embedding and the head are not recomputed; at degree 1 the block's backward is twice its forward plus that.
+  CHECK(all.layers[0].backward_ms == p.layers[0].backward_ms);
+  CHECK(all.layers.back().backward_ms == p.layers.back().backward_ms);
+  CHECK(all.layers[1].backward_ms == doctest::Approx(3 * all.layers[1].forward_ms));
+  // Memory: the attention core's activations go with selective recomputation.
+  CHECK(sel.layers[1].activation_bytes < p.layers[1].activation_bytes);
+  CHECK(all.layers[1].activation_bytes == 2LL * c.seq_len * c.hidden * 2);
+}
+
 TEST_CASE("profile: the efficiency fit recovers the efficiencies that made the times") {
   const ModelConfig c = small();
   HardwareDescription hw = load_hardware("h100-80gb");

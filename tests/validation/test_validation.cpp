@@ -63,7 +63,10 @@ TEST_CASE("validation: the bundled suite loads every published run") {
   CHECK(megatron.runs[0].model.vocab == 51200);  // 50,257 padded to a multiple of 128 x 8
   CHECK(unsupported(megatron.runs[0]).empty());
   CHECK(unsupported(megatron.runs[2]).empty());
-  CHECK(unsupported(megatron.runs[1]) == "selective recomputation");
+  CHECK(unsupported(megatron.runs[1]).empty());
+  MeasuredRun wide = megatron.runs[0];
+  wide.feedforward = 3 * wide.model.hidden;
+  CHECK(unsupported(wide) == "a feed-forward width other than 4 h");
 }
 
 TEST_CASE("validation: one GPU's run is M microbatches of forward, forward again and backward, then the step") {
@@ -136,7 +139,8 @@ TEST_CASE("validation: calibration is deterministic and no worse than where it s
   CHECK(fitted.datasets[0].rows[0].calibration);
   CHECK_FALSE(fitted.datasets[0].rows[1].calibration);
   CHECK(fitted.datasets[0].held_out.rows == 1296);
-  CHECK(fitted.datasets[1].unsupported == 4);
+  CHECK(fitted.datasets[1].unsupported == 0);
+  CHECK(fitted.datasets[1].held_out.rows == 8);
 }
 
 TEST_CASE("validation: error summaries: mean, median and worst of absolute errors") {
@@ -187,7 +191,7 @@ TEST_CASE("validation: oobleck-sim validate reports, writes JSON, and exits 1 be
   const Run ok = s.run("validate --suite " + kSuite.string() + " --json " + s.str("v.json"));
   CHECK(ok.status == 0);
   CHECK(ok.out.find("vtrain-a100-single-node (1440 runs)") != std::string::npos);
-  CHECK(ok.out.find("not expressible: selective recomputation") != std::string::npos);
+  CHECK(ok.out.find("megatron-1T seq+sel, t8 p64 d1, B 512") != std::string::npos);
   const auto doc = nlohmann::json::parse(s.read("v.json"));
   CHECK(doc["format"] == "oobleck.validation-result.v1");
   CHECK(doc["within_bounds"] == true);

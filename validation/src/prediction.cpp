@@ -27,8 +27,6 @@
 namespace oobleck::validation {
 
 std::string unsupported(const MeasuredRun& run) {
-  if (run.recompute != "full") return "selective recomputation";
-  if (run.sequence_parallel) return "sequence parallelism";
   if (run.feedforward != 4 * run.model.hidden) return "a feed-forward width other than 4 h";
   return {};
 }
@@ -41,16 +39,14 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
   executor::HardwareDescription hw = hardware;
   if (cluster.intra_node_bytes_per_s > 0) hw.intra_node_bytes_per_s = cluster.intra_node_bytes_per_s;
   if (cluster.inter_node_bytes_per_s > 0) hw.inter_node_bytes_per_s = cluster.inter_node_bytes_per_s;
+  // Megatron recomputes the transformer blocks only (whole, or their
+  // attention core): the embedding and the head keep their activations.
   executor::AnalyticOptions analytic;
   analytic.vocabulary_parallel = true;
+  analytic.sequence_parallel = run.sequence_parallel;
+  analytic.recompute = run.recompute == "full" ? executor::AnalyticRecompute::blocks
+                                               : executor::AnalyticRecompute::selective;
   Profile profile = executor::analytic_profile(run.model, hw, run.microbatch, "bf16", analytic);
-  // Megatron checkpoints the transformer blocks only: each block's backward
-  // runs its forward again; the embedding and the head keep their activations.
-  for (std::size_t l = 1; l + 1 < profile.layers.size(); ++l) {
-    auto& layer = profile.layers[l];
-    layer.backward_ms += layer.forward_ms;
-    for (auto& t : layer.tensor_parallel) t.backward_ms += t.forward_ms;
-  }
   const int per_node = hw.gpus_per_node;
   const int t = run.tensor, d = run.data, p = run.pipeline, v = run.interleave, L = run.model.layers;
   profile.hardware.allreduce_bytes_per_s = d * t <= per_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s;

@@ -113,7 +113,7 @@ LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int e
   // passes, ~16 are the two LayerNorms (read, write), the two dropouts
   // (read, write, mask) and the two residual adds (two reads, a write).
   return {24 * b * s * h * h + 4 * b * s * s * h, (12 * h * h + 30 * b * s * h + 4 * a * b * s * s) * e,
-          16 * b * s * h * e};
+          16 * b * s * h * e, 4 * b * s * s * h, 4 * a * b * s * s * e};
 }
 
 namespace {
@@ -154,18 +154,28 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
   for (int i = 0; i < pipeline_layers(c); ++i) {
     const LayerWork w = layer_work(c, i, microbatch_size, e);
-    // The work of one GPU of `t`; an efficiency of 0 (a fit that found the
-    // term explains nothing) drops the term.
+    const bool block = i > 0 && i <= c.layers;
+    // An efficiency of 0 (a fit that found the term explains nothing) drops the term.
+    const auto roofline_ms = [&](double flops, double bytes) {
+      return ((peak > 0 ? flops / peak : 0) + (bandwidth > 0 ? bytes / bandwidth : 0)) * 1000.0;
+    };
+    // The work of one GPU of `t`.
     const auto work_ms = [&](int t) {
-      const double bytes = (w.bytes - w.unsplit_bytes) / t + w.unsplit_bytes;
-      return ((peak > 0 ? w.flops / t / peak : 0) + (bandwidth > 0 ? bytes / bandwidth : 0)) * 1000.0 +
-             hw.layer_overhead_ms;
+      const double unsplit = options.sequence_parallel && block ? w.unsplit_bytes / t : w.unsplit_bytes;
+      return roofline_ms(w.flops / t, (w.bytes - w.unsplit_bytes) / t + unsplit) + hw.layer_overhead_ms;
+    };
+    // What recomputation adds to a block's backward at degree `t`, whose
+    // forward takes `forward_t`.
+    const auto recompute_ms = [&](int t, Milliseconds forward_t) -> Milliseconds {
+      if (!block || options.recompute == AnalyticRecompute::none) return 0;
+      if (options.recompute == AnalyticRecompute::blocks) return forward_t;
+      return roofline_ms(w.attention_flops / t, w.attention_bytes / t);
     };
     const Milliseconds forward = work_ms(1);
     LayerProfile l;
     l.name = layer_name(c, i);
     l.forward_ms = forward;
-    l.backward_ms = 2 * forward;
+    l.backward_ms = 2 * forward + recompute_ms(1, forward);
     l.param_bytes = layer_parameters(c, i) * e;
     // AdamW: gradients in the parameters' dtype and two fp32 moments; bf16
     // training also keeps fp32 master weights.
@@ -179,8 +189,13 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       l.output_bytes = 4;  // the loss
     } else {
       // Korthikanti et al. (2022), no recomputation, no dropout masks:
-      // s b h (34 + 5 a s / h) bytes at 16 bits, scaled to the dtype.
-      l.activation_bytes = static_cast<Bytes>(s * b * h * (34 + 5 * a * s / h) * e / 2);
+      // s b h (34 + 5 a s / h) bytes at 16 bits, scaled to the dtype; the
+      // attention core's 5 a s / h part goes with selective recomputation,
+      // all but the input with a block's.
+      const double attention = options.recompute == AnalyticRecompute::none ? 5 * a * s / h : 0;
+      l.activation_bytes = options.recompute == AnalyticRecompute::blocks
+                               ? static_cast<Bytes>(b * s * h * e)
+                               : static_cast<Bytes>(s * b * h * (34 + attention) * e / 2);
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
     }
     const bool embedding_or_head = i == 0 || i == c.layers + 1;
@@ -204,7 +219,10 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
         forward_allreduces = 2 * node_allreduce_ms(b * s * 4, t, hw);
         backward_allreduces = activation_allreduce_ms;
       }
-      l.tensor_parallel.push_back({t, work_ms(t) + forward_allreduces, 2 * work_ms(t) + backward_allreduces});
+      // Sequence parallelism gathers a block's inputs again in the backward.
+      if (options.sequence_parallel && block) backward_allreduces += activation_allreduce_ms;
+      const Milliseconds forward_t = work_ms(t) + forward_allreduces;
+      l.tensor_parallel.push_back({t, forward_t, 2 * work_ms(t) + backward_allreduces + recompute_ms(t, forward_t)});
     }
     p.layers.push_back(l);
   }

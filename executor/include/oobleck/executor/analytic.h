@@ -3,6 +3,7 @@
 // Plain C++ (Eigen for the efficiency fit).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,14 +45,32 @@ struct LayerWork {
   // block's LayerNorms, dropouts and residual adds (no sequence
   // parallelism). The rest, and every FLOP, divide among the GPUs.
   double unsplit_bytes = 0;
+  // The attention core (scores, softmax, dropout, their product with V):
+  // what selective recomputation runs again (Korthikanti et al. 2022).
+  double attention_flops = 0;
+  double attention_bytes = 0;
 };
 [[nodiscard]] LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int element_bytes);
+
+// Recomputation baked into the profile's times, as Megatron does it, for
+// comparing with runs of it: the attention core of every block again in its
+// backward (selective), or every block's whole forward (blocks; the
+// embedding and the head keep their activations). The planner's own choice
+// (Recompute, CostModel::set_recompute) is another matter: leave this none
+// for profiles the planner is to choose with.
+enum class AnalyticRecompute : std::uint8_t { none, selective, blocks };
 
 struct AnalyticOptions {
   // Split the embedding and the head among a tensor-parallel stage's GPUs
   // (Megatron's vocabulary-parallel layers), instead of replicating them
   // as oobleck-run does.
   bool vocabulary_parallel = false;
+  // Sequence parallelism with tensor parallelism: a block's LayerNorms and
+  // dropouts divide among the GPUs too; each all-reduce becomes a
+  // reduce-scatter and an all-gather of the same volume, and the backward
+  // gathers its inputs again (one all-reduce more).
+  bool sequence_parallel = false;
+  AnalyticRecompute recompute = AnalyticRecompute::none;
 };
 
 // Roofline time, compute and memory serialised, plus the fixed overhead:
