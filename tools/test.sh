@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test (CTest prints the summary), the sanitizer build's tests, the
+# Runs every test (CTest prints the summary), the validation report, the sanitizer build's tests, the
 # fuzz targets briefly, then the benchmarks in a short mode against the
 # previous commit's (tools/bench-compare.sh: fails on a slowdown). Expects
 # tools/setup.sh to have built build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+echo "== the iteration model against published measurements (oobleck-sim validate; fails beyond tests/validation/suite.json's bounds)"
+build/bin/oobleck-sim validate
 echo "== sanitizers: the planner, the simulator, the recovery rule and their tests under AddressSanitizer and UBSan"
 tools/sanitize.sh
 echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each, two at a time; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
