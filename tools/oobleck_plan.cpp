@@ -263,13 +263,17 @@ int run_templates(const TemplatesFlags& f) {
 // ------------------------------------------------------------ instantiate
 
 struct InstantiateFlags {
-  std::string profile_path, json_out, hostfile, recompute = "none";
-  int nodes = 0, fault_tolerance = -1, global_microbatches = 0, microbatches = 0;
+  std::vector<std::string> profile_paths;
+  std::string json_out, hostfile, recompute = "none";
+  int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
 };
 
 CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   auto* cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
-  cmd->add_option("--profile", f.profile_path, "Profile JSON or Oobleck profile folder")->required();
+  cmd->add_option("--profile", f.profile_paths,
+                  "Profile JSON or Oobleck profile folder; several (one model at different microbatch sizes, "
+                  "with --global-batch): the microbatch size is chosen too")
+      ->required();
   auto* nodes_opt = cmd->add_option("--nodes", f.nodes, "Node count (names node0..node{N-1})")
                         ->check(CLI::Range(1, static_cast<int>(kMaxNodes)));
   auto* hostfile_opt = cmd->add_option("--hostfile", f.hostfile, "MPI-style hostfile: 'host slots=G' lines");
@@ -277,9 +281,14 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   cmd->add_option("--fault-tolerance", f.fault_tolerance, "f: node failures to survive (f+1 pipelines)")
       ->required()
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--global-microbatches", f.global_microbatches, "B: microbatches per iteration")
-      ->required()
-      ->check(CLI::Range(1, 1000000));
+  auto* microbatches_opt =
+      cmd->add_option("--global-microbatches", f.global_microbatches, "B: microbatches per iteration")
+          ->check(CLI::Range(1, 1000000));
+  auto* batch_opt = cmd->add_option("--global-batch", f.global_batch,
+                                    "Samples per iteration, instead of B: each profile's microbatch size that "
+                                    "divides it is planned, the fastest plan wins")
+                        ->check(CLI::Range(1, 1 << 30));
+  microbatches_opt->excludes(batch_opt);
   cmd->add_option("--microbatches", f.microbatches,
                   "M the templates are optimised for (default: the microbatches the plan's pipelines run, "
                   "found by re-planning from ceil(B / (f+1)))")
@@ -289,8 +298,41 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   return cmd;
 }
 
+// The sizes tried, each with its batch in microbatches and its plan's
+// iteration or why it has none.
+void print_sizes(const SizedClusterPlan& result) {
+  std::printf("\nMicrobatch sizes (the same samples per iteration)\n");
+  std::printf("  size  microbatches  iteration ms\n");
+  for (std::size_t i = 0; i < result.choices.size(); ++i) {
+    const auto& c = result.choices[i];
+    if (c.planned) {
+      std::printf("%6d  %12d  %12.1f%s\n", c.microbatch_size, c.global_microbatches, c.iteration_ms,
+                  i == result.chosen ? "  chosen" : "");
+    } else {
+      std::printf("%6d  %12s  no plan: %s\n", c.microbatch_size,
+                  c.global_microbatches > 0 ? std::to_string(c.global_microbatches).c_str() : "-", c.problem.c_str());
+    }
+  }
+}
+
 int run_instantiate(const InstantiateFlags& f) {
-  const Profile profile = load_reported_profile(f.profile_path);
+  if ((f.global_microbatches > 0) == (f.global_batch > 0)) {
+    std::cerr << "oobleck-plan instantiate: give --global-microbatches B or --global-batch SAMPLES\n";
+    return kExitBadInput;
+  }
+  if (f.profile_paths.size() > 1 && f.global_batch == 0) {
+    std::cerr << "oobleck-plan instantiate: several --profile choose the microbatch size: give the batch as "
+                 "--global-batch SAMPLES\n";
+    return kExitBadInput;
+  }
+  if (f.global_batch > 0 && f.microbatches > 0) {
+    std::cerr << "oobleck-plan instantiate: --microbatches fixes M for one microbatch size; leave it out with "
+                 "--global-batch\n";
+    return kExitBadInput;
+  }
+  std::vector<Profile> profiles;
+  for (const auto& path : f.profile_paths) profiles.push_back(load_reported_profile(path));
+  const Profile& profile = profiles.front();
   std::vector<std::string> names;
   if (!f.hostfile.empty()) {
     names = parse_hostfile(read_text_file(f.hostfile), f.hostfile, profile.hardware.gpus_per_node);
@@ -306,11 +348,28 @@ int run_instantiate(const InstantiateFlags& f) {
     return kExitBadInput;
   }
   const auto start = Clock::now();
+  const auto report_time = [&] {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
+  };
+  if (f.global_batch > 0) {
+    std::vector<const Profile*> given;
+    for (const auto& p : profiles) given.push_back(&p);
+    const SizedClusterPlan sized = plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch,
+                                                           throttled_progress(), recompute_policy(f.recompute));
+    report_time();
+    const Profile& chosen = profiles[sized.chosen];
+    if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
+    print_profile_header(chosen);
+    print_templates(sized.cluster.templates, template_sizes_used(sized.cluster.plan));
+    print_plan(sized.cluster.plan);
+    print_sizes(sized);
+    return 0;
+  }
   const ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
                    recompute_policy(f.recompute));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
+  report_time();
   if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
   print_profile_header(profile);
   print_templates(result.templates, template_sizes_used(result.plan));

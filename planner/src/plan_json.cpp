@@ -211,6 +211,25 @@ std::string plan_to_json(const Plan& plan, const TemplateSet& templates, const P
   return plan_object(plan, templates, profile).dump(2) + "\n";
 }
 
+std::string sized_plan_to_json(const SizedClusterPlan& result, const Profile& chosen_profile) {
+  json out = plan_object(result.cluster.plan, result.cluster.templates, chosen_profile);
+  json sizes = json::array();
+  for (std::size_t i = 0; i < result.choices.size(); ++i) {
+    const auto& c = result.choices[i];
+    json entry = {{"microbatch_size", c.microbatch_size}, {"chosen", i == result.chosen}};
+    if (c.global_microbatches > 0) entry["global_microbatches"] = c.global_microbatches;
+    if (c.planned) {
+      entry["iteration_ms"] = c.iteration_ms;
+    } else {
+      entry["problem"] = c.problem;
+    }
+    sizes.push_back(std::move(entry));
+  }
+  out["microbatch_size"] = chosen_profile.microbatch_size;
+  out["microbatch_sizes"] = std::move(sizes);
+  return out.dump(2) + "\n";
+}
+
 std::string reconfiguration_to_json(const Reconfiguration& result, const TemplateSet& templates,
                                     const Profile& profile) {
   json out = plan_object(result.plan, templates, profile);

@@ -282,3 +282,56 @@ TEST_CASE("cli: --recompute: templates where memory allows none without it, kept
   CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", profile),
                        doctest::Contains("recompute: expected none, auto or full"), InputError);
 }
+
+TEST_CASE("cli: instantiate over several microbatch sizes with --global-batch") {
+  Scratch s(kBinary);
+  for (const int size : {1, 2, 4}) {
+    Profile p = test::uniform_profile(8, 1, 1.0 + size, 2.0 + 2 * size, 1 << 20, Bytes{size} << 20, Bytes{1} << 30);
+    p.microbatch_size = size;
+    s.write("mb" + std::to_string(size) + ".json", profile_to_json(p));
+  }
+  const std::string profiles = "--profile " + s.str("mb1.json") + " --profile " + s.str("mb2.json") + " " + s.str("mb4.json");
+  const Run r = s.run("instantiate " + profiles + " --nodes 4 --fault-tolerance 1 --global-batch 32 --json " +
+                      s.str("plan.json"));
+  REQUIRE(r.status == 0);
+  const auto plan = read_json(s.path("plan.json"));
+  REQUIRE(plan["microbatch_sizes"].size() == 3);
+  int chosen = 0;
+  double best = 1e300;
+  for (const auto& c : plan["microbatch_sizes"]) {
+    CHECK(c["global_microbatches"] == 32 / c["microbatch_size"].get<int>());
+    best = std::min(best, c["iteration_ms"].get<double>());
+    if (c["chosen"] == true) {
+      ++chosen;
+      CHECK(c["microbatch_size"] == plan["microbatch_size"]);
+      CHECK(c["iteration_ms"].get<double>() == doctest::Approx(plan["iteration_ms"].get<double>()));
+      CHECK(plan["global_microbatches"] == c["global_microbatches"]);
+    }
+  }
+  CHECK(chosen == 1);
+  CHECK(plan["iteration_ms"].get<double>() == doctest::Approx(best));
+  // The plan is the chosen profile's: it reads back against it.
+  const Profile chosen_profile =
+      load_profile(s.path("mb" + std::to_string(plan["microbatch_size"].get<int>()) + ".json"));
+  CHECK(parse_plan(s.read("plan.json"), "plan.json", chosen_profile).pipelines.size() == plan["pipelines"].size());
+  const Run human = s.run("instantiate " + profiles + " --nodes 4 --fault-tolerance 1 --global-batch 32");
+  CHECK(human.out.find("Microbatch sizes") != std::string::npos);
+  CHECK(human.out.find("chosen") != std::string::npos);
+
+  // Refusals: both batches, neither, several profiles without samples, M with samples, no size dividing.
+  CHECK(s.run("instantiate " + profiles + " --nodes 4 --fault-tolerance 1 --global-batch 32 --global-microbatches 8")
+            .status == 2);
+  const Run neither = s.run("instantiate --profile " + s.str("mb1.json") + " --nodes 4 --fault-tolerance 1");
+  CHECK(neither.status == 2);
+  CHECK(neither.err.find("--global-microbatches B or --global-batch SAMPLES") != std::string::npos);
+  const Run several = s.run("instantiate " + profiles + " --nodes 4 --fault-tolerance 1 --global-microbatches 8");
+  CHECK(several.status == 2);
+  CHECK(several.err.find("--global-batch") != std::string::npos);
+  CHECK(s.run("instantiate " + profiles + " --nodes 4 --fault-tolerance 1 --global-batch 32 --microbatches 4").status ==
+        2);
+  const Run odd = s.run("instantiate --profile " + s.str("mb2.json") + " " + s.str("mb4.json") +
+                        " --nodes 4 --fault-tolerance 1 --global-batch 3 --json " + s.str("odd.json"));
+  CHECK(odd.status == 2);
+  CHECK(odd.err.find("no microbatch size given divides it") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("odd.json")));
+}

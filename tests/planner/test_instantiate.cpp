@@ -174,3 +174,70 @@ TEST_CASE("plan_cluster: a default M too large for memory does not hide the plan
   CHECK(kept.plan.spare_nodes.empty());
   CHECK_THROWS_AS((void)plan_cluster(rounds, names(7), 1, 4, 3), NoPlanError);  // that M, asked for, has no plan
 }
+
+TEST_CASE("microbatch size: the fastest of every size's own plan, exactly that plan; sizes that cannot plan are said") {
+  // One model at sizes 1, 2, 4 and 8: per microbatch, a fixed cost per layer
+  // plus one per sample (bigger microbatches use the device better), and
+  // activations in proportion to the size. Size 8 does not fit the memory.
+  std::vector<Profile> sized;
+  for (const int size : {1, 2, 4, 8}) {
+    Profile p = test::uniform_profile(12, 1, 0.5 + 1.0 * size, 1.0 + 2.0 * size, 1 << 20,
+                                      size == 8 ? Bytes{1} << 30 : Bytes{size} << 22, Bytes{1} << 30);
+    p.origin = "mb" + std::to_string(size) + ".json";
+    p.microbatch_size = size;
+    sized.push_back(std::move(p));
+  }
+  std::vector<const Profile*> profiles;
+  for (const auto& p : sized) profiles.push_back(&p);
+  const auto nodes = numbered_nodes(8);
+  for (const int samples : {16, 64, 256}) {
+    CAPTURE(samples);
+    const SizedClusterPlan result = plan_cluster_over_sizes(profiles, nodes, 1, samples);
+    REQUIRE(result.choices.size() == 4);
+    // The oracle: each size planned on its own.
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t best_index = 0;
+    for (std::size_t i = 0; i < sized.size(); ++i) {
+      const MicrobatchSizeChoice& c = result.choices[i];
+      CHECK(c.microbatch_size == sized[i].microbatch_size);
+      CHECK(c.global_microbatches == samples / sized[i].microbatch_size);
+      try {
+        const ClusterPlan alone = plan_cluster(sized[i], nodes, 1, samples / sized[i].microbatch_size);
+        CHECK(c.planned);
+        CHECK(c.iteration_ms == alone.plan.iteration_ms);
+        if (alone.plan.iteration_ms < best) {
+          best = alone.plan.iteration_ms;
+          best_index = i;
+        }
+      } catch (const NoPlanError&) {
+        CHECK_FALSE(c.planned);
+        CHECK_FALSE(c.problem.empty());
+      }
+    }
+    CHECK(result.chosen == best_index);
+    CHECK(result.cluster.plan.iteration_ms == best);
+    const ClusterPlan alone =
+        plan_cluster(sized[best_index], nodes, 1, samples / sized[best_index].microbatch_size);
+    CHECK(result.cluster.plan.pipelines.size() == alone.plan.pipelines.size());
+    CHECK(result.cluster.plan.global_microbatches == samples / sized[best_index].microbatch_size);
+  }
+  // Size 8 cannot plan: its activations do not fit.
+  CHECK_FALSE(plan_cluster_over_sizes(profiles, nodes, 1, 64).choices[3].planned);
+
+  // A size that does not divide the batch is skipped, and said so.
+  const SizedClusterPlan odd = plan_cluster_over_sizes(profiles, nodes, 1, 6);
+  CHECK(odd.choices[2].global_microbatches == 0);
+  CHECK(odd.choices[2].problem == "does not divide the batch of 6");
+  CHECK(odd.choices[odd.chosen].microbatch_size <= 2);
+
+  // Bad input.
+  Profile other = sized[1];
+  other.model_name = "another";
+  CHECK_THROWS_WITH_AS((void)plan_cluster_over_sizes({&sized[0], &other}, nodes, 1, 16),
+                       doctest::Contains("mb2.json: the model (another) differs from mb1.json's"), InputError);
+  CHECK_THROWS_WITH_AS((void)plan_cluster_over_sizes({&sized[0], &sized[0]}, nodes, 1, 16),
+                       doctest::Contains("microbatch size 1 given twice"), InputError);
+  CHECK_THROWS_WITH_AS((void)plan_cluster_over_sizes({&sized[2], &sized[3]}, nodes, 1, 6),
+                       "global batch of 6 samples: no microbatch size given divides it", InputError);
+  CHECK_THROWS_AS((void)plan_cluster_over_sizes({&sized[3]}, nodes, 1, 64), NoPlanError);
+}

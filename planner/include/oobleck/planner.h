@@ -347,6 +347,31 @@ struct ClusterPlan {
                                        const Progress& progress = {},
                                        RecomputePolicy recompute = RecomputePolicy::none);
 
+// The microbatch size as a planning choice. `profiles` are one model on one
+// kind of node profiled at different microbatch sizes (checked: the same
+// model, layer names, GPUs per node; sizes all different); the global batch
+// is `global_batch_samples` sequences. Every size that divides it is
+// planned with plan_cluster (B = samples / size, M searched as there); the
+// plan with the shortest iteration wins, the first given on a tie. Throws
+// NoPlanError when no size gives a plan (naming each size's reason), and
+// InputError when no size divides the batch.
+struct MicrobatchSizeChoice {
+  int microbatch_size = 0;
+  int global_microbatches = 0;  // 0: the size does not divide the batch
+  bool planned = false;
+  Milliseconds iteration_ms = 0;
+  std::string problem;  // why there is no plan, when none
+};
+struct SizedClusterPlan {
+  std::size_t chosen = 0;  // index into the profiles
+  ClusterPlan cluster;
+  std::vector<MicrobatchSizeChoice> choices;  // one per profile, in their order
+};
+[[nodiscard]] SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& profiles,
+                                                       const std::vector<std::string>& nodes, int fault_tolerance,
+                                                       int global_batch_samples, const Progress& progress = {},
+                                                       RecomputePolicy recompute = RecomputePolicy::none);
+
 struct Transfer {
   int layer = 0;
   std::string from_node;
@@ -401,6 +426,10 @@ struct ReconfigureOptions {
 [[nodiscard]] std::string templates_to_json(const TemplateSet& templates, const Profile& profile);
 [[nodiscard]] std::string plan_to_json(const Plan& plan, const TemplateSet& templates,
                                        const Profile& profile);
+// plan_to_json of the chosen size's plan, with "microbatch_size" and
+// "microbatch_sizes": [{microbatch_size, chosen, global_microbatches (when
+// the size divides the batch), iteration_ms or problem}].
+[[nodiscard]] std::string sized_plan_to_json(const SizedClusterPlan& result, const Profile& chosen_profile);
 [[nodiscard]] std::string reconfiguration_to_json(const Reconfiguration& result,
                                                   const TemplateSet& templates,
                                                   const Profile& profile);
