@@ -264,7 +264,7 @@ int run_templates(const TemplatesFlags& f) {
 
 struct InstantiateFlags {
   std::vector<std::string> profile_paths;
-  std::string json_out, hostfile, recompute = "none";
+  std::string json_out, hostfile, recompute = "none", gradient_sync = "per-layer";
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
 };
 
@@ -295,6 +295,10 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--json", f.json_out, "Write the plan as JSON here ('-' for stdout)");
   add_recompute_option(cmd, f.recompute);
+  cmd->add_option("--gradient-sync", f.gradient_sync,
+                  "When gradients are all-reduced across pipelines: per-layer (as the backward goes, overlapping "
+                  "it) or after-backward (once it ends, as oobleck-run does)")
+      ->check(CLI::IsMember({"per-layer", "after-backward"}));
   return cmd;
 }
 
@@ -355,8 +359,9 @@ int run_instantiate(const InstantiateFlags& f) {
   if (f.global_batch > 0) {
     std::vector<const Profile*> given;
     for (const auto& p : profiles) given.push_back(&p);
-    const SizedClusterPlan sized = plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch,
-                                                           throttled_progress(), recompute_policy(f.recompute));
+    const SizedClusterPlan sized =
+        plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
+                                recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync));
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -368,7 +373,7 @@ int run_instantiate(const InstantiateFlags& f) {
   }
   const ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
-                   recompute_policy(f.recompute));
+                   recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync));
   report_time();
   if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
   print_profile_header(profile);
@@ -408,6 +413,7 @@ int run_reconfigure(const ReconfigureFlags& f) {
   const auto added_nodes = split_list(f.added);
   CostModel cost(profile, current.template_microbatches);
   cost.set_recompute(current.recompute);  // as the plan's templates could choose
+  cost.set_gradient_sync(current.gradient_sync);
   const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
   ReconfigureOptions options;
   options.replan_all = f.replan_all;

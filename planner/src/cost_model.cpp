@@ -94,6 +94,17 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   }
 }
 
+std::string_view gradient_sync_name(GradientSync sync) {
+  return sync == GradientSync::after_backward ? "after-backward" : "per-layer";
+}
+
+std::optional<GradientSync> gradient_sync_named(std::string_view name) {
+  for (const auto s : {GradientSync::per_layer, GradientSync::after_backward}) {
+    if (gradient_sync_name(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 std::string_view recompute_name(Recompute recompute) { return recompute == Recompute::full ? "full" : "none"; }
 
 std::string_view recompute_policy_name(RecomputePolicy policy) {
@@ -322,9 +333,10 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
     const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-    Milliseconds ready = stage_end - backward, finish = -std::numeric_limits<double>::infinity();
+    const bool at_end = gradient_sync_ == GradientSync::after_backward;
+    Milliseconds ready = at_end ? stage_end : stage_end - backward, finish = -std::numeric_limits<double>::infinity();
     for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
-      ready += layer_backward_ms(l, st.gpus, st.recompute);
+      if (!at_end) ready += layer_backward_ms(l, st.gpus, st.recompute);
       const double shard = static_cast<double>(profile_->layers[l].param_bytes) / st.gpus;
       finish = std::max(finish, ready) + allreduce_ms(shard, ranks, bytes_per_s);
     }

@@ -43,7 +43,7 @@ void check_alike(const std::vector<const Profile*>& profiles) {
 SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& profiles,
                                          const std::vector<std::string>& nodes, int fault_tolerance,
                                          int global_batch_samples, const Progress& progress,
-                                         RecomputePolicy recompute) {
+                                         RecomputePolicy recompute, GradientSync gradient_sync) {
   check_alike(profiles);
   if (global_batch_samples < 1) {
     throw InputError("global batch: expected at least 1 sample, got " + std::to_string(global_batch_samples));
@@ -64,7 +64,8 @@ SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& prof
     if (progress) progress("microbatch size " + std::to_string(profile.microbatch_size));
     try {
       ClusterPlan cluster =
-          plan_cluster(profile, nodes, fault_tolerance, choice.global_microbatches, 0, progress, recompute);
+          plan_cluster(profile, nodes, fault_tolerance, choice.global_microbatches, 0, progress, recompute,
+                       gradient_sync);
       choice.planned = true;
       choice.iteration_ms = cluster.plan.iteration_ms;
       if (!found || choice.iteration_ms < out.cluster.plan.iteration_ms) {

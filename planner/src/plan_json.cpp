@@ -84,6 +84,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
               {"spare_nodes", plan.spare_nodes},
               {"templates", templates_array(cost, templates)}};
   if (plan.recompute != RecomputePolicy::none) out["recompute"] = recompute_policy_name(plan.recompute);
+  if (plan.gradient_sync != GradientSync::per_layer) out["gradient_sync"] = gradient_sync_name(plan.gradient_sync);
   return out;
 }
 
@@ -258,6 +259,9 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   const auto policy = recompute_policy_named(json_input::optional_string(root, "recompute", where, "none"));
   if (!policy) throw (where / "recompute").error("expected none, auto or full");
   plan.recompute = *policy;
+  const auto sync = gradient_sync_named(json_input::optional_string(root, "gradient_sync", where, "per-layer"));
+  if (!sync) throw (where / "gradient_sync").error("expected per-layer or after-backward");
+  plan.gradient_sync = *sync;
   NodeNames names;
   const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");

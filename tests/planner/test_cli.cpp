@@ -335,3 +335,28 @@ TEST_CASE("cli: instantiate over several microbatch sizes with --global-batch") 
   CHECK(odd.err.find("no microbatch size given divides it") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path("odd.json")));
 }
+
+TEST_CASE("cli: --gradient-sync after-backward is priced, kept in the plan and through reconfigure") {
+  Scratch s(kBinary);
+  const std::string profile = (kSource / "profiles/gpt3-1.3b-a100.analytic.json").string();
+  const std::string args = "instantiate --profile " + profile + " --nodes 64 --fault-tolerance 1 --global-microbatches 512";
+  REQUIRE(s.run(args + " --json " + s.str("layer.json")).status == 0);
+  REQUIRE(s.run(args + " --gradient-sync after-backward --json " + s.str("after.json")).status == 0);
+  const auto layer = read_json(s.path("layer.json")), after = read_json(s.path("after.json"));
+  CHECK_FALSE(layer.contains("gradient_sync"));
+  CHECK(after["gradient_sync"] == "after-backward");
+  // Nothing of the all-reduces overlaps the backward: more is exposed.
+  CHECK(after["sync_ms"].get<double>() > layer["sync_ms"].get<double>());
+  const Profile loaded = load_profile(profile);
+  CHECK(parse_plan(s.read("after.json"), "after.json", loaded).gradient_sync == GradientSync::after_backward);
+  REQUIRE(s.run("reconfigure --profile " + profile + " --plan " + s.str("after.json") + " --lost node0 --json " +
+                s.str("next.json"))
+              .status == 0);
+  CHECK(read_json(s.path("next.json"))["gradient_sync"] == "after-backward");
+  CHECK(s.run(args + " --gradient-sync sometimes").status == 2);
+  auto edited = after;
+  edited["gradient_sync"] = "never";
+  s.write("edited.json", edited.dump());
+  CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", loaded),
+                       doctest::Contains("gradient_sync: expected per-layer or after-backward"), InputError);
+}

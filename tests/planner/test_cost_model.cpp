@@ -43,6 +43,27 @@ TEST_CASE("gradient synchronisation: ring all-reduce of layer 0 across the pipel
   CHECK(cost.gradient_sync_ms(4) == doctest::Approx(2.0 * 3 / 4 * bytes / 10e9 * 1000 + 2 * 3 * 0.01));
 }
 
+TEST_CASE("gradient synchronisation after the backward: every layer's all-reduce queued once the last backward ends") {
+  // Two stages of 3 layers; each layer's all-reduce among 4 replicas takes
+  // `one`. Per layer, the last stage's all-reduces overlap the first
+  // stage's backward; after the backward, each stage queues all of its own.
+  const Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 4000, 100, 1 << 20);
+  CostModel cost(profile, 2);
+  const std::vector<Stage> stages = {{0, 3, 1, 0}, {3, 6, 1, 1}};
+  const double one = cost.allreduce_ms(static_cast<double>(profile.layers[0].param_bytes), 4,
+                                       profile.hardware.inter_node_bytes_per_s);
+  const double per_layer = cost.sync_tail_ms(stages, 4);
+  cost.set_gradient_sync(GradientSync::after_backward);
+  CHECK(cost.gradient_sync() == GradientSync::after_backward);
+  // Stage 0 ends last (at the tail's zero): its three all-reduces follow it.
+  CHECK(cost.sync_tail_ms(stages, 4) == doctest::Approx(3 * one));
+  CHECK(cost.sync_tail_ms(stages, 4) >= per_layer);
+  CHECK(cost.sync_tail_ms(stages, 1) == 0);
+  CHECK(gradient_sync_named("after-backward") == GradientSync::after_backward);
+  CHECK(gradient_sync_name(GradientSync::per_layer) == "per-layer");
+  CHECK_FALSE(gradient_sync_named("sometimes"));
+}
+
 TEST_CASE("tensor parallelism: the all-reduce part of a pass, and compute the rest of it") {
   // Five layers of 3 + 6 ms, 1 MiB outputs, 4 GPUs per node (intra-node
   // 100 GB/s, latency 0.01 ms). Layers 0 and 4 are replicated at every degree

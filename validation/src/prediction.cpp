@@ -79,7 +79,7 @@ Milliseconds predict_ms(const MeasuredRun& run, const executor::HardwareDescript
   options.optimizer_bytes_per_s = hw.memory_bytes_per_s * hw.memory_efficiency;
   options.tied_embedding = true;
   options.gradient_norm = true;
-  options.gradient_sync = sim::GradientSync::after_backward;
+  options.gradient_sync = GradientSync::after_backward;
   options.interleave = v;
   if (microbatch_overhead_ms > 0) {
     options.extra_forward_ms.assign(plan.pipelines.size(), std::vector<Milliseconds>(p * v, microbatch_overhead_ms));

@@ -102,6 +102,15 @@ enum class RecomputePolicy : std::uint8_t { none, automatic, full };
 [[nodiscard]] std::string_view recompute_policy_name(RecomputePolicy policy);  // none, auto, full
 [[nodiscard]] std::optional<RecomputePolicy> recompute_policy_named(std::string_view name);
 
+// When a stage's gradients go to the all-reduce across pipelines: each
+// layer's as soon as the last backward has gone through it (overlapping the
+// rest of that backward, as PyTorch DDP does), or all of them once that
+// backward ends (what oobleck-run does: it sums the gradients after the
+// step's passes; also Megatron-DeepSpeed without overlap).
+enum class GradientSync : std::uint8_t { per_layer, after_backward };
+[[nodiscard]] std::string_view gradient_sync_name(GradientSync sync);  // per-layer, after-backward
+[[nodiscard]] std::optional<GradientSync> gradient_sync_named(std::string_view name);
+
 // A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
 // degree) of node `node` (0-based position within its pipeline).
 struct Stage {
@@ -130,6 +139,9 @@ class CostModel {
   void set_recompute(RecomputePolicy policy);
   [[nodiscard]] RecomputePolicy recompute_policy() const { return recompute_policy_; }
   [[nodiscard]] const std::vector<Recompute>& recompute_choices() const { return recompute_choices_; }
+  // When gradients are all-reduced (per layer by default): sync_tail_ms prices it.
+  void set_gradient_sync(GradientSync sync) { gradient_sync_ = sync; }
+  [[nodiscard]] GradientSync gradient_sync() const { return gradient_sync_; }
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
   // With recomputation, the layer's forward again, then its backward.
@@ -180,7 +192,8 @@ class CostModel {
   [[nodiscard]] Milliseconds gradient_sync_ms(int pipelines) const;
   // What of the gradient all-reduces among `ranks` replicas of a pipeline
   // with `stages` runs after its last backward pass ends (derivation in
-  // cost_model.cpp): the iteration of such pipelines takes T(M) plus this.
+  // cost_model.cpp), with the model's gradient_sync(): the iteration of such
+  // pipelines takes T(M) plus this.
   [[nodiscard]] Milliseconds sync_tail_ms(const std::vector<Stage>& stages, int ranks) const;
   // A lower bound on sync_tail_ms for any stages: layer 0's all-reduce, its
   // gradient the last one ready, sharded over a whole node's GPUs.
@@ -218,6 +231,7 @@ class CostModel {
   std::vector<std::vector<std::vector<Bytes>>> working_max_;
   RecomputePolicy recompute_policy_ = RecomputePolicy::none;
   std::vector<Recompute> recompute_choices_{Recompute::none};
+  GradientSync gradient_sync_ = GradientSync::per_layer;
   // The most activation bytes one GPU holds for one layer of [begin, end).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index) const;
   // Per degree index: prefix sums of the replicated layers' state and
@@ -286,6 +300,7 @@ struct Pipeline {
 
 struct Plan {
   RecomputePolicy recompute = RecomputePolicy::none;  // what its templates could choose
+  GradientSync gradient_sync = GradientSync::per_layer;  // what its iteration time assumes
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -345,7 +360,8 @@ struct ClusterPlan {
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {},
-                                       RecomputePolicy recompute = RecomputePolicy::none);
+                                       RecomputePolicy recompute = RecomputePolicy::none,
+                                       GradientSync gradient_sync = GradientSync::per_layer);
 
 // The microbatch size as a planning choice. `profiles` are one model on one
 // kind of node profiled at different microbatch sizes (checked: the same
@@ -370,7 +386,8 @@ struct SizedClusterPlan {
 [[nodiscard]] SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& profiles,
                                                        const std::vector<std::string>& nodes, int fault_tolerance,
                                                        int global_batch_samples, const Progress& progress = {},
-                                                       RecomputePolicy recompute = RecomputePolicy::none);
+                                                       RecomputePolicy recompute = RecomputePolicy::none,
+                                                       GradientSync gradient_sync = GradientSync::per_layer);
 
 struct Transfer {
   int layer = 0;

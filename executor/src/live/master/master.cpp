@@ -77,6 +77,7 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
       ledger_(samples_before(1)) {
   // Recoveries plan as the plan's templates could: recomputing where it chose to.
   cost_.set_recompute(in_.initial_plan.recompute);
+  cost_.set_gradient_sync(in_.initial_plan.gradient_sync);
   if (in_.resume && !kept_) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});
   samples_ = samples_before(controller_.committed_step() + 1);
   store_ = serve_store(in_.master_addr, token_,

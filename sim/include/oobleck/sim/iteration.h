@@ -14,13 +14,6 @@
 
 namespace oobleck::sim {
 
-// When a stage's gradients go to the all-reduce: each layer's as soon as the
-// last backward has gone through it (overlapping the rest of that backward,
-// as oobleck-run and PyTorch DDP do), or all of them once that backward
-// ends (a framework without gradient buckets or overlap, such as
-// Megatron-DeepSpeed as vTrain ran it).
-enum class GradientSync : std::uint8_t { per_layer, after_backward };
-
 struct IterationOptions {
   // Device memory bandwidth the optimizer step streams the stage's state at
   // (it reads and writes every byte once); 0 leaves the step out.
@@ -50,6 +43,8 @@ struct IterationOptions {
   // trainer once all gradients are summed, before any optimizer step, as
   // oobleck-run does: one number, so its latency alone counts.
   bool gradient_norm = false;
+  // When gradients go to the all-reduce (planner.h): per layer, or all
+  // once the backward ends.
   GradientSync gradient_sync = GradientSync::per_layer;
   // Interleaved 1F1B (Narayanan et al. 2021): each pipeline's stages are
   // virtual stages, `interleave` to a device, stage j on device j mod
