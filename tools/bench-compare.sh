@@ -3,7 +3,7 @@
 # sim_benchmarks) between BASE, a git revision (default HEAD~1), and the
 # working tree.
 #
-#   tools/bench-compare.sh [--short] [--live] [--history FILE] [BASE]
+#   tools/bench-compare.sh [--short] [--live|--live-short] [--history FILE] [BASE]
 #
 # BASE is exported into build-bench/base/ (only changed files are replaced,
 # so ninja rebuilds only what changed) and built there without libtorch; the
@@ -28,9 +28,18 @@
 #       min time 0.01 s: for CI (tools/test.sh).
 #   default (long): every benchmark, 5 rounds x 4 repetitions, min time 0.2 s.
 #   --live (long mode only): also runs tools/bench-recovery.sh,
-#       bench-run-vs-sim.sh and bench-snapshots.sh in both trees (needs
-#       build/bin/oobleck-run, and builds BASE with libtorch: slow) and fails
-#       when a ratio they print moves by more than live_tolerance (30 %).
+#       bench-run-vs-sim.sh and bench-snapshots.sh in both trees, script by
+#       script (needs build/bin/oobleck-run; builds oobleck-run, -profile,
+#       -sim and -plan of both trees, BASE's with libtorch: slow when its
+#       sources changed), outputs in OUT/live-SIDE-SCRIPT/, their printout in
+#       OUT/live-SIDE.txt, and fails when a ratio they print moves by more
+#       than live_tolerance (30 %). A script that fails is reported; its
+#       ratios are then shown as gone or new.
+#   --live-short (or LIVE_SHORT=1 with --live): --live with shorter settings:
+#       REPEATS=1 for bench-recovery and STEPS=5 for bench-run-vs-sim, as
+#       tools/test.sh runs them, ROUNDS=3 STEPS=8 WARM=3 for bench-snapshots
+#       (tools/test.sh's single round of 4 steady steps moved its overheads
+#       by 30-50 % between two runs of the same code on a shared machine).
 #   --history FILE (long mode): appends the current tree's results (revision,
 #       date, per benchmark the median time and counters) as a JSON line;
 #       `tools/oobleck-tools bench-history FILE NAME OUT.svg` plots them.
@@ -48,6 +57,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 short="${SHORT:-0}"
 live=0
+live_short="${LIVE_SHORT:-0}"
 history=""
 base="HEAD~1"
 base_given=0
@@ -63,6 +73,7 @@ while (($#)); do
     --short) short=1 ;;
     --long) short=0 ;;
     --live) live=1 ;;
+    --live-short) live=1 live_short=1 ;;
     --history) [ $# -ge 2 ] || die "--history needs a file"; history="$2"; shift ;;
     --rounds) [ $# -ge 2 ] || die "--rounds needs a number"; rounds="$2"; shift ;;
     --repetitions) [ $# -ge 2 ] || die "--repetitions needs a number"; repetitions="$2"; shift ;;
@@ -81,6 +92,7 @@ while (($#)); do
   shift
 done
 [ "$short" = 1 ] || [ "$short" = 0 ] || die "SHORT must be 0 or 1, not $short"
+[ "$live_short" = 1 ] || [ "$live_short" = 0 ] || die "LIVE_SHORT must be 0 or 1, not $live_short"
 for number in "$rounds" "$repetitions"; do
   [ -z "$number" ] || [[ "$number" =~ ^[1-9][0-9]*$ ]] || die "--rounds and --repetitions take a positive whole number, not $number"
 done
@@ -234,28 +246,66 @@ run_rounds
 
 live_args=()
 if ((live)); then
+  # The programs the live scripts run (tools/cluster-setup.sh, oobleck-run).
+  live_targets=(oobleck-run oobleck-profile oobleck-sim oobleck-plan)
   if [ ! -x build/bin/oobleck-run ]; then
     echo "== bench-compare: --live skipped: build/bin/oobleck-run is not built (tools/setup.sh, with libtorch)"
   elif [ ! -d "$out/base" ]; then
     echo "== bench-compare: --live skipped: needs BASE built from a revision, not --base-bin"
   else
-    echo "== bench-compare: live benchmarks (minutes): building $base with libtorch"
-    if ! { cmake -S "$out/base" -B "$out/base/build" -DCMAKE_DISABLE_FIND_PACKAGE_Torch=OFF > "$out/build-base-live.log" 2>&1 &&
-           cmake --build "$out/base/build" -j "$(nproc)" >> "$out/build-base-live.log" 2>&1; }; then
+    live_started=$SECONDS
+    echo "== bench-compare: live benchmarks (minutes): building ${live_targets[*]} of $base with libtorch, and of build/"
+    # BASE's build was configured without libtorch; find_package(Torch) runs
+    # again with the switch off, as tools/setup.sh's plain configure does.
+    if ! cmake -S "$out/base" -B "$out/base/build" -DCMAKE_DISABLE_FIND_PACKAGE_Torch=OFF > "$out/build-base-live.log" 2>&1; then
+      tail -20 "$out/build-base-live.log" >&2
+      echo "bench-compare: BASE $base does not configure with libtorch (log: $out/build-base-live.log)" >&2
+      exit 2
+    fi
+    ninja -C "$out/base/build" -t query oobleck-run > /dev/null 2>&1 ||
+      die "cmake finds no libtorch for BASE $base (log: $out/build-base-live.log)"
+    if ! cmake --build "$out/base/build" -j "$(nproc)" --target "${live_targets[@]}" >> "$out/build-base-live.log" 2>&1; then
+      grep -m 20 -B2 -A8 "error\|FAILED" "$out/build-base-live.log" >&2 || tail -20 "$out/build-base-live.log" >&2
       echo "bench-compare: BASE $base does not build with libtorch (log: $out/build-base-live.log)" >&2
       exit 2
     fi
-    for side in base current; do
-      tree="$root"
-      [ "$side" = base ] && tree="$out/base"
-      : > "$out/live-$side.txt"
-      for script in bench-recovery.sh bench-run-vs-sim.sh bench-snapshots.sh; do
-        [ -x "$tree/tools/$script" ] || continue
-        echo "   $side: tools/$script"
-        (cd "$tree" && OUT_DIR="$out/live-$side-${script%.sh}" "tools/$script") >> "$out/live-$side.txt" 2>&1 ||
-          echo "   ($side: tools/$script failed; see $out/live-$side.txt)"
+    # The working tree's too, so that they are not older than its sources.
+    if ! cmake --build build -j "$(nproc)" --target "${live_targets[@]}" > "$out/build-current-live.log" 2>&1; then
+      grep -m 20 -B2 -A8 "error\|FAILED" "$out/build-current-live.log" >&2 || tail -20 "$out/build-current-live.log" >&2
+      echo "bench-compare: the working tree's live programs do not build (log: $out/build-current-live.log)" >&2
+      exit 2
+    fi
+    live_build_s=$((SECONDS - live_started))
+    : > "$out/live-base.txt"
+    : > "$out/live-current.txt"
+    # Script by script, the two trees one after the other (which goes first
+    # alternates), each in its own output folder under $out.
+    order=(base current)
+    for script in bench-recovery.sh bench-run-vs-sim.sh bench-snapshots.sh; do
+      settings=()
+      if [ "$live_short" = 1 ]; then
+        case "$script" in
+          bench-recovery.sh) settings=(REPEATS=1) ;;
+          bench-run-vs-sim.sh) settings=(STEPS=5) ;;
+          bench-snapshots.sh) settings=(ROUNDS=3 STEPS=8 WARM=3) ;;
+        esac
+      fi
+      for side in "${order[@]}"; do
+        tree="$root"
+        [ "$side" = base ] && tree="$out/base"
+        [ -x "$tree/tools/$script" ] || { echo "   $side: no tools/$script"; continue; }
+        script_started=$SECONDS
+        echo "== $side: tools/$script ${settings[*]}" >> "$out/live-$side.txt"
+        if (cd "$tree" && env "${settings[@]}" OUT_DIR="$out/live-$side-${script%.sh}" "tools/$script") \
+            >> "$out/live-$side.txt" 2>&1; then
+          echo "   $side: tools/$script ${settings[*]}: $((SECONDS - script_started)) s"
+        else
+          echo "   $side: tools/$script ${settings[*]} failed after $((SECONDS - script_started)) s (see $out/live-$side.txt)"
+        fi
       done
+      order=("${order[1]}" "${order[0]}")
     done
+    echo "   live: $live_build_s s building, $((SECONDS - live_started)) s in all"
     live_args=(--live-base "$out/live-base.txt" --live-current "$out/live-current.txt")
   fi
 fi
@@ -276,15 +326,17 @@ status=0
   "${history_args[@]}" || status=$?
 # A timing regression alone is confirmed by a second run of just those
 # benchmarks, twice the rounds: on a shared machine another process's load
-# can fall on one side's runs (counted work needs no confirmation).
-if [ "$status" = 1 ] && ((confirm)) && [ -s "$out/slower.txt" ] && [ ! -s "$out/grown.txt" ] && ((live == 0)); then
+# can fall on one side's runs (counted work needs no confirmation). The live
+# ratios, already measured, are judged again as they were.
+if [ "$status" = 1 ] && ((confirm)) && [ -s "$out/slower.txt" ] && [ ! -s "$out/grown.txt" ]; then
   filter="^($(sed 's/[][\\.*+?^$(){}|]/\\&/g' "$out/slower.txt" | paste -sd '|'))\$"
   rounds=$((2 * rounds))
   echo "== bench-compare: confirming what was slower, alone"
   run_rounds
   status=0
   "$python" tools/oobleck-tools bench-compare --base "${base_runs[@]}" --current "${current_runs[@]}" \
-    --compare-py "$compare_py" --out "$out" --thresholds "$thresholds" "${judge_args[@]}" || status=$?
+    --compare-py "$compare_py" --out "$out" --thresholds "$thresholds" "${judge_args[@]}" "${live_args[@]}" \
+    || status=$?
   ((status != 0)) || echo "bench-compare: the first run's slowdown was not confirmed: timing noise"
 fi
 echo "bench-compare: ${build_s} s building, $((SECONDS - started)) s in all"

@@ -127,6 +127,23 @@ def test_live_ratios_are_read_from_the_scripts_last_lines():
     assert ratios["snapshots every step, mirrored every 4th / without (mean)"] == pytest.approx(1.008)
 
 
+def test_live_ratios_from_bench_recovery_leave_its_table_out():
+    from oobleck_tools.bench_compare import live_ratios
+    text = """restart / recovery: 24.1x
+
+recovery by cause, side by side (ms; the median where n > 1):
+  cause                                  state from   n   detect  restore  next step  redone      back  restart/back
+  node loss within f                     replicas     3     30.1     25.0      223.0       0     223.0         40.0x
+  worker crash, restarted in place       own memory   3     23.8    739.0      997.9       0     997.9          6.4x
+  past f, from disk (a node and its mirror)  checkpoint   1     30.1        -      223.0       2     820.0         10.1x
+  whole-job restart from a checkpoint    checkpoint   1     30.1        -     9000.0       0    9000.0
+  next step: failure to the next completed step; redone: committed steps trained again after a rollback;
+worker crash / node loss, to the next completed step: 3.5x (880 against 250 ms)
+"""
+    ratios = live_ratios(text)
+    assert ratios == {"restart / recovery": 24.1, "worker crash / node loss, to the next completed step": 3.5}
+
+
 @needs_compare_py
 def test_a_live_ratio_moving_beyond_30_percent_fails(tmp_path):
     (tmp_path / "live-base.txt").write_text("restart / recovery: 10.0x\nmeasured / predicted: 1.00\n")
