@@ -85,6 +85,12 @@ install(FILES ${PROJECT_BINARY_DIR}/oobleckConfig.cmake ${PROJECT_BINARY_DIR}/oo
 set(CPACK_PACKAGE_NAME oobleck)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
+set(CPACK_PACKAGE_DESCRIPTION "oobleck plans pipeline templates ahead for every node count, runs at least
+f+1 heterogeneous pipeline replicas so that any f node failures are survived,
+and re-instantiates pipelines from the templates when nodes are lost or come
+back. This package holds oobleck-plan and oobleck-sim (oobleck-profile and
+oobleck-run where built with libtorch), the bundled profiles, and the static
+libraries, headers and CMake package for find_package(oobleck).")
 set(CPACK_PACKAGE_CONTACT "oobleck developers")
 set(CPACK_PACKAGE_INSTALL_DIRECTORY oobleck)
 set(CPACK_GENERATOR DEB)
