@@ -10,7 +10,9 @@
 #     cannot all be alike) and plays the plan in the simulator: at
 #     least f+1 pipelines, each covering every layer once and in order, every
 #     node and microbatch handed out, the same pipeline sizes as the installed
-#     oobleck-plan's, and an iteration that takes time.
+#     oobleck-plan's, and an iteration that takes time;
+#   - where this tree built the executor, its programs and headers are
+#     installed and the consumer links oobleck::executor as well.
 # Usage: install-consumer.sh BUILD [SCRATCH]
 #   BUILD: the configured and built tree; SCRATCH: where the prefix and the
 #   consumer's build go (default BUILD/install-consumer-test), remade each run.
@@ -38,6 +40,12 @@ for file in bin/oobleck-plan bin/oobleck-sim include/oobleck/planner.h include/o
             share/oobleck/profiles/gpt3-175b-a100.analytic.json; do
   [ -e "$prefix/$file" ] || fail "$file is not installed"
 done
+# The executor's programs and headers where this tree built them.
+if [ -x "$build/bin/oobleck-run" ]; then
+  for file in bin/oobleck-run bin/oobleck-profile include/oobleck/executor/gpt.h; do
+    [ -e "$prefix/$file" ] || fail "$file is not installed"
+  done
+fi
 config="$(find "$prefix" -name oobleckConfig.cmake)"
 [ -n "$config" ] || fail "no oobleckConfig.cmake under $prefix"
 [ -n "$(find "$prefix" -name oobleckConfigVersion.cmake)" ] || fail "no oobleckConfigVersion.cmake under $prefix"
@@ -57,6 +65,9 @@ echo "== tests/consumer: find_package(oobleck), build, run"
 "$cmake" -S "$root/tests/consumer" -B "$scratch/consumer" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix" > "$scratch/consumer-configure.txt" 2>&1 ||
   { cat "$scratch/consumer-configure.txt"; fail "the consumer does not configure"; exit 1; }
+if [ -x "$build/bin/oobleck-run" ] && ! grep -q "oobleck::executor found" "$scratch/consumer-configure.txt"; then
+  fail "the consumer found no oobleck::executor"
+fi
 "$cmake" --build "$scratch/consumer" > "$scratch/consumer-build.txt" 2>&1 ||
   { cat "$scratch/consumer-build.txt"; fail "the consumer does not build"; exit 1; }
 
@@ -90,6 +101,13 @@ awk -v f="$f" -v batch="$batch" -v nodes="$nodes" '
     if (handed != batch) { print "FAILED: " handed " microbatches handed out, not " batch; bad = 1 }
     exit bad
   }' "$scratch/consumer.txt" || failed=1
+
+# Linked with the executor (libtorch loaded), the same program plans alike.
+if [ -x "$scratch/consumer/plan_pipelines_with_executor" ]; then
+  "$scratch/consumer/plan_pipelines_with_executor" "$profile" "$nodes" "$f" "$batch" > "$scratch/consumer-executor.txt"
+  cmp -s "$scratch/consumer.txt" "$scratch/consumer-executor.txt" ||
+    fail "linked with oobleck::executor, the consumer printed something else (consumer-executor.txt)"
+fi
 
 # The library called from outside and the installed program agree.
 "$prefix/bin/oobleck-plan" instantiate --profile "$profile" --nodes "$nodes" --fault-tolerance "$f" \
