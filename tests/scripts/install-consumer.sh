@@ -16,8 +16,10 @@
 # Usage: install-consumer.sh BUILD [SCRATCH]
 #   BUILD: the configured and built tree; SCRATCH: where the prefix and the
 #   consumer's build go (default BUILD/install-consumer-test), remade each run.
-# CMAKE_COMMAND, CMAKE_GENERATOR, CXX and CMAKE_CXX_COMPILER_LAUNCHER, when
-# set, are what the consumer is configured with (CTest sets them to BUILD's).
+# CMAKE_COMMAND, CMAKE_GENERATOR, CXX, CMAKE_CXX_COMPILER_LAUNCHER,
+# CMAKE_PREFIX_PATH (where the prefix is searched first), CXXFLAGS and
+# LDFLAGS, when set, are what the consumer is configured with (CTest sets
+# them from BUILD's configuration).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 [ $# -ge 1 ] || { echo "usage: $0 BUILD [SCRATCH]" >&2; exit 2; }
