@@ -462,7 +462,7 @@ int run_import(const ImportFlags& f) {
 int main(int argc, char** argv) {
   CLI::App app{"oobleck-plan: pipeline templates, instantiation and reconfiguration for resilient training"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "oobleck-plan 0.1.0");
+  app.set_version_flag("--version", "oobleck-plan " OOBLECK_VERSION);
   TemplatesFlags templates_flags;
   InstantiateFlags instantiate_flags;
   ReconfigureFlags reconfigure_flags;

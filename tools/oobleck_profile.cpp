@@ -242,7 +242,7 @@ int run_compare(const CompareFlags& f) {
 int main(int argc, char** argv) {
   CLI::App app{"oobleck-profile: per-layer costs of a GPT, measured with libtorch or derived analytically"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "oobleck-profile 0.1.0");
+  app.set_version_flag("--version", "oobleck-profile " OOBLECK_VERSION);
   MeasureFlags measure_flags;
   AnalyticFlags analytic_flags;
   CompareFlags compare_flags;

@@ -411,7 +411,7 @@ int run_validate(const ValidateFlags& flags) {
 int main(int argc, char** argv) {
   CLI::App app{"oobleck-sim: simulate training iterations and replay failure traces with recovery policies"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "oobleck-sim 0.1.0");
+  app.set_version_flag("--version", "oobleck-sim " OOBLECK_VERSION);
   IterationFlags iteration_flags;
   ReplayFlags replay_flags;
   SweepFlags sweep_flags;
