@@ -17,6 +17,7 @@
 #include "oobleck/planner.h"
 #include "oobleck/sim/replay.h"
 #include "oobleck/sim/trace.h"
+#include "oobleck/validation.h"
 #include "live/master/checkpoint_manifest.h"
 #include "live/master/master_state.h"
 
@@ -89,6 +90,17 @@ void parse_hostfile_text(std::string_view input) {
 
 void parse_injections_text(std::string_view input) {
   expecting_input_error([&] { (void)executor::parse_injections(input, kOrigin); });
+}
+
+// A validation dataset: vTrain's CSV, or JSON when it starts as an object.
+void parse_validation_data(std::string_view input) {
+  expecting_input_error([&] {
+    const bool csv = input.empty() || input.front() != '{';
+    for (const auto& run : validation::parse_dataset(input, kOrigin, csv, "fuzz")) {
+      (void)validation::unsupported(run);
+      (void)validation::padded_vocab(run.model.vocab, run.tensor);
+    }
+  });
 }
 
 void parse_model_config_text(std::string_view input) {
@@ -171,6 +183,7 @@ constexpr std::array kTargets = {
     ParserTarget{"hardware", parse_hardware_file},
     ParserTarget{"checkpoint_manifest", parse_checkpoint_manifest_text},
     ParserTarget{"master_state", parse_master_state_text},
+    ParserTarget{"validation_data", parse_validation_data},
 };
 
 }  // namespace

@@ -174,6 +174,8 @@ TEST_CASE("validation: bad suites and datasets name the file, the line or the fi
           "global batch 15 is not a multiple of microbatch x data degree (8)");
   refused(suite, "d.csv", header + "2,16,x,1024,16,24,1024,1,1,2,300\n", "d.csv:2: micro batch: expected an integer");
   refused(suite, "d.csv", header, "d.csv: no runs");
+  refused(suite, "d.csv", header + "2,16000000,1,1024,16,24,1024,1,1,2,300\n",
+          "32000000 microbatch passes a pipeline (microbatches x stages x virtual stages); at most 10000000");
   refused(R"({"format": "oobleck.validation-suite.v1", "datasets": [{"name": "d", "file": "../d.csv",
     "bounds": {"mean_error": 0.1, "worst_error": 0.2}}]})",
           "d.csv", "", "datasets[0].file: expected a file name beside the suite");

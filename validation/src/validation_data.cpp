@@ -18,6 +18,7 @@ constexpr int kMostGpus = 1 << 20;
 constexpr int kMostWidth = 1 << 20;  // hidden, feed-forward, sequence
 constexpr int kMostLayers = 100000;
 constexpr int kMostRows = 100000;
+constexpr long long kMostPasses = 10'000'000;
 constexpr int kGpt2Vocab = 50257;  // Megatron's GPT default, before padding
 
 std::string trim(std::string_view s) {
@@ -42,18 +43,23 @@ void check_run(const MeasuredRun& r, const std::string& where) {
     fail(std::to_string(r.model.layers) + " blocks do not divide among " + std::to_string(r.pipeline) +
          " stages x " + std::to_string(r.interleave) + " virtual stages");
   }
+  // What playing it costs: every pass of every (virtual) stage.
+  const long long passes = static_cast<long long>(r.global_batch / (r.microbatch * r.data)) * r.pipeline * r.interleave;
+  if (passes > kMostPasses) {
+    fail(std::to_string(passes) + " microbatch passes a pipeline (microbatches x stages x virtual stages); at most " +
+         std::to_string(kMostPasses) + " are played");
+  }
   if (r.model.hidden % r.model.heads != 0) fail("hidden size not a multiple of the attention heads");
   if (r.model.heads % r.tensor != 0) fail("attention heads not a multiple of the tensor degree");
 }
 
-std::vector<MeasuredRun> load_vtrain_csv(const std::filesystem::path& path, const std::string& name) {
-  const std::string text = read_text_file(path);
-  std::istringstream in(text);
+std::vector<MeasuredRun> parse_vtrain_csv(std::string_view text, const std::string& origin, const std::string& name) {
+  std::istringstream in{std::string(text)};
   std::vector<MeasuredRun> runs;
   int line_number = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_number;
-    const std::string where = path.string() + ":" + std::to_string(line_number);
+    const std::string where = origin + ":" + std::to_string(line_number);
     const std::string content = trim(line);
     if (content.empty() || content.front() == '#') continue;
     std::vector<std::string> fields;
@@ -113,13 +119,14 @@ std::vector<MeasuredRun> load_vtrain_csv(const std::filesystem::path& path, cons
     check_run(r, where);
     runs.push_back(std::move(r));
   }
-  if (runs.empty()) throw InputError(path.string() + ": no runs");
+  if (runs.empty()) throw InputError(origin + ": no runs");
   return runs;
 }
 
-std::vector<MeasuredRun> load_validation_json(const std::filesystem::path& path, const std::string& name) {
-  const json root = parse(read_text_file(path), path.string());
-  const FieldPath top(path.string());
+std::vector<MeasuredRun> parse_validation_json(std::string_view text, const std::string& origin,
+                                               const std::string& name) {
+  const json root = parse(text, origin);
+  const FieldPath top(origin);
   require_format(root, "oobleck.validation.v1", top);
   const json& rows = require_array(root, "rows", top);
   if (rows.empty() || rows.size() > kMostRows) throw (top / "rows").error("expected 1 to 100000 runs");
@@ -173,6 +180,11 @@ std::vector<MeasuredRun> load_validation_json(const std::filesystem::path& path,
 
 }  // namespace
 
+std::vector<MeasuredRun> parse_dataset(std::string_view text, const std::string& origin, bool csv,
+                                       const std::string& name) {
+  return csv ? parse_vtrain_csv(text, origin, name) : parse_validation_json(text, origin, name);
+}
+
 int padded_vocab(int vocab, int tensor) {
   const int multiple = 128 * tensor;
   return (vocab + multiple - 1) / multiple * multiple;
@@ -210,8 +222,7 @@ Suite load_suite(const std::filesystem::path& path) {
     dataset.max_mean_error = require_number(bounds, "mean_error", at / "bounds", 0, 100);
     dataset.max_worst_error = require_number(bounds, "worst_error", at / "bounds", 0, 100);
     const std::filesystem::path file = path.parent_path() / dataset.file;
-    dataset.runs = file.extension() == ".csv" ? load_vtrain_csv(file, dataset.name)
-                                              : load_validation_json(file, dataset.name);
+    dataset.runs = parse_dataset(read_text_file(file), file.string(), file.extension() == ".csv", dataset.name);
     suite.datasets.push_back(std::move(dataset));
   }
   return suite;

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oobleck/common.h"
@@ -58,6 +59,10 @@ struct Suite {
   std::vector<Dataset> datasets;
 };
 [[nodiscard]] Suite load_suite(const std::filesystem::path& path);
+// The runs of one dataset's text (`csv`: vTrain's columns; otherwise
+// oobleck.validation.v1), `origin` naming it in messages.
+[[nodiscard]] std::vector<MeasuredRun> parse_dataset(std::string_view text, const std::string& origin, bool csv,
+                                                     const std::string& name);
 
 // Megatron's vocabulary padding: up to a multiple of 128 x the tensor degree.
 [[nodiscard]] int padded_vocab(int vocab, int tensor);
