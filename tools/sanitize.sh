@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the planner, the simulator, the recovery library, the validation and their tests
+# Builds the planner, the simulator, the recovery library and their tests
 # with AddressSanitizer and UndefinedBehaviorSanitizer (no libtorch) into
 # build-sanitize/, then runs those tests and replays the fuzz regression
 # inputs (tests/fuzz_regressions). Any memory error, leak or undefined
@@ -30,7 +30,7 @@ if ! command -v "$compiler" >/dev/null; then
   echo "sanitize: no compiler $compiler (SANITIZE_CXX)" >&2
   exit 1
 fi
-tests=(common_tests recovery_tests planner_tests sim_tests validation_tests fuzz_regression_tests)
+tests=(common_tests recovery_tests planner_tests sim_tests fuzz_regression_tests)
 started=$SECONDS
 
 echo "sanitize: configuring $build_dir with $compiler" >&2
