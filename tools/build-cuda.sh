@@ -5,7 +5,9 @@
 # no Debian packages: the header-only libraries come from .deps/, made by
 # tools/vendor-deps.sh on a Debian machine. Builds into build-cuda/ (or $1).
 #
-#   tools/build-cuda.sh [BUILD_DIR]     PYTHON=python3 OOBLECK_DEPS=.deps
+#   tools/build-cuda.sh [BUILD_DIR]     PYTHON=python3 OOBLECK_DEPS=.deps TARGETS="oobleck-run ..."
+#
+# TARGETS builds only those targets (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cuda}
@@ -45,5 +47,7 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps" \
   -DCUDAToolkit_ROOT="$cuda" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${gloo[@]}"
-cmake --build "$build" -j "$(nproc)"
+targets=()
+for target in ${TARGETS:-}; do targets+=(--target "$target"); done
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 echo "build-cuda: built $build/bin/oobleck-run" >&2

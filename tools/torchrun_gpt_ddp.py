@@ -93,9 +93,10 @@ def layer_generator(seed, index):
 
 
 class Block(nn.Module):
-    def __init__(self, hidden, heads, layers, generator):
+    def __init__(self, hidden, heads, layers, generator, attention="plain"):
         super().__init__()
         self.heads = heads
+        self.attention = attention  # plain, or sdpa: F.scaled_dot_product_attention (PyTorch 2)
         self.ln1 = nn.LayerNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
@@ -113,25 +114,30 @@ class Block(nn.Module):
         head_dim = hidden // self.heads
         qkv = self.qkv(self.ln1(x)).view(batch, length, 3, self.heads, head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
-        future = torch.ones(length, length, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-        attended = (torch.softmax(scores, -1) @ v).permute(0, 2, 1, 3).reshape(batch, length, hidden)
+        if self.attention == "sdpa":
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+            future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+            attended = torch.softmax(scores, -1) @ v
+        attended = attended.permute(0, 2, 1, 3).reshape(batch, length, hidden)
         h = x + self.proj(attended)
         return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
 
 
 class Gpt(nn.Module):
-    def __init__(self, layers, hidden, heads, vocab, seq_len, seed):
+    def __init__(self, layers, hidden, heads, vocab, seq_len, seed, attention="plain"):
         super().__init__()
         embedding = layer_generator(seed, 0)
         self.token = nn.Parameter(torch.randn(vocab, hidden, generator=embedding) * 0.02)
         self.position = nn.Parameter(torch.randn(seq_len, hidden, generator=embedding) * 0.01)
-        self.blocks = nn.ModuleList(Block(hidden, heads, layers, layer_generator(seed, i + 1)) for i in range(layers))
+        self.blocks = nn.ModuleList(Block(hidden, heads, layers, layer_generator(seed, i + 1), attention)
+                                    for i in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
 
     def forward(self, tokens):
-        positions = torch.arange(tokens.size(1))
+        positions = torch.arange(tokens.size(1), device=tokens.device)
         x = F.embedding(tokens, self.token) + F.embedding(positions, self.position).unsqueeze(0)
         for block in self.blocks:
             x = block(x)

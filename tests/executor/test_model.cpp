@@ -1,9 +1,16 @@
 #include "torch_doctest.h"
 
+#include <torch/cuda.h>
+#include <torch/version.h>
+
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "oobleck/executor/gpt.h"
 #include "model/layer_state.h"
+#include "model/train_common.h"
+#include "skip.h"
 #include "oobleck/executor/model_config.h"
 
 using namespace oobleck;
@@ -188,4 +195,93 @@ TEST_CASE("model: packed layer state reads back bit for bit, and a layer of anot
   HeldLayer other = initial_layer(options, 0);  // the embedding: other parameters
   CHECK_THROWS_WITH_AS(unpack_layer(other, bytes), doctest::Contains("does not fit"), std::runtime_error);
   CHECK_THROWS_AS(unpack_layer(restored, std::string_view(bytes).substr(0, bytes.size() - 4)), std::runtime_error);
+}
+
+TEST_CASE("model: a float32 gradient added into its float64 sum equals aten's promoted add, bit for bit") {
+  auto gen = at::detail::createCPUGenerator(11);
+  const auto grad = torch::randn({1000, 37}, gen) * 1e-3;
+  auto sum = torch::randn({1000, 37}, gen, torch::TensorOptions().dtype(torch::kFloat64));
+  auto expected = sum.clone();
+  expected.add_(grad);
+  add_widened(sum, grad);
+  CHECK(torch::equal(sum, expected));
+}
+
+TEST_CASE("model: the plain attention is the causal softmax(q k^T / sqrt(d)) v, position by position") {
+  auto gen = at::detail::createCPUGenerator(5);
+  const auto q = torch::randn({2, 3, 7, 8}, gen), k = torch::randn({2, 3, 7, 8}, gen), v = torch::randn({2, 3, 7, 8}, gen);
+  const auto out = causal_attention(q, k, v, AttentionKernel::plain);
+  using torch::indexing::Slice;
+  for (int t = 0; t < 7; ++t) {
+    // Position t attends to 0..t only: softmax over those scores.
+    const auto scores = torch::matmul(q.index({Slice(), Slice(), Slice(t, t + 1)}),
+                                      k.index({Slice(), Slice(), Slice(0, t + 1)}).transpose(-2, -1)) /
+                        std::sqrt(8.0);
+    const auto expected = torch::matmul(torch::softmax(scores, -1), v.index({Slice(), Slice(), Slice(0, t + 1)}));
+    CHECK(torch::allclose(out.index({Slice(), Slice(), Slice(t, t + 1)}), expected, 1e-5, 1e-6));
+  }
+  CHECK_FALSE(use_fused_kernels(torch::Device(torch::kCPU)));
+}
+
+// On a GPU with libtorch 2: the fused attention (flash or memory-efficient
+// kernels) and the plain one compute the same function within bf16's
+// rounding, forward and backward, at the shapes the models train at.
+TEST_CASE("model: fused and plain attention agree within bf16 tolerance on a GPU") {
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  if (!fused_attention_available()) OOBLECK_SKIP("libtorch " TORCH_VERSION " has no fused attention");
+  for (const auto& [heads, length, head_dim] : {std::tuple{4, 256, 64}, std::tuple{16, 1024, 128}, std::tuple{25, 512, 64}}) {
+    CAPTURE(heads);
+    CAPTURE(length);
+    const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+    torch::manual_seed(heads);
+    const auto make = [&] { return torch::randn({2, heads, length, head_dim}, options).requires_grad_(); };
+    auto q = make(), k = make(), v = make();
+    const auto fused = causal_attention(q, k, v, AttentionKernel::fused);
+    const auto grad_out = torch::randn_like(fused);
+    const auto fused_grads = torch::autograd::grad({fused}, {q, k, v}, {grad_out});
+    // The plain path in float32 is the reference both are held to.
+    auto q32 = q.detach().to(torch::kFloat32).requires_grad_(), k32 = k.detach().to(torch::kFloat32).requires_grad_(),
+         v32 = v.detach().to(torch::kFloat32).requires_grad_();
+    const auto plain = causal_attention(q32, k32, v32, AttentionKernel::plain);
+    const auto plain_grads = torch::autograd::grad({plain}, {q32, k32, v32}, {grad_out.to(torch::kFloat32)});
+    // bf16 keeps 8 bits of mantissa: 2^-8 relative, a few roundings deep.
+    const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+      const double scale = b.abs().max().item<double>();
+      return (a.to(torch::kFloat32) - b).abs().max().item<double>() <= 0.02 * scale;
+    };
+    CHECK(close(fused, plain));
+    for (int i = 0; i < 3; ++i) CHECK(close(fused_grads[static_cast<std::size_t>(i)], plain_grads[static_cast<std::size_t>(i)]));
+  }
+}
+
+// On a GPU with libtorch 2: the fused AdamW step makes the update
+// torch::optim::AdamW makes, to float32 rounding, over several steps.
+TEST_CASE("model: the fused AdamW step equals libtorch's AdamW on a GPU") {
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  if (!fused_attention_available()) OOBLECK_SKIP("libtorch " TORCH_VERSION " has no fused AdamW");
+  TrainOptions options;
+  options.model = tiny();
+  options.device = "cuda";
+  std::map<int, HeldLayer> fused, plain;
+  for (int l = 0; l < 3; ++l) {
+    fused.emplace(l, initial_layer(options, l));
+    plain.emplace(l, initial_layer(options, l));
+  }
+  for (int step = 0; step < 3; ++step) {
+    for (int l = 0; l < 3; ++l) {
+      auto a = fused.at(l).module->parameters(), b = plain.at(l).module->parameters();
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        torch::manual_seed(100 * step + 10 * l + static_cast<int>(i));
+        const auto grad = torch::randn_like(a[i]);
+        a[i].mutable_grad() = grad.clone();
+        b[i].mutable_grad() = grad.clone();
+      }
+    }
+    step_optimizers(fused, 0, 3);
+    for (auto& [l, layer] : plain) layer.optimizer->step();
+  }
+  for (int l = 0; l < 3; ++l) {
+    auto a = fused.at(l).module->parameters(), b = plain.at(l).module->parameters();
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::allclose(a[i], b[i], 1e-5, 1e-6));
+  }
 }

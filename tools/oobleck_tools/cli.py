@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "step-times": "step_times",
     "bench-compare": "bench_compare",
     "bench-history": "bench_history",
+    "train-efficiency": "train_efficiency",
 }
 
 

@@ -1,6 +1,11 @@
 #include "oobleck/executor/gpt.h"
 
+#include <torch/version.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
 
 namespace oobleck::executor {
 namespace {
@@ -101,14 +106,11 @@ class Block final : public GptLayer {
   torch::Tensor forward(const torch::Tensor& x) override {
     const auto B = x.size(0), S = x.size(1), H = x.size(2);
     const auto d = H / (heads_ * shard_.degree);
-    // Causal self-attention over this shard's heads: softmax(q k^T / sqrt(d)) v
-    // with future positions masked.
+    // Causal self-attention over this shard's heads.
     auto qkv = qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
-    auto q = qkv[0], k = qkv[1], v = qkv[2];
-    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-    const auto future = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
-    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-    auto attended = torch::matmul(torch::softmax(scores, -1), v).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
+    const auto kernel = use_fused_kernels(x.device()) ? AttentionKernel::fused : AttentionKernel::plain;
+    auto attended =
+        causal_attention(qkv[0], qkv[1], qkv[2], kernel).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
     auto h = x + row_parallel(proj_, attended);
     return h + row_parallel(out_, torch::gelu(fc_->forward(shared_input(ln2_->forward(h))), "tanh"));
   }
@@ -218,9 +220,40 @@ std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::
   return std::make_shared<Block>(config, index, seed, shard);
 }
 
+bool fused_attention_available() { return TORCH_VERSION_MAJOR >= 2; }
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               AttentionKernel kernel) {
+  if (kernel == AttentionKernel::fused) {
+#if TORCH_VERSION_MAJOR >= 2
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+    throw std::logic_error("fused attention needs libtorch 2 or later");
+#endif
+  }
+  const auto S = q.size(-2), d = q.size(-1);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+  const auto future = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+bool use_fused_kernels(const torch::Device& device) {
+  static const bool plain_asked = [] {
+    const char* value = std::getenv("OOBLECK_PLAIN_KERNELS");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return device.is_cuda() && fused_attention_available() && !plain_asked;
+}
+
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                                              targets.reshape({-1}));
+  const auto flat = logits.reshape({-1, logits.size(-1)});
+  if (flat.is_cuda() && (flat.scalar_type() == torch::kBFloat16 || flat.scalar_type() == torch::kHalf)) {
+    // The float32 log-probabilities straight from the bf16 logits, once:
+    // a float32 copy of the logits first would write and read them again.
+    return torch::nll_loss(at::_log_softmax(flat, -1, /*half_to_float=*/true), targets.reshape({-1}));
+  }
+  return torch::nn::functional::cross_entropy(flat.to(torch::kFloat32), targets.reshape({-1}));
 }
 
 Gpt::Gpt(const ModelConfig& config, std::uint64_t seed) : config_(config) {

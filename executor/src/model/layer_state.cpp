@@ -1,6 +1,10 @@
 #include "layer_state.h"
 
+#include <torch/version.h>
+
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -50,6 +54,51 @@ HeldLayer initial_layer(const TrainOptions& options, int index, TensorShard shar
   out.optimizer = std::make_unique<torch::optim::AdamW>(out.module->parameters(), adamw_options(options));
   out.shard = shard;
   return out;
+}
+
+void step_optimizers(std::map<int, HeldLayer>& layers, int begin, int end) {
+  const auto first = layers.find(begin);
+  if (first == layers.end() || begin >= end) return;
+  if (!use_fused_kernels(first->second.module->parameters().front().device())) {
+    for (int l = begin; l < end; ++l) layers.at(l).optimizer->step();
+    return;
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  torch::NoGradGuard no_grad;
+  // Parameters grouped by their step count (a layer copied in from another
+  // worker can be at another step) and their options.
+  struct Group {
+    std::vector<torch::Tensor> parameters, grads, exp_avgs, exp_avg_sqs;
+  };
+  using Key = std::tuple<std::int64_t, double, double, double, double, double>;
+  std::map<Key, Group> groups;
+  for (int l = begin; l < end; ++l) {
+    auto& optimizer = *layers.at(l).optimizer;
+    for (auto& group : optimizer.param_groups()) {
+      const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      if (o.amsgrad()) throw std::logic_error("the fused AdamW step has no AMSGrad");
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        auto* state = adamw_state(optimizer, p);
+        if (state == nullptr) state = &make_adamw_state(optimizer, p);
+        state->step(state->step() + 1);
+        auto& g = groups[Key{state->step(), o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(),
+                             o.eps()}];
+        g.parameters.push_back(p);
+        g.grads.push_back(p.grad());
+        g.exp_avgs.push_back(state->exp_avg());
+        g.exp_avg_sqs.push_back(state->exp_avg_sq());
+      }
+    }
+  }
+  for (auto& [key, g] : groups) {
+    const auto& [step, lr, beta1, beta2, weight_decay, eps] = key;
+    const auto step_tensor = torch::full({}, static_cast<double>(step), g.parameters.front().options().dtype(torch::kFloat32));
+    const std::vector<torch::Tensor> steps(g.parameters.size(), step_tensor);
+    at::_fused_adamw_(g.parameters, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2,
+                      weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{}, /*found_inf=*/{});
+  }
+#endif
 }
 
 void copy_layer_overlap(const HeldLayer& from, HeldLayer& to, const ModelConfig& model, int index) {

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,6 +25,13 @@ struct HeldLayer {
 // Shard `shard` of layer `index` as training starts: weights from (seed,
 // index), no optimizer state yet.
 [[nodiscard]] HeldLayer initial_layer(const TrainOptions& options, int index, TensorShard shard = {});
+
+// AdamW on layers [begin, end) of `layers`, each parameter that has a
+// gradient. On a CUDA device with libtorch 2 or later (use_fused_kernels),
+// one fused kernel (aten's _fused_adamw_) updates all of them at once, per
+// element the update torch::optim::AdamW makes, in place of a dozen kernels
+// per parameter; elsewhere each layer's own optimizer steps.
+void step_optimizers(std::map<int, HeldLayer>& layers, int begin, int end);
 
 // What two shards of layer `index` have in common, weights and optimizer
 // state (both moments and the step count), copied from `from` into `to`.

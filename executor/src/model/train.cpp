@@ -59,22 +59,32 @@ std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& 
   for (int step = 0; step < o.steps; ++step) {
     const auto start = Clock::now();
     zero_sums(slots);
-    double loss_sum = 0;
+    // The step's tokens go to the device first, and the losses come back
+    // once at the end: a GPU then never waits for the host between
+    // microbatches (a copy from pageable memory, or .item(), would wait).
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+    for (int m = 0; m < B; ++m) {
+      const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
+      batches.emplace_back(long_tensor(batch.inputs, mb, S, device), long_tensor(batch.targets, mb, S, device));
+    }
+    std::vector<torch::Tensor> losses;
     {
       const CudaAutocast autocast(o.bf16);
-      for (int m = 0; m < B; ++m) {
-        const Sequences batch = step_sequences(tokens, o.seed, step, m * mb, mb, S);
-        torch::Tensor x = long_tensor(batch.inputs, mb, S, device);
+      for (const auto& [inputs, targets] : batches) {
+        torch::Tensor x = inputs;
         for (auto& [l, layer] : model) x = layer.module->forward(x);
-        const auto loss = language_model_loss(x, long_tensor(batch.targets, mb, S, device)) / B;
+        const auto loss = language_model_loss(x, targets) / B;
         loss.backward();
         add_microbatch(slots);
-        loss_sum += loss.item<double>();
+        losses.push_back(loss.detach());
       }
     }
     write_gradients(slots, tied_sum(slots));
     clip_by_global_norm(slots, label_norms(slots, last_layer, [](int) { return true; }), o.clip_norm);
-    for (auto& [l, layer] : model) layer.optimizer->step();
+    step_optimizers(model, 0, layers);
+    const auto host_losses = torch::stack(losses).to(torch::kCPU, torch::kFloat64).contiguous();
+    double loss_sum = 0;
+    for (std::int64_t m = 0; m < B; ++m) loss_sum += host_losses.data_ptr<double>()[m];
     wait_for_device(o);
     out.push_back({step, loss_sum, static_cast<std::int64_t>(step + 1) * B * mb,
                    std::chrono::duration<double, std::milli>(Clock::now() - start).count()});

@@ -85,13 +85,31 @@ inline void zero_sums(std::vector<GradientSlot>& slots) {
   }
 }
 
+// sum += grad, a float32 gradient into a float64 sum. On the CPU, aten
+// would first copy the gradient to float64 (its CPU kernels do not widen as
+// they go); a loop widens element by element instead, the same sums bit for
+// bit (sum + double(g) is what the promoted add computes).
+inline void add_widened(torch::Tensor& sum, const torch::Tensor& grad) {
+  if (!sum.is_cpu() || !grad.is_cpu() || sum.scalar_type() != torch::kFloat64 ||
+      grad.scalar_type() != torch::kFloat32 || !sum.is_contiguous() || !grad.is_contiguous() ||
+      sum.numel() != grad.numel()) {
+    sum.add_(grad);
+    return;
+  }
+  double* out = sum.data_ptr<double>();
+  const float* in = grad.data_ptr<float>();
+  at::parallel_for(0, sum.numel(), 1 << 15, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) out[i] += static_cast<double>(in[i]);
+  });
+}
+
 // After a microbatch's backward pass: its gradients join the sums.
 inline void add_microbatch(std::vector<GradientSlot>& slots) {
   torch::NoGradGuard no_grad;
   for (auto& s : slots) {
     auto& grad = s.parameter.mutable_grad();
     if (!grad.defined()) continue;  // no part in this microbatch's loss
-    s.sum.add_(grad);               // widened element by element, no float64 copy
+    add_widened(s.sum, grad);
     grad = torch::Tensor();
   }
 }
@@ -121,12 +139,21 @@ inline void write_gradients(std::vector<GradientSlot>& slots, const torch::Tenso
 [[nodiscard]] inline std::vector<double> label_norms(const std::vector<GradientSlot>& slots, int last_layer,
                                                      const std::function<bool(int)>& counted) {
   std::vector<double> out(static_cast<std::size_t>(last_layer) + 2, 0.0);
+  std::vector<int> labels;
+  std::vector<torch::Tensor> squares;
   bool tied_done = false;
   for (const auto& s : slots) {
     if (!counted(s.label) || (s.label == kTied && tied_done)) continue;
     tied_done = tied_done || s.label == kTied;
-    out[static_cast<std::size_t>(s.label + 1)] += s.parameter.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    labels.push_back(s.label);
+    squares.push_back(s.parameter.grad().to(torch::kFloat64).pow(2).sum());
   }
+  if (squares.empty()) return out;
+  // One copy to the host for all of them: on a GPU each .item() would wait
+  // for the device. Added on the host in slot order, as before.
+  const auto host = torch::stack(squares).to(torch::kCPU).contiguous();
+  const double* values = host.data_ptr<double>();
+  for (std::size_t i = 0; i < labels.size(); ++i) out[static_cast<std::size_t>(labels[i] + 1)] += values[i];
   return out;
 }
 

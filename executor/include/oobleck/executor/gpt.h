@@ -77,7 +77,23 @@ class GptLayer : public torch::nn::Module {
 [[nodiscard]] std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed,
                                                    TensorShard shard = {});
 
-// Cross-entropy of logits (B, S, V) against targets (B, S).
+// Causal self-attention softmax(q k^T / sqrt(d)) v over (B, heads, S, d),
+// each position attending to itself and the positions before it. `plain`
+// materialises the scores (any libtorch, any device); `fused` is libtorch's
+// scaled_dot_product_attention (flash or memory-efficient kernels on a GPU,
+// libtorch 2 and later), the same function within rounding.
+enum class AttentionKernel { plain, fused };
+[[nodiscard]] bool fused_attention_available();
+[[nodiscard]] torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             AttentionKernel kernel);
+// Fused kernels (attention, the optimizer step) are used on a CUDA device
+// where libtorch has them, unless OOBLECK_PLAIN_KERNELS=1 asks for the plain
+// ones, to measure the difference. The CPU always runs the plain ones, so
+// CPU results do not depend on the libtorch version.
+[[nodiscard]] bool use_fused_kernels(const torch::Device& device);
+
+// Cross-entropy of logits (B, S, V) against targets (B, S). Low-precision
+// logits on a GPU go to float32 inside the log-softmax, not as a copy.
 [[nodiscard]] torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
 // The whole model in one process; the head uses the embedding's weight itself.

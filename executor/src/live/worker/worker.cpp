@@ -247,7 +247,7 @@ class LiveWorker {
   // its plan the one the master counts holdings by: other layers go.
   void apply_step() {
     taker_.wait();  // the snapshot of the step before reads what AdamW changes
-    for (int l = seat().layer_begin; l < seat().layer_end; ++l) held_.at(l).optimizer->step();
+    step_optimizers(held_, seat().layer_begin, seat().layer_end);
     applied_through_ = *pending_;
     pending_.reset();
     if (!established_) {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Everything profiles/<gpu>/train-efficiency.json and its README section
+# report, measured on this machine's CUDA GPU in one go, most important
+# first, each part given what is left of DEADLINE_S seconds:
+#   1. builds with tools/build-cuda.sh (unless BUILD_DIR already has the programs);
+#   2. the model's GPU tests: fused against plain attention, the fused AdamW step;
+#   3. tools/bench-train-efficiency.sh: GPT-3 1.3B (2048 tokens) and GPT-2 XL
+#      (1024 tokens), one process, bf16, against eager PyTorch (and GPT-3
+#      1.3B against torch.compile);
+#   4. oobleck on GPT-3 1.3B with OOBLECK_PLAIN_KERNELS=1, to show what the
+#      fused kernels bring;
+#   5. per-layer profiles (tools/measure-gpu.sh) for refitting the analytic model;
+#   6. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the simulator;
+#   7. GPT-2 XL under torch.compile (its compilation takes longest).
+# Logs and results land in OUT_DIR; each part's log is OUT_DIR/NN-part.log.
+#
+#   tools/measure-gpu-efficiency.sh [BUILD_DIR] [OUT_DIR]     DEADLINE_S=540 PEAK_TFLOPS=989
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-cuda}
+out=${2:-$build/gpu-efficiency}
+deadline=$((SECONDS + ${DEADLINE_S:-540}))
+peak=${PEAK_TFLOPS:-989}  # dense bf16 of an H100 or H200 (SXM)
+mkdir -p "$out"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+tag=gpu
+case $gpu in *H200*) tag=h200 ;; *H100*) tag=h100 ;; esac
+echo "measure-gpu-efficiency: $gpu ($tag), results in $out" >&2
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+
+# part NAME COMMAND...: runs it with what time is left, logs it, and notes
+# its status and duration in OUT_DIR/parts.txt.
+part() {
+  local name=$1
+  shift
+  local left=$((deadline - SECONDS))
+  if ((left < 20)); then
+    echo "$name: skipped (no time left)" | tee -a "$out/parts.txt" >&2
+    return 1
+  fi
+  local began=$SECONDS status=0
+  echo "== $name ($left s left)" >&2
+  timeout --kill-after=5 "$left" "$@" > "$out/$name.log" 2>&1 || status=$?
+  echo "$name: exit $status after $((SECONDS - began)) s" | tee -a "$out/parts.txt" >&2
+  tail -4 "$out/$name.log" >&2
+  return $status
+}
+
+if [ ! -x "$build/bin/oobleck-run" ] || [ ! -x "$build/bin/executor_tests" ]; then
+  TARGETS="oobleck-run oobleck-profile oobleck-plan oobleck-sim executor_tests" part 01-build tools/build-cuda.sh "$build" ||
+    exit 2
+fi
+part 02-tests "$build/bin/executor_tests" -tc="model:*,communicator: NCCL*"
+# torch.compile of GPT-2 XL's 48 blocks takes longest: it goes last.
+DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
+  part 03-efficiency-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt3-1.3b" gpt3-1.3b:2048:4:4
+DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak COMPILE=0 \
+  part 03-efficiency-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt2-xl" gpt2-xl:1024:8:4
+OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
+  part 04-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
+part 05-profiles tools/measure-gpu.sh "$build" "$out/profiles" "$tag" \
+  gpt3-1.3b:2048:4:bf16 gpt2-xl:1024:8:bf16 gpt2-medium:1024:4:bf16 gpt3-2.7b:2048:1:bf16
+STEPS=8 part 06-live-run tools/run-gpu.sh "$build" "$out/live-run"
+DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
+  part 07-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
+echo "measure-gpu-efficiency: done in $SECONDS s" >&2
