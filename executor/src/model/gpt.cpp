@@ -248,9 +248,10 @@ bool use_fused_kernels(const torch::Device& device) {
 
 torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   const auto flat = logits.reshape({-1, logits.size(-1)});
-  if (flat.is_cuda() && (flat.scalar_type() == torch::kBFloat16 || flat.scalar_type() == torch::kHalf)) {
-    // The float32 log-probabilities straight from the bf16 logits, once:
-    // a float32 copy of the logits first would write and read them again.
+  if (flat.is_cuda() && flat.scalar_type() == torch::kHalf) {
+    // The float32 log-probabilities straight from fp16 logits, once: a
+    // float32 copy of the logits first would write and read them again.
+    // (The CUDA kernel widens fp16 alone; bf16 logits take the copy.)
     return torch::nll_loss(at::_log_softmax(flat, -1, /*half_to_float=*/true), targets.reshape({-1}));
   }
   return torch::nn::functional::cross_entropy(flat.to(torch::kFloat32), targets.reshape({-1}));

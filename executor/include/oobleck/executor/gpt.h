@@ -92,8 +92,7 @@ enum class AttentionKernel { plain, fused };
 // CPU results do not depend on the libtorch version.
 [[nodiscard]] bool use_fused_kernels(const torch::Device& device);
 
-// Cross-entropy of logits (B, S, V) against targets (B, S). Low-precision
-// logits on a GPU go to float32 inside the log-softmax, not as a copy.
+// Cross-entropy of logits (B, S, V) against targets (B, S), in float32.
 [[nodiscard]] torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
 // The whole model in one process; the head uses the embedding's weight itself.
