@@ -59,7 +59,7 @@ DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak COMPILE=0 \
 OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
   part 04-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
 part 05-profiles tools/measure-gpu.sh "$build" "$out/profiles" "$tag" \
-  gpt3-1.3b:2048:4:bf16 gpt2-xl:1024:8:bf16 gpt2-medium:1024:4:bf16 gpt3-2.7b:2048:1:bf16
+  gpt3-1.3b:2048:4:bf16 gpt2-xl:1024:8:bf16
 STEPS=8 part 06-live-run tools/run-gpu.sh "$build" "$out/live-run"
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
   part 07-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
