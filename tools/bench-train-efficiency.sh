@@ -12,7 +12,9 @@
 #       DEVICE=cpu|cuda THREADS=1 ROUNDS=3 STEPS=4 WARMUP=1 PEAK_TFLOPS= COMPILE=auto PYTHON=python3
 #       REFERENCES=auto|none
 #
-# Default spec: gpt-mini:128:4:8 on the CPU. On CUDA the profile is bf16 and
+# Default spec: gpt-mini:128:4:8 on the CPU, where the reference runs as
+# PyTorch picks its BLAS kernels (eager) and, where oobleck picks others,
+# with oobleck's choice too (eager-blas). On CUDA the profile is bf16 and
 # the references are eager PyTorch with F.scaled_dot_product_attention and,
 # when COMPILE is not 0 and PyTorch has it, the same under torch.compile.
 # REFERENCES=none runs oobleck alone.
@@ -63,6 +65,21 @@ if ((${#references[@]})) && ! "$python" -c 'import torch' 2>/dev/null; then
   fi
   "$python" -c 'import torch' 2>/dev/null || die "$python: no PyTorch (on Debian: apt-get install python3-torch)"
 fi
+# On the CPU, oobleck's programs choose OpenBLAS's kernels by the CPU's
+# instruction sets where OpenBLAS falls back to its oldest ones
+# (executor/include/oobleck/executor/blas_kernels.h, the same rule); PyTorch
+# is then also run with that choice (eager-blas), beside its default.
+blas_core=
+if [ "$device" = cpu ] && ((${#references[@]})) && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+  has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+  if has avx512f avx512bw avx512dq avx512vl; then
+    blas_core=SkylakeX
+  elif has avx2 fma; then
+    blas_core=Haswell
+  fi
+  if [ -n "$blas_core" ]; then references+=(eager-blas); fi
+fi
 if ((${#references[@]})) && [ "$device" = cuda ] && [ "$compile" != 0 ] &&
   "$python" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null; then
   references+=(compile)
@@ -93,10 +110,11 @@ for spec in "${specs[@]}"; do
             --data "$out/tokens.bin" --steps "$steps" --device "$device" --threads "$threads" \
             --metrics "$result.jsonl" > "$result.log" 2>&1 || die "oobleck-run failed: $(tail -3 "$result.log")"
           ;;
-        eager | compile)
-          flags=()
+        eager | eager-blas | compile)
+          flags=() environment=()
           if [ "$side" = compile ]; then flags=(--compile); fi
-          OMP_NUM_THREADS=$threads "$python" tools/pytorch_gpt_reference.py --profile "$profile" --plan "$plan" \
+          if [ "$side" = eager-blas ]; then environment=("OPENBLAS_CORETYPE=$blas_core"); fi
+          env "${environment[@]}" OMP_NUM_THREADS=$threads "$python" tools/pytorch_gpt_reference.py --profile "$profile" --plan "$plan" \
             --data "$out/tokens.bin" --steps "$steps" --device "$device" --threads "$threads" "${flags[@]}" \
             --json "$result.json" > "$result.log" 2>&1 || die "the PyTorch reference ($side) failed: $(tail -3 "$result.log")"
           ;;

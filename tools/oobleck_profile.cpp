@@ -15,6 +15,7 @@
 
 #include "cli_io.h"
 #include "oobleck/common/files.h"
+#include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/analytic.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/model_config.h"
@@ -240,6 +241,7 @@ int run_compare(const CompareFlags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  oobleck::executor::use_best_blas_kernels(argv);
   CLI::App app{"oobleck-profile: per-layer costs of a GPT, measured with libtorch or derived analytically"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "oobleck-profile " OOBLECK_VERSION);

@@ -16,6 +16,7 @@
 
 #include "oobleck/common/files.h"
 #include "cli_io.h"
+#include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/executor/train.h"
@@ -223,6 +224,7 @@ int run_training(RunFlags f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  oobleck::executor::use_best_blas_kernels(argv);
   CLI::App app{"oobleck-run: train a plan live with worker processes, 1F1B pipelines and Gloo, surviving node failures"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "oobleck-run 0.2.0");

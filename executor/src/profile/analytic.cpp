@@ -41,13 +41,14 @@ const std::vector<HardwareDescription>& hardware_presets() {
        "NVIDIA H200 datasheet (67 TFLOP/s fp32, 989 TFLOP/s dense bf16, 4.8 TB/s HBM3e, 141 GB, NVLink 900 GB/s "
        "both ways); NDR InfiniBand 400 Gb/s per GPU",
        8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.5, 0.8, 360e9, 50e9, 0.01},
-      // The H200 as oobleck's own executor drives it: refitted (compute and
-      // overhead terms) to the measured profiles in profiles/ by
-      // tools/oobleck-tools gpu-report.
-      {"h200-libtorch", "8x NVIDIA H200-SXM-141GB running libtorch 2.11 eager, bf16 autocast",
-       "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to 8 bf16 profiles measured on an "
-       "H200 with oobleck-profile (GPT-2 medium and XL, GPT-3 1.3B and 2.7B, microbatches 1 and 4)",
-       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.166, 0, 360e9, 50e9, 0.01, 0.160},
+      // The H200 as oobleck's own executor drives it (libtorch 2.11 eager,
+      // fused attention and AdamW): compute efficiency and per-layer
+      // overhead fitted by `oobleck-profile analytic --fit --fit-terms
+      // compute overhead` to profiles/gpt3-1.3b-h200-mb4-bf16.measured.json.
+      {"h200-libtorch", "8x NVIDIA H200-SXM-141GB running libtorch 2.11 eager, bf16 autocast, fused attention",
+       "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to GPT-3 1.3B (microbatch 4 x 2048, "
+       "bf16) measured on an H200 with oobleck-profile",
+       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.476, 0, 360e9, 50e9, 0.01, 0.336},
   };
   return presets;
 }
