@@ -9,7 +9,7 @@
 # oobleck's speed over each reference's; rows land in OUT/train-efficiency.json.
 #
 #   tools/bench-train-efficiency.sh [--short] [BUILD_DIR] [OUT_DIR] [MODEL:SEQ:MB:MICROBATCHES ...]
-#       DEVICE=cpu|cuda THREADS=1 ROUNDS=3 STEPS=4 WARMUP=1 PEAK_TFLOPS= COMPILE=auto PYTHON=python3
+#       DEVICE=cpu|cuda THREADS=1 ROUNDS=3 STEPS=6 WARMUP=2 PEAK_TFLOPS= COMPILE=auto PYTHON=python3
 #       REFERENCES=auto|none
 #
 # Default spec: gpt-mini:128:4:8 on the CPU, where the reference runs as
@@ -18,7 +18,7 @@
 # the references are eager PyTorch with F.scaled_dot_product_attention and,
 # when COMPILE is not 0 and PyTorch has it, the same under torch.compile.
 # REFERENCES=none runs oobleck alone.
-# --short: one round of 2 steps (a smoke run for the test command). Exit 0
+# --short: one round of 3 steps (a smoke run for the test command). Exit 0
 # when every side ran, 2 when one failed or the input is bad.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +31,9 @@ build=${1:-build}
 out=${2:-$build/train-efficiency}
 shift 2 2>/dev/null || shift $#
 specs=("$@")
-device=${DEVICE:-cpu} threads=${THREADS:-1} rounds=${ROUNDS:-3} steps=${STEPS:-4} warmup=${WARMUP:-1}
+device=${DEVICE:-cpu} threads=${THREADS:-1} rounds=${ROUNDS:-3} steps=${STEPS:-6} warmup=${WARMUP:-2}
 python=${PYTHON:-python3} compile=${COMPILE:-auto}
-if ((short)); then rounds=1 steps=2 warmup=1; fi
+if ((short)); then rounds=1 steps=3 warmup=1; fi
 ((${#specs[@]})) || specs=(gpt-mini:128:4:8)
 die() {
   echo "bench-train-efficiency: $*" >&2

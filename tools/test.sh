@@ -28,4 +28,6 @@ if [ -x build/bin/oobleck-run ]; then
   REPEATS=1 tools/bench-recovery.sh
   echo "== snapshots: step time with and without, a crash against a loss (short: 1 round; run tools/bench-snapshots.sh for more)"
   ROUNDS=1 STEPS=6 WARM=2 tools/bench-snapshots.sh
+  echo "== training speed against plain PyTorch, one thread (short: 2 steps; run tools/bench-train-efficiency.sh for more)"
+  tools/bench-train-efficiency.sh --short
 fi
