@@ -150,10 +150,14 @@ int CostModel::degree_index(int degree) const {
   return static_cast<int>(it - degrees_.begin());
 }
 
-Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s) const {
+Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms) {
   if (ranks <= 1) return 0;
   const double k = ranks;
-  return 2 * (k - 1) / k * bytes / bytes_per_s * 1000.0 + 2 * (k - 1) * profile_->hardware.latency_ms;
+  return 2 * (k - 1) / k * bytes / bytes_per_s * 1000.0 + 2 * (k - 1) * latency_ms;
+}
+
+Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s) const {
+  return ring_allreduce_ms(bytes, ranks, bytes_per_s, profile_->hardware.latency_ms);
 }
 
 namespace {

@@ -130,9 +130,8 @@ namespace {
 // A ring all-reduce of `bytes` among `ranks` GPUs of a node, as
 // CostModel::allreduce_ms prices it.
 Milliseconds node_allreduce_ms(double bytes, int ranks, const HardwareDescription& hw) {
-  if (ranks <= 1 || !(hw.intra_node_bytes_per_s > 0)) return 0;
-  const double k = ranks;
-  return 2 * (k - 1) / k * bytes / hw.intra_node_bytes_per_s * 1000.0 + 2 * (k - 1) * hw.latency_ms;
+  if (!(hw.intra_node_bytes_per_s > 0)) return 0;  // a one-GPU node: nothing to sum across
+  return ring_allreduce_ms(bytes, ranks, hw.intra_node_bytes_per_s, hw.latency_ms);
 }
 
 }  // namespace

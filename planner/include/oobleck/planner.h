@@ -111,6 +111,11 @@ enum class GradientSync : std::uint8_t { per_layer, after_backward };
 [[nodiscard]] std::string_view gradient_sync_name(GradientSync sync);  // per-layer, after-backward
 [[nodiscard]] std::optional<GradientSync> gradient_sync_named(std::string_view name);
 
+// A ring all-reduce of `bytes` over `ranks` ranks: each rank sends and
+// receives 2(k-1)/k of the bytes at `bytes_per_s`, in 2(k-1) rounds of
+// `latency_ms` each. 0 for one rank.
+[[nodiscard]] Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms);
+
 // A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
 // degree) of node `node` (0-based position within its pipeline).
 struct Stage {
