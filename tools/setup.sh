@@ -12,6 +12,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   jupyter-nbconvert python3-ipykernel python3-matplotlib  # notebooks/, run headless by the tests
   python3-pytest  # tests/scripts: the tests of tools/oobleck-tools
+  pybind11-dev python3-dev  # python/: import oobleck
   python3-torch  # tools/bench-train-efficiency.sh: the same training in plain PyTorch (the same libtorch)
   openssh-client  # agents on other hosts (--hostfile)
   openssh-server iproute2 nftables slurm-wlm munge  # tests/cluster: namespace hosts with sshd and Slurm
