@@ -109,6 +109,10 @@ if(TARGET oobleck_executor)
   set(oobleck_deb_depends "libopenblas0-openmp")
   string(APPEND oobleck_deb_recommends ", libtorch-dev, libgloo-dev")
 endif()
+if(TARGET oobleck_python)
+  # The module is built for one Python minor version (python/CMakeLists.txt).
+  string(APPEND oobleck_deb_recommends ", python3 (>= ${OOBLECK_PYTHON_VERSION}), python3 (<< ${OOBLECK_PYTHON_NEXT_VERSION})")
+endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "${oobleck_deb_depends}")
 # Only find_package(oobleck) needs these (the headers and CMake packages of
 # what the libraries link), never the programs.
