@@ -15,6 +15,8 @@
 
 #include "oobleck/common.h"
 #include "oobleck/common/files.h"
+#include "oobleck/executor/analytic.h"
+#include "oobleck/executor/model_config.h"
 #include "oobleck/planner.h"
 #include "oobleck/sim/experiment.h"
 #include "oobleck/sim/replay.h"
@@ -141,6 +143,21 @@ PYBIND11_MODULE(oobleck, m) {
         return "<oobleck.Profile: " + std::to_string(p.layers.size()) + " layers, microbatch " +
                std::to_string(p.microbatch_size) + ", " + std::to_string(p.hardware.gpus_per_node) + " GPUs per node>";
       });
+  m.def(
+      "analytic_profile",
+      [](const std::string& model, const std::string& hardware, int microbatch_size, int seq_len,
+         const std::string& dtype) {
+        // As oobleck-profile analytic: a preset or config file at this length.
+        executor::ModelConfig config = executor::load_model_config(model);
+        config.seq_len = seq_len;
+        executor::validate(config, "model");
+        if (microbatch_size < 1) throw InputError("microbatch_size: expected at least 1");
+        const executor::HardwareDescription hw = executor::load_hardware(hardware);
+        return std::make_shared<Profile>(executor::analytic_profile(config, hw, microbatch_size, dtype));
+      },
+      py::arg("model"), py::arg("hardware"), py::arg("microbatch_size"), py::arg("seq_len"), py::arg("dtype") = "bf16",
+      "A profile derived from FLOP and byte counts (oobleck-profile analytic): a model preset or config file, "
+      "a hardware preset or description file");
   m.def("load_profile", [](const std::filesystem::path& path) { return std::make_shared<Profile>(load_profile(path)); },
         py::arg("path"), "A profile file (oobleck-profile) or an Oobleck profile folder");
 

@@ -122,3 +122,18 @@ def test_replay_timeline_equals_the_programs_csv(profile, tmp_path):
     assert len(ours["timeline"]["oobleck"]) == len(theirs) > 0
     for a, b in zip(ours["timeline"]["oobleck"], theirs):
         assert a[1:3] == b[1:3] and a[0] == pytest.approx(b[0], rel=1e-9) and a[3] == pytest.approx(b[3], rel=1e-9)
+
+
+def test_analytic_profile_equals_oobleck_profile_analytic(tmp_path):
+    if not os.path.exists(os.path.join(BIN, "oobleck-profile")):
+        pytest.skip("oobleck-profile is not built here (no libtorch)")
+    ours = oobleck.analytic_profile("gpt3-1.3b", "h100-80gb", microbatch_size=2, seq_len=2048, dtype="bf16")
+    out = tmp_path / "analytic.json"
+    program("oobleck-profile", "analytic", "--model", "gpt3-1.3b", "--hardware", "h100-80gb", "--microbatch-size",
+            "2", "--seq-len", "2048", "--dtype", "bf16", "--out", str(out))
+    assert ours.fingerprint == oobleck.load_profile(out).fingerprint
+    assert ours.layers == 26 and ours.microbatch_size == 2
+    with pytest.raises(oobleck.InputError, match="gpt5"):
+        oobleck.analytic_profile("gpt5", "h100-80gb", 1, 128)
+    with pytest.raises(oobleck.InputError, match="hardware"):
+        oobleck.analytic_profile("gpt3-1.3b", "tpu9", 1, 128)
