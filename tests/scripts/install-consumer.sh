@@ -12,7 +12,9 @@
 #     node and microbatch handed out, the same pipeline sizes as the installed
 #     oobleck-plan's, and an iteration that takes time;
 #   - where this tree built the executor, its programs and headers are
-#     installed and the consumer links oobleck::executor as well.
+#     installed and the consumer links oobleck::executor as well;
+#   - where it built the Python module, `import oobleck` from the prefix
+#     plans as the installed oobleck-plan does.
 # Usage: install-consumer.sh BUILD [SCRATCH]
 #   BUILD: the configured and built tree; SCRATCH: where the prefix and the
 #   consumer's build go (default BUILD/install-consumer-test), remade each run.
@@ -123,6 +125,20 @@ from_program="$(grep -o '"template_nodes": *[0-9]*' "$scratch/oobleck-plan.json"
 from_library="$(awk '$1 == "pipeline" { print $4 }' "$scratch/consumer.txt" | xargs)"
 [ -n "$from_library" ] && [ "$from_program" = "$from_library" ] ||
   fail "oobleck-plan instantiate makes pipelines of ($from_program) nodes, the consumer of ($from_library)"
+
+# The Python module, where this tree built it: imported from the prefix
+# alone, it plans as the installed program does.
+module="$(find "$prefix" -name 'oobleck.cpython-*.so' | head -1)"
+if [ -n "$module" ]; then
+  echo "== import oobleck from $(dirname "$module")"
+  from_module="$(cd "$scratch" && PYTHONPATH="$(dirname "$module")" /usr/bin/python3 -c '
+import sys, oobleck
+plan = oobleck.plan_cluster(oobleck.load_profile(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+print(" ".join(str(p["template_nodes"]) for p in plan.pipelines))' "$profile" "$nodes" "$f" "$batch")" ||
+    fail "the installed module does not import or plan"
+  [ "$from_module" = "$from_program" ] ||
+    fail "the installed module makes pipelines of ($from_module) nodes, oobleck-plan of ($from_program)"
+fi
 
 if [ "$failed" -ne 0 ]; then exit 1; fi
 echo "install-consumer: passed"
