@@ -29,7 +29,9 @@ namespace oobleck::python {
 namespace {
 
 py::object from_json(const std::string& text) { return py::module_::import("json").attr("loads")(text); }
-std::string to_json(const py::object& value) { return py::module_::import("json").attr("dumps")(value).cast<std::string>(); }
+std::string to_json(const py::object& value) {
+  return py::module_::import("json").attr("dumps")(value).cast<std::string>();
+}
 
 // A profile shared by everything made from it (a cost model keeps a
 // reference to its profile).
@@ -98,12 +100,14 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
       Templates{current.profile, cost, build_templates(*cost, nodes_after(current.plan, lost.size(), added.size()))});
   const Reconfiguration result =
       reconfigure(*cost, templates->set, current.plan, lost, added, ReconfigureOptions{replan_all});
-  return {reconfiguration_to_json(result, templates->set, *current.profile), PlanObject{current.profile, templates, result.plan}};
+  return {reconfiguration_to_json(result, templates->set, *current.profile),
+          PlanObject{current.profile, templates, result.plan}};
 }
 
 sim::Scenario scenario_from(const py::object& scenario) {
   if (scenario.is_none()) return {};
-  if (py::isinstance<py::str>(scenario)) return sim::parse_scenario(read_text_file(scenario.cast<std::string>()), scenario.cast<std::string>());
+  if (py::isinstance<py::str>(scenario))
+    return sim::parse_scenario(read_text_file(scenario.cast<std::string>()), scenario.cast<std::string>());
   return sim::parse_scenario(to_json(scenario), "scenario");
 }
 
@@ -113,29 +117,39 @@ sim::Scenario scenario_from(const py::object& scenario) {
 PYBIND11_MODULE(oobleck, m) {
   using namespace oobleck;
   using namespace oobleck::python;
-  m.doc() = "oobleck's planner and simulator: profiles, pipeline templates, plans, reconfiguration, "
-            "replays and sweeps of failure traces";
+  m.doc() =
+      "oobleck's planner and simulator: profiles, pipeline templates, plans, reconfiguration, "
+      "replays and sweeps of failure traces";
   py::register_exception<InputError>(m, "InputError", PyExc_ValueError);
   py::register_exception<NoPlanError>(m, "NoPlanError", PyExc_RuntimeError);
 
   // ------------------------------------------------------------ profiles
   py::class_<Profile, ProfilePtr>(m, "Profile", "Per-layer costs of a model on a kind of node")
       .def_static(
-          "from_json", [](const std::string& text, const std::string& origin) { return std::make_shared<Profile>(parse_profile(text, origin)); },
+          "from_json",
+          [](const std::string& text, const std::string& origin) {
+            return std::make_shared<Profile>(parse_profile(text, origin));
+          },
           py::arg("text"), py::arg("origin") = "<string>", "A profile from its JSON text")
       .def_static(
-          "from_dict", [](const py::object& document) { return std::make_shared<Profile>(parse_profile(to_json(document), "<dict>")); },
+          "from_dict",
+          [](const py::object& document) {
+            return std::make_shared<Profile>(parse_profile(to_json(document), "<dict>"));
+          },
           py::arg("document"), "A profile from the dict its JSON reads as")
       .def("to_json", [](const Profile& p) { return profile_to_json(p); })
       .def("to_dict", [](const Profile& p) { return from_json(profile_to_json(p)); })
-      .def("save", [](const Profile& p, const std::filesystem::path& path) { write_file_atomically(path, profile_to_json(p)); },
-           py::arg("path"), "Writes the profile's JSON, whole or not at all")
+      .def(
+          "save",
+          [](const Profile& p, const std::filesystem::path& path) { write_file_atomically(path, profile_to_json(p)); },
+          py::arg("path"), "Writes the profile's JSON, whole or not at all")
       .def_property_readonly("layers", [](const Profile& p) { return p.layers.size(); })
-      .def_property_readonly("layer_names", [](const Profile& p) {
-        std::vector<std::string> names;
-        for (const auto& l : p.layers) names.push_back(l.name);
-        return names;
-      })
+      .def_property_readonly("layer_names",
+                             [](const Profile& p) {
+                               std::vector<std::string> names;
+                               for (const auto& l : p.layers) names.push_back(l.name);
+                               return names;
+                             })
       .def_property_readonly("microbatch_size", [](const Profile& p) { return p.microbatch_size; })
       .def_property_readonly("gpus_per_node", [](const Profile& p) { return p.hardware.gpus_per_node; })
       .def_property_readonly("fingerprint", [](const Profile& p) { return profile_fingerprint(p); })
@@ -158,16 +172,18 @@ PYBIND11_MODULE(oobleck, m) {
       py::arg("model"), py::arg("hardware"), py::arg("microbatch_size"), py::arg("seq_len"), py::arg("dtype") = "bf16",
       "A profile derived from FLOP and byte counts (oobleck-profile analytic): a model preset or config file, "
       "a hardware preset or description file");
-  m.def("load_profile", [](const std::filesystem::path& path) { return std::make_shared<Profile>(load_profile(path)); },
-        py::arg("path"), "A profile file (oobleck-profile) or an Oobleck profile folder");
+  m.def(
+      "load_profile", [](const std::filesystem::path& path) { return std::make_shared<Profile>(load_profile(path)); },
+      py::arg("path"), "A profile file (oobleck-profile) or an Oobleck profile folder");
 
   // ------------------------------------------------------------ planning
   py::class_<Templates, std::shared_ptr<Templates>>(m, "Templates", "The best pipeline template for each node count")
-      .def_property_readonly("node_counts", [](const Templates& t) {
-        std::vector<int> counts;
-        for (const auto& tpl : t.set.templates) counts.push_back(tpl.nodes);
-        return counts;
-      })
+      .def_property_readonly("node_counts",
+                             [](const Templates& t) {
+                               std::vector<int> counts;
+                               for (const auto& tpl : t.set.templates) counts.push_back(tpl.nodes);
+                               return counts;
+                             })
       .def_property_readonly("microbatches", [](const Templates& t) { return t.set.microbatches; })
       .def("to_dict", [](const Templates& t) { return from_json(templates_to_json(t.set, *t.profile)); });
   m.def(
@@ -181,29 +197,32 @@ PYBIND11_MODULE(oobleck, m) {
       "Templates for 1..max_nodes nodes, optimised for `microbatches` (0: the default M)",
       py::call_guard<py::gil_scoped_release>());
 
-  py::class_<PlanObject, std::shared_ptr<PlanObject>>(m, "Plan", "Pipelines over nodes, and the batch split between them")
+  py::class_<PlanObject, std::shared_ptr<PlanObject>>(m, "Plan",
+                                                      "Pipelines over nodes, and the batch split between them")
       .def_property_readonly("iteration_ms", [](const PlanObject& p) { return p.plan.iteration_ms; })
       .def_property_readonly("fault_tolerance", [](const PlanObject& p) { return p.plan.fault_tolerance; })
       .def_property_readonly("global_microbatches", [](const PlanObject& p) { return p.plan.global_microbatches; })
-      .def_property_readonly("pipelines", [](const PlanObject& p) -> py::object {
-        const py::object whole = from_json(p.json());
-        return whole["pipelines"];
-      })
+      .def_property_readonly("pipelines",
+                             [](const PlanObject& p) -> py::object {
+                               const py::object whole = from_json(p.json());
+                               return whole["pipelines"];
+                             })
       .def_property_readonly("spare_nodes", [](const PlanObject& p) { return p.plan.spare_nodes; })
       .def_property_readonly("profile", [](const PlanObject& p) { return p.profile; })
       .def("to_json", &PlanObject::json)
       .def("to_dict", [](const PlanObject& p) { return from_json(p.json()); })
-      .def("save", [](const PlanObject& p, const std::filesystem::path& path) { write_file_atomically(path, p.json()); },
-           py::arg("path"), "Writes the plan's JSON (what oobleck-run and oobleck-plan reconfigure read)");
+      .def(
+          "save", [](const PlanObject& p, const std::filesystem::path& path) { write_file_atomically(path, p.json()); },
+          py::arg("path"), "Writes the plan's JSON (what oobleck-run and oobleck-plan reconfigure read)");
   m.def(
       "instantiate",
       [](const std::shared_ptr<Templates>& templates, const Nodes& nodes, int fault_tolerance,
          int global_microbatches) {
         const auto names = node_names(nodes);
         py::gil_scoped_release unlocked;
-        return std::make_shared<PlanObject>(PlanObject{templates->profile, templates,
-                                                       instantiate(*templates->cost, templates->set, names,
-                                                                   fault_tolerance, global_microbatches)});
+        return std::make_shared<PlanObject>(
+            PlanObject{templates->profile, templates,
+                       instantiate(*templates->cost, templates->set, names, fault_tolerance, global_microbatches)});
       },
       py::arg("templates"), py::arg("nodes"), py::arg("fault_tolerance"), py::arg("global_microbatches"),
       "At least f+1 pipelines over `nodes` (a count, or names), the batch split between them");
@@ -235,7 +254,8 @@ PYBIND11_MODULE(oobleck, m) {
       },
       py::arg("path"), py::arg("profile"), "A plan file, checked against the profile it was made from");
 
-  py::class_<ReconfigurationObject>(m, "Reconfiguration", "A new plan after nodes left or joined, and the copies it needs")
+  py::class_<ReconfigurationObject>(m, "Reconfiguration",
+                                    "A new plan after nodes left or joined, and the copies it needs")
       .def_readonly("plan", &ReconfigurationObject::plan)
       .def("to_dict", [](const ReconfigurationObject& r) { return from_json(r.json); })
       .def("to_json", [](const ReconfigurationObject& r) { return r.json; });
@@ -252,12 +272,16 @@ PYBIND11_MODULE(oobleck, m) {
   // ------------------------------------------------------------ simulation
   py::class_<sim::Trace, std::shared_ptr<sim::Trace>>(m, "Trace", "Node losses and joins over time")
       .def_static(
-          "from_text", [](const std::string& text, const std::string& origin) { return std::make_shared<sim::Trace>(sim::parse_trace(text, origin)); },
+          "from_text",
+          [](const std::string& text, const std::string& origin) {
+            return std::make_shared<sim::Trace>(sim::parse_trace(text, origin));
+          },
           py::arg("text"), py::arg("origin") = "<string>", "A trace from its CSV text (time_ms,action,node)")
       .def("to_csv", [](const sim::Trace& t) { return sim::trace_to_csv(t); })
       .def_property_readonly("events", [](const sim::Trace& t) { return t.events.size(); });
-  m.def("load_trace", [](const std::string& path) { return std::make_shared<sim::Trace>(sim::load_trace(path)); },
-        py::arg("path"), "A trace file (oobleck-sim trace)");
+  m.def(
+      "load_trace", [](const std::string& path) { return std::make_shared<sim::Trace>(sim::load_trace(path)); },
+      py::arg("path"), "A trace file (oobleck-sim trace)");
   m.def(
       "replay",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, int fault_tolerance,
@@ -299,7 +323,8 @@ PYBIND11_MODULE(oobleck, m) {
   m.def(
       "sweep",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, const std::vector<int>& fault_tolerances,
-         const std::vector<std::optional<int>>& checkpoint_intervals, int global_microbatches, const py::object& scenario) {
+         const std::vector<std::optional<int>>& checkpoint_intervals, int global_microbatches,
+         const py::object& scenario) {
         if (fault_tolerances.empty()) throw InputError("fault_tolerances: expected at least one value of f");
         sim::SweepOptions options{fault_tolerances, checkpoint_intervals, global_microbatches};
         sim::TraceSet traces;
@@ -313,7 +338,8 @@ PYBIND11_MODULE(oobleck, m) {
         return from_json(json);
       },
       py::arg("profile"), py::arg("trace"), py::arg("fault_tolerances"),
-      py::arg("checkpoint_intervals") = std::vector<std::optional<int>>{std::nullopt}, py::arg("global_microbatches") = 1,
-      py::arg("scenario") = py::none(),
-      "oobleck at each f and checkpoint-restart at each interval (None: Young/Daly) over the trace (oobleck-sim sweep)");
+      py::arg("checkpoint_intervals") = std::vector<std::optional<int>>{std::nullopt},
+      py::arg("global_microbatches") = 1, py::arg("scenario") = py::none(),
+      "oobleck at each f and checkpoint-restart at each interval (None: Young/Daly) over the trace (oobleck-sim "
+      "sweep)");
 }

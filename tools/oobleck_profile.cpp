@@ -15,8 +15,8 @@
 
 #include "cli_io.h"
 #include "oobleck/common/files.h"
-#include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/analytic.h"
+#include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/links.h"
 #include "oobleck/executor/model_config.h"
 #include "oobleck/executor/profiler.h"

@@ -7,11 +7,11 @@
 #include <map>
 #include <tuple>
 
-#include "oobleck/executor/gpt.h"
 #include "model/layer_state.h"
 #include "model/train_common.h"
-#include "skip.h"
+#include "oobleck/executor/gpt.h"
 #include "oobleck/executor/model_config.h"
+#include "skip.h"
 
 using namespace oobleck;
 using namespace oobleck::executor;
@@ -209,7 +209,8 @@ TEST_CASE("model: a float32 gradient added into its float64 sum equals aten's pr
 
 TEST_CASE("model: the plain attention is the causal softmax(q k^T / sqrt(d)) v, position by position") {
   auto gen = at::detail::createCPUGenerator(5);
-  const auto q = torch::randn({2, 3, 7, 8}, gen), k = torch::randn({2, 3, 7, 8}, gen), v = torch::randn({2, 3, 7, 8}, gen);
+  const auto q = torch::randn({2, 3, 7, 8}, gen), k = torch::randn({2, 3, 7, 8}, gen),
+             v = torch::randn({2, 3, 7, 8}, gen);
   const auto out = causal_attention(q, k, v, AttentionKernel::plain);
   using torch::indexing::Slice;
   for (int t = 0; t < 7; ++t) {
@@ -229,7 +230,8 @@ TEST_CASE("model: the plain attention is the causal softmax(q k^T / sqrt(d)) v, 
 TEST_CASE("model: fused and plain attention agree within bf16 tolerance on a GPU") {
   if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
   if (!fused_attention_available()) OOBLECK_SKIP("libtorch " TORCH_VERSION " has no fused attention");
-  for (const auto& [heads, length, head_dim] : {std::tuple{4, 256, 64}, std::tuple{16, 1024, 128}, std::tuple{25, 512, 64}}) {
+  for (const auto& [heads, length, head_dim] :
+       {std::tuple{4, 256, 64}, std::tuple{16, 1024, 128}, std::tuple{25, 512, 64}}) {
     CAPTURE(heads);
     CAPTURE(length);
     const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
@@ -250,7 +252,8 @@ TEST_CASE("model: fused and plain attention agree within bf16 tolerance on a GPU
       return (a.to(torch::kFloat32) - b).abs().max().item<double>() <= 0.02 * scale;
     };
     CHECK(close(fused, plain));
-    for (int i = 0; i < 3; ++i) CHECK(close(fused_grads[static_cast<std::size_t>(i)], plain_grads[static_cast<std::size_t>(i)]));
+    for (int i = 0; i < 3; ++i)
+      CHECK(close(fused_grads[static_cast<std::size_t>(i)], plain_grads[static_cast<std::size_t>(i)]));
   }
 }
 

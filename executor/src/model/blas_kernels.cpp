@@ -3,13 +3,13 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <strings.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
-#include <strings.h>
 
 namespace oobleck::executor {
 namespace {
@@ -52,8 +52,8 @@ void use_best_blas_kernels(char** argv) {
   if (*best == '\0' || loaded == nullptr || strcasecmp(loaded, best) == 0) return;
   // Only the fallbacks are replaced: a core OpenBLAS recognised is its own
   // better judgement (a newer CPU than "best" names, say).
-  if (strcasecmp(loaded, "prescott") != 0 && strcasecmp(loaded, "core2") != 0 &&
-      strcasecmp(loaded, "nehalem") != 0 && strcasecmp(loaded, "sandybridge") != 0) {
+  if (strcasecmp(loaded, "prescott") != 0 && strcasecmp(loaded, "core2") != 0 && strcasecmp(loaded, "nehalem") != 0 &&
+      strcasecmp(loaded, "sandybridge") != 0) {
     return;
   }
   setenv("OPENBLAS_CORETYPE", best, 1);
@@ -62,8 +62,8 @@ void use_best_blas_kernels(char** argv) {
   // Could not run again: go on with the kernels loaded (slower, not wrong),
   // and say so, since the setting is now inherited by child processes.
   unsetenv("OPENBLAS_CORETYPE");
-  std::fprintf(stderr, "warning: could not restart with OPENBLAS_CORETYPE=%s; OpenBLAS stays on its %s kernels\n",
-               best, loaded);
+  std::fprintf(stderr, "warning: could not restart with OPENBLAS_CORETYPE=%s; OpenBLAS stays on its %s kernels\n", best,
+               loaded);
 }
 
 }  // namespace oobleck::executor

@@ -109,8 +109,7 @@ class Block final : public GptLayer {
     // Causal self-attention over this shard's heads.
     auto qkv = qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
     const auto kernel = use_fused_kernels(x.device()) ? AttentionKernel::fused : AttentionKernel::plain;
-    auto attended =
-        causal_attention(qkv[0], qkv[1], qkv[2], kernel).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
+    auto attended = causal_attention(qkv[0], qkv[1], qkv[2], kernel).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
     auto h = x + row_parallel(proj_, attended);
     return h + row_parallel(out_, torch::gelu(fc_->forward(shared_input(ln2_->forward(h))), "tanh"));
   }

@@ -4,9 +4,9 @@
 
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 
 #include "train_common.h"
@@ -93,7 +93,8 @@ void step_optimizers(std::map<int, HeldLayer>& layers, int begin, int end) {
   }
   for (auto& [key, g] : groups) {
     const auto& [step, lr, beta1, beta2, weight_decay, eps] = key;
-    const auto step_tensor = torch::full({}, static_cast<double>(step), g.parameters.front().options().dtype(torch::kFloat32));
+    const auto step_tensor =
+        torch::full({}, static_cast<double>(step), g.parameters.front().options().dtype(torch::kFloat32));
     const std::vector<torch::Tensor> steps(g.parameters.size(), step_tensor);
     at::_fused_adamw_(g.parameters, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2,
                       weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/{}, /*found_inf=*/{});
