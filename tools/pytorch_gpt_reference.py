@@ -31,7 +31,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from torchrun_gpt_ddp import (CLIP_NORM, LEARNING_RATE, WEIGHT_DECAY, Gpt, fail,  # noqa: E402
-                              positive_integer, read_json, read_tokens, step_sequences)
+                              read_job, read_model_tokens, step_sequences)
 
 
 def write_atomically(path, text):
@@ -66,23 +66,14 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: PyTorch sees no CUDA GPU")
 
-    profile = read_json(args.profile, "the profile")
-    model_doc = profile.get("model") if isinstance(profile, dict) else None
-    where = f"{args.profile}: model"
-    layers, hidden, heads, vocab, seq_len = (positive_integer(model_doc, key, where)
-                                             for key in ("layers", "hidden", "heads", "vocab", "seq_len"))
-    if hidden % heads:
-        fail(f"{where}: {heads} heads do not divide hidden = {hidden}")
-    microbatch = positive_integer(profile, "microbatch_size", args.profile)
-    microbatches = positive_integer(read_json(args.plan, "the plan"), "global_microbatches", args.plan)
-    bf16 = args.device == "cuda" and model_doc.get("dtype") == "bf16"
+    job = read_job(args.profile, args.plan)
+    vocab, seq_len, microbatch, microbatches = job.vocab, job.seq_len, job.microbatch, job.global_microbatches
+    bf16 = args.device == "cuda" and job.dtype == "bf16"
 
     torch.set_num_threads(args.threads)
-    tokens = read_tokens(args.data, seq_len)
-    if int(tokens.max()) >= vocab:
-        fail(f"{args.data}: token {int(tokens.max())} outside the model's vocabulary of {vocab}")
+    tokens = read_model_tokens(args.data, seq_len, vocab)
     device = torch.device(args.device)
-    model = Gpt(layers, hidden, heads, vocab, seq_len, args.seed, attention).to(device)
+    model = Gpt(job.layers, job.hidden, job.heads, vocab, seq_len, args.seed, attention).to(device)
     fused = {"fused": True} if args.device == "cuda" and two else {}
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, **fused)
     forward = torch.compile(model) if args.compile else model

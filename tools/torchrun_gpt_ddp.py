@@ -154,6 +154,30 @@ def step_sequences(tokens, seed, step, first, count, seq_len):
     return rows[:, :-1], rows[:, 1:]
 
 
+def read_job(profile_path, plan_path):
+    """The model (layers, hidden, heads, vocab, seq_len and dtype), the
+    microbatch size and the global microbatches of a profile and a plan."""
+    profile = read_json(profile_path, "the profile")
+    model = profile.get("model") if isinstance(profile, dict) else None
+    where = f"{profile_path}: model"
+    layers, hidden, heads, vocab, seq_len = (positive_integer(model, key, where)
+                                             for key in ("layers", "hidden", "heads", "vocab", "seq_len"))
+    if hidden % heads:
+        fail(f"{where}: {heads} heads do not divide hidden = {hidden}")
+    return argparse.Namespace(
+        layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, dtype=model.get("dtype"),
+        microbatch=positive_integer(profile, "microbatch_size", profile_path),
+        global_microbatches=positive_integer(read_json(plan_path, "the plan"), "global_microbatches", plan_path))
+
+
+def read_model_tokens(path, seq_len, vocab):
+    """read_tokens, every token checked against the vocabulary."""
+    tokens = read_tokens(path, seq_len)
+    if int(tokens.max()) >= vocab:
+        fail(f"{path}: token {int(tokens.max())} outside the model's vocabulary of {vocab}")
+    return tokens
+
+
 def read_tokens(path, seq_len):
     try:
         with open(path, "rb") as f:
@@ -199,15 +223,9 @@ def main():
     if "RANK" not in os.environ:
         fail("run me under torchrun (RANK, WORLD_SIZE and the rendezvous come from it)")
 
-    profile = read_json(args.profile, "the profile")
-    model_doc = profile.get("model") if isinstance(profile, dict) else None
-    where = f"{args.profile}: model"
-    layers, hidden, heads, vocab, seq_len = (positive_integer(model_doc, key, where)
-                                             for key in ("layers", "hidden", "heads", "vocab", "seq_len"))
-    if hidden % heads:
-        fail(f"{where}: {heads} heads do not divide hidden = {hidden}")
-    microbatch = positive_integer(profile, "microbatch_size", args.profile)
-    global_microbatches = positive_integer(read_json(args.plan, "the plan"), "global_microbatches", args.plan)
+    job = read_job(args.profile, args.plan)
+    layers, hidden, heads, vocab, seq_len = job.layers, job.hidden, job.heads, job.vocab, job.seq_len
+    microbatch, global_microbatches = job.microbatch, job.global_microbatches
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -216,9 +234,7 @@ def main():
     if global_microbatches % world:
         fail(f"{args.plan}: {global_microbatches} global microbatches do not split evenly over {world} processes")
     local_microbatches = global_microbatches // world
-    tokens = read_tokens(args.data, seq_len)
-    if int(tokens.max()) >= vocab:
-        fail(f"{args.data}: token {int(tokens.max())} outside the model's vocabulary of {vocab}")
+    tokens = read_model_tokens(args.data, seq_len, vocab)
 
     checkpoint_path = os.path.join(args.out, "checkpoint.pt")
     metrics_path = os.path.join(args.out, "metrics.jsonl")
