@@ -1,0 +1,217 @@
+// The master's decisions carried out: the controller's actions turned into
+// generations sent to the workers, commits, waits for nodes, giving up, and
+// the run's end (master.cpp holds the loop and what comes in).
+#include <cstdio>
+#include <utility>
+
+#include "last_step.h"
+#include "master.h"
+
+#include "oobleck/common/files.h"
+#include "oobleck/recovery/worker_seats.h"
+
+namespace oobleck::executor {
+
+using protocol::Role;
+
+void Master::decide(const recovery::Event& event) {
+  const Milliseconds start = now_ms();
+  // What the kept state holds changes with these (commits and generations
+  // are kept before they are sent).
+  if (std::holds_alternative<recovery::NodesChanged>(event) || std::holds_alternative<recovery::GenerationReady>(event) ||
+      std::holds_alternative<recovery::StateSaved>(event)) {
+    state_changed_ = true;
+  }
+  const recovery::Actions actions = controller_.handle(event);
+  const Milliseconds plan_ms = now_ms() - start;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (const auto* c = std::get_if<recovery::CommitStep>(&actions[i])) {
+      const bool pause = i + 1 < actions.size() && std::holds_alternative<recovery::StartGeneration>(actions[i + 1]);
+      commit(*c, pause);
+    } else if (const auto* s = std::get_if<recovery::StartGeneration>(&actions[i])) {
+      start_generation(*s->generation, s->base.get(), plan_ms);
+    } else if (const auto* r = std::get_if<recovery::RestartInPlace>(&actions[i])) {
+      restart_in_place(*r);
+    } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
+      give_up(*g);
+    } else {
+      wait_for_nodes(std::get<recovery::WaitForNodes>(actions[i]));
+    }
+  }
+}
+
+void Master::start_generation(const recovery::Generation& g, const Plan* base, Milliseconds plan_ms) {
+  const Milliseconds now = now_ms();
+  if (generation_ && generation_->number > 1 && !established_) reporter_.reconfiguration(timing_, true, now);
+  if (phase_ == Phase::starting) {
+    phase_ = Phase::training;
+    training_start_ms_ = now;
+    training_start_unix_ms_ = unix_now_ms();
+  }
+  if (g.cause == recovery::Cause::join) chain_failure_ms_ = -1, chain_detected_ms_ = now;
+  if (g.cause == recovery::Cause::communication) {
+    std::fprintf(stderr, "oobleck-run: communication failed without a lost node (%s); restarting the step\n",
+                 last_comm_error_.c_str());
+    chain_failure_ms_ = chain_detected_ms_ = now;
+  }
+  wait_deadline_ms_ = -1;
+  if (g.rolled_back_from >= 0) {
+    ++rollbacks_;
+    // The steps after the save are trained again; saves of them in the
+    // making are moot.
+    checkpoints_.forget_after(g.resume_step - 1);
+    snapshots_.forget_after(g.resume_step - 1);
+    snapshots_changed_ = true;
+    samples_ = samples_before(g.resume_step);
+  }
+  generation_ = std::make_shared<const recovery::Generation>(g);
+  ++wire_;
+  restarts_.clear();
+  restarting_.clear();
+  unrestored_.clear();
+  ranks_ = recovery::ranked_nodes(g.plan);
+  established_ = false;
+  timing_ = RecoveryTiming();
+  timing_.generation = g.number;
+  timing_.lost = g.lost;
+  timing_.added = g.added;
+  timing_.resume_step = g.resume_step;
+  timing_.pipelines = recovery::pipeline_shape(g.plan);
+  timing_.failure_ms = chain_failure_ms_;
+  timing_.detected_ms = chain_detected_ms_;
+  timing_.planned_ms = now;
+  timing_.plan_ms = plan_ms;
+  for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
+  keep_state();  // its wire number, before any worker sees it
+  send_generation(g, base);
+  assign_mirrors();
+  ledger_.clear();
+  ready_workers_.clear();
+  step_start_ms_ = now;
+  reporter_.generation_started(g, now - training_start_ms_);
+}
+
+// To each worker: the generation, what it holds of the base plan's state,
+// and every shard copy (each worker picks out its own).
+void Master::send_generation(const recovery::Generation& g, const Plan* base) {
+  protocol::NewGeneration message;
+  message.generation = wire_;
+  message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
+  message.ranks = ranks_;
+  message.resume_step = g.resume_step;
+  std::map<std::pair<std::string, int>, recovery::WorkerSeat> holdings;
+  if (g.source == recovery::StateSource::replicas) {
+    holdings = recovery::seats_by_node(*base, gpus_);
+    for (const auto& c : recovery::shard_copies(*base, g.plan, g.transfers, gpus_)) {
+      message.copies.push_back({c.layer, c.from, c.to, c.from_degree, c.from_shard});
+    }
+  }
+  if (g.source == recovery::StateSource::checkpoint) {
+    // The newest save, which the controller resumes after.
+    const int step = g.resume_step - 1;
+    message.checkpoint_folder = in_.resume && in_.resume->step == step ? in_.resume->folder : checkpoints_.folder(step);
+  }
+  if (g.source == recovery::StateSource::memory || g.source == recovery::StateSource::mirror) {
+    add_snapshot_sources(message, g.resume_step - 1, g.source == recovery::StateSource::mirror);
+    snapshots_.pin(g.resume_step - 1);  // a loss before it trains may choose it again
+  }
+  message.discard_held = g.rolled_back;
+  for (const auto& node : ranks_) {
+    for (int gpu = 0; gpu < gpus_; ++gpu) {
+      const auto held = holdings.find({node, gpu});
+      message.holds_begin = message.holds_end = 0;
+      message.holds_degree = 1;
+      message.holds_shard = 0;
+      if (held != holdings.end()) {
+        const recovery::WorkerSeat& s = held->second;
+        message.holds_begin = s.layer_begin;
+        message.holds_end = s.layer_end;
+        message.holds_degree = s.degree;
+        message.holds_shard = s.shard;
+      }
+      send_to_worker(node, gpu, message);
+    }
+  }
+}
+
+void Master::send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m) {
+  const auto r = restarting_.find({node, gpu});
+  if (r == restarting_.end() || r->second.connected) {
+    server_.send_to_worker(node, gpu, m);
+    if (r != restarting_.end()) restarting_.erase(r);
+  } else {
+    r->second.held = m;
+  }
+}
+
+void Master::commit(const recovery::CommitStep& c, bool pause) {
+  const StepLedger::Total total = ledger_.total(c.step);
+  const Milliseconds now = now_ms();
+  samples_ += total.samples;
+  // (The controller may be in the next generation already: the commit is
+  // this one's.)
+  const std::vector<std::string> trainer_nodes = recovery::trainer_nodes(generation_->plan);
+  std::vector<std::string> savers;
+  for (const auto& node : trainer_nodes) {
+    for (int gpu = 0; gpu < gpus_; ++gpu) savers.push_back(worker_name(node, gpu));
+  }
+  const protocol::Commit message{wire_, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
+  last_iteration_ms_ = now - step_start_ms_;
+  step_start_ms_ = now;
+  const StepReport report{c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_,
+                          now - training_start_ms_};
+  // Kept before any worker applies it: a restarted master commits no less.
+  last_step_record_ = Reporter::step_record(report);
+  keep_state();
+  for (const auto& e : injector_.at_commit(c.step)) fire(e);
+  for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
+  reporter_.step(report);
+  unrestored_.clear();
+  for (const auto& r : std::exchange(restarts_, {})) reporter_.restart(r, now);
+  if (c.establishes) {
+    established_ = true;
+    snapshots_.pin(std::nullopt);
+    if (c.generation > 1) {
+      reporter_.reconfiguration(timing_, false, now);
+      chain_failure_ms_ = chain_detected_ms_ = -1;
+    }
+  }
+  if (!c.finish) return;
+  phase_ = Phase::finishing;
+  finish_deadline_ms_ = now + 30000;
+  for (const auto& [name, p] : processes_.nodes()) {
+    if (p.alive) server_.send(name, Role::worker, protocol::Finish{});
+  }
+}
+
+void Master::give_up(const recovery::GiveUp& g) {
+  if (g.reason == recovery::GiveUp::Reason::no_progress) throw std::runtime_error(g.why + ": " + last_comm_error_);
+  throw NoPlanError(reporter_.no_plan((generation_ ? generation_->number : 0) + 1, g, cost_.layers(),
+                                      cost_.state_bytes(0, cost_.layers()), o_.seed));
+}
+
+void Master::wait_for_nodes(const recovery::WaitForNodes& w) {
+  wait_deadline_ms_ = now_ms() + o_.wait_for_nodes_s * 1000;
+  wait_why_ = w.why;
+  // What the nodes that join will start from, past f: it stays named.
+  if (w.rolled_back) snapshots_.pin(controller_.committed_step());
+  std::fprintf(stderr, "oobleck-run: no plan for the nodes left (%s); waiting up to %.0f s for nodes to join\n",
+               w.why.c_str(), o_.wait_for_nodes_s);
+}
+
+void Master::finish() {
+  if (checkpoints_.enabled() && checkpoints_.last_complete() != controller_.committed_step()) {
+    std::fprintf(stderr,
+                 "oobleck-run: warning: the checkpoint after step %d is incomplete (a node was lost while saving); "
+                 "the latest complete one is after step %d\n",
+                 controller_.committed_step(), checkpoints_.last_complete());
+  }
+  if (generation_ && (!o_.chrome_trace_path.empty() || !timelines_.empty())) {
+    const LastStepReport report = last_step_report(generation_->plan, gpus_, timelines_, last_iteration_ms_);
+    if (!o_.chrome_trace_path.empty()) write_file_atomically(o_.chrome_trace_path, report.chrome_trace);
+    std::fputs(report.stage_summary.c_str(), stdout);
+  }
+  processes_.wait_for_agents(now_ms() + 10000);
+}
+
+}  // namespace oobleck::executor
