@@ -67,10 +67,16 @@ struct PlanObject {
   ProfilePtr profile;
   std::shared_ptr<Templates> templates;  // null for a plan read from a file
   Plan plan;
-  [[nodiscard]] std::string json() const {
-    const TemplateSet none;
-    return plan_to_json(plan, templates ? templates->set : none, *profile);
+  // A plan never changes once made: its JSON is written once, when first
+  // asked for (under the GIL, as every property is read).
+  [[nodiscard]] const std::string& json() const {
+    if (json_text.empty()) {
+      const TemplateSet none;
+      json_text = plan_to_json(plan, templates ? templates->set : none, *profile);
+    }
+    return json_text;
   }
+  mutable std::string json_text = {};
 };
 
 Templates make_templates(const ProfilePtr& profile, int max_nodes, int microbatches, const std::string& recompute,

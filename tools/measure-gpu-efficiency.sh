@@ -2,7 +2,7 @@
 # Everything profiles/<gpu>/train-efficiency.json and its README section
 # report, measured on this machine's CUDA GPU in one go, most important
 # first, each part given what is left of DEADLINE_S seconds:
-#   1. builds with tools/build-cuda.sh (unless BUILD_DIR already has the programs);
+#   1. builds with tools/build-cuda.sh (only what changed, where BUILD_DIR was built before);
 #   2. the model's GPU tests: fused against plain attention, the fused AdamW step;
 #   3. tools/bench-train-efficiency.sh: GPT-3 1.3B (2048 tokens) and GPT-2 XL
 #      (1024 tokens), one process, bf16, against eager PyTorch (and GPT-3
@@ -46,10 +46,9 @@ part() {
   return $status
 }
 
-if [ ! -x "$build/bin/oobleck-run" ] || [ ! -x "$build/bin/executor_tests" ]; then
-  TARGETS="oobleck-run oobleck-profile oobleck-plan oobleck-sim executor_tests" part 01-build tools/build-cuda.sh "$build" ||
-    exit 2
-fi
+# Always: a build folder left by an earlier call is brought up to date.
+TARGETS="oobleck-run oobleck-profile oobleck-plan oobleck-sim executor_tests" part 01-build tools/build-cuda.sh "$build" ||
+  exit 2
 part 02-tests "$build/bin/executor_tests" -tc="model:*,communicator: NCCL*"
 # torch.compile of GPT-2 XL's 48 blocks takes longest: it goes last.
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \

@@ -33,43 +33,55 @@ def model_flops_per_token(model, where):
     return 6 * parameters + 12 * layers * hidden * seq_len, parameters
 
 
-def step_times(side, result, warmup):
+def read_run(side, result, warmup, seq_len):
+    """The run's step times after the warm-up, and its tokens per step: from
+    oobleck-run's metrics (samples so far, after its first step) or from the
+    reference's JSON."""
     if side == "oobleck":
         path = f"{result}.jsonl"
-        steps = [s["iteration_ms"] for s in read_metrics(path, step_fields=("step", "iteration_ms")).steps]
+        steps = read_metrics(path, step_fields=("step", "iteration_ms", "samples")).steps
+        times = [s["iteration_ms"] for s in steps]
+        tokens_per_step = steps[0]["samples"] * seq_len if steps else 0
     else:
         path = f"{result}.json"
-        steps = [require(s, "step_ms", path) for s in require(read_json(path), "steps", path, lambda v: isinstance(v, list), "a list")]
-    if len(steps) <= warmup:
-        raise InputError(f"{path}: {len(steps)} steps, none left after {warmup} warm-up steps")
-    return steps[warmup:]
+        document = read_json(path)
+        times = [require(s, "step_ms", path)
+                 for s in require(document, "steps", path, lambda v: isinstance(v, list), "a list")]
+        tokens_per_step = require(document, "tokens_per_step", path)
+    if len(times) <= warmup:
+        raise InputError(f"{path}: {len(times)} steps, none left after {warmup} warm-up steps")
+    return times[warmup:], tokens_per_step
 
 
 def run(args):
-    groups = {}  # (name, side) -> times; names keep their first order
+    groups = {}  # (name, side) -> (times, tokens per step); names keep their first order
     profiles = {}
     for item in args.runs:
         parts = item.split("=")
         if len(parts) != 4 or not all(parts):
             raise InputError(f"{item}: expected NAME=PROFILE=SIDE=RESULT")
-        name, profile, side, result = parts
-        profiles.setdefault(name, profile)
-        groups.setdefault((name, side), []).extend(step_times(side, result, args.warmup))
+        name, profile_path, side, result = parts
+        if name not in profiles:
+            profile = read_json(profile_path)
+            profiles[name] = (profile_path, profile,
+                              require(profile, "model", profile_path, lambda v: isinstance(v, dict), "an object"))
+        seq_len = require(profiles[name][2], "seq_len", f"{profile_path}: model")
+        times, tokens_per_step = read_run(side, result, args.warmup, seq_len)
+        group = groups.setdefault((name, side), ([], tokens_per_step))
+        if group[1] != tokens_per_step:
+            raise InputError(f"{result}: {tokens_per_step} tokens a step, where other {side} runs of {name} "
+                             f"have {group[1]}")
+        group[0].extend(times)
     rows = []
-    for name, profile_path in profiles.items():
-        profile = read_json(profile_path)
-        model = require(profile, "model", profile_path, lambda v: isinstance(v, dict), "an object")
+    for name, (profile_path, profile, model) in profiles.items():
         microbatch = require(profile, "microbatch_size", profile_path)
         flops_per_token, parameters = model_flops_per_token(model, f"{profile_path}: model")
         row = {"model": model.get("name", name), "parameters": parameters, "seq_len": model["seq_len"],
                "microbatch_size": microbatch, "dtype": model.get("dtype", "fp32"), "device": args.device,
                "threads": args.threads, "model_flops_per_token": flops_per_token, "sides": {}}
-        for (group_name, side), times in groups.items():
+        for (group_name, side), (times, tokens_per_step) in groups.items():
             if group_name != name:
                 continue
-            # Tokens per step from the plan's microbatches, read off the spec name (…-xN).
-            microbatches = int(name.rsplit("-x", 1)[1]) if "-x" in name else 1
-            tokens_per_step = microbatches * microbatch * model["seq_len"]
             median_ms = statistics.median(times)
             entry = {"step_ms": median_ms, "steps": len(times), "tokens_per_step": tokens_per_step,
                      "tokens_per_s": tokens_per_step / (median_ms / 1000)}
