@@ -2,9 +2,10 @@
 # Sets up a small live run in folder OUT: a profile, a plan and the bundled
 # corpus as tokens (OUT/profile.json, OUT/plan.json, OUT/tokens.bin; each
 # program's output in OUT/*.txt).
-#   tiny: GPT-tiny on CPU-like nodes with too little memory for the model on
-#         one node (OUT/hw.json), analytic profile; by default six nodes with
-#         f = 2 (three 2-node pipelines) and 12 microbatches.
+#   tiny: GPT-tiny (or --model llama-tiny) on CPU-like nodes with too little
+#         memory for the model on one node (OUT/hw.json), analytic profile; by
+#         default six nodes with f = 2 (three 2-node pipelines) and 12
+#         microbatches.
 #   mini: GPT-mini measured on this CPU (1 thread, microbatch 4 x 128 tokens)
 #         with 130 MB of memory per node, so the model needs two nodes; by
 #         default five nodes with f = 1 and 8 microbatches, 3 repeats.
@@ -13,16 +14,17 @@
 #                          [--global-microbatches B] [--repeats R (mini)]
 #                          [--gpus-per-node G (a worker process each; mini
 #                          measures its profile as nodes of G)]
+#                          [--model gpt-tiny|llama-tiny (tiny)]
 #
 # The programs are build/bin's, or OOBLECK_BIN's when set (another build).
 set -euo pipefail
-usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R] [--gpus-per-node G]"
+usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R] [--gpus-per-node G] [--model gpt-tiny|llama-tiny]"
 if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
 model=$1 out=$2
 shift 2
 case $model in
-  tiny) nodes=6 f=2 microbatches=12 repeats= gpus=1 ;;
-  mini) nodes=5 f=1 microbatches=8 repeats=3 gpus=1 ;;
+  tiny) nodes=6 f=2 microbatches=12 repeats= gpus=1 tiny_model=gpt-tiny ;;
+  mini) nodes=5 f=1 microbatches=8 repeats=3 gpus=1 tiny_model= ;;
   *) echo "cluster-setup: unknown set-up '$model' (tiny or mini)" >&2; exit 2 ;;
 esac
 while [ $# -gt 0 ]; do
@@ -32,6 +34,11 @@ while [ $# -gt 0 ]; do
     --fault-tolerance) f=$2 ;;
     --global-microbatches) microbatches=$2 ;;
     --gpus-per-node) gpus=$2 ;;
+    --model)
+      case $model:$2 in
+        tiny:gpt-tiny|tiny:llama-tiny) tiny_model=$2 ;;
+        *) echo "cluster-setup: --model is gpt-tiny or llama-tiny, for tiny" >&2; exit 2 ;;
+      esac ;;
     --repeats)
       if [ "$model" != mini ]; then echo "cluster-setup: --repeats is for mini (tiny's profile is analytic)" >&2; exit 2; fi
       repeats=$2 ;;
@@ -60,7 +67,7 @@ if [ "$model" = tiny ]; then
 {"name": "small nodes", "gpus_per_node": $gpus, "gpu_memory_bytes": 4e6, "peak_fp32_flops_per_s": 1e11,
  "memory_bytes_per_s": 2e10, "intra_node_bytes_per_s": 2e9, "inter_node_bytes_per_s": 2e9, "latency_ms": 0.05}
 JSON
-  quietly profile "$bin/oobleck-profile" analytic --model gpt-tiny --hardware "$out/hw.json" --microbatch-size 2 \
+  quietly profile "$bin/oobleck-profile" analytic --model "$tiny_model" --hardware "$out/hw.json" --microbatch-size 2 \
     --seq-len 32 --dtype fp32 --out "$out/profile.json"
 else
   quietly profile "$bin/oobleck-profile" measure --model gpt-mini --microbatch-size 4 --seq-len 128 --threads 1 \

@@ -220,7 +220,7 @@ std::vector<recovery::WorkerSeat> whole_model_seats(const ModelConfig& model, st
 std::vector<GradientSlot> slots_of(const TrainOptions& o, const recovery::WorkerSeat& seat,
                                    std::map<int, HeldLayer>& held) {
   for (int l = seat.layer_begin; l < seat.layer_end; ++l) held.emplace(l, initial_layer(o, l, {seat.degree, seat.shard}));
-  return gradient_slots(held, seat.layer_begin, seat.layer_end, o.model.layers + 1);
+  return gradient_slots(held, seat.layer_begin, seat.layer_end, o.model);
 }
 
 }  // namespace
@@ -228,7 +228,6 @@ std::vector<GradientSlot> slots_of(const TrainOptions& o, const recovery::Worker
 TEST_CASE("tensor parallel: replicated gradients are summed per shard where every stage has one degree") {
   TrainOptions o;
   o.model = tiny();
-  const int last = o.model.layers + 1;
   SUBCASE("two pipelines of degree 2: shard s of each, no zeros") {
     const auto seats = whole_model_seats(o.model, {{0, 2}, {1, 2}});
     for (int rank = 0; rank < 4; ++rank) {
@@ -246,7 +245,7 @@ TEST_CASE("tensor parallel: replicated gradients are summed per shard where ever
         CHECK(part.counted == (split ? rank < 2 : rank == 0));  // each slice's norm counted once
       }
     }
-    const auto groups = gradient_groups(seats, last);
+    const auto groups = gradient_groups(seats, o.model);
     CHECK(groups == std::set<std::vector<int>>{{0, 2}, {1, 3}});
   }
   SUBCASE("degrees 2 and 1: shard 1 gives zeros, summed over everyone") {
@@ -266,7 +265,7 @@ TEST_CASE("tensor parallel: replicated gradients are summed per shard where ever
       }
     }
     CHECK(plan.copies.size() == replicated + 2);  // and both copies of the tied weight
-    const auto groups = gradient_groups(seats, last);
+    const auto groups = gradient_groups(seats, o.model);
     CHECK(groups.count({0, 1, 2}) == 1);
     CHECK(groups.count({0, 2}) == 1);
   }

@@ -1,5 +1,7 @@
 #include "oobleck/executor/gpt.h"
 
+#include "layer_parts.h"
+
 #include <torch/version.h>
 
 #include <cmath>
@@ -9,23 +11,6 @@
 
 namespace oobleck::executor {
 namespace {
-
-// One generator per (seed, layer): mixed so that nearby seeds and layers
-// give unrelated streams (splitmix64 finaliser).
-at::Generator layer_generator(std::uint64_t seed, int index) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(index) + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return at::detail::createCPUGenerator(z);
-}
-
-// GPT-2 initialisation: N(0, 0.02) weights, zero biases, residual output
-// projections scaled by 1/sqrt(2L).
-void normal_(torch::Tensor& t, double std, at::Generator& gen) {
-  torch::NoGradGuard no_grad;
-  t.copy_(torch::randn(t.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32)) * std);
-}
 
 class EmbeddingLayer final : public GptLayer {
  public:
@@ -44,37 +29,6 @@ class EmbeddingLayer final : public GptLayer {
 
  private:
   torch::Tensor token_, position_;
-};
-
-// Identity forward; the gradient summed over the group: the input of a
-// column-parallel matrix, which every shard reads whole.
-class SumGradient : public torch::autograd::Function<SumGradient> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const ShardSum* sum) {
-    ctx->saved_data["sum"] = reinterpret_cast<std::int64_t>(sum);
-    return x.clone();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto g = grads[0].clone(at::MemoryFormat::Contiguous);
-    (*reinterpret_cast<const ShardSum*>(ctx->saved_data["sum"].toInt()))(g);
-    return {g, torch::Tensor()};
-  }
-};
-
-// Summed over the group forward; identity backward: the output of a
-// row-parallel matrix, each shard's part of one product.
-class SumOutput : public torch::autograd::Function<SumOutput> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& partial, const ShardSum* sum) {
-    auto out = partial.clone(at::MemoryFormat::Contiguous);
-    (*sum)(out);
-    return out;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list grads) {
-    return {grads[0], torch::Tensor()};
-  }
 };
 
 class Block final : public GptLayer {
@@ -155,6 +109,7 @@ class HeadLayer final : public GptLayer {
 }  // namespace
 
 SplitLayout split_layout(const ModelConfig& c, int index, const std::string& parameter) {
+  if (is_llama(c)) return llama_split_layout(c, index, parameter);
   if (index == 0 || index == c.layers + 1) return {};
   const std::int64_t h = c.hidden;
   // qkv's rows are [q; k; v], each by head: cut each of the three alike.
@@ -210,12 +165,14 @@ std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::
     throw InputError("layer " + std::to_string(index) + ": shard " + std::to_string(shard.index) + " of " +
                      std::to_string(shard.degree) + " does not exist");
   }
+  const bool block = index > 0 && index <= config.layers;
+  if (block && !tensor_parallel_fits(config, shard.degree)) {
+    throw InputError("tensor-parallel degree " + std::to_string(shard.degree) + " does not divide the model's " +
+                     tensor_parallel_limit(config));
+  }
+  if (is_llama(config)) return make_llama_layer(config, index, seed, shard);
   if (index == 0) return std::make_shared<EmbeddingLayer>(config, seed);
   if (index == config.layers + 1) return std::make_shared<HeadLayer>(config, seed);
-  if (config.heads % shard.degree != 0) {
-    throw InputError("tensor-parallel degree " + std::to_string(shard.degree) + " does not divide the model's " +
-                     std::to_string(config.heads) + " attention heads");
-  }
   return std::make_shared<Block>(config, index, seed, shard);
 }
 
@@ -263,12 +220,19 @@ Gpt::Gpt(const ModelConfig& config, std::uint64_t seed) : config_(config) {
 torch::Tensor Gpt::forward(const torch::Tensor& tokens) {
   auto x = layers_.front()->forward(tokens);
   for (std::size_t i = 1; i + 1 < layers_.size(); ++i) x = layers_[i]->forward(x);
+  if (!ties_embedding(config_)) return layers_.back()->forward(x);
   auto& embedding = static_cast<EmbeddingLayer&>(*layers_.front());
   return static_cast<HeadLayer&>(*layers_.back()).project(x, embedding.token_weight());
 }
 
 std::vector<torch::Tensor> Gpt::parameters() const {
   std::vector<torch::Tensor> out;
+  if (!ties_embedding(config_)) {
+    for (const auto& layer : layers_) {
+      for (auto& p : layer->parameters()) out.push_back(p);
+    }
+    return out;
+  }
   for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
     for (auto& p : layers_[i]->parameters()) out.push_back(p);
   }

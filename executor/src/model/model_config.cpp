@@ -26,6 +26,17 @@ const std::vector<ModelConfig>& model_presets() {
       // Small enough to measure and train on one CPU in seconds.
       {"gpt-tiny", 4, 64, 4, 256, 32},
       {"gpt-mini", 6, 256, 8, 4096, 128},
+      // Llama 2 (Touvron et al. 2023) and Llama 3 (Grattafiori et al. 2024),
+      // as their released configurations give them: blocks, hidden, heads,
+      // vocabulary, context, key/value heads, SwiGLU width, rotary base.
+      {"llama2-7b", 32, 4096, 32, 32000, 4096, Architecture::llama, 32, 11008, 10000},
+      {"llama2-13b", 40, 5120, 40, 32000, 4096, Architecture::llama, 40, 13824, 10000},
+      {"llama2-70b", 80, 8192, 64, 32000, 4096, Architecture::llama, 8, 28672, 10000},
+      {"llama3-8b", 32, 4096, 32, 128256, 8192, Architecture::llama, 8, 14336, 500000},
+      {"llama3-70b", 80, 8192, 64, 128256, 8192, Architecture::llama, 8, 28672, 500000},
+      // SwiGLU width about 8h/3, rounded up to a multiple of 16, as Llama's is.
+      {"llama-tiny", 4, 64, 4, 256, 32, Architecture::llama, 2, 176, 10000},
+      {"llama-mini", 6, 256, 8, 4096, 128, Architecture::llama, 4, 688, 10000},
   };
   return presets;
 }
@@ -42,6 +53,32 @@ void validate(const ModelConfig& c, const std::string& origin) {
   }
   if (c.vocab < 2 || c.vocab > 1 << 24) fail("vocab", "expected 2 to 2^24, got " + std::to_string(c.vocab));
   if (c.seq_len < 1 || c.seq_len > 1 << 20) fail("seq_len", "expected 1 to 2^20, got " + std::to_string(c.seq_len));
+  if (!is_llama(c)) {
+    if (c.kv_heads != 0 || c.ffn_hidden != 0 || c.rope_theta != 0) {
+      fail("kv_heads, ffn_hidden, rope_theta", "only a llama architecture takes them");
+    }
+    return;
+  }
+  if (c.kv_heads < 1 || c.heads % c.kv_heads != 0) {
+    fail("kv_heads", "expected a divisor of the " + std::to_string(c.heads) + " heads, got " +
+                         std::to_string(c.kv_heads));
+  }
+  if ((c.hidden / c.heads) % 2 != 0) {
+    fail("heads", "rotary embeddings need an even head size; hidden / heads = " + std::to_string(c.hidden / c.heads));
+  }
+  if (c.ffn_hidden < 1 || c.ffn_hidden > 1 << 22) {
+    fail("ffn_hidden", "expected 1 to 2^22, got " + std::to_string(c.ffn_hidden));
+  }
+  if (!(c.rope_theta > 1) || !(c.rope_theta <= 1e9)) {
+    fail("rope_theta", "expected a number above 1 and at most 1e9, got " + std::to_string(c.rope_theta));
+  }
+}
+
+std::string tensor_parallel_limit(const ModelConfig& c) {
+  std::string out = std::to_string(c.heads) + " attention heads";
+  if (key_value_heads(c) != c.heads) out += " and " + std::to_string(key_value_heads(c)) + " key/value heads";
+  if (mlp_hidden(c) % c.heads != 0) out += " and " + std::to_string(mlp_hidden(c)) + " MLP units";
+  return out;
 }
 
 ModelConfig parse_model_config(std::string_view text, const std::string& origin) {
@@ -49,18 +86,44 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   if (!doc.is_object()) throw InputError(origin + ": expected a JSON object {layers, hidden, heads, vocab, seq_len}");
   ModelConfig c;
   c.name = json_input::optional_string(doc, "name", json_input::FieldPath(origin), "custom");
+  const std::string architecture =
+      json_input::optional_string(doc, "architecture", json_input::FieldPath(origin), "gpt2");
+  if (architecture != "gpt2" && architecture != "llama") {
+    throw InputError(origin + ": architecture: expected \"gpt2\" or \"llama\", got " + quoted_excerpt(architecture));
+  }
+  if (architecture == "llama") {
+    c.architecture = Architecture::llama;
+    c.rope_theta = 10000;
+  }
   for (const auto& [key, value] : doc.items()) {
     // A profile's model section carries these too; `parameters` is checked below.
-    if (key == "name" || key == "description" || key == "dtype" || key == "parameters") continue;
+    if (key == "name" || key == "description" || key == "dtype" || key == "parameters" || key == "architecture") {
+      continue;
+    }
+    if (key == "rope_theta") {
+      if (!value.is_number() || !(value.get<double>() > 1) || !(value.get<double>() <= 1e9)) {
+        throw InputError(origin + ": rope_theta: expected a number above 1 and at most 1e9, got " +
+                         json_input::value_excerpt(value));
+      }
+      c.rope_theta = value.get<double>();
+      if (!is_llama(c)) throw InputError(origin + ": rope_theta: only \"architecture\": \"llama\" takes it");
+      continue;
+    }
     int* field = key == "layers" ? &c.layers
                  : key == "hidden" ? &c.hidden
                  : key == "heads" ? &c.heads
                  : key == "vocab" ? &c.vocab
                  : key == "seq_len" ? &c.seq_len
-                                    : nullptr;
+                 : key == "kv_heads" ? &c.kv_heads
+                 : key == "ffn_hidden" ? &c.ffn_hidden
+                                       : nullptr;
     if (!field) {
       throw InputError(origin + ": " + excerpt(key) +
-                       ": unknown field; expected layers, hidden, heads, vocab, seq_len, name");
+                       ": unknown field; expected layers, hidden, heads, vocab, seq_len, name, architecture "
+                       "(and kv_heads, ffn_hidden, rope_theta for llama)");
+    }
+    if ((key == "kv_heads" || key == "ffn_hidden") && !is_llama(c)) {
+      throw InputError(origin + ": " + key + ": only \"architecture\": \"llama\" takes it");
     }
     // validate() narrows each field further.
     constexpr std::int64_t kMost = 1 << 24;
@@ -74,11 +137,15 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   for (const char* key : {"layers", "hidden", "heads", "vocab", "seq_len"}) {
     if (!doc.contains(key)) throw InputError(origin + ": " + key + ": missing");
   }
+  if (is_llama(c)) {
+    if (!doc.contains("ffn_hidden")) throw InputError(origin + ": ffn_hidden: missing (a llama model needs its MLP width)");
+    if (!doc.contains("kv_heads")) c.kv_heads = c.heads;
+  }
   validate(c, origin);
   if (doc.contains("parameters") &&
       (!doc["parameters"].is_number_integer() || doc["parameters"].get<std::int64_t>() != model_parameters(c))) {
     throw InputError(origin + ": parameters: " + json_input::value_excerpt(doc["parameters"]) + " does not match the " +
-                     std::to_string(model_parameters(c)) + " that layers, hidden, vocab and seq_len give");
+                     std::to_string(model_parameters(c)) + " that the other fields give");
   }
   return c;
 }
@@ -103,9 +170,19 @@ std::string layer_name(const ModelConfig& c, int index) {
 
 std::int64_t block_parameters(std::int64_t h) { return 12 * h * h + 13 * h; }
 
+std::int64_t llama_block_parameters(const ModelConfig& c) {
+  const std::int64_t h = c.hidden, kv = static_cast<std::int64_t>(key_value_heads(c)) * (h / c.heads);
+  return 2 * h * h + 2 * h * kv + 3 * h * mlp_hidden(c) + 2 * h;
+}
+
 std::int64_t layer_parameters(const ModelConfig& c, int index) {
-  const std::int64_t h = c.hidden;
-  if (index == 0) return static_cast<std::int64_t>(c.vocab) * h + static_cast<std::int64_t>(c.seq_len) * h;
+  const std::int64_t h = c.hidden, vocab_rows = static_cast<std::int64_t>(c.vocab) * h;
+  if (is_llama(c)) {
+    if (index == 0) return vocab_rows;                  // no position table: rotary positions
+    if (index == c.layers + 1) return vocab_rows + h;   // final RMSNorm and the head's own weight
+    return llama_block_parameters(c);
+  }
+  if (index == 0) return vocab_rows + static_cast<std::int64_t>(c.seq_len) * h;
   if (index == c.layers + 1) return 2 * h;  // final LayerNorm; the head's weight is the embedding's
   return block_parameters(h);
 }
@@ -117,10 +194,17 @@ std::int64_t model_parameters(const ModelConfig& c) {
 }
 
 std::string model_json(const ModelConfig& c, std::string_view dtype) {
-  return nlohmann::ordered_json{{"name", c.name},       {"layers", c.layers},   {"hidden", c.hidden},
-                                {"heads", c.heads},     {"vocab", c.vocab},     {"seq_len", c.seq_len},
-                                {"parameters", model_parameters(c)}, {"dtype", dtype}}
-      .dump();
+  nlohmann::ordered_json doc{{"name", c.name},   {"layers", c.layers}, {"hidden", c.hidden},
+                             {"heads", c.heads}, {"vocab", c.vocab},   {"seq_len", c.seq_len}};
+  if (is_llama(c)) {
+    doc["architecture"] = "llama";
+    doc["kv_heads"] = c.kv_heads;
+    doc["ffn_hidden"] = c.ffn_hidden;
+    doc["rope_theta"] = c.rope_theta;
+  }
+  doc["parameters"] = model_parameters(c);
+  doc["dtype"] = dtype;
+  return doc.dump();
 }
 
 ModelConfig model_of_profile(const Profile& profile) {

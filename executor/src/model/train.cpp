@@ -47,12 +47,12 @@ std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& 
                                               int global_microbatches) {
   keep_freed_host_memory();
   torch::manual_seed(o.seed);
-  // The model as one pipeline stage holding every layer, the tied weight's
+  // The model as one pipeline stage holding every layer, a tied weight's
   // two copies kept equal as the workers keep them.
   const int layers = pipeline_layers(o.model), last_layer = layers - 1;
   std::map<int, HeldLayer> model;
   for (int l = 0; l < layers; ++l) model.emplace(l, initial_layer(o, l));
-  auto slots = gradient_slots(model, 0, layers, last_layer);
+  auto slots = gradient_slots(model, 0, layers, o.model);
   const int B = global_microbatches, mb = o.microbatch_size, S = o.model.seq_len;
   const torch::Device device = train_device(o);
   std::vector<StepMetrics> out;

@@ -59,11 +59,13 @@ struct GradientSlot {
 
 // The slots of layers [begin, end) of `layers`, in layer and parameter order.
 [[nodiscard]] inline std::vector<GradientSlot> gradient_slots(const std::map<int, HeldLayer>& layers, int begin,
-                                                              int end, int last_layer) {
+                                                              int end, const ModelConfig& model) {
+  const int last_layer = pipeline_layers(model) - 1;
   std::vector<GradientSlot> out;
   for (int l = begin; l < end; ++l) {
     for (const auto& item : layers.at(l).module->named_parameters()) {
-      const bool tied = (l == 0 && item.key() == "token") || (l == last_layer && item.key() == "tied_token");
+      const bool tied = ties_embedding(model) && ((l == 0 && item.key() == "token") ||
+                                                  (l == last_layer && item.key() == "tied_token"));
       out.push_back({tied ? kTied : l, item.value(),
                      torch::zeros(item.value().sizes(),
                                   torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device())),

@@ -101,12 +101,31 @@ HardwareDescription load_hardware(const std::string& name_or_path) {
 
 LayerWork layer_work(const ModelConfig& c, int index, int microbatch_size, int e) {
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads, V = c.vocab;
+  if (is_llama(c) && index == 0) return {0, (2 * b * s * h + b * s) * e};  // gather a row, write
   if (index == 0) return {b * s * h, (2 * b * s * h + b * s) * e};  // gather two rows, add, write
   if (index == c.layers + 1) {
-    // Final LayerNorm, logits against the tied weight, softmax cross-entropy.
+    // Final norm, logits against the (tied or own) weight, softmax cross-entropy.
     // The logits are written in the dtype, and the cross-entropy reads them
     // in fp32 about four times (conversion, maximum, exponentials, sum).
     return {2 * b * s * h * V + 5 * b * s * V + 5 * b * s * h, (V * h + 2 * b * s * h) * e + b * s * V * (e + 16)};
+  }
+  if (is_llama(c)) {
+    // Matrix products: 2 b s h (h + 2 kv d) for Q, K and V, 2 b s h^2 for
+    // the output, 6 b s h f for the three SwiGLU matrices, and the same 4 b
+    // s^2 h of the attention core. Traffic, in activation-sized passes per
+    // token: the norm outputs read by their matrices (2h), Q, K and V
+    // written (h + 2 kv d), the rotations of Q and K (2h + 2 kv d), the
+    // key/value heads repeated for their query heads (2 kv d read, 2h
+    // written), the attention's reads and write (4h), the output
+    // projection's (2h), SwiGLU's two products written, gated and read (8f),
+    // W2's output (h); and whole on every GPU of a tensor-parallel stage,
+    // the two RMSNorms (read, write) and residual adds (two reads, a write):
+    // 10h.
+    const double kv = static_cast<double>(key_value_heads(c)) * (h / a), f = mlp_hidden(c);
+    const double passes = 24 * h + 6 * kv + 8 * f;
+    return {2 * b * s * h * (2 * h + 2 * kv) + 6 * b * s * h * f + 4 * b * s * s * h,
+            static_cast<double>(llama_block_parameters(c)) * e + passes * b * s * e + 4 * a * b * s * s * e,
+            10 * b * s * h * e, 4 * b * s * s * h, 4 * a * b * s * s * e};
   }
   // Matrix products: 24 b s h^2 (QKV, projection, MLP) + 4 b s^2 h (scores
   // and their product with V). Traffic: the weights, ~30 activation-sized
@@ -184,7 +203,7 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       l.activation_bytes = static_cast<Bytes>(b * s * 8);  // the token ids
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
     } else if (i == c.layers + 1) {
-      // The LayerNorm input and output, the logits and their softmax.
+      // The norm's input and output, the logits and their softmax.
       l.activation_bytes = static_cast<Bytes>((2 * b * s * h + 2 * b * s * c.vocab) * e);
       l.output_bytes = 4;  // the loss
     } else {
@@ -192,15 +211,22 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       // s b h (34 + 5 a s / h) bytes at 16 bits, scaled to the dtype; the
       // attention core's 5 a s / h part goes with selective recomputation,
       // all but the input with a block's.
-      const double attention = options.recompute == AnalyticRecompute::none ? 5 * a * s / h : 0;
+      // A Llama block, counted the same way: each norm's input and output
+      // (4h each), Q and K (4h, after the rotation and the repeat), V (2h),
+      // the softmax output (2as), the output projection's input (2h), and
+      // SwiGLU's two products, the gate and their product (8f): s b (16h +
+      // 8f + 2as).
+      const double core = is_llama(c) ? 16 + 8.0 * mlp_hidden(c) / h : 34;
+      const double attention =
+          options.recompute != AnalyticRecompute::none ? 0 : (is_llama(c) ? 2 : 5) * a * s / h;
       l.activation_bytes = options.recompute == AnalyticRecompute::blocks
                                ? static_cast<Bytes>(b * s * h * e)
-                               : static_cast<Bytes>(s * b * h * (34 + attention) * e / 2);
+                               : static_cast<Bytes>(s * b * h * (core + attention) * e / 2);
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
     }
     const bool embedding_or_head = i == 0 || i == c.layers + 1;
     for (int t = 2; t <= hw.gpus_per_node; ++t) {
-      if (hw.gpus_per_node % t != 0 || c.heads % t != 0) continue;
+      if (hw.gpus_per_node % t != 0 || !tensor_parallel_fits(c, t)) continue;
       if (embedding_or_head && !options.vocabulary_parallel) {
         // oobleck-run replicates the embedding and the head in a
         // tensor-parallel stage (gpt.h): at any degree they take their whole time.
@@ -230,9 +256,11 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
                     std::to_string(peak_for(hw, dtype) / 1e12) + " TFLOP/s and " +
                     std::to_string(hw.memory_efficiency) + " of " + std::to_string(hw.memory_bytes_per_s / 1e9) +
                     " GB/s; backward twice the forward");
-  p.notes.push_back("the LM head reads the embedding's tied weight: a stage holding the head without the "
-                    "embedding keeps a copy of " +
-                    std::to_string(static_cast<long long>(c.vocab) * c.hidden * e) + " bytes not counted here");
+  if (ties_embedding(c)) {
+    p.notes.push_back("the LM head reads the embedding's tied weight: a stage holding the head without the "
+                      "embedding keeps a copy of " +
+                      std::to_string(static_cast<long long>(c.vocab) * c.hidden * e) + " bytes not counted here");
+  }
   p.notes.push_back("hardware: " + hw.source);
   return p;
 }
@@ -416,7 +444,8 @@ std::string analytic_profile_to_json(const Profile& profile, const HardwareDescr
       "Analytic, by oobleck-profile: per-layer forward time = FLOPs / (peak x compute "
       "efficiency) + bytes moved / (memory bandwidth x memory efficiency) + a fixed per-layer "
       "overhead, backward twice that; "
-      "standard transformer counts (24bsh^2 + 4bs^2h FLOPs per block).";
+      "standard transformer counts (24bsh^2 + 4bs^2h FLOPs per GPT-2 block; 4bsh(h + kv d) + 6bshf + "
+      "4bs^2h per Llama block).";
   doc["hardware_description"] = {{"key", hw.key},
                                  {"source", hw.source},
                                  {"peak_fp32_flops_per_s", hw.peak_fp32_flops_per_s},

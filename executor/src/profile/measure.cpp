@@ -161,9 +161,10 @@ void record_node(Measurement& out, const std::vector<NodeDegreeTimes>& degrees, 
     out.node_degrees.push_back(sums);
   }
   for (int degree = 2; degree <= options.gpus_per_node; ++degree) {
-    if (options.gpus_per_node % degree == 0 && options.model.heads % degree != 0) {
-      out.profile.notes.push_back("tensor_parallel: degree " + std::to_string(degree) + " not measured: it does not divide the model's " +
-                                  std::to_string(options.model.heads) + " heads");
+    if (options.gpus_per_node % degree == 0 && !tensor_parallel_fits(options.model, degree)) {
+      out.profile.notes.push_back("tensor_parallel: degree " + std::to_string(degree) +
+                                  " not measured: it does not divide the model's " +
+                                  tensor_parallel_limit(options.model));
     }
   }
   out.profile.notes.push_back(

@@ -78,7 +78,7 @@ std::vector<NodeDegreeTimes> time_as_worker(const MeasureOptions& o, int rank,
   const int layers = pipeline_layers(o.model);
   std::vector<NodeDegreeTimes> out;
   for (int degree = 1; degree <= gpus; ++degree) {
-    if (gpus % degree != 0 || o.model.heads % degree != 0) continue;
+    if (gpus % degree != 0 || !tensor_parallel_fits(o.model, degree)) continue;
     const TensorShard shard{degree, rank % degree};
     std::unique_ptr<Communicator> group;
     if (degree > 1) {

@@ -28,8 +28,8 @@ void check_runnable(const Plan& plan, const Profile& profile, const std::string&
       const std::string where = origin + ": pipeline " + std::to_string(p) + ", stage " + std::to_string(s) +
                                 ": gpus (tensor-parallel degree) " + std::to_string(st.gpus);
       if (!has_block || st.gpus == 1) continue;
-      if (model.heads % st.gpus != 0) {
-        throw InputError(where + " does not divide the model's " + std::to_string(model.heads) + " attention heads");
+      if (!tensor_parallel_fits(model, st.gpus)) {
+        throw InputError(where + " does not divide the model's " + tensor_parallel_limit(model));
       }
       if (model.hidden % st.gpus != 0) {
         throw InputError(where + " does not divide the model's hidden size " + std::to_string(model.hidden));

@@ -22,7 +22,9 @@ bool one_degree(const std::vector<recovery::WorkerSeat>& seats, const recovery::
 // The groups the tied weight's gradient is summed over (holders of either
 // end): one per shard index where both ends are held at one degree, else a
 // single group of everyone.
-std::vector<std::vector<int>> tied_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
+std::vector<std::vector<int>> tied_groups(const std::vector<recovery::WorkerSeat>& seats, const ModelConfig& model) {
+  const int last_layer = model.layers + 1;
+  if (!ties_embedding(model)) return {{}};
   const auto first = recovery::layer_pieces(seats, 0), last = recovery::layer_pieces(seats, last_layer);
   const bool per_shard = one_degree(seats, first) && one_degree(seats, last) && first.count == last.count;
   std::vector<std::vector<int>> out(per_shard ? static_cast<std::size_t>(first.count) : 1);
@@ -46,7 +48,7 @@ GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int 
   GradientPlan plan;
   std::map<int, recovery::LayerPieces> pieces;
   for (int l = me.layer_begin; l < me.layer_end; ++l) pieces.emplace(l, recovery::layer_pieces(seats, l));
-  const auto tied = tied_groups(seats, last_layer);
+  const auto tied = tied_groups(seats, model);
   const bool tied_per_shard = tied.size() > 1;  // a holder of either end then has the ends' degree
   if (me.holds(0) || me.holds(last_layer)) {
     plan.tied_holders = tied_per_shard ? tied.at(static_cast<std::size_t>(me.shard)) : tied.front();
@@ -89,14 +91,17 @@ GradientPlan plan_gradients(const std::vector<recovery::WorkerSeat>& seats, int 
   return plan;
 }
 
-std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSeat>& seats, int last_layer) {
+std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSeat>& seats, const ModelConfig& model) {
+  const int last_layer = model.layers + 1;
   std::set<std::vector<int>> out;
   for (int l = 0; l <= last_layer; ++l) {
     const recovery::LayerPieces p = recovery::layer_pieces(seats, l);
     out.insert(p.holders.begin(), p.holders.end());
     if (!one_degree(seats, p)) out.insert(p.everyone);
   }
-  for (auto& group : tied_groups(seats, last_layer)) out.insert(std::move(group));
+  for (auto& group : tied_groups(seats, model)) {
+    if (!group.empty()) out.insert(std::move(group));
+  }
   return out;
 }
 

@@ -57,7 +57,7 @@ struct GradientPlan {
 // Every group some part is summed over, for every worker of the generation
 // alike (each makes the ones it belongs to).
 [[nodiscard]] std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSeat>& seats,
-                                                         int last_layer);
+                                                         const ModelConfig& model);
 
 // The sums over the holders, written as the parameters' gradients, then
 // clipped by the global norm (each label's norm from its counted parts,

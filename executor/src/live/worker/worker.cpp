@@ -148,7 +148,7 @@ class LiveWorker {
     if (trainer_) {
       for (int k = 0; k < seat().degree; ++k) shard_group.push_back(seat().first_rank + k);
     }
-    groups_.build(settings_, shard_group, gradient_groups(seats_, o_.model.layers + 1));
+    groups_.build(settings_, shard_group, gradient_groups(seats_, o_.model));
     const double rebuilt = now_ms();
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
@@ -221,7 +221,7 @@ class LiveWorker {
         }
       });
     }
-    slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model.layers + 1);
+    slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
     gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
     first_microbatch_ = 0;
     for (int p = 0; p < seat().pipeline; ++p) first_microbatch_ += plan_.pipelines[static_cast<std::size_t>(p)].microbatches;
