@@ -21,14 +21,18 @@ inline const std::string kSource = OOBLECK_SOURCE_DIR;
 
 class LiveSetup {
  public:
-  // The GPT-tiny cluster of tools/cluster-setup.sh, with this build's programs.
-  LiveSetup(int nodes, int fault_tolerance, int global_microbatches, int gpus_per_node = 1) : s(OOBLECK_RUN_BINARY) {
+  // The GPT-tiny (or `model`: llama-tiny) cluster of tools/cluster-setup.sh,
+  // with this build's programs.
+  LiveSetup(int nodes, int fault_tolerance, int global_microbatches, int gpus_per_node = 1,
+            const std::string& model = "gpt-tiny")
+      : s(OOBLECK_RUN_BINARY) {
     const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
     const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + bin + " " + kSource + "/tools/cluster-setup.sh tiny " +
                                                          s.str("") + " --nodes " + std::to_string(nodes) +
                                                          " --fault-tolerance " + std::to_string(fault_tolerance) +
                                                          " --global-microbatches " + std::to_string(global_microbatches) +
-                                                         " --gpus-per-node " + std::to_string(gpus_per_node));
+                                                         " --gpus-per-node " + std::to_string(gpus_per_node) +
+                                                         " --model " + model);
     INFO(setup.err);
     REQUIRE(setup.status == 0);
   }

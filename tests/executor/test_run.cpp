@@ -29,6 +29,22 @@ TEST_CASE("run: pipelines of 3 and 2 nodes train what one process trains") {
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("run: a Llama-style model trains what one process trains, bit for bit, through a lost and a new node") {
+  oobleck::test::LiveSetup setup(6, 2, 12, 1, "llama-tiny");
+  REQUIRE(setup.plan()["pipelines"].size() == 3);
+  setup.s.write("inject.csv", "step:3,remove,node1\nstep:6,add,node6\n");
+  const auto live = setup.live(10, 3, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                        " --heartbeat-timeout-ms 5000");
+  INFO(live.err);
+  REQUIRE(live.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(10, 3), 0.0);
+  CHECK(steps.back()["loss"].get<double>() < steps.front()["loss"].get<double>() - 0.5);  // it learns
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // 12 microbatches of 2, each once
+  CHECK(setup.of_kind("live.jsonl", "generation").size() >= 3);
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("run: bad input is refused before any worker starts") {
   oobleck::test::Scratch s(OOBLECK_RUN_BINARY);
   REQUIRE(s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + kSource +

@@ -148,3 +148,24 @@ TEST_CASE("run: plans the workers cannot run are refused before anything starts,
   CHECK(run.err.find("expected 3") != std::string::npos);
   CHECK(three.s.processes_left() == 0);
 }
+
+TEST_CASE("run: a Llama-style model on a tensor-parallel plan loses a node and trains what one process trains") {
+  // Grouped-query attention split over 2 GPUs: each holds 2 query heads and
+  // their key/value head; the untied head's weight is a plain replicated
+  // parameter.
+  LiveSetup setup(3, 1, 12, 2, "llama-tiny");
+  write_tensor_parallel_plan(setup);
+  setup.s.write("inject.csv", "step:5,remove,node1\n");
+  const auto run = setup.live(12, 4, "live.jsonl", kSmooth + " --inject " + setup.s.str("inject.csv") +
+                                                       " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 4, kSmooth), kTensorParallelTolerance);
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);
+  const auto generations = setup.of_kind("live.jsonl", "generation");
+  REQUIRE(generations.size() == 2);
+  CHECK(generations[1]["lost"] == nlohmann::json::array({"node1"}));
+  CHECK(generations[1]["resume_step"] == 5);
+  CHECK(setup.s.processes_left() == 0);
+}

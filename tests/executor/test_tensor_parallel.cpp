@@ -50,8 +50,10 @@ bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allcl
 
 }  // namespace
 
-TEST_CASE("tensor parallel: a block split over two GPUs computes the whole block's output and gradients") {
-  const ModelConfig c = tiny();
+namespace {
+
+// `replicated`: a parameter every shard holds whole.
+void check_block_split(const ModelConfig& c, const std::string& replicated) {
   const int index = 2;
   auto whole = make_layer(c, index, 11);
   std::vector<std::shared_ptr<GptLayer>> shards = {make_layer(c, index, 11, {2, 0}), make_layer(c, index, 11, {2, 1})};
@@ -99,8 +101,17 @@ TEST_CASE("tensor parallel: a block split over two GPUs computes the whole block
     }
   }
   // Replicated parameters get the same gradient on both shards, bit for bit.
-  CHECK(torch::equal(shards[0]->named_parameters()["ln1.weight"].grad(),
-                     shards[1]->named_parameters()["ln1.weight"].grad()));
+  CHECK(torch::equal(shards[0]->named_parameters()[replicated].grad(),
+                     shards[1]->named_parameters()[replicated].grad()));
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallel: a block split over two GPUs computes the whole block's output and gradients") {
+  SUBCASE("GPT-2") { check_block_split(tiny(), "ln1.weight"); }
+  SUBCASE("Llama, two query heads per key/value head") {
+    check_block_split({"test-llama", 3, 32, 4, 97, 16, Architecture::llama, 2, 88, 10000}, "attention_norm");
+  }
 }
 
 TEST_CASE("tensor parallel: shards cut from a layer and gathered back give it exactly, optimizer state included") {
@@ -134,6 +145,15 @@ TEST_CASE("tensor parallel: shards cut from a layer and gathered back give it ex
 TEST_CASE("tensor parallel: a degree that does not divide the heads is refused") {
   CHECK_THROWS_AS((void)make_layer(tiny(), 1, 1, {3, 0}), InputError);
   CHECK_NOTHROW((void)make_layer(tiny(), 0, 1, {3, 0}));  // the embedding is replicated
+  // Llama: 4 query heads but 2 key/value heads, so 2 GPUs at most.
+  const ModelConfig llama{"test-llama", 3, 32, 4, 97, 16, Architecture::llama, 2, 88, 10000};
+  CHECK_NOTHROW((void)make_layer(llama, 1, 1, {2, 1}));
+  try {
+    (void)make_layer(llama, 1, 1, {4, 0});
+    FAIL("degree 4 accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("4 attention heads and 2 key/value heads") != std::string::npos);
+  }
 }
 
 TEST_CASE("tensor parallel: shards copied between workers are re-cut to the receiver's degree, exactly") {
