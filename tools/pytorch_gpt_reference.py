@@ -1,6 +1,7 @@
 """The same training as `oobleck-run --single-process`, written the way a
 PyTorch user writes it (nanoGPT style): one process, one module, the head
-tied to the token embedding as one parameter, gradients accumulated over the
+tied to the token embedding as one parameter (or, for a Llama-style profile,
+the block as Hugging Face's Llama writes it, with its own head), gradients accumulated over the
 step's microbatches in .grad, clip_grad_norm_ and torch.optim.AdamW. It is
 the reference oobleck's own speed is measured against
 (tools/bench-train-efficiency.sh).
@@ -30,7 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from torchrun_gpt_ddp import (CLIP_NORM, LEARNING_RATE, WEIGHT_DECAY, Gpt, fail,  # noqa: E402
+from torchrun_gpt_ddp import (CLIP_NORM, LEARNING_RATE, WEIGHT_DECAY, build_model, fail,  # noqa: E402
                               read_job, read_model_tokens, step_sequences)
 
 
@@ -73,7 +74,7 @@ def main():
     torch.set_num_threads(args.threads)
     tokens = read_model_tokens(args.data, seq_len, vocab)
     device = torch.device(args.device)
-    model = Gpt(job.layers, job.hidden, job.heads, vocab, seq_len, args.seed, attention).to(device)
+    model = build_model(job, args.seed, attention).to(device)
     fused = {"fused": True} if args.device == "cuda" and two else {}
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, **fused)
     forward = torch.compile(model) if args.compile else model

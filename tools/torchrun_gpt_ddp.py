@@ -144,6 +144,95 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.token.t()  # the head's weight is the token embedding
 
 
+class RmsNorm(nn.Module):
+    def __init__(self, hidden, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x):
+        wide = x.float()
+        return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rotate_half(x):
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """Llama's block as Hugging Face writes it: RMSNorm, rotary positions
+    ("rotate half"), grouped-query attention, SwiGLU, no biases."""
+
+    def __init__(self, hidden, heads, kv_heads, ffn_hidden, rope_theta, layers, generator, attention="plain"):
+        super().__init__()
+        self.attention = attention
+        self.heads, self.kv_heads, self.head_dim, self.rope_theta = heads, kv_heads, hidden // heads, rope_theta
+        kv = kv_heads * self.head_dim
+        self.attention_norm, self.mlp_norm = RmsNorm(hidden), RmsNorm(hidden)
+        self.wq = nn.Linear(hidden, hidden, bias=False)
+        self.wk = nn.Linear(hidden, kv, bias=False)
+        self.wv = nn.Linear(hidden, kv, bias=False)
+        self.wo = nn.Linear(hidden, hidden, bias=False)
+        self.w1 = nn.Linear(hidden, ffn_hidden, bias=False)
+        self.w3 = nn.Linear(hidden, ffn_hidden, bias=False)
+        self.w2 = nn.Linear(ffn_hidden, hidden, bias=False)
+        residual_std = 0.02 / math.sqrt(2 * layers)
+        with torch.no_grad():  # oobleck's draws, in its order (executor/src/model/llama.cpp)
+            for linear, std in ((self.wq, 0.02), (self.wk, 0.02), (self.wv, 0.02), (self.wo, residual_std),
+                                (self.w1, 0.02), (self.w3, 0.02), (self.w2, residual_std)):
+                linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * std)
+
+    def forward(self, x):
+        batch, length, hidden = x.shape
+        n = self.attention_norm(x)
+        q = self.wq(n).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
+        k = self.wk(n).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(n).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        frequencies = self.rope_theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        angles = torch.outer(torch.arange(length, dtype=torch.float64), frequencies)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(x.device, q.dtype), angles.sin().to(x.device, q.dtype)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        if self.attention == "sdpa":
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+            future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+            attended = torch.softmax(scores.masked_fill(future, float("-inf")), -1) @ v
+        h = x + self.wo(attended.transpose(1, 2).reshape(batch, length, hidden))
+        m = self.mlp_norm(h)
+        return h + self.w2(F.silu(self.w1(m)) * self.w3(m))
+
+
+class Llama(nn.Module):
+    def __init__(self, layers, hidden, heads, kv_heads, ffn_hidden, rope_theta, vocab, seed, attention="plain"):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(vocab, hidden, generator=layer_generator(seed, 0)) * 0.02)
+        self.blocks = nn.ModuleList(
+            LlamaBlock(hidden, heads, kv_heads, ffn_hidden, rope_theta, layers, layer_generator(seed, i + 1),
+                       attention)
+            for i in range(layers))
+        self.norm = RmsNorm(hidden)
+        self.output = nn.Parameter(torch.randn(vocab, hidden, generator=layer_generator(seed, layers + 1)) * 0.02)
+
+    def forward(self, tokens):
+        x = F.embedding(tokens, self.token)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x) @ self.output.t()  # untied
+
+
+def build_model(job, seed, attention="plain"):
+    """The profile's model: oobleck's GPT-2-style one or its Llama-style one."""
+    if job.architecture == "llama":
+        return Llama(job.layers, job.hidden, job.heads, job.kv_heads, job.ffn_hidden, job.rope_theta, job.vocab,
+                     seed, attention)
+    return Gpt(job.layers, job.hidden, job.heads, job.vocab, job.seq_len, seed, attention)
+
+
 def step_sequences(tokens, seed, step, first, count, seq_len):
     """Inputs and targets of samples FIRST..FIRST+COUNT-1 of step STEP: the
     windows oobleck's step_sequences picks."""
@@ -155,7 +244,8 @@ def step_sequences(tokens, seed, step, first, count, seq_len):
 
 
 def read_job(profile_path, plan_path):
-    """The model (layers, hidden, heads, vocab, seq_len and dtype), the
+    """The model (layers, hidden, heads, vocab, seq_len, dtype, and the
+    architecture with its kv_heads, ffn_hidden and rope_theta), the
     microbatch size and the global microbatches of a profile and a plan."""
     profile = read_json(profile_path, "the profile")
     model = profile.get("model") if isinstance(profile, dict) else None
@@ -164,8 +254,18 @@ def read_job(profile_path, plan_path):
                                              for key in ("layers", "hidden", "heads", "vocab", "seq_len"))
     if hidden % heads:
         fail(f"{where}: {heads} heads do not divide hidden = {hidden}")
+    architecture = model.get("architecture", "gpt2")
+    if architecture not in ("gpt2", "llama"):
+        fail(f"{where}: architecture: expected gpt2 or llama, got {architecture!r}")
+    llama = architecture == "llama"
+    kv_heads = positive_integer(model, "kv_heads", where) if llama else heads
+    ffn_hidden = positive_integer(model, "ffn_hidden", where) if llama else 4 * hidden
+    rope_theta = model.get("rope_theta", 10000.0)
+    if heads % kv_heads or not isinstance(rope_theta, (int, float)) or rope_theta <= 1:
+        fail(f"{where}: kv_heads must divide heads and rope_theta be above 1")
     return argparse.Namespace(
         layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, dtype=model.get("dtype"),
+        architecture=architecture, kv_heads=kv_heads, ffn_hidden=ffn_hidden, rope_theta=float(rope_theta),
         microbatch=positive_integer(profile, "microbatch_size", profile_path),
         global_microbatches=positive_integer(read_json(plan_path, "the plan"), "global_microbatches", plan_path))
 
@@ -241,7 +341,7 @@ def main():
     pid_folder = os.path.join(args.out, "pids")
     os.makedirs(pid_folder, exist_ok=True)
 
-    model = Gpt(layers, hidden, heads, vocab, seq_len, args.seed)
+    model = build_model(job, args.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
     first_step = 0
     if os.path.exists(checkpoint_path):
