@@ -30,6 +30,10 @@ using namespace oobleck::executor;
 // given sequence length. Checks the output path too, before any work.
 ModelConfig checked_model(const std::string& model_name, int seq_len, const std::string& out) {
   ModelConfig model = load_model_config(model_name);
+  if (is_scripted(model) && model.seq_len != seq_len) {
+    throw InputError("--seq-len " + std::to_string(seq_len) + ": the TorchScript model's manifest (" + model_name +
+                     ") says seq_len " + std::to_string(model.seq_len));
+  }
   model.seq_len = seq_len;
   validate(model, "--model");
   require_output_path("--out", out);

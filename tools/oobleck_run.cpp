@@ -18,6 +18,7 @@
 #include "cli_io.h"
 #include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/data.h"
+#include "oobleck/executor/gpt.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/executor/train.h"
 
@@ -198,7 +199,8 @@ int run_single_process(const MasterOptions& o) {
   options.seed = o.seed;
   options.learning_rate = o.learning_rate;
   const auto tokens = read_tokens(o.data_path);
-  check_tokens(tokens, model_of_profile(profile), o.seed, o.data_path);
+  check_scripted_model(options.model);
+  check_tokens(tokens, options.model, o.seed, o.data_path);
   const auto metrics = train_single_process(tokens, options, plan.global_microbatches);
   std::string lines;
   for (const auto& m : metrics) lines += metrics_line(m) + "\n";

@@ -343,7 +343,7 @@ TEST_CASE("profile: a node of 2 GPUs is measured by 2 worker processes at every 
   const Profile p3 = parse_profile(s.read("three.json"), "three.json");
   CHECK(p3.hardware.gpus_per_node == 3);
   for (const auto& l : p3.layers) CHECK(l.tensor_parallel.empty());
-  CHECK(s.read("three.json").find("degree 3 not measured: it does not divide the model's 4 heads") !=
+  CHECK(s.read("three.json").find("degree 3 not measured: it does not divide the model's 4 attention heads") !=
         std::string::npos);
   const auto zero = s.run("measure --model gpt-tiny --microbatch-size 1 --seq-len 8 --gpus-per-node 0 --out " +
                           s.str("x.json"));

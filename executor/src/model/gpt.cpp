@@ -110,6 +110,7 @@ class HeadLayer final : public GptLayer {
 
 SplitLayout split_layout(const ModelConfig& c, int index, const std::string& parameter) {
   if (is_llama(c)) return llama_split_layout(c, index, parameter);
+  if (is_scripted(c)) return {};
   if (index == 0 || index == c.layers + 1) return {};
   const std::int64_t h = c.hidden;
   // qkv's rows are [q; k; v], each by head: cut each of the three alike.
@@ -171,6 +172,7 @@ std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::
                      tensor_parallel_limit(config));
   }
   if (is_llama(config)) return make_llama_layer(config, index, seed, shard);
+  if (is_scripted(config)) return make_scripted_layer(config, index);
   if (index == 0) return std::make_shared<EmbeddingLayer>(config, seed);
   if (index == config.layers + 1) return std::make_shared<HeadLayer>(config, seed);
   return std::make_shared<Block>(config, index, seed, shard);
@@ -220,14 +222,14 @@ Gpt::Gpt(const ModelConfig& config, std::uint64_t seed) : config_(config) {
 torch::Tensor Gpt::forward(const torch::Tensor& tokens) {
   auto x = layers_.front()->forward(tokens);
   for (std::size_t i = 1; i + 1 < layers_.size(); ++i) x = layers_[i]->forward(x);
-  if (!ties_embedding(config_)) return layers_.back()->forward(x);
+  if (config_.architecture != Architecture::gpt2) return layers_.back()->forward(x);
   auto& embedding = static_cast<EmbeddingLayer&>(*layers_.front());
   return static_cast<HeadLayer&>(*layers_.back()).project(x, embedding.token_weight());
 }
 
 std::vector<torch::Tensor> Gpt::parameters() const {
   std::vector<torch::Tensor> out;
-  if (!ties_embedding(config_)) {
+  if (config_.architecture != Architecture::gpt2) {  // (a TorchScript model's tied copies count twice)
     for (const auto& layer : layers_) {
       for (auto& p : layer->parameters()) out.push_back(p);
     }

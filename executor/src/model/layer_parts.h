@@ -61,6 +61,8 @@ class SumOutput : public torch::autograd::Function<SumOutput> {
 // The Llama layers (llama.cpp), with make_layer's checks already made.
 [[nodiscard]] std::shared_ptr<GptLayer> make_llama_layer(const ModelConfig& config, int index, std::uint64_t seed,
                                                          TensorShard shard);
+// A TorchScript model's layer (scripted.cpp).
+[[nodiscard]] std::shared_ptr<GptLayer> make_scripted_layer(const ModelConfig& config, int index);
 [[nodiscard]] SplitLayout llama_split_layout(const ModelConfig& config, int index, const std::string& parameter);
 
 }  // namespace oobleck::executor

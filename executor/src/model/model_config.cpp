@@ -53,6 +53,7 @@ void validate(const ModelConfig& c, const std::string& origin) {
   }
   if (c.vocab < 2 || c.vocab > 1 << 24) fail("vocab", "expected 2 to 2^24, got " + std::to_string(c.vocab));
   if (c.seq_len < 1 || c.seq_len > 1 << 20) fail("seq_len", "expected 1 to 2^20, got " + std::to_string(c.seq_len));
+  if (is_scripted(c) && !c.scripted) fail("manifest", "missing: a TorchScript model needs its manifest");
   if (!is_llama(c)) {
     if (c.kv_heads != 0 || c.ffn_hidden != 0 || c.rope_theta != 0) {
       fail("kv_heads, ffn_hidden, rope_theta", "only a llama architecture takes them");
@@ -75,6 +76,7 @@ void validate(const ModelConfig& c, const std::string& origin) {
 }
 
 std::string tensor_parallel_limit(const ModelConfig& c) {
+  if (is_scripted(c)) return "layers (a TorchScript model's layers are not split)";
   std::string out = std::to_string(c.heads) + " attention heads";
   if (key_value_heads(c) != c.heads) out += " and " + std::to_string(key_value_heads(c)) + " key/value heads";
   if (mlp_hidden(c) % c.heads != 0) out += " and " + std::to_string(mlp_hidden(c)) + " MLP units";
@@ -88,8 +90,25 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   c.name = json_input::optional_string(doc, "name", json_input::FieldPath(origin), "custom");
   const std::string architecture =
       json_input::optional_string(doc, "architecture", json_input::FieldPath(origin), "gpt2");
-  if (architecture != "gpt2" && architecture != "llama") {
-    throw InputError(origin + ": architecture: expected \"gpt2\" or \"llama\", got " + quoted_excerpt(architecture));
+  if (architecture != "gpt2" && architecture != "llama" && architecture != "torchscript") {
+    throw InputError(origin + ": architecture: expected \"gpt2\", \"llama\" or \"torchscript\", got " +
+                     quoted_excerpt(architecture));
+  }
+  if (architecture == "torchscript") {
+    // The model is its manifest; the other fields must still describe it.
+    ModelConfig scripted =
+        load_scripted_manifest(json_input::require_string(doc, "manifest", json_input::FieldPath(origin)));
+    scripted.name = c.name;
+    const std::pair<const char*, int> fields[] = {{"layers", scripted.layers}, {"hidden", scripted.hidden},
+                                                  {"heads", scripted.heads},   {"vocab", scripted.vocab},
+                                                  {"seq_len", scripted.seq_len}};
+    for (const auto& [key, value] : fields) {
+      if (!doc.contains(key) || doc[key] != value) {
+        throw InputError(origin + ": " + key + ": " + (doc.contains(key) ? json_input::value_excerpt(doc[key]) : "missing") +
+                         ", but the manifest " + doc["manifest"].get<std::string>() + " gives " + std::to_string(value));
+      }
+    }
+    return scripted;
   }
   if (architecture == "llama") {
     c.architecture = Architecture::llama;
@@ -97,7 +116,8 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   }
   for (const auto& [key, value] : doc.items()) {
     // A profile's model section carries these too; `parameters` is checked below.
-    if (key == "name" || key == "description" || key == "dtype" || key == "parameters" || key == "architecture") {
+    if (key == "name" || key == "description" || key == "dtype" || key == "parameters" || key == "architecture" ||
+        key == "manifest") {
       continue;
     }
     if (key == "rope_theta") {
@@ -157,12 +177,17 @@ ModelConfig load_model_config(const std::string& name_or_path) {
   if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
     std::string names;
     for (const auto& preset : model_presets()) names += (names.empty() ? "" : ", ") + preset.name;
-    throw InputError("--model: unknown model \"" + name_or_path + "\"; expected a config JSON file or one of: " + names);
+    throw InputError("--model: unknown model \"" + name_or_path +
+                     "\"; expected a config JSON file, a TorchScript model's manifest, or one of: " + names);
   }
-  return parse_model_config(read_text_file(name_or_path), name_or_path);
+  const std::string text = read_text_file(name_or_path);
+  const nlohmann::json doc = json_input::parse(text, name_or_path);
+  if (doc.is_object() && doc.contains("format")) return load_scripted_manifest(name_or_path);
+  return parse_model_config(text, name_or_path);
 }
 
 std::string layer_name(const ModelConfig& c, int index) {
+  if (is_scripted(c)) return c.scripted->layers.at(static_cast<std::size_t>(index)).name;
   if (index == 0) return "embedding";
   if (index == c.layers + 1) return "final_norm_and_lm_head";
   return "block" + std::to_string(index - 1);
@@ -177,6 +202,7 @@ std::int64_t llama_block_parameters(const ModelConfig& c) {
 
 std::int64_t layer_parameters(const ModelConfig& c, int index) {
   const std::int64_t h = c.hidden, vocab_rows = static_cast<std::int64_t>(c.vocab) * h;
+  if (is_scripted(c)) return c.scripted->layers.at(static_cast<std::size_t>(index)).parameters;
   if (is_llama(c)) {
     if (index == 0) return vocab_rows;                  // no position table: rotary positions
     if (index == c.layers + 1) return vocab_rows + h;   // final RMSNorm and the head's own weight
@@ -196,6 +222,10 @@ std::int64_t model_parameters(const ModelConfig& c) {
 std::string model_json(const ModelConfig& c, std::string_view dtype) {
   nlohmann::ordered_json doc{{"name", c.name},   {"layers", c.layers}, {"hidden", c.hidden},
                              {"heads", c.heads}, {"vocab", c.vocab},   {"seq_len", c.seq_len}};
+  if (is_scripted(c)) {
+    doc["architecture"] = "torchscript";
+    doc["manifest"] = c.scripted->path;
+  }
   if (is_llama(c)) {
     doc["architecture"] = "llama";
     doc["kv_heads"] = c.kv_heads;

@@ -61,11 +61,12 @@ struct GradientSlot {
 [[nodiscard]] inline std::vector<GradientSlot> gradient_slots(const std::map<int, HeldLayer>& layers, int begin,
                                                               int end, const ModelConfig& model) {
   const int last_layer = pipeline_layers(model) - 1;
+  const auto names = tied_parameter_names(model);
   std::vector<GradientSlot> out;
   for (int l = begin; l < end; ++l) {
     for (const auto& item : layers.at(l).module->named_parameters()) {
-      const bool tied = ties_embedding(model) && ((l == 0 && item.key() == "token") ||
-                                                  (l == last_layer && item.key() == "tied_token"));
+      const bool tied = names && ((l == 0 && item.key() == names->first) ||
+                                  (l == last_layer && item.key() == names->second));
       out.push_back({tied ? kTied : l, item.value(),
                      torch::zeros(item.value().sizes(),
                                   torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device())),

@@ -158,6 +158,10 @@ Milliseconds node_allreduce_ms(double bytes, int ranks, const HardwareDescriptio
 Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, int microbatch_size,
                          const std::string& dtype, const AnalyticOptions& options) {
   validate(c, "--model");
+  if (is_scripted(c)) {
+    throw InputError("--model: a TorchScript model has no analytic counts (its layers are opaque to oobleck); "
+                     "measure it with oobleck-profile measure");
+  }
   if (microbatch_size < 1) throw InputError("--microbatch-size: expected a positive integer");
   if (dtype != "fp32" && dtype != "bf16") throw InputError("--dtype: expected fp32 or bf16, got " + dtype);
   const int e = dtype == "bf16" ? 2 : 4;

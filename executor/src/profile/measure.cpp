@@ -18,6 +18,7 @@
 #include "model/autocast.h"
 #include "model/host_memory.h"
 #include "oobleck/executor/links.h"
+#include "oobleck/executor/gpt.h"
 #include "oobleck/executor/profiler.h"
 #include "profile/bench.h"
 #include "profile/node.h"
@@ -60,6 +61,7 @@ std::string utc_date() {
 
 void check_options(const MeasureOptions& options) {
   validate(options.model, "--model");
+  check_scripted_model(options.model);
   if (options.microbatch_size < 1) throw InputError("--microbatch-size: expected a positive integer");
   const bool cuda = options.device == "cuda";
   if (!cuda && options.device != "cpu") throw InputError("--device: expected cpu or cuda, got " + options.device);

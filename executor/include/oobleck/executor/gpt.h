@@ -77,6 +77,14 @@ class GptLayer : public torch::nn::Module {
 [[nodiscard]] std::shared_ptr<GptLayer> make_layer(const ModelConfig& config, int index, std::uint64_t seed,
                                                    TensorShard shard = {});
 
+// A TorchScript model (model_config.h's manifest) made to prove itself
+// before any training: every layer file loads as a module with the
+// parameters the manifest counts, a tied weight is equal in both files, and
+// a microbatch of two sequences goes through the chain with the shapes and
+// dtypes the manifest declares. InputError naming the file otherwise; other
+// models pass.
+void check_scripted_model(const ModelConfig& config);
+
 // Causal self-attention softmax(q k^T / sqrt(d)) v over (B, heads, S, d),
 // each position attending to itself and the positions before it. `plain`
 // materialises the scores (any libtorch, any device); `fused` is libtorch's

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,7 +17,38 @@
 
 namespace oobleck::executor {
 
-enum class Architecture : std::uint8_t { gpt2, llama };
+enum class Architecture : std::uint8_t { gpt2, llama, torchscript };
+
+// A model of one's own: TorchScript layers, one file each, described by a
+// manifest (`oobleck.torchscript-model.v1`, written by tools/export_model.py):
+//   {"format": "oobleck.torchscript-model.v1", "name"?, "vocab", "seq_len",
+//    "layers": [{"file", "name"?, "parameters",
+//                "input": {"shape", "dtype"}, "output": {"shape", "dtype"}}, ...],
+//    "tied"?: [{"layer": 0, "parameter": P}, {"layer": last, "parameter": Q}]}
+// Shapes are lists of sizes, with "batch" and "seq" for the microbatch's
+// dimensions. The first layer takes int64 token ids [batch, seq], the last
+// gives float32 logits [batch, seq, vocab], and each layer's output is the
+// next one's input. `parameters` is what the layer owns: the last layer's
+// copy of a tied weight is not counted again. Only the first and the last
+// layer may tie a weight (an embedding and its LM head).
+struct ScriptedLayerSpec {
+  std::string file;  // absolute
+  std::string name;
+  std::int64_t parameters = 0;
+  // Sizes; kBatchDim and kSeqDim for the symbolic ones.
+  std::vector<std::int64_t> input_shape, output_shape;
+  std::string input_dtype, output_dtype;  // "int64", "float32"
+};
+struct ScriptedManifest {
+  std::string path;  // absolute
+  std::vector<ScriptedLayerSpec> layers;
+  // The tied weight's name in the first and in the last layer, as the
+  // TorchScript module names its parameters.
+  std::optional<std::pair<std::string, std::string>> tied;
+};
+inline constexpr std::int64_t kBatchDim = -1, kSeqDim = -2;
+// "[batch, seq, 64]".
+[[nodiscard]] std::string shape_text(const std::vector<std::int64_t>& shape);
 
 struct ModelConfig {
   std::string name;
@@ -31,17 +64,34 @@ struct ModelConfig {
   int kv_heads = 0;
   int ffn_hidden = 0;
   double rope_theta = 0;
+  // TorchScript only: its manifest (layers = the files less the first and
+  // the last; hidden = the first layer's output width; heads 1).
+  std::shared_ptr<const ScriptedManifest> scripted = nullptr;
 };
+
+[[nodiscard]] inline bool is_scripted(const ModelConfig& c) { return c.architecture == Architecture::torchscript; }
+// The manifest at `path`; InputError naming the file and the field when it
+// is not one, or a layer file is missing.
+[[nodiscard]] ModelConfig load_scripted_manifest(const std::string& path);
+// Parameter names the tied weight has in the first and in the last layer
+// (as a layer's named_parameters() names them), if the model ties one.
+[[nodiscard]] std::optional<std::pair<std::string, std::string>> tied_parameter_names(const ModelConfig& c);
+// A TorchScript parameter name as a layer registers it (libtorch's modules
+// refuse dots in names): "0.weight" -> "0/weight".
+[[nodiscard]] std::string scripted_parameter_name(std::string name);
 
 [[nodiscard]] inline bool is_llama(const ModelConfig& c) { return c.architecture == Architecture::llama; }
 // Whether the LM head reads the token embedding's weight (gpt2) or has its own (llama).
-[[nodiscard]] inline bool ties_embedding(const ModelConfig& c) { return !is_llama(c); }
+[[nodiscard]] inline bool ties_embedding(const ModelConfig& c) {
+  return c.architecture == Architecture::gpt2 || (c.scripted && c.scripted->tied);
+}
 [[nodiscard]] inline int key_value_heads(const ModelConfig& c) { return is_llama(c) ? c.kv_heads : c.heads; }
 // The MLP's hidden units: 4h for gpt2.
 [[nodiscard]] inline int mlp_hidden(const ModelConfig& c) { return is_llama(c) ? c.ffn_hidden : 4 * c.hidden; }
 // Whether a block splits over `degree` GPUs: the query heads, the key/value
 // heads and the MLP's hidden units all divide.
 [[nodiscard]] inline bool tensor_parallel_fits(const ModelConfig& c, int degree) {
+  if (c.architecture == Architecture::torchscript) return degree == 1;  // its layers are opaque: none splits
   return degree >= 1 && c.heads % degree == 0 && key_value_heads(c) % degree == 0 && mlp_hidden(c) % degree == 0;
 }
 // "heads", or "heads and key/value heads" where they differ: for messages.

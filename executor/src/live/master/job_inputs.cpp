@@ -8,6 +8,7 @@
 #include "oobleck/common/files.h"
 #include "oobleck/common/host_list.h"
 #include "oobleck/executor/data.h"
+#include "oobleck/executor/gpt.h"
 #include "oobleck/executor/train.h"
 #include "oobleck/recovery/seats.h"
 #include "oobleck/recovery/worker_seats.h"
@@ -119,7 +120,9 @@ JobInputs load_job_inputs(const MasterOptions& o) {
   }
   in.initial_plan = parse_plan(read_text_file(o.plan_path), o.plan_path, in.profile);
   check_runnable(in.initial_plan, in.profile, o.plan_path);
-  check_tokens(read_tokens(o.data_path), model_of_profile(in.profile), o.seed, o.data_path);
+  const ModelConfig model = model_of_profile(in.profile);
+  check_scripted_model(model);
+  check_tokens(read_tokens(o.data_path), model, o.seed, o.data_path);
   require_output_path("--metrics", o.metrics_path);
   require_output_path("--chrome-trace", o.chrome_trace_path);
   const std::string hosts_origin = locate_nodes(o, in);
