@@ -111,6 +111,15 @@ void parse_model_config_text(std::string_view input) {
   });
 }
 
+void parse_torchscript_manifest_text(std::string_view input) {
+  expecting_input_error([&] {
+    const executor::ModelConfig config = executor::parse_scripted_manifest(input, "/nonexistent/manifest.json");
+    executor::validate(config, kOrigin);
+    (void)executor::model_parameters(config);
+    for (int i = 0; i < executor::pipeline_layers(config); ++i) (void)executor::layer_name(config, i);
+  });
+}
+
 // load_hardware reads a file whose name ends in .json: a link of that name
 // to an in-memory file, rewritten for every input, keeps the disk out of it.
 class HardwareFile {
@@ -184,6 +193,7 @@ constexpr std::array kTargets = {
     ParserTarget{"checkpoint_manifest", parse_checkpoint_manifest_text},
     ParserTarget{"master_state", parse_master_state_text},
     ParserTarget{"validation_data", parse_validation_data},
+    ParserTarget{"torchscript_manifest", parse_torchscript_manifest_text},
 };
 
 }  // namespace

@@ -72,3 +72,4 @@ TEST_CASE("fuzz regressions: model_config") { replay("model_config"); }
 TEST_CASE("fuzz regressions: hardware") { replay("hardware"); }
 TEST_CASE("fuzz regressions: checkpoint_manifest") { replay("checkpoint_manifest"); }
 TEST_CASE("fuzz regressions: master_state") { replay("master_state"); }
+TEST_CASE("fuzz regressions: torchscript_manifest") { replay("torchscript_manifest"); }

@@ -70,8 +70,25 @@ std::optional<std::pair<std::string, std::string>> tied_parameter_names(const Mo
 }
 
 ModelConfig load_scripted_manifest(const std::string& given) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(given, error)) {
+    throw InputError(given + ": " + (std::filesystem::exists(given, error) ? "not a regular file" : "no such file") +
+                     "; expected a TorchScript model's manifest.json");
+  }
+  ModelConfig c = parse_scripted_manifest(read_text_file(given), given);
+  for (std::size_t i = 0; i < c.scripted->layers.size(); ++i) {
+    const auto& file = c.scripted->layers[i].file;
+    if (!std::filesystem::is_regular_file(file, error)) {
+      throw (FieldPath(given) / "layers")[i].error("file: " + quoted_excerpt(std::filesystem::path(file).filename().string()) +
+                                                   ": no such file (" + file + ")");
+    }
+  }
+  return c;
+}
+
+ModelConfig parse_scripted_manifest(std::string_view text, const std::string& given) {
   const std::string path = std::filesystem::absolute(given).lexically_normal().string();
-  const json root = json_input::parse(read_text_file(path), given);
+  const json root = json_input::parse(text, given);
   const FieldPath where(given);
   json_input::require_format(root, "oobleck.torchscript-model.v1", where);
   for (const auto& [key, value] : root.items()) {
@@ -99,11 +116,8 @@ ModelConfig load_scripted_manifest(const std::string& given) {
     if (!layer.is_object()) throw at.error("expected an object {file, parameters, input, output}");
     ScriptedLayerSpec spec;
     const std::string file = json_input::require_string(layer, "file", at);
+    if (file.empty() || file.find('\0') != std::string::npos) throw (at / "file").error("expected a file name");
     spec.file = (folder / file).lexically_normal().string();
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(spec.file, error)) {
-      throw (at / "file").error(quoted_excerpt(file) + ": no such file (" + spec.file + ")");
-    }
     spec.name = json_input::optional_string(layer, "name", at, std::filesystem::path(file).stem().string());
     spec.parameters = json_input::require_integer(layer, "parameters", at, 0, std::int64_t{1} << 50);
     const json& input = json_input::require_object(layer, "input", at);

@@ -73,6 +73,9 @@ struct ModelConfig {
 // The manifest at `path`; InputError naming the file and the field when it
 // is not one, or a layer file is missing.
 [[nodiscard]] ModelConfig load_scripted_manifest(const std::string& path);
+// The same from the manifest's text, its layer files not looked for (the
+// path places them and names the manifest in messages).
+[[nodiscard]] ModelConfig parse_scripted_manifest(std::string_view text, const std::string& path);
 // Parameter names the tied weight has in the first and in the last layer
 // (as a layer's named_parameters() names them), if the model ties one.
 [[nodiscard]] std::optional<std::pair<std::string, std::string>> tied_parameter_names(const ModelConfig& c);
