@@ -43,6 +43,8 @@ class ScriptedLayer final : public GptLayer {
       register_parameter(scripted_parameter_name(p.name), p.value, /*requires_grad=*/true);
       count += p.value.numel();
     }
+    // Registered so that moving the layer to a device moves them too.
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(scripted_parameter_name(b.name), b.value);
     // The last layer's copy of a tied weight is not counted in the manifest.
     const auto tied = tied_parameter_names(c);
     if (tied && index == pipeline_layers(c) - 1) {

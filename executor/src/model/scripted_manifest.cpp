@@ -79,8 +79,8 @@ ModelConfig load_scripted_manifest(const std::string& given) {
   for (std::size_t i = 0; i < c.scripted->layers.size(); ++i) {
     const auto& file = c.scripted->layers[i].file;
     if (!std::filesystem::is_regular_file(file, error)) {
-      throw (FieldPath(given) / "layers")[i].error("file: " + quoted_excerpt(std::filesystem::path(file).filename().string()) +
-                                                   ": no such file (" + file + ")");
+      throw ((FieldPath(given) / "layers")[i] / "file")
+          .error(quoted_excerpt(std::filesystem::path(file).filename().string()) + ": no such file (" + file + ")");
     }
   }
   return c;
