@@ -146,12 +146,11 @@ TEST_CASE("llama: bad configs name the field") {
   const std::string base = R"("layers": 2, "hidden": 32, "heads": 4, "vocab": 50, "seq_len": 8)";
   CHECK(message("{" + base + R"(, "architecture": "llama", "ffn_hidden": 64, "kv_heads": 3})")
             .find("m.json: kv_heads: expected a divisor of the 4 heads, got 3") != std::string::npos);
-  CHECK(message("{" + base + R"(, "architecture": "llama"})").find("m.json: ffn_hidden: missing") !=
-        std::string::npos);
+  CHECK(message("{" + base + R"(, "architecture": "llama"})").find("m.json: ffn_hidden: missing") != std::string::npos);
   CHECK(message("{" + base + R"(, "kv_heads": 2})").find("m.json: kv_heads: only \"architecture\": \"llama\"") !=
         std::string::npos);
   CHECK(message("{" + base + R"(, "architecture": "mamba"})")
-            .find("m.json: architecture: expected \"gpt2\" or \"llama\"") != std::string::npos);
+            .find("m.json: architecture: expected \"gpt2\", \"llama\" or \"torchscript\"") != std::string::npos);
   CHECK(message(R"({"layers": 2, "hidden": 12, "heads": 4, "vocab": 50, "seq_len": 8, "architecture": "llama",
                     "ffn_hidden": 32})")
             .find("m.json: heads: rotary embeddings need an even head size") != std::string::npos);

@@ -79,10 +79,11 @@ class LlamaBlock final : public GptLayer {
       std::vector<std::int64_t> whole;
       double std;
     };
-    const std::vector<Draw> draws = {{&wq_, "wq.weight", {h, h}, 0.02},       {&wk_, "wk.weight", {kv, h}, 0.02},
-                                     {&wv_, "wv.weight", {kv, h}, 0.02},      {&wo_, "wo.weight", {h, h}, residual_std},
-                                     {&w1_, "w1.weight", {f, h}, 0.02},       {&w3_, "w3.weight", {f, h}, 0.02},
-                                     {&w2_, "w2.weight", {h, f}, residual_std}};
+    const std::vector<Draw> draws = {
+        {&wq_, "wq.weight", {h, h}, 0.02},        {&wk_, "wk.weight", {kv, h}, 0.02},
+        {&wv_, "wv.weight", {kv, h}, 0.02},       {&wo_, "wo.weight", {h, h}, residual_std},
+        {&w1_, "w1.weight", {f, h}, 0.02},        {&w3_, "w3.weight", {f, h}, 0.02},
+        {&w2_, "w2.weight", {h, f}, residual_std}};
     torch::NoGradGuard no_grad;
     for (const auto& draw : draws) {
       const auto drawn = torch::randn(draw.whole, gen, torch::TensorOptions().dtype(torch::kFloat32)) * draw.std;
@@ -114,8 +115,7 @@ class LlamaBlock final : public GptLayer {
   // p turned by the angle p * theta^(-2i/d).
   [[nodiscard]] torch::Tensor rotate(const torch::Tensor& x) {
     const auto S = x.size(2), half = head_size_ / 2;
-    if (!cos_.defined() || cos_.size(0) != S || cos_.device() != x.device() ||
-        cos_.scalar_type() != x.scalar_type()) {
+    if (!cos_.defined() || cos_.size(0) != S || cos_.device() != x.device() || cos_.scalar_type() != x.scalar_type()) {
       // Angles in float64, as the same numbers on every device and libtorch.
       const auto options = torch::TensorOptions().dtype(torch::kFloat64);
       const auto frequencies = torch::pow(rope_theta_, -2.0 * torch::arange(half, options) / head_size_);

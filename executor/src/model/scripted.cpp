@@ -27,7 +27,8 @@ torch::jit::Module load_module(const ScriptedLayerSpec& spec, const std::string&
     module.eval();
     return module;
   } catch (const c10::Error& e) {
-    throw InputError(spec.file + " (" + where + "): not a TorchScript module (" + first_line(e.what_without_backtrace()) +
+    throw InputError(spec.file + " (" + where + "): not a TorchScript module (" +
+                     first_line(e.what_without_backtrace()) +
                      "); expected a file written by torch.jit.save, as tools/export_model.py writes them");
   }
 }
@@ -44,7 +45,8 @@ class ScriptedLayer final : public GptLayer {
       count += p.value.numel();
     }
     // Registered so that moving the layer to a device moves them too.
-    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(scripted_parameter_name(b.name), b.value);
+    for (const auto& b : module_.named_buffers(/*recurse=*/true))
+      register_buffer(scripted_parameter_name(b.name), b.value);
     // The last layer's copy of a tied weight is not counted in the manifest.
     const auto tied = tied_parameter_names(c);
     if (tied && index == pipeline_layers(c) - 1) {
@@ -75,7 +77,8 @@ class ScriptedLayer final : public GptLayer {
   torch::jit::Module module_;
 };
 
-std::vector<std::int64_t> actual_shape(const std::vector<std::int64_t>& declared, std::int64_t batch, std::int64_t seq) {
+std::vector<std::int64_t> actual_shape(const std::vector<std::int64_t>& declared, std::int64_t batch,
+                                       std::int64_t seq) {
   std::vector<std::int64_t> out;
   for (auto size : declared) out.push_back(size == kBatchDim ? batch : size == kSeqDim ? seq : size);
   return out;
@@ -97,7 +100,8 @@ void check_scripted_model(const ModelConfig& c) {
     const auto last = make_scripted_layer(c, pipeline_layers(c) - 1)->named_parameters()[tied->second];
     if (!first.sizes().equals(last.sizes()) || !torch::equal(first, last)) {
       throw InputError(c.scripted->path + ": tied: the first layer's \"" + c.scripted->tied->first +
-                       "\" and the last layer's \"" + c.scripted->tied->second + "\" differ; a tied weight starts "
+                       "\" and the last layer's \"" + c.scripted->tied->second +
+                       "\" differ; a tied weight starts "
                        "equal in both files");
     }
   }
@@ -108,8 +112,7 @@ void check_scripted_model(const ModelConfig& c) {
     try {
       x = layer->forward(x);
     } catch (const std::exception& e) {
-      throw InputError(where + ": fails on input " + shape_text(spec.input_shape) + " (" +
-                       first_line(e.what()) + ")");
+      throw InputError(where + ": fails on input " + shape_text(spec.input_shape) + " (" + first_line(e.what()) + ")");
     }
     const auto expected = actual_shape(spec.output_shape, batch, seq);
     const auto dtype = spec.output_dtype == "int64" ? torch::kLong : torch::kFloat32;

@@ -40,7 +40,7 @@ std::vector<std::int64_t> read_shape(const json& value, const FieldPath& where) 
 std::string read_dtype(const json& tensor, const FieldPath& where) {
   const std::string dtype = json_input::require_string(tensor, "dtype", where);
   if (dtype != "int64" && dtype != "float32") {
-    throw (where / "dtype").error("expected \"int64\" or \"float32\", got " + quoted_excerpt(dtype));
+    throw(where / "dtype").error("expected \"int64\" or \"float32\", got " + quoted_excerpt(dtype));
   }
   return dtype;
 }
@@ -79,7 +79,7 @@ ModelConfig load_scripted_manifest(const std::string& given) {
   for (std::size_t i = 0; i < c.scripted->layers.size(); ++i) {
     const auto& file = c.scripted->layers[i].file;
     if (!std::filesystem::is_regular_file(file, error)) {
-      throw ((FieldPath(given) / "layers")[i] / "file")
+      throw((FieldPath(given) / "layers")[i] / "file")
           .error(quoted_excerpt(std::filesystem::path(file).filename().string()) + ": no such file (" + file + ")");
     }
   }
@@ -94,7 +94,7 @@ ModelConfig parse_scripted_manifest(std::string_view text, const std::string& gi
   for (const auto& [key, value] : root.items()) {
     static const std::set<std::string> known = {"format", "name", "vocab", "seq_len", "layers", "tied", "description"};
     if (!known.count(key)) {
-      throw (where / key).error("unknown field; expected format, name, vocab, seq_len, layers, tied, description");
+      throw(where / key).error("unknown field; expected format, name, vocab, seq_len, layers, tied, description");
     }
   }
   auto manifest = std::make_shared<ScriptedManifest>();
@@ -106,8 +106,11 @@ ModelConfig parse_scripted_manifest(std::string_view text, const std::string& gi
   c.seq_len = static_cast<int>(json_input::require_integer(root, "seq_len", where, 1, 1 << 20));
   const json& layers = json_input::require_array(root, "layers", where);
   if (layers.size() < 3 || layers.size() > 10002) {
-    throw (where / "layers").error("expected 3 to 10002 layers (an input layer, at least one more, an output "
-                                   "layer), got " + std::to_string(layers.size()));
+    throw(where / "layers")
+        .error(
+            "expected 3 to 10002 layers (an input layer, at least one more, an output "
+            "layer), got " +
+            std::to_string(layers.size()));
   }
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -116,7 +119,7 @@ ModelConfig parse_scripted_manifest(std::string_view text, const std::string& gi
     if (!layer.is_object()) throw at.error("expected an object {file, parameters, input, output}");
     ScriptedLayerSpec spec;
     const std::string file = json_input::require_string(layer, "file", at);
-    if (file.empty() || file.find('\0') != std::string::npos) throw (at / "file").error("expected a file name");
+    if (file.empty() || file.find('\0') != std::string::npos) throw(at / "file").error("expected a file name");
     spec.file = (folder / file).lexically_normal().string();
     spec.name = json_input::optional_string(layer, "name", at, std::filesystem::path(file).stem().string());
     spec.parameters = json_input::require_integer(layer, "parameters", at, 0, std::int64_t{1} << 50);
@@ -132,21 +135,21 @@ ModelConfig parse_scripted_manifest(std::string_view text, const std::string& gi
   const auto& last = manifest->layers.back();
   const std::vector<std::int64_t> tokens = {kBatchDim, kSeqDim}, logits = {kBatchDim, kSeqDim, c.vocab};
   if (first.input_shape != tokens || first.input_dtype != "int64") {
-    throw (where / "layers")[0].error("input: the first layer takes int64 token ids [batch, seq], not " +
-                                      first.input_dtype + " " + shape_text(first.input_shape));
+    throw(where / "layers")[0].error("input: the first layer takes int64 token ids [batch, seq], not " +
+                                     first.input_dtype + " " + shape_text(first.input_shape));
   }
   if (last.output_shape != logits || last.output_dtype != "float32") {
-    throw (where / "layers")[layers.size() - 1].error("output: the last layer gives float32 logits " +
-                                                      shape_text(logits) + ", not " + last.output_dtype + " " +
-                                                      shape_text(last.output_shape));
+    throw(where / "layers")[layers.size() - 1].error("output: the last layer gives float32 logits " +
+                                                     shape_text(logits) + ", not " + last.output_dtype + " " +
+                                                     shape_text(last.output_shape));
   }
   for (std::size_t i = 1; i < manifest->layers.size(); ++i) {
     const auto& before = manifest->layers[i - 1];
     const auto& spec = manifest->layers[i];
     if (spec.input_shape != before.output_shape || spec.input_dtype != before.output_dtype) {
-      throw (where / "layers")[i].error("input: " + spec.input_dtype + " " + shape_text(spec.input_shape) +
-                                        " does not match layers[" + std::to_string(i - 1) + "].output, " +
-                                        before.output_dtype + " " + shape_text(before.output_shape));
+      throw(where / "layers")[i].error("input: " + spec.input_dtype + " " + shape_text(spec.input_shape) +
+                                       " does not match layers[" + std::to_string(i - 1) + "].output, " +
+                                       before.output_dtype + " " + shape_text(before.output_shape));
     }
   }
   const auto& width = first.output_shape;
@@ -165,8 +168,9 @@ ModelConfig parse_scripted_manifest(std::string_view text, const std::string& gi
       if (!tied[k].is_object()) throw at[k].error("expected an object {layer, parameter}");
       const std::int64_t layer = json_input::require_integer(tied[k], "layer", at[k], 0, last_index);
       if (layer != (k == 0 ? 0 : last_index)) {
-        throw (at[k] / "layer").error("only the first and the last layer may tie a weight (layers 0 and " +
-                                      std::to_string(last_index) + ", in that order), got " + std::to_string(layer));
+        throw(at[k] / "layer")
+            .error("only the first and the last layer may tie a weight (layers 0 and " + std::to_string(last_index) +
+                   ", in that order), got " + std::to_string(layer));
       }
       names[k] = json_input::require_string(tied[k], "parameter", at[k]);
     }
