@@ -133,6 +133,13 @@ def test_analytic_profile_equals_oobleck_profile_analytic(tmp_path):
             "2", "--seq-len", "2048", "--dtype", "bf16", "--out", str(out))
     assert ours.fingerprint == oobleck.load_profile(out).fingerprint
     assert ours.layers == 26 and ours.microbatch_size == 2
+    # A Llama-style preset: its architecture's fields come along.
+    llama = oobleck.analytic_profile("llama3-8b", "h100-80gb", microbatch_size=1, seq_len=8192)
+    program("oobleck-profile", "analytic", "--model", "llama3-8b", "--hardware", "h100-80gb", "--microbatch-size",
+            "1", "--seq-len", "8192", "--out", str(out))
+    assert llama.fingerprint == oobleck.load_profile(out).fingerprint
+    model = llama.to_dict()["model"]
+    assert (model["architecture"], model["kv_heads"], model["parameters"]) == ("llama", 8, 8030261248)
     with pytest.raises(oobleck.InputError, match="gpt5"):
         oobleck.analytic_profile("gpt5", "h100-80gb", 1, 128)
     with pytest.raises(oobleck.InputError, match="hardware"):
