@@ -17,6 +17,10 @@ set_target_properties(${oobleck_programs} PROPERTIES INSTALL_RPATH_USE_LINK_PATH
 install(TARGETS ${oobleck_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # oobleck-plan and oobleck-sim read profiles; the bundled ones come along.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/profiles/ DESTINATION ${CMAKE_INSTALL_DATADIR}/oobleck/profiles)
+# Exporting a model of one's own, and the PyTorch references it is checked against.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/export_model.py ${PROJECT_SOURCE_DIR}/tools/pytorch_own_model_reference.py
+                 ${PROJECT_SOURCE_DIR}/tools/pytorch_gpt_reference.py ${PROJECT_SOURCE_DIR}/tools/torchrun_gpt_ddp.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/oobleck/tools)
 
 # ------------------------------------------------------------------ libraries
 
