@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
 
 #include "cli_io.h"
+#include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
 #include "oobleck/planner.h"
 
@@ -266,7 +268,25 @@ struct InstantiateFlags {
   std::vector<std::string> profile_paths;
   std::string json_out, hostfile, recompute = "none", gradient_sync = "per-layer";
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
+  std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
+
+// --node-speed NAME=FACTOR, each; InputError naming the bad one.
+NodeSpeeds parse_node_speeds(const std::vector<std::string>& given) {
+  NodeSpeeds out;
+  for (const auto& item : given) {
+    const auto equals = item.find('=');
+    char* end = nullptr;
+    const double factor = equals == std::string::npos ? 0 : std::strtod(item.c_str() + equals + 1, &end);
+    if (equals == std::string::npos || equals == 0 || end == item.c_str() + equals + 1 || *end != '\0') {
+      throw InputError("--node-speed " + quoted_excerpt(item) + ": expected NAME=FACTOR, for example node3=0.5");
+    }
+    if (!out.emplace(item.substr(0, equals), factor).second) {
+      throw InputError("--node-speed: node \"" + item.substr(0, equals) + "\" given twice");
+    }
+  }
+  return out;
+}
 
 CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   auto* cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
@@ -294,6 +314,9 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
                   "found by re-planning from ceil(B / (f+1)))")
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--json", f.json_out, "Write the plan as JSON here ('-' for stdout)");
+  cmd->add_option("--node-speed", f.node_speeds,
+                  "NAME=FACTOR, repeatable: a node computing at FACTOR of the profile's speed (0.5: half as "
+                  "fast); the slowest nodes take each pipeline's lightest stages and the batch is re-split");
   add_recompute_option(cmd, f.recompute);
   cmd->add_option("--gradient-sync", f.gradient_sync,
                   "When gradients are all-reduced across pipelines: per-layer (as the backward goes, overlapping "
@@ -356,6 +379,12 @@ int run_instantiate(const InstantiateFlags& f) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (seconds > 1) std::cerr << "oobleck-plan: planned " << names.size() << " nodes in " << seconds << " s\n";
   };
+  const NodeSpeeds speeds = parse_node_speeds(f.node_speeds);
+  check_node_speeds(speeds, names, "--node-speed");
+  if (f.global_batch > 0 && !speeds.empty()) {
+    std::cerr << "oobleck-plan instantiate: --node-speed takes --global-microbatches B, not --global-batch\n";
+    return kExitBadInput;
+  }
   if (f.global_batch > 0) {
     std::vector<const Profile*> given;
     for (const auto& p : profiles) given.push_back(&p);
@@ -371,14 +400,25 @@ int run_instantiate(const InstantiateFlags& f) {
     print_sizes(sized);
     return 0;
   }
-  const ClusterPlan result =
+  ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
                    recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync));
+  if (!speeds.empty()) {
+    CostModel cost(profile, result.plan.template_microbatches);
+    cost.set_recompute(result.plan.recompute);
+    cost.set_gradient_sync(result.plan.gradient_sync);
+    result.plan = apply_node_speeds(cost, std::move(result.plan), speeds);
+  }
   report_time();
   if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
   print_profile_header(profile);
   print_templates(result.templates, template_sizes_used(result.plan));
   print_plan(result.plan);
+  if (!speeds.empty()) {
+    std::printf("Node speeds (the pipelines' times and split above are at them):");
+    for (const auto& [node, speed] : speeds) std::printf(" %s %g", node.c_str(), speed);
+    std::printf("\n");
+  }
   return 0;
 }
 

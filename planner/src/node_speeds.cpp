@@ -1,0 +1,147 @@
+// A plan on nodes that are not all as fast as the profile: each node's
+// stages take their profiled compute time divided by its speed factor.
+//
+// Placement. Within a pipeline, the template fixes which stages share a
+// node position; which node takes which position is free. With one stage a
+// position, the pipeline's slowest stage max_i w_i / s_pi(i) and its first
+// microbatch sum_i w_i / s_pi(i) (plus transfers, which speeds do not touch)
+// are both minimised by pairing the lightest position with the slowest node
+// (the rearrangement inequality: any crossed pair, swapped, lowers neither
+// term less). With several stages a position, positions are ranked by their
+// slowest stage.
+//
+// Split. A pipeline with m microbatches takes T_p(m) = F_p + (m - 1) K_p
+// (first microbatch, slowest stage, both at its nodes' speeds) plus its
+// synchronisation tail, increasing in m. Giving each next microbatch to the
+// pipeline that would finish it earliest is the exact min-max integer split
+// for increasing costs: an optimum's bottleneck value v admits every
+// assignment the greedy makes before exceeding v.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <sstream>
+
+#include "oobleck/planner.h"
+
+namespace oobleck {
+namespace {
+
+double speed_of(const NodeSpeeds& speeds, const std::string& node) {
+  const auto it = speeds.find(node);
+  return it == speeds.end() ? 1.0 : it->second;
+}
+
+// The compute time of each node position (its slowest stage), as profiled.
+std::vector<Milliseconds> position_weights(const CostModel& cost, const Pipeline& p) {
+  std::vector<Milliseconds> out(p.nodes.size(), 0);
+  for (const auto& s : p.stages) {
+    out.at(static_cast<std::size_t>(s.node)) =
+        std::max(out[static_cast<std::size_t>(s.node)], cost.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute));
+  }
+  return out;
+}
+
+struct SpeedTimes {
+  Milliseconds first_ms = 0;
+  Milliseconds bottleneck_ms = 0;
+  [[nodiscard]] Milliseconds at(int m) const { return first_ms + (m - 1) * bottleneck_ms; }
+};
+
+SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeSpeeds& speeds) {
+  SpeedTimes t;
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const Stage& st = p.stages[s];
+    const double speed = speed_of(speeds, p.nodes.at(static_cast<std::size_t>(st.node)));
+    const Milliseconds compute = cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
+    t.first_ms += compute;
+    t.bottleneck_ms = std::max(t.bottleneck_ms, compute);
+    if (s + 1 < p.stages.size()) t.first_ms += 2 * cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node);
+  }
+  return t;
+}
+
+}  // namespace
+
+void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>& nodes, std::string_view what) {
+  for (const auto& [node, speed] : speeds) {
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) {
+      throw InputError(std::string(what) + ": node \"" + node + "\" is not in the cluster");
+    }
+    if (!(speed >= kMinNodeSpeed && speed <= kMaxNodeSpeed)) {
+      std::ostringstream text;
+      text << what << ": node \"" << node << "\": speed " << speed << "; expected a factor in [" << kMinNodeSpeed
+           << ", " << kMaxNodeSpeed << "] (1: as profiled, 0.5: half as fast)";
+      throw InputError(text.str());
+    }
+  }
+}
+
+Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeline, const NodeSpeeds& speeds,
+                                   int microbatches) {
+  return times_at_speeds(cost, pipeline, speeds).at(microbatches);
+}
+
+Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds) {
+  std::vector<std::string> all;
+  for (const auto& p : plan.pipelines) all.insert(all.end(), p.nodes.begin(), p.nodes.end());
+  all.insert(all.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
+  check_node_speeds(speeds, all, "--node-speed");
+  const int count = static_cast<int>(plan.pipelines.size());
+  if (count == 0) return plan;
+  // Placement: positions by weight, nodes by speed, both ascending; ties
+  // keep the plan's order, so that uniform speeds change nothing.
+  for (auto& p : plan.pipelines) {
+    const auto weights = position_weights(cost, p);
+    std::vector<std::size_t> positions(p.nodes.size()), order(p.nodes.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(positions.begin(), positions.end(), [&](auto a, auto b) { return weights[a] < weights[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return speed_of(speeds, p.nodes[a]) < speed_of(speeds, p.nodes[b]);
+    });
+    const bool uniform = std::all_of(p.nodes.begin(), p.nodes.end(),
+                                     [&](const auto& n) { return speed_of(speeds, n) == speed_of(speeds, p.nodes[0]); });
+    if (uniform) continue;
+    std::vector<std::string> placed(p.nodes.size());
+    for (std::size_t k = 0; k < positions.size(); ++k) placed[positions[k]] = p.nodes[order[k]];
+    p.nodes = std::move(placed);
+  }
+  // Split: every pipeline one microbatch, then each next one to the
+  // pipeline that finishes it earliest (ties: the lower index).
+  std::vector<SpeedTimes> times;
+  std::vector<Milliseconds> tails;
+  for (const auto& p : plan.pipelines) {
+    times.push_back(times_at_speeds(cost, p, speeds));
+    tails.push_back(cost.sync_tail_ms(p.stages, count));
+  }
+  const int B = plan.global_microbatches;
+  std::vector<int> given(static_cast<std::size_t>(count), 1);
+  using Entry = std::pair<Milliseconds, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+  auto offer = [&](int p) {
+    const auto& pipe = plan.pipelines[static_cast<std::size_t>(p)];
+    const int m = given[static_cast<std::size_t>(p)] + 1;
+    if (cost.pipeline_fits(pipe.stages, m)) next.push({times[static_cast<std::size_t>(p)].at(m) + tails[p], p});
+  };
+  for (int p = 0; p < count; ++p) offer(p);
+  for (int assigned = count; assigned < B; ++assigned) {
+    if (next.empty()) throw NoPlanError("no split of the batch fits the pipelines' memory at these node speeds");
+    const int p = next.top().second;
+    next.pop();
+    given[static_cast<std::size_t>(p)] += 1;
+    offer(p);
+  }
+  plan.pipelines_ms = plan.iteration_ms = 0;
+  for (int p = 0; p < count; ++p) {
+    auto& pipe = plan.pipelines[static_cast<std::size_t>(p)];
+    pipe.microbatches = given[static_cast<std::size_t>(p)];
+    pipe.iteration_ms = times[static_cast<std::size_t>(p)].at(pipe.microbatches);
+    plan.pipelines_ms = std::max(plan.pipelines_ms, pipe.iteration_ms);
+    plan.iteration_ms = std::max(plan.iteration_ms, pipe.iteration_ms + tails[static_cast<std::size_t>(p)]);
+  }
+  plan.sync_ms = plan.iteration_ms - plan.pipelines_ms;
+  return plan;
+}
+
+}  // namespace oobleck

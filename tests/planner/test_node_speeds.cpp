@@ -1,0 +1,134 @@
+// Node speeds against brute force: every order of each pipeline's nodes and
+// every split of the batch, on random small profiles and plans.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+
+namespace {
+
+// The best iteration over every node order within each pipeline and every
+// split of the batch that fits memory: each pipeline's T(m) summed stage by
+// stage at its nodes' speeds, plus its tail.
+double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
+  const int count = static_cast<int>(plan.pipelines.size());
+  // For each pipeline, its fastest T(m) over node orders, for every m.
+  std::vector<std::vector<double>> best(static_cast<std::size_t>(count),
+                                        std::vector<double>(static_cast<std::size_t>(plan.global_microbatches) + 1,
+                                                            std::numeric_limits<double>::infinity()));
+  for (int p = 0; p < count; ++p) {
+    Pipeline pipe = plan.pipelines[static_cast<std::size_t>(p)];
+    std::sort(pipe.nodes.begin(), pipe.nodes.end());
+    do {
+      for (int m = 1; m <= plan.global_microbatches; ++m) {
+        if (!cost.pipeline_fits(pipe.stages, m)) continue;
+        double first = 0, slowest = 0;
+        for (std::size_t s = 0; s < pipe.stages.size(); ++s) {
+          const Stage& st = pipe.stages[s];
+          const auto it = speeds.find(pipe.nodes[static_cast<std::size_t>(st.node)]);
+          double t = 0;
+          for (int l = st.layer_begin; l < st.layer_end; ++l) {
+            t += cost.layer_forward_ms(l, st.gpus) + cost.layer_backward_ms(l, st.gpus, st.recompute);
+          }
+          t /= it == speeds.end() ? 1.0 : it->second;
+          first += t;
+          slowest = std::max(slowest, t);
+          if (s + 1 < pipe.stages.size()) first += 2 * cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node);
+        }
+        const double total = first + (m - 1) * slowest + cost.sync_tail_ms(pipe.stages, count);
+        auto& b = best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)];
+        b = std::min(b, total);
+      }
+    } while (std::next_permutation(pipe.nodes.begin(), pipe.nodes.end()));
+  }
+  double answer = std::numeric_limits<double>::infinity();
+  std::vector<int> split(static_cast<std::size_t>(count), 0);
+  std::function<void(int, int, double)> go = [&](int p, int left, double worst) {
+    if (p == count - 1) {
+      if (left >= 1) answer = std::min(answer, std::max(worst, best[static_cast<std::size_t>(p)][static_cast<std::size_t>(left)]));
+      return;
+    }
+    for (int m = 1; m <= left - (count - 1 - p); ++m) {
+      go(p + 1, left - m, std::max(worst, best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)]));
+    }
+  };
+  go(0, plan.global_microbatches, 0);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("node speeds: placement and split equal brute force on 300 random plans") {
+  std::mt19937_64 rng(20261127);
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    test::RandomProfileOptions options;
+    options.min_layers = 3;
+    options.max_layers = 6;
+    options.gpus_per_node_choices = {1};
+    const Profile profile = test::random_profile(rng, options);
+    const int nodes = std::uniform_int_distribution<int>(2, 6)(rng);
+    const int f = std::uniform_int_distribution<int>(0, 2)(rng);
+    const int B = std::uniform_int_distribution<int>(f + 1, 10)(rng);
+    const CostModel cost(profile, 4);
+    const TemplateSet templates = build_templates(cost, nodes);
+    Plan plan;
+    try {
+      plan = instantiate(cost, templates, numbered_nodes(nodes), f, B);
+    } catch (const NoPlanError&) {
+      continue;
+    }
+    NodeSpeeds speeds;
+    const double factors[] = {0.25, 0.4, 0.7, 1.0, 1.5};
+    for (int n = 0; n < nodes; ++n) {
+      const double factor = factors[std::uniform_int_distribution<int>(0, 4)(rng)];
+      if (factor != 1.0) speeds["node" + std::to_string(n)] = factor;
+    }
+    CAPTURE(trial);
+    const Plan at_speeds = apply_node_speeds(cost, plan, speeds);
+    CHECK(at_speeds.iteration_ms == doctest::Approx(brute_force_at_speeds(cost, plan, speeds)).epsilon(1e-9));
+    // The same pipelines and nodes, the whole batch, the times stated.
+    REQUIRE(at_speeds.pipelines.size() == plan.pipelines.size());
+    int total = 0;
+    for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+      auto a = at_speeds.pipelines[p].nodes, b = plan.pipelines[p].nodes;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      CHECK(a == b);
+      total += at_speeds.pipelines[p].microbatches;
+      CHECK(at_speeds.pipelines[p].iteration_ms ==
+            doctest::Approx(pipeline_ms_at_speeds(cost, at_speeds.pipelines[p], speeds, at_speeds.pipelines[p].microbatches)));
+    }
+    CHECK(total == B);
+    // At speed 1 everywhere, the plan's own iteration.
+    CHECK(apply_node_speeds(cost, plan, {}).iteration_ms == doctest::Approx(plan.iteration_ms).epsilon(1e-9));
+    ++checked;
+  }
+  CHECK(checked > 150);
+}
+
+TEST_CASE("node speeds: a slow node's pipeline takes fewer microbatches, and bad speeds are refused") {
+  const Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 6);
+  const TemplateSet templates = build_templates(cost, 6);
+  const Plan plan = instantiate(cost, templates, numbered_nodes(4), 1, 12);
+  REQUIRE(plan.pipelines.size() == 4);  // one node each, 3 microbatches each
+  REQUIRE(plan.pipelines[0].microbatches == 3);
+  const std::string slow = plan.pipelines[0].nodes.front();
+  const Plan at_speeds = apply_node_speeds(cost, plan, {{slow, 0.4}});
+  CHECK(at_speeds.pipelines[0].microbatches == 1);  // 2.5x as slow: 1 microbatch against the others' 3 or 4
+  for (std::size_t p = 1; p < 4; ++p) CHECK(at_speeds.pipelines[p].microbatches >= 3);
+  // Slower than the plan at full speed, faster than keeping its split.
+  CHECK(at_speeds.iteration_ms > plan.iteration_ms);
+  CHECK(at_speeds.pipelines_ms < pipeline_ms_at_speeds(cost, plan.pipelines[0], {{slow, 0.4}}, 3));
+  CHECK_THROWS_WITH_AS((void)apply_node_speeds(cost, plan, {{"node9", 0.5}}),
+                       "--node-speed: node \"node9\" is not in the cluster", InputError);
+  CHECK_THROWS_WITH_AS((void)apply_node_speeds(cost, plan, {{slow, 0}}), doctest::Contains("expected a factor in"),
+                       InputError);
+}
