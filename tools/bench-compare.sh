@@ -212,6 +212,9 @@ run_side() {
     tail -20 "$runs/$side-$program-$round.txt" >&2
     die "$bin/$program failed"
   fi
+  # A program none of whose benchmarks the filter matches writes an empty
+  # file (as when the confirmation runs only another program's benchmarks).
+  [ -s "$file" ] || return 0
   if [ "$side" = base ]; then base_runs+=("$file"); else current_runs+=("$file"); fi
 }
 # Runs every round of both sides into a fresh $runs.
