@@ -11,25 +11,18 @@
 #include "oobleck/executor/analytic.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/model_config.h"
+#include "model_helpers.h"
 
 using namespace oobleck;
 using namespace oobleck::executor;
+using oobleck::test::count;
+using oobleck::test::tokens_for;
 
 namespace {
 
 // 4 query heads of 8 reading 2 key/value heads; SwiGLU 88 wide.
 ModelConfig small_llama() { return {"test-llama", 3, 32, 4, 97, 16, Architecture::llama, 2, 88, 10000}; }
 
-std::int64_t count(const std::vector<torch::Tensor>& tensors) {
-  std::int64_t n = 0;
-  for (const auto& t : tensors) n += t.numel();
-  return n;
-}
-
-torch::Tensor tokens_for(const ModelConfig& c, int batch, std::uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::randint(c.vocab, {batch, c.seq_len}, gen, torch::TensorOptions().dtype(torch::kLong));
-}
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& gain) {
   return x / torch::sqrt(x.pow(2).mean(-1, true) + 1e-5) * gain;

@@ -11,25 +11,18 @@
 #include "model/train_common.h"
 #include "oobleck/executor/gpt.h"
 #include "oobleck/executor/model_config.h"
+#include "model_helpers.h"
 #include "skip.h"
 
 using namespace oobleck;
 using namespace oobleck::executor;
+using oobleck::test::count;
+using oobleck::test::tokens_for;
 
 namespace {
 
 ModelConfig tiny() { return {"test", 3, 32, 4, 97, 16}; }
 
-std::int64_t count(const std::vector<torch::Tensor>& tensors) {
-  std::int64_t n = 0;
-  for (const auto& t : tensors) n += t.numel();
-  return n;
-}
-
-torch::Tensor tokens_for(const ModelConfig& c, int batch, std::uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::randint(c.vocab, {batch, c.seq_len}, gen, torch::TensorOptions().dtype(torch::kLong));
-}
 
 }  // namespace
 
