@@ -107,6 +107,12 @@ Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speed
     for (std::size_t k = 0; k < positions.size(); ++k) placed[positions[k]] = p.nodes[order[k]];
     p.nodes = std::move(placed);
   }
+  return split_at_speeds(cost, std::move(plan), speeds);
+}
+
+Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds) {
+  const int count = static_cast<int>(plan.pipelines.size());
+  if (count == 0) return plan;
   // Split: every pipeline one microbatch, then each next one to the
   // pipeline that finishes it earliest (ties: the lower index).
   std::vector<SpeedTimes> times;
@@ -142,6 +148,15 @@ Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speed
   }
   plan.sync_ms = plan.iteration_ms - plan.pipelines_ms;
   return plan;
+}
+
+Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
+  const int count = static_cast<int>(plan.pipelines.size());
+  Milliseconds out = 0;
+  for (const auto& p : plan.pipelines) {
+    out = std::max(out, times_at_speeds(cost, p, speeds).at(p.microbatches) + cost.sync_tail_ms(p.stages, count));
+  }
+  return out;
 }
 
 }  // namespace oobleck

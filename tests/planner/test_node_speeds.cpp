@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 #include <random>
 
 #include "oobleck/planner.h"
@@ -13,10 +15,12 @@ using namespace oobleck;
 
 namespace {
 
-// The best iteration over every node order within each pipeline and every
-// split of the batch that fits memory: each pipeline's T(m) summed stage by
-// stage at its nodes' speeds, plus its tail.
-double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
+// The best iteration over every node order within each pipeline (only the
+// plan's own with `keep_places`) and every split of the batch that fits
+// memory: each pipeline's T(m) summed stage by stage at its nodes' speeds,
+// plus its tail.
+double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds,
+                             bool keep_places = false) {
   const int count = static_cast<int>(plan.pipelines.size());
   // For each pipeline, its fastest T(m) over node orders, for every m.
   std::vector<std::vector<double>> best(static_cast<std::size_t>(count),
@@ -24,7 +28,7 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
                                                             std::numeric_limits<double>::infinity()));
   for (int p = 0; p < count; ++p) {
     Pipeline pipe = plan.pipelines[static_cast<std::size_t>(p)];
-    std::sort(pipe.nodes.begin(), pipe.nodes.end());
+    if (!keep_places) std::sort(pipe.nodes.begin(), pipe.nodes.end());
     do {
       for (int m = 1; m <= plan.global_microbatches; ++m) {
         if (!cost.pipeline_fits(pipe.stages, m)) continue;
@@ -45,7 +49,7 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
         auto& b = best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)];
         b = std::min(b, total);
       }
-    } while (std::next_permutation(pipe.nodes.begin(), pipe.nodes.end()));
+    } while (!keep_places && std::next_permutation(pipe.nodes.begin(), pipe.nodes.end()));
   }
   double answer = std::numeric_limits<double>::infinity();
   std::vector<int> split(static_cast<std::size_t>(count), 0);
@@ -108,6 +112,43 @@ TEST_CASE("node speeds: placement and split equal brute force on 300 random plan
     CHECK(total == B);
     // At speed 1 everywhere, the plan's own iteration.
     CHECK(apply_node_speeds(cost, plan, {}).iteration_ms == doctest::Approx(plan.iteration_ms).epsilon(1e-9));
+    // The split alone: nodes in place, the best split at those places; and
+    // the iteration priced at speeds is what each plan states.
+    const Plan split = split_at_speeds(cost, plan, speeds);
+    CHECK(split.iteration_ms == doctest::Approx(brute_force_at_speeds(cost, plan, speeds, true)).epsilon(1e-9));
+    for (std::size_t p = 0; p < plan.pipelines.size(); ++p) CHECK(split.pipelines[p].nodes == plan.pipelines[p].nodes);
+    CHECK(iteration_ms_at_speeds(cost, split, speeds) == doctest::Approx(split.iteration_ms).epsilon(1e-12));
+    CHECK(iteration_ms_at_speeds(cost, at_speeds, speeds) == doctest::Approx(at_speeds.iteration_ms).epsilon(1e-12));
+    CHECK(iteration_ms_at_speeds(cost, plan, {}) == doctest::Approx(plan.iteration_ms).epsilon(1e-9));
+    CHECK(at_speeds.iteration_ms <= split.iteration_ms * (1 + 1e-12));
+    CHECK(split.iteration_ms <= iteration_ms_at_speeds(cost, plan, speeds) * (1 + 1e-12));
+    // Rearranged, every node holds its new layers: kept or copied from a
+    // node that held them, and nothing else is copied.
+    const Reconfiguration moves = rearrangement(cost, plan, at_speeds);
+    std::map<std::string, std::set<int>> before, after;
+    for (const Plan* pl : std::initializer_list<const Plan*>{&plan, &at_speeds}) {
+      for (const auto& pipe : pl->pipelines) {
+        for (const auto& st : pipe.stages) {
+          for (int l = st.layer_begin; l < st.layer_end; ++l) {
+            (pl == &plan ? before : after)[pipe.nodes[static_cast<std::size_t>(st.node)]].insert(l);
+          }
+        }
+      }
+    }
+    std::size_t needed = 0;
+    Bytes bytes = 0;
+    for (const auto& [node, layers] : after) {
+      for (int l : layers) needed += before[node].count(l) ? 0 : 1;
+    }
+    CHECK(moves.transfers.size() == needed);
+    for (const auto& t : moves.transfers) {
+      CHECK(before[t.from_node].count(t.layer) == 1);
+      CHECK(before[t.to_node].count(t.layer) == 0);
+      CHECK(after[t.to_node].count(t.layer) == 1);
+      bytes += t.bytes;
+    }
+    CHECK(moves.copy_bytes == bytes);
+    CHECK((moves.transfers.empty() ? moves.copy_ms == 0 : moves.copy_ms > 0));
     ++checked;
   }
   CHECK(checked > 150);

@@ -351,6 +351,14 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 // iteration time is the plan's own. Throws NoPlanError when no split fits
 // memory (speeds change no memory, so only for a plan that did not fit).
 [[nodiscard]] Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
+// The split alone: `plan`'s nodes stay where they are and the global batch
+// is re-split as apply_node_speeds splits it (exact min-max). A re-split
+// moves no state: only which pipeline trains which microbatch changes.
+[[nodiscard]] Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
+// `plan`'s iteration time when its nodes compute at these speeds: the
+// slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
+// tail (as profiled). With every factor 1, the plan's own.
+[[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
 
 // node0 .. node{count-1}: names for a cluster given by its size alone.
 [[nodiscard]] std::vector<std::string> numbered_nodes(int count);
@@ -457,6 +465,13 @@ struct ReconfigureOptions {
                                           const std::vector<std::string>& lost,
                                           const std::vector<std::string>& added,
                                           const ReconfigureOptions& options = {});
+
+// The copies that give every node of `to` the layers it holds there, when
+// the state is where `from` has it (the same nodes, placed anew, as
+// apply_node_speeds does): each missing layer from the holder that has sent
+// least so far, as reconfigure chooses. `lost` and `added` stay empty.
+// Throws NoPlanError when some layer `to` needs has no holder in `from`.
+[[nodiscard]] Reconfiguration rearrangement(const CostModel& cost, const Plan& from, const Plan& to);
 
 // Nodes of `current` once `lost` of them leave and `added` join, at least 1:
 // the most nodes a template of the new plan can need.
