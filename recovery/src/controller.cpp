@@ -219,7 +219,81 @@ Actions Controller::commit(int step) {
     finished_ = true;
     return out;
   }
-  if (!pending_joins_.empty()) append(out, recover(Cause::join));
+  if (!pending_joins_.empty()) {
+    append(out, recover(Cause::join));
+  } else if (speeds_unweighed_) {
+    append(out, weigh_speeds(step));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- node speeds
+
+Actions Controller::on(const NodeSpeedsMeasured& e) {
+  if (e.speeds == speeds_) return {};
+  speeds_ = e.speeds;
+  speeds_unweighed_ = true;
+  return {};
+}
+
+Actions Controller::weigh_speeds(int step) {
+  // Only on a settled plan: a recovery under way (a spare lost, say) plans
+  // from the base with what it lost, and is weighed at its own commit.
+  if (!base_ || !lost_since_base_.empty() || !added_since_base_.empty() || !established_) return {};
+  speeds_unweighed_ = false;
+  const Plan& plan = current_->plan;
+  std::vector<std::string> nodes = ranked_nodes(plan);
+  NodeSpeeds speeds;  // of this plan's nodes, within the planner's range
+  for (const auto& [node, factor] : speeds_) {
+    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+      speeds[node] = std::clamp(factor, kMinNodeSpeed, kMaxNodeSpeed);
+    }
+  }
+  SpeedChoice c;
+  c.speeds = speeds;
+  c.keep_ms = iteration_ms_at_speeds(cost_, plan, speeds);
+  std::optional<Plan> split, placed;
+  std::optional<Reconfiguration> moves;
+  try {
+    split = split_at_speeds(cost_, plan, speeds);
+    placed = apply_node_speeds(cost_, plan, speeds);
+    moves = rearrangement(cost_, *base_, *placed);
+  } catch (const NoPlanError&) {
+  }
+  c.resplit_ms = split ? split->iteration_ms : c.keep_ms;
+  c.replan_ms = placed ? placed->iteration_ms : c.keep_ms;
+  if (moves) {
+    c.replan_copy_bytes = moves->copy_bytes;
+    c.replan_copy_ms = moves->copy_ms;
+  }
+  int horizon = std::max(1, options_.speeds_horizon_steps);
+  if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
+  const double worth = 1 - options_.speeds_min_gain;
+  Milliseconds best = c.keep_ms;
+  if (split && c.resplit_ms < best * worth) {
+    c.chosen = SpeedChoice::Kind::resplit;
+    best = c.resplit_ms;
+  }
+  if (placed && moves && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
+    c.chosen = SpeedChoice::Kind::replan;
+  }
+  Actions out{SpeedsWeighed{step, c}};
+  if (c.chosen == SpeedChoice::Kind::keep) return out;
+  Generation g;
+  g.cause = Cause::speeds;
+  g.resume_step = committed_ + 1;
+  g.source = StateSource::replicas;
+  g.base_generation = base_generation_;
+  if (c.chosen == SpeedChoice::Kind::resplit) {
+    g.plan = std::move(*split);
+  } else {
+    g.plan = std::move(moves->plan);
+    g.transfers = std::move(moves->transfers);
+    g.copy_bytes = moves->copy_bytes;
+    g.copy_ms = moves->copy_ms;
+  }
+  g.speed_choice = std::move(c);
+  append(out, begin(std::move(g)));
   return out;
 }
 
@@ -461,6 +535,8 @@ Actions Controller::begin(Generation g) {
   reports_.clear();
   deferred_commit_.reset();
   communication_deadline_ms_.reset();
+  // A plan made without the speeds in view is weighed at its first commit.
+  if (current_->cause != Cause::speeds && !speeds_.empty()) speeds_unweighed_ = true;
   return {StartGeneration{current_, current_->source == StateSource::replicas ? base_ : nullptr}};
 }
 

@@ -34,6 +34,8 @@ std::string_view cause_name(Cause cause) {
       return "nodes_back";
     case Cause::master_restart:
       return "master_restart";
+    case Cause::speeds:
+      return "speeds";
   }
   return "?";
 }
@@ -48,15 +50,51 @@ std::optional<StateSource> source_named(std::string_view name) {
 
 std::optional<Cause> cause_named(std::string_view name) {
   for (const Cause c :
-       {Cause::start, Cause::loss, Cause::join, Cause::communication, Cause::nodes_back, Cause::master_restart}) {
+       {Cause::start, Cause::loss, Cause::join, Cause::communication, Cause::nodes_back, Cause::master_restart,
+        Cause::speeds}) {
     if (cause_name(c) == name) return c;
   }
   return std::nullopt;
 }
 
+std::string_view speed_choice_name(SpeedChoice::Kind kind) {
+  switch (kind) {
+    case SpeedChoice::Kind::keep:
+      return "keep";
+    case SpeedChoice::Kind::resplit:
+      return "resplit";
+    case SpeedChoice::Kind::replan:
+      return "replan";
+  }
+  return "?";
+}
+
+namespace {
+
+nlohmann::ordered_json choice_json(const SpeedChoice& c) {
+  return {{"chosen", speed_choice_name(c.chosen)},
+          {"speeds", c.speeds},
+          {"keep_ms", c.keep_ms},
+          {"resplit_ms", c.resplit_ms},
+          {"replan_ms", c.replan_ms},
+          {"replan_copy_bytes", c.replan_copy_bytes},
+          {"replan_copy_ms", c.replan_copy_ms}};
+}
+
+}  // namespace
+
+std::string speeds_record(const SpeedsWeighed& weighed, Milliseconds at_ms) {
+  nlohmann::ordered_json record = {{"kind", "speeds"}, {"at_ms", at_ms}, {"step", weighed.step}};
+  record.update(choice_json(weighed.choice));
+  return record.dump();
+}
+
 std::string generation_record(const Generation& g, Milliseconds at_ms) {
-  nlohmann::ordered_json pipelines = nlohmann::ordered_json::array();
-  for (const auto& p : g.plan.pipelines) pipelines.push_back(p.nodes);
+  nlohmann::ordered_json pipelines = nlohmann::ordered_json::array(), microbatches = nlohmann::ordered_json::array();
+  for (const auto& p : g.plan.pipelines) {
+    pipelines.push_back(p.nodes);
+    microbatches.push_back(p.microbatches);
+  }
   nlohmann::ordered_json record = {{"kind", "generation"},
                                          {"at_ms", at_ms},
                                          {"generation", g.number},
@@ -68,9 +106,11 @@ std::string generation_record(const Generation& g, Milliseconds at_ms) {
                                          {"lost", g.lost},
                                          {"added", g.added},
                                          {"pipelines", pipelines},
+                                         {"microbatches", microbatches},
                                          {"spare_nodes", g.plan.spare_nodes},
                                          {"copy_bytes", g.copy_bytes}};
   if (g.rolled_back_from >= 0) record["rolled_back_from"] = g.rolled_back_from;
+  if (g.speed_choice) record["speed_choice"] = choice_json(*g.speed_choice);
   return record.dump();
 }
 

@@ -49,6 +49,12 @@ std::string describe(const Action& action) {
     for (const auto& p : g.plan.pipelines) out << " " << list(p.nodes);
     if (!g.plan.spare_nodes.empty()) out << " spare " << list(g.plan.spare_nodes);
     if (!g.transfers.empty()) out << " copies " << g.transfers.size();
+    if (g.cause == Cause::speeds) {
+      out << " microbatches";
+      for (const auto& p : g.plan.pipelines) out << " " << p.microbatches;
+    }
+  } else if (const auto* weighed = std::get_if<SpeedsWeighed>(&action)) {
+    out << "weighed at step " << weighed->step << ": " << speed_choice_name(weighed->choice.chosen);
   } else if (const auto* c = std::get_if<CommitStep>(&action)) {
     out << "commit g" << c->generation << " step " << c->step << (c->establishes ? " establishes" : "")
         << (c->finish ? " finish" : "");
@@ -561,4 +567,77 @@ TEST_CASE("controller: the kept state, rebuilt, is the state it was kept from") 
   CHECK(second.counts_state_on("node0"));
   CHECK_FALSE(second.counts_state_on("node1"));  // lost since the base
   CHECK_FALSE(second.counts_state_on("node6"));  // joined since
+}
+
+TEST_CASE("controller: node speeds are weighed at commits; a slow node's pipeline takes fewer microbatches, then its share back") {
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  options.last_step = 40;
+  const auto all = cluster.nodes(6);
+  const Event slow = NodeSpeedsMeasured{{{"node2", 0.4}}, 0};
+  const Event normal = NodeSpeedsMeasured{{}, 0};
+  const Event mild = NodeSpeedsMeasured{{{"node2", 0.98}}, 0};
+  check_rows(cluster, options,
+             {{"slow, then recovered",
+               {joined(all), ready(1), completed(1, 0), slow, completed(1, 1), ready(2), completed(2, 2),
+                completed(2, 3), normal, completed(2, 4), completed(3, 5)},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
+                "2: commit g1 step 0 establishes", "4: commit g1 step 1",
+                // node2 at 0.4 makes its pipeline 2.5x as slow: it trains 2 of 12.
+                "4: weighed at step 1: resplit",
+                "4: start g2 speeds from replicas at step 2: [node0,node1] [node2,node3] [node4,node5] microbatches 5 2 5",
+                "6: commit g2 step 2 establishes", "7: commit g2 step 3", "9: commit g2 step 4",
+                "9: weighed at step 4: resplit",
+                "9: start g3 speeds from replicas at step 5: [node0,node1] [node2,node3] [node4,node5] microbatches 4 4 4",
+                "10: commit g3 step 5 establishes"}},
+              {"a small change is kept",
+               {joined(all), ready(1), completed(1, 0), mild, completed(1, 1), completed(1, 2)},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
+                "2: commit g1 step 0 establishes", "4: commit g1 step 1", "4: weighed at step 1: keep",
+                "5: commit g1 step 2"}},
+              {"a loss while slow: the recovery first, then weighed at its first commit",
+               {joined(all), ready(1), completed(1, 0), slow, lost({"node5"}), ready(2), completed(2, 1)},
+               {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
+                "2: commit g1 step 0 establishes",
+                "4: start g2 loss from replicas at step 1 lost [node5]: [node2,node4,node3] [node0,node1] copies 1",
+                "6: commit g2 step 1 establishes", "6: weighed at step 1: resplit",
+                "6: start g3 speeds from replicas at step 2: [node2,node4,node3] [node0,node1] microbatches 5 7"}}});
+}
+
+TEST_CASE("controller: a re-plan for speeds moves the slow node to the lightest place and copies its layers") {
+  // Stages of unequal weight: two-node pipelines where the first stage is
+  // lighter; a slow node on the heavy stage is worth moving.
+  Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, 1'000'000, 1'000, 3'500'000);
+  for (int l = 0; l < 3; ++l) profile.layers[static_cast<std::size_t>(l)].forward_ms *= 0.25;
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 8);
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 8;
+  options.initial_plan = instantiate(cost, templates, {"a", "b", "c", "d"}, 1, 8);
+  options.last_step = 40;
+  REQUIRE(options.initial_plan->pipelines.size() == 2);
+  REQUIRE(options.initial_plan->pipelines[0].nodes.size() == 2);
+  Controller controller(cost, templates, options);
+  (void)controller.handle(NodesJoined{{"a", "b", "c", "d"}, 0});
+  (void)controller.handle(GenerationReady{1, 0});
+  (void)controller.handle(StepCompleted{1, 0, 0});
+  // The node on the heavier place of pipeline 0, slowed down.
+  const Pipeline& first = options.initial_plan->pipelines[0];
+  const std::string heavy = first.nodes[static_cast<std::size_t>(first.stages.back().node)];
+  (void)controller.handle(NodeSpeedsMeasured{{{heavy, 0.5}}, 0});
+  const Actions actions = controller.handle(StepCompleted{1, 1, 0});
+  REQUIRE(actions.size() == 3);
+  const auto& weighed = std::get<SpeedsWeighed>(actions[1]);
+  CHECK(weighed.choice.chosen == SpeedChoice::Kind::replan);
+  CHECK(weighed.choice.replan_ms < weighed.choice.resplit_ms);
+  CHECK(weighed.choice.resplit_ms < weighed.choice.keep_ms);
+  const Generation& g = *std::get<StartGeneration>(actions[2]).generation;
+  CHECK(g.cause == Cause::speeds);
+  CHECK(g.plan.pipelines[0].nodes[static_cast<std::size_t>(g.plan.pipelines[0].stages.front().node)] == heavy);
+  CHECK_FALSE(g.transfers.empty());
+  for (const auto& t : g.transfers) CHECK((t.to_node == heavy || t.from_node == heavy || t.to_node != t.from_node));
 }

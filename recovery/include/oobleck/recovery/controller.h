@@ -40,6 +40,15 @@
 //   with the nodes lost and added since, which the nodes left still hold,
 //   so no state is read from disk; past f or before any base, as a loss
 //   there would.
+// - Nodes' speeds (NodeSpeedsMeasured) are weighed at the next commit of an
+//   established generation with nothing lost or added since its base: keep
+//   the plan, re-split the batch, or re-plan with the slowest nodes on each
+//   pipeline's lightest places, whichever gives the shortest iteration at
+//   those speeds, a change only when it gains at least
+//   speeds_min_gain. A change is a generation of cause speeds, entered at
+//   that commit as joins are; speeds back to 1 are weighed the same way, so
+//   a node that recovers gets its share back. Every generation of another
+//   cause is weighed again at its first commit, as long as speeds are off 1.
 #pragma once
 
 #include <optional>
@@ -98,6 +107,11 @@ struct ControllerOptions {
   // Go on from a kept state (first_source and first_step are then moot):
   // the controller waits for MasterRestarted.
   std::optional<ControllerState> resumed;
+  // Node speeds: the least gain (a share of keeping's iteration) that makes
+  // a change worth a new generation, and over how many steps a re-plan's
+  // copies are spread when it is weighed (fewer when training ends sooner).
+  double speeds_min_gain = 0.05;
+  int speeds_horizon_steps = 20;
 };
 
 class Controller {
@@ -143,6 +157,10 @@ class Controller {
   Actions on(const SnapshotsHeld& e);
   Actions on(const WorkerRestarted& e);
   Actions on(const MasterRestarted& e);
+  Actions on(const NodeSpeedsMeasured& e);
+  // At a commit: what nodes' speeds call for (SpeedsWeighed, and a
+  // generation of cause speeds when the plan changes).
+  Actions weigh_speeds(int step);
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
@@ -223,6 +241,9 @@ class Controller {
 
   std::optional<Milliseconds> communication_deadline_ms_;
   int restarts_without_progress_ = 0;
+
+  NodeSpeeds speeds_;           // the newest NodeSpeedsMeasured
+  bool speeds_unweighed_ = false;  // since they changed, or the plan did
 };
 
 }  // namespace oobleck::recovery

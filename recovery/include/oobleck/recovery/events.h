@@ -101,9 +101,19 @@ struct MasterRestarted {
   Milliseconds at_ms = 0;
 };
 
+// The nodes that compute slower than the profile and their peers predict,
+// as a detector flags them (straggler_detector.h) or a trace says: each
+// with its speed factor (1: as profiled). It replaces what was said before;
+// an empty map says that every node is back to full speed. The next commit
+// weighs what to do about it (SpeedsWeighed).
+struct NodeSpeedsMeasured {
+  NodeSpeeds speeds;
+  Milliseconds at_ms = 0;
+};
+
 using Event = std::variant<NodesLost, NodesJoined, NodesChanged, JoinAwaited, GenerationReady, StepReported,
                            StepCompleted, CommunicationFailed, Timer, StateSaved, SnapshotsHeld,
-                           WorkerRestarted, MasterRestarted>;
+                           WorkerRestarted, MasterRestarted, NodeSpeedsMeasured>;
 
 // ---------------------------------------------------------------- actions
 
@@ -124,7 +134,24 @@ enum class Cause {
   communication,  // a collective failed with no node lost: the same members start over
   nodes_back,     // enough nodes came back to train again after waiting
   master_restart, // the master was restarted: the members start over where the state is
+  speeds,         // nodes' speeds changed: the batch re-split, or slow nodes moved to lighter places
 };
+
+// What the controller weighed when nodes' speeds changed: each choice's
+// iteration at the speeds measured. Keep: the plan as it is. Re-split: the
+// same places, the batch split for the speeds (no state moves). Re-plan:
+// each pipeline's slowest nodes on its lightest places and the batch
+// re-split (their layers' state is copied; `replan_copy_ms` is spread over
+// the steps it is weighed for).
+struct SpeedChoice {
+  enum class Kind { keep, resplit, replan };
+  Kind chosen = Kind::keep;
+  NodeSpeeds speeds;
+  Milliseconds keep_ms = 0, resplit_ms = 0, replan_ms = 0;
+  Bytes replan_copy_bytes = 0;
+  Milliseconds replan_copy_ms = 0;
+};
+[[nodiscard]] std::string_view speed_choice_name(SpeedChoice::Kind kind);
 
 struct Generation {
   int number = 0;
@@ -149,6 +176,8 @@ struct Generation {
   Milliseconds copy_ms = 0;
   // Nodes lost and added since the base plan, in the order they were seen.
   std::vector<std::string> lost, added;
+  // With cause speeds: what was weighed.
+  std::optional<SpeedChoice> speed_choice;
 };
 
 // Shared, not copied: plans of thousands of nodes. A generation does not
@@ -191,7 +220,14 @@ struct RestartInPlace {
   std::string node;
 };
 
-using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp, RestartInPlace>;
+// Nodes' speeds were weighed at a commit (also when the plan is kept; a
+// change follows as a StartGeneration of cause speeds).
+struct SpeedsWeighed {
+  int step = 0;  // the commit it was weighed at
+  SpeedChoice choice;
+};
+
+using Action = std::variant<StartGeneration, CommitStep, WaitForNodes, GiveUp, RestartInPlace, SpeedsWeighed>;
 using Actions = std::vector<Action>;
 
 [[nodiscard]] std::string_view source_name(StateSource source);
@@ -203,9 +239,13 @@ using Actions = std::vector<Action>;
 // A generation as one JSON object, the record both a live run's metrics and
 // the simulator's decision log carry: {kind: "generation", at_ms,
 // generation, cause, source, base_generation, rolled_back, resume_step,
-// lost, added, pipelines: [[node, ...]], spare_nodes, copy_bytes}, and
-// rolled_back_from where it is known. `at_ms`: when it was
+// lost, added, pipelines: [[node, ...]], microbatches: [per pipeline],
+// spare_nodes, copy_bytes}, rolled_back_from where it is known, and
+// speed_choice (speed_choice_record) for cause speeds. `at_ms`: when it was
 // decided (since training started, or simulated time).
 [[nodiscard]] std::string generation_record(const Generation& generation, Milliseconds at_ms);
+// {kind: "speeds", at_ms, step, chosen, speeds: {node: factor}, keep_ms,
+// resplit_ms, replan_ms, replan_copy_bytes, replan_copy_ms}.
+[[nodiscard]] std::string speeds_record(const SpeedsWeighed& weighed, Milliseconds at_ms);
 
 }  // namespace oobleck::recovery
