@@ -7,24 +7,26 @@
 #         default six nodes with f = 2 (three 2-node pipelines) and 12
 #         microbatches.
 #   mini: GPT-mini measured on this CPU (1 thread, microbatch 4 x 128 tokens)
-#         with 130 MB of memory per node, so the model needs two nodes; by
-#         default five nodes with f = 1 and 8 microbatches, 3 repeats.
+#         with 130 MB of memory per node (--memory-mb), so the model needs
+#         two nodes; by default five nodes with f = 1 and 8 microbatches, 3
+#         repeats.
 #
 #   tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F]
 #                          [--global-microbatches B] [--repeats R (mini)]
+#                          [--memory-mb M (mini; 400 fits the model on one node)]
 #                          [--gpus-per-node G (a worker process each; mini
 #                          measures its profile as nodes of G)]
 #                          [--model gpt-tiny|llama-tiny (tiny)]
 #
 # The programs are build/bin's, or OOBLECK_BIN's when set (another build).
 set -euo pipefail
-usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R] [--gpus-per-node G] [--model gpt-tiny|llama-tiny]"
+usage="usage: tools/cluster-setup.sh tiny|mini OUT [--nodes N] [--fault-tolerance F] [--global-microbatches B] [--repeats R] [--memory-mb M] [--gpus-per-node G] [--model gpt-tiny|llama-tiny]"
 if [ $# -lt 2 ]; then echo "$usage" >&2; exit 2; fi
 model=$1 out=$2
 shift 2
 case $model in
   tiny) nodes=6 f=2 microbatches=12 repeats= gpus=1 tiny_model=gpt-tiny ;;
-  mini) nodes=5 f=1 microbatches=8 repeats=3 gpus=1 tiny_model= ;;
+  mini) nodes=5 f=1 microbatches=8 repeats=3 gpus=1 tiny_model= memory_mb=130 ;;
   *) echo "cluster-setup: unknown set-up '$model' (tiny or mini)" >&2; exit 2 ;;
 esac
 while [ $# -gt 0 ]; do
@@ -39,6 +41,9 @@ while [ $# -gt 0 ]; do
         tiny:gpt-tiny|tiny:llama-tiny) tiny_model=$2 ;;
         *) echo "cluster-setup: --model is gpt-tiny or llama-tiny, for tiny" >&2; exit 2 ;;
       esac ;;
+    --memory-mb)
+      if [ "$model" != mini ]; then echo "cluster-setup: --memory-mb is for mini" >&2; exit 2; fi
+      memory_mb=$2 ;;
     --repeats)
       if [ "$model" != mini ]; then echo "cluster-setup: --repeats is for mini (tiny's profile is analytic)" >&2; exit 2; fi
       repeats=$2 ;;
@@ -71,7 +76,7 @@ JSON
     --seq-len 32 --dtype fp32 --out "$out/profile.json"
 else
   quietly profile "$bin/oobleck-profile" measure --model gpt-mini --microbatch-size 4 --seq-len 128 --threads 1 \
-    --repeats "$repeats" --gpus-per-node "$gpus" --memory-bytes 130000000 --out "$out/profile.json"
+    --repeats "$repeats" --gpus-per-node "$gpus" --memory-bytes "${memory_mb}000000" --out "$out/profile.json"
 fi
 quietly plan "$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes "$nodes" --fault-tolerance "$f" \
   --global-microbatches "$microbatches" --json "$out/plan.json"

@@ -34,6 +34,7 @@ struct RunFlags {
   std::uint64_t chaos_seed = 0;
   CLI::Option* chaos = nullptr;
   bool single_process = false;
+  std::vector<double> straggler_thresholds;
 };
 
 void add_data_flags(CLI::App& app, RunFlags& f) {
@@ -88,6 +89,23 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "Mirror every M-th step's snapshot to another node (a multiple of --snapshot-every): past f a "
                  "rollback goes back at most M steps, and mirroring every step costs its copy over the network")
       ->check(CLI::Range(1, 100000000));
+  app.add_option("--stragglers", o.stragglers,
+                 "mitigate: a node flagged slow (its compute time against the profile and its peers, several "
+                 "steps running) gets fewer microbatches (a re-split), or a lighter place (a re-plan), when "
+                 "the cost model prices that best, and its share back once it recovers; resplit, replan: only "
+                 "that choice; keep: measure and report only")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, MasterOptions::Stragglers>{
+                                              {"mitigate", MasterOptions::Stragglers::mitigate},
+                                              {"resplit", MasterOptions::Stragglers::resplit},
+                                              {"replan", MasterOptions::Stragglers::replan},
+                                              {"keep", MasterOptions::Stragglers::keep}},
+                                          CLI::ignore_case));
+  app.add_option("--straggler-thresholds", f.straggler_thresholds,
+                 "SLOW,RECOVERED: a node is flagged once its speed against its peers stays below SLOW for 3 "
+                 "steps, and unflagged once it stays above RECOVERED (default 0.75,0.85)")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(CLI::Range(0.01, 1.0));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
   app.add_flag("--join-spares", o.join_spares,
               "Start the hostfile's or the allocation's hosts that the plan leaves out, one for each node lost "
@@ -215,6 +233,14 @@ int run_single_process(const MasterOptions& o) {
 int run_training(RunFlags f) {
   if (f.single_process) return run_single_process(f.master);
   if (!f.inject_path.empty()) f.master.injections = parse_injections(read_text_file(f.inject_path), f.inject_path);
+  if (!f.straggler_thresholds.empty()) {
+    f.master.straggler_slow_below = f.straggler_thresholds[0];
+    f.master.straggler_recovered_above = f.straggler_thresholds[1];
+    if (!(f.straggler_thresholds[0] < f.straggler_thresholds[1])) {
+      throw InputError("--straggler-thresholds: SLOW (" + std::to_string(f.straggler_thresholds[0]) +
+                       ") must be below RECOVERED (" + std::to_string(f.straggler_thresholds[1]) + ")");
+    }
+  }
   if (*f.chaos) {
     f.master.chaos.enabled = true;
     f.master.chaos.seed = f.chaos_seed;

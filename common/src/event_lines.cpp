@@ -1,6 +1,7 @@
 #include "oobleck/common/event_lines.h"
 
 #include <algorithm>
+#include <charconv>
 #include <vector>
 
 #include "oobleck/common.h"
@@ -95,14 +96,28 @@ void for_each_event_line(std::string_view text, const std::string& origin, std::
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
-    if (fields.size() != 3) {
-      fail_at_line(
-          origin, line,
-          "expected 3 comma-separated fields " + std::string(format) + ", got " + std::to_string(fields.size()));
+    const bool slow = fields.size() >= 2 && fields[1] == "slow";
+    if (fields.size() != 3 && !(slow && fields.size() == 4)) {
+      fail_at_line(origin, line,
+                   "expected 3 comma-separated fields " + std::string(format) +
+                       (slow ? ", and a 4th for slow (its speed factor)" : "") + ", got " +
+                       std::to_string(fields.size()));
     }
     if (const std::string problem = node_name_problem(fields[2]); !problem.empty()) fail_at_line(origin, line, problem);
-    f(EventLine{line, fields[0], fields[1], fields[2]});
+    f(EventLine{line, fields[0], fields[1], fields[2], fields.size() == 4 ? fields[3] : std::string_view()});
   });
+}
+
+double slow_factor(const EventLine& line, const std::string& origin) {
+  double factor = 0;
+  const auto [end, error] = std::from_chars(line.factor.data(), line.factor.data() + line.factor.size(), factor);
+  if (line.factor.empty() || error != std::errc() || end != line.factor.data() + line.factor.size() ||
+      !(factor >= kMinSlowFactor && factor <= 1)) {
+    fail_at_line(origin, line.line,
+                 "slow takes a 4th field, the node's speed factor: a number in [0.01, 1] such as 0.4 (1 ends the "
+                 "slowdown), got " + (line.factor.empty() ? std::string("none") : quoted_excerpt(line.factor)));
+  }
+  return factor;
 }
 
 }  // namespace oobleck

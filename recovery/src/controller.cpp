@@ -270,11 +270,11 @@ Actions Controller::weigh_speeds(int step) {
   if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
   const double worth = 1 - options_.speeds_min_gain;
   Milliseconds best = c.keep_ms;
-  if (split && c.resplit_ms < best * worth) {
+  if (split && options_.speeds_may_resplit && c.resplit_ms < best * worth) {
     c.chosen = SpeedChoice::Kind::resplit;
     best = c.resplit_ms;
   }
-  if (placed && moves && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
+  if (placed && moves && options_.speeds_may_replan && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
     c.chosen = SpeedChoice::Kind::replan;
   }
   Actions out{SpeedsWeighed{step, c}};

@@ -25,14 +25,18 @@ class LiveSetup {
   // with this build's programs.
   LiveSetup(int nodes, int fault_tolerance, int global_microbatches, int gpus_per_node = 1,
             const std::string& model = "gpt-tiny")
-      : s(OOBLECK_RUN_BINARY) {
+      : LiveSetup(SetUp{"tiny", "--nodes " + std::to_string(nodes) + " --fault-tolerance " +
+                                    std::to_string(fault_tolerance) + " --global-microbatches " +
+                                    std::to_string(global_microbatches) + " --gpus-per-node " +
+                                    std::to_string(gpus_per_node) + " --model " + model}) {}
+  // Any set-up of tools/cluster-setup.sh (tiny or mini) with its flags.
+  struct SetUp {
+    std::string kind, flags;
+  };
+  explicit LiveSetup(const SetUp& set_up) : s(OOBLECK_RUN_BINARY) {
     const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
-    const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + bin + " " + kSource + "/tools/cluster-setup.sh tiny " +
-                                                         s.str("") + " --nodes " + std::to_string(nodes) +
-                                                         " --fault-tolerance " + std::to_string(fault_tolerance) +
-                                                         " --global-microbatches " + std::to_string(global_microbatches) +
-                                                         " --gpus-per-node " + std::to_string(gpus_per_node) +
-                                                         " --model " + model);
+    const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + bin + " " + kSource + "/tools/cluster-setup.sh " +
+                                                         set_up.kind + " " + s.str("") + " " + set_up.flags);
     INFO(setup.err);
     REQUIRE(setup.status == 0);
   }

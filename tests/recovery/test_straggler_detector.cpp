@@ -17,7 +17,7 @@ const std::map<std::string, Milliseconds> kPredicted = {{"a", 100}, {"b", 100}, 
 }  // namespace
 
 TEST_CASE("straggler detector: flagged after a run of slow steps, unflagged after a run of good ones") {
-  StragglerDetector d;  // below 0.8 three steps running; above 0.9 to recover
+  StragglerDetector d({0.8, 0.9});  // below 0.8 three steps running; above 0.9 to recover
   CHECK_FALSE(d.observe(step_with(0.4), kPredicted));
   CHECK_FALSE(d.observe(step_with(0.42), kPredicted));
   CHECK(d.flagged().empty());

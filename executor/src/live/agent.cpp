@@ -10,6 +10,11 @@
 // want this node (it fenced it, or the job is over) answers Kill; with no
 // master by then, the agent stops its workers and ends.
 //
+// A slowdown injected on purpose (Slow) throttles the workers as a cgroup's
+// CPU quota would: in every 10 ms they run for factor x 10 ms and are
+// stopped (SIGSTOP) for the rest, so everything they do takes longer, and
+// what the master sees is only their measured times.
+//
 // A worker killed by a signal (a crash) is restarted in place: the new one
 // reads its layers back from this agent's memory and the master has the
 // generation's workers start its communicators over. A worker that exits
@@ -86,8 +91,10 @@ class Agent {
         if (connected()) send(protocol::Heartbeat{});
         next_beat = now + interval;
       }
+      auto until = next_beat;
+      if (slow_factor_ < 1) until = std::min(until, next_toggle_);
       int wait_ms =
-          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - now).count()) + 1;
+          std::max(0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1);
       if (!connected()) wait_ms = std::min(wait_ms, 50);  // the next attempt to reach a restarted master
       pollfd watched[2] = {{child_pipe[0], POLLIN, 0}, {connected() ? channel_->fd() : -1, POLLIN, 0}};
       ::poll(watched, 2, wait_ms);
@@ -100,6 +107,7 @@ class Agent {
         open = protocol::receive(*channel_, messages, std::chrono::milliseconds(0));
         for (const auto& m : messages) obey(m);
       }
+      throttle();
       if (const auto status = reap()) return *status;
       if (!open) lose_master();
       if (!connected() && !reach_master()) {
@@ -182,12 +190,33 @@ class Agent {
     } else if (const auto* crash = std::get_if<protocol::Crash>(&m)) {
       if (crash->gpu >= 0 && crash->gpu < static_cast<int>(workers_.size()) && workers_[crash->gpu] > 0)
         ::kill(workers_[crash->gpu], SIGKILL);
+    } else if (const auto* slow = std::get_if<protocol::Slow>(&m)) {
+      slow_factor_ = slow->factor;
+      if (slow_factor_ >= 1 && workers_stopped_) {
+        kill_all(workers_, SIGCONT);
+        workers_stopped_ = false;
+      }
+      next_toggle_ = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "oobleck-run agent %s: workers throttled to %.2f of their CPU time\n", o_.node.c_str(),
+                   slow_factor_);
     } else if (std::holds_alternative<protocol::Kill>(m) || std::holds_alternative<protocol::Hang>(m)) {
       // Failure injection on another host: the workers and this agent stop.
       const int signal = std::holds_alternative<protocol::Kill>(m) ? SIGKILL : SIGSTOP;
       kill_all(workers_, signal);
       ::raise(signal);
     }
+  }
+
+  // Under Slow: the workers run and stop in turn, factor of every period
+  // running.
+  void throttle() {
+    if (slow_factor_ >= 1) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_toggle_) return;
+    workers_stopped_ = !workers_stopped_;
+    kill_all(workers_, workers_stopped_ ? SIGSTOP : SIGCONT);
+    const double share = workers_stopped_ ? 1 - slow_factor_ : slow_factor_;
+    next_toggle_ = now + std::chrono::microseconds(static_cast<std::int64_t>(share * kThrottlePeriodUs));
   }
 
   // Workers that ended: a crash restarts the worker; a failure of its own
@@ -224,6 +253,10 @@ class Agent {
   SnapshotServer snapshots_;
   std::vector<pid_t> workers_;  // by GPU; 0 once ended
   std::vector<int> restarts_;
+  static constexpr double kThrottlePeriodUs = 10000;
+  double slow_factor_ = 1;  // Slow
+  bool workers_stopped_ = false;
+  std::chrono::steady_clock::time_point next_toggle_;
 };
 
 }  // namespace

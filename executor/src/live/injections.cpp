@@ -16,7 +16,7 @@ bool parse_count(std::string_view text, long long& out) {
 
 std::vector<Injection> parse_injections(std::string_view text, const std::string& origin) {
   std::vector<Injection> out;
-  for_each_event_line(text, origin, "when,add|remove|hang|crash|kill-master,node", [&](const EventLine& line) {
+  for_each_event_line(text, origin, "when,add|remove|hang|crash|kill-master|slow,node", [&](const EventLine& line) {
     Injection event;
     event.line = line.line;
     long long value = 0;
@@ -58,9 +58,12 @@ std::vector<Injection> parse_injections(std::string_view text, const std::string
     } else if (line.action == "kill-master") {
       event.action = Injection::Action::KillMaster;
       if (line.node != "master") fail_at_line(origin, line.line, "kill-master strikes the master: its node is 'master'");
+    } else if (line.action == "slow") {
+      event.action = Injection::Action::Slow;
+      event.factor = slow_factor(line, origin);
     } else {
       fail_at_line(origin, line.line,
-                   quoted_excerpt(line.action) + ": expected add, remove, hang, crash or kill-master");
+                   quoted_excerpt(line.action) + ": expected add, remove, hang, crash, kill-master or slow");
     }
     if (event.when == Injection::When::AtCommit && event.action != Injection::Action::KillMaster) {
       fail_at_line(origin, line.line, "commit:N is for kill-master (the moment a commit is kept, not yet sent)");

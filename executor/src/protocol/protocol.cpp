@@ -14,10 +14,11 @@ namespace {
 using Json = nlohmann::json;
 
 // The wire names, in the order of Message's alternatives.
-constexpr std::array<std::string_view, 20> kTypeNames = {
+constexpr std::array<std::string_view, 21> kTypeNames = {
     "hello",  "heartbeat",        "worker_exit",     "kill",     "hang",  "welcome",    "generation",
     "commit", "finish",           "recovering",      "recovered", "started", "ready",   "comm_error",
-    "saved",  "done",             "crash",           "worker_restarted", "snapshot_stored", "mirror_to"};
+    "saved",  "done",             "crash",           "worker_restarted", "snapshot_stored", "mirror_to",
+    "slow"};
 static_assert(kTypeNames.size() == std::variant_size_v<Message>);
 
 template <typename T>
@@ -67,6 +68,12 @@ void to_json(Json& j, const WorkerExit& m) { j = {{"gpu", m.gpu}, {"status", m.s
 void from_json(const Json& j, WorkerExit& m) {
   m.gpu = field<int>(j, "gpu");
   m.status = field<int>(j, "status");
+}
+
+void to_json(Json& j, const Slow& m) { j = {{"factor", m.factor}}; }
+void from_json(const Json& j, Slow& m) {
+  m.factor = field<double>(j, "factor");
+  if (!(m.factor > 0 && m.factor <= 1)) throw ProtocolError("slow: factor out of (0, 1]");
 }
 
 void to_json(Json& j, const Crash& m) { j = {{"gpu", m.gpu}}; }
@@ -214,13 +221,14 @@ void from_json(const Json& j, Started& m) {
 }
 
 void to_json(Json& j, const Ready& m) {
-  j = {{"generation", m.generation}, {"step", m.step}, {"loss", m.loss}};
+  j = {{"generation", m.generation}, {"step", m.step}, {"loss", m.loss}, {"compute_ms", m.compute_ms}};
   if (m.samples) j["samples"] = {m.samples->first, m.samples->count};
 }
 void from_json(const Json& j, Ready& m) {
   m.generation = field<int>(j, "generation");
   m.step = field<int>(j, "step");
   m.loss = field<double>(j, "loss");
+  m.compute_ms = j.value("compute_ms", 0.0);
   if (j.contains("samples")) {
     const auto range = field<std::pair<int, int>>(j, "samples");
     m.samples = SampleRange{range.first, range.second};

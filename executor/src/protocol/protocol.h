@@ -4,7 +4,7 @@
 //
 //   agent  -> master  Hello, Heartbeat, WorkerExit, WorkerRestarted,
 //                     SnapshotStored
-//   master -> agent   Kill, Hang, Crash (failure injection on other hosts),
+//   master -> agent   Kill, Hang, Crash, Slow (failure injection),
 //                     MirrorTo
 //   worker -> master  Hello, Recovering, Recovered, Started, Ready,
 //                     CommunicationFailed, Saved, Done
@@ -59,6 +59,11 @@ struct Hang {};
 // Kill the worker of GPU `gpu` alone (SIGKILL); the agent restarts it.
 struct Crash {
   int gpu = 0;
+};
+// Throttle this node's workers to `factor` of their CPU time (1: no more),
+// as a throttled GPU or a noisy neighbour would slow them.
+struct Slow {
+  double factor = 1;
 };
 // The agent restarted its worker of GPU `gpu`, which had died of `status`
 // (128 + signal); the new one is `pid`.
@@ -155,6 +160,9 @@ struct Ready {
   int generation = 0, step = 0;
   double loss = 0;
   std::optional<SampleRange> samples;  // first stages: what they consumed
+  // The step's forward and backward passes, waits for neighbours left out:
+  // what the master's straggler detector compares with the profile.
+  double compute_ms = 0;
 };
 struct CommunicationFailed {
   int generation = 0;
@@ -188,7 +196,7 @@ struct Done {
 
 using Message = std::variant<Hello, Heartbeat, WorkerExit, Kill, Hang, Welcome, NewGeneration, Commit, Finish,
                              Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done, Crash,
-                             WorkerRestarted, SnapshotStored, MirrorTo>;
+                             WorkerRestarted, SnapshotStored, MirrorTo, Slow>;
 
 // A line that is not a message of this protocol.
 class ProtocolError : public std::runtime_error {

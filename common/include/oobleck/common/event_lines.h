@@ -31,6 +31,7 @@ inline constexpr std::size_t kExcerptBytes = 40;
 struct EventLine {
   int line = 0;
   std::string_view when, action, node;  // trimmed
+  std::string_view factor;              // the 4th field of `slow` (empty otherwise)
 };
 
 // Every event line of `text`. `format` names the three fields in messages
@@ -38,7 +39,14 @@ struct EventLine {
 // fields, or whose node is not a name (empty, longer than 255 bytes, with
 // whitespace, quotes, slashes or control characters), is an InputError
 // naming origin:line.
+// A 4th field is taken only on lines whose action is `slow` (a node's
+// speed factor): `time,slow,node,factor`.
 void for_each_event_line(std::string_view text, const std::string& origin, std::string_view format,
                          const std::function<void(const EventLine&)>& f);
+
+// The speed factor of a `slow` line, in [0.01, 1] (1 ends a slowdown); an
+// InputError naming origin:line otherwise.
+inline constexpr double kMinSlowFactor = 0.01;
+[[nodiscard]] double slow_factor(const EventLine& line, const std::string& origin);
 
 }  // namespace oobleck

@@ -42,12 +42,15 @@ namespace oobleck::executor {
 // SIGKILLs the master itself, at once: the job waits for --resume-master.
 struct Injection {
   enum class When { AtTime, DuringStep, DuringRecovery, DuringRollback, AtCommit };
-  enum class Action { Remove, Add, Hang, Crash, KillMaster };
+  // Slow: the node's workers computing at `factor` of their speed (its
+  // agent throttles their CPU) until a slow line with factor 1.
+  enum class Action { Remove, Add, Hang, Crash, KillMaster, Slow };
   When when = When::AtTime;
   Milliseconds time_ms = 0;  // AtTime
   int index = 0;             // the step N, the recovery R or the rollback R
   Action action = Action::Remove;
   std::string node;
+  double factor = 1;  // Slow
   int line = 0;  // in the file, for messages
 };
 
@@ -103,6 +106,15 @@ struct MasterOptions {
   bool join_spares = false;
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
+  // Nodes the straggler detector flags (each node's compute time a step
+  // against the profile's and its peers'): mitigate re-splits the batch or
+  // re-plans when the cost model prices that best; resplit and replan
+  // allow only that choice (besides keeping); keep only reports them.
+  enum class Stragglers { mitigate, resplit, replan, keep };
+  Stragglers stragglers = Stragglers::mitigate;
+  // A node is flagged once its speed (against its peers) stays below the
+  // first for several steps, and unflagged once it stays above the second.
+  double straggler_slow_below = 0.75, straggler_recovered_above = 0.85;
   // Where the master keeps what a master restarted after it needs
   // (master_state.h); empty: oobleck-state-<pid> in the working folder,
   // removed when the run ends by itself.

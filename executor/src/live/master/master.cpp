@@ -47,6 +47,8 @@ recovery::ControllerOptions controller_options(const MasterOptions& o, const Job
   c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::restart_from_checkpoint;
   c.saves_reported = true;
   c.communication_grace_ms = o.heartbeat_timeout_ms;
+  c.speeds_may_resplit = o.stragglers != MasterOptions::Stragglers::replan;
+  c.speeds_may_replan = o.stragglers != MasterOptions::Stragglers::resplit;
   if (kept) c.resumed = kept->controller;
   return c;
 }
@@ -77,6 +79,7 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
       injector_(o_.injections, o_.chaos),
       ledger_(samples_before(1)) {
+  stragglers_ = recovery::StragglerDetector({o_.straggler_slow_below, o_.straggler_recovered_above});
   // Recoveries plan as the plan's templates could: recomputing where it chose to.
   cost_.set_recompute(in_.initial_plan.recompute);
   cost_.set_gradient_sync(in_.initial_plan.gradient_sync);
@@ -304,8 +307,12 @@ void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m
     return;
   }
   ledger_.add(m.step, worker_rank(node, gpu), m);
+  auto& compute = node_compute_ms_[{m.step, node}];
+  compute = std::max(compute, m.compute_ms);
   if (++ready_workers_[{m.step, node}] < gpus_) return;
   ready_workers_.erase({m.step, node});
+  measure_compute(m.step, node, std::exchange(compute, 0));
+  node_compute_ms_.erase({m.step, node});
   decide(recovery::StepReported{generation_->number, m.step, node, now_ms()});
 }
 
@@ -344,6 +351,11 @@ void Master::lose(const std::string& node, const std::string& reason) {
   if (p == nullptr || !p->alive) return;
   checkpoints_.saver_lost(node);
   state_changed_ = true;
+  if (stragglers_.flagged().count(node) && o_.stragglers != MasterOptions::Stragglers::keep) {
+    stragglers_.forget(node);
+    (void)controller_.handle(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});  // (no action)
+  }
+  stragglers_.forget(node);
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
   server_.disconnect(node);

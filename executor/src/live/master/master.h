@@ -19,6 +19,7 @@
 #include "master_state.h"
 #include "oobleck/executor/live.h"
 #include "oobleck/recovery/controller.h"
+#include "oobleck/recovery/straggler_detector.h"
 #include "process_table.h"
 #include "reporter.h"
 #include "snapshot_ledger.h"
@@ -76,6 +77,13 @@ class Master {
   void fire(const Injection& event);
   void strike(const Injection& event, const std::string& why);
   void kill_node(const std::string& node, const std::string& why, bool hang);
+  // Stragglers (master_speeds.cpp): a slowdown injected, each node's
+  // compute time of a step measured, and the controller told of what the
+  // detector flags.
+  void slow_node(const std::string& node, double factor, const std::string& why);
+  void measure_compute(int step, const std::string& node, double compute_ms);
+  [[nodiscard]] std::map<std::string, Milliseconds> predicted_compute_ms() const;
+  void speeds_weighed(const recovery::SpeedsWeighed& w);
   // Snapshots and in-place restarts (master_snapshots.cpp).
   void on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s);
   void on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m);
@@ -144,6 +152,15 @@ class Master {
   std::map<std::pair<int, std::string>, int> ready_workers_;  // (step, node) -> workers ready
   std::set<int> done_ranks_;
   std::map<int, protocol::StepTimeline> timelines_;
+  // Stragglers: each node's compute time of a step (its slowest worker's).
+  std::map<int, std::map<std::string, Milliseconds>> compute_ms_;
+  std::map<std::pair<int, std::string>, Milliseconds> node_compute_ms_;  // (step, node): its workers' so far
+  recovery::StragglerDetector stragglers_;
+  struct MeasuredStep {
+    NodeSpeeds speeds;
+    Milliseconds predicted_ms = -1;
+  };
+  std::map<int, MeasuredStep> measured_steps_;  // for the step records
   // Snapshots and in-place restarts.
   SnapshotLedger snapshots_;
   bool snapshots_changed_ = false;  // since the controller was last told (SnapshotsHeld)

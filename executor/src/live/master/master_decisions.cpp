@@ -32,6 +32,8 @@ void Master::decide(const recovery::Event& event) {
       start_generation(*s->generation, s->base.get(), plan_ms);
     } else if (const auto* r = std::get_if<recovery::RestartInPlace>(&actions[i])) {
       restart_in_place(*r);
+    } else if (const auto* w = std::get_if<recovery::SpeedsWeighed>(&actions[i])) {
+      speeds_weighed(*w);
     } else if (const auto* g = std::get_if<recovery::GiveUp>(&actions[i])) {
       give_up(*g);
     } else {
@@ -48,7 +50,11 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     training_start_ms_ = now;
     training_start_unix_ms_ = unix_now_ms();
   }
-  if (g.cause == recovery::Cause::join) chain_failure_ms_ = -1, chain_detected_ms_ = now;
+  if (g.cause == recovery::Cause::join || g.cause == recovery::Cause::speeds) {
+    chain_failure_ms_ = -1, chain_detected_ms_ = now;
+  }
+  compute_ms_.clear();
+  node_compute_ms_.clear();
   if (g.cause == recovery::Cause::communication) {
     std::fprintf(stderr, "oobleck-run: communication failed without a lost node (%s); restarting the step\n",
                  last_comm_error_.c_str());
@@ -158,8 +164,13 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   const protocol::Commit message{wire_, c.step, pause, c.finish, checkpoints_.save_for(c.step, c.finish, savers)};
   last_iteration_ms_ = now - step_start_ms_;
   step_start_ms_ = now;
-  const StepReport report{c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_,
-                          now - training_start_ms_};
+  StepReport report{c.step, c.generation, total.loss, samples_, total.samples, last_iteration_ms_,
+                    now - training_start_ms_, {}, -1};
+  if (const auto measured = measured_steps_.find(c.step); measured != measured_steps_.end()) {
+    report.node_speeds = std::move(measured->second.speeds);
+    report.predicted_ms = measured->second.predicted_ms;
+    measured_steps_.erase(measured_steps_.begin(), std::next(measured));
+  }
   // Kept before any worker applies it: a restarted master commits no less.
   last_step_record_ = Reporter::step_record(report);
   keep_state();

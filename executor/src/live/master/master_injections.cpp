@@ -83,6 +83,10 @@ void Master::fire(const Injection& event) {
     std::fflush(nullptr);
     ::raise(SIGKILL);
   }
+  if (event.action == Injection::Action::Slow) {
+    slow_node(event.node, event.factor, why);
+    return;
+  }
   if (event.action != Injection::Action::Add && event.when == Injection::When::DuringStep &&
       (o_.snapshot_every > 0 || checkpoints_.enabled())) {
     pending_step_events_.push_back({event, why, now_ms()});
@@ -93,6 +97,10 @@ void Master::fire(const Injection& event) {
 }
 
 void Master::strike(const Injection& event, const std::string& why) {
+  if (event.action == Injection::Action::Slow) {
+    slow_node(event.node, event.factor, why);
+    return;
+  }
   if (event.action == Injection::Action::Crash) {
     crash_worker(event.node, why);
     return;

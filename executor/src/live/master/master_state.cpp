@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <tuple>
 
@@ -15,6 +17,8 @@ using nlohmann::ordered_json;
 using namespace json_input;
 
 constexpr const char* kFormat = "oobleck.master-state.v1";
+// MasterOptions::Stragglers by value.
+const std::array<std::string, 4> straggler_names = {"mitigate", "resplit", "replan", "keep"};
 
 ordered_json options_json(const MasterOptions& o) {
   return {{"plan", o.plan_path},
@@ -38,6 +42,8 @@ ordered_json options_json(const MasterOptions& o) {
           {"join_spares", o.join_spares},
           {"snapshot_every", o.snapshot_every},
           {"mirror_every", o.mirror_every},
+          {"stragglers", straggler_names.at(static_cast<std::size_t>(o.stragglers))},
+          {"straggler_thresholds", {o.straggler_slow_below, o.straggler_recovered_above}},
           {"master_wait_s", o.master_wait_s},
           {"state_dir", o.state_dir}};
 }
@@ -69,6 +75,16 @@ MasterOptions parse_options(const json& j, const FieldPath& where) {
   o.mirror_every = static_cast<int>(require_integer(j, "mirror_every", where, 1, 100000000));
   o.master_wait_s = require_number(j, "master_wait_s", where, 0, 31536000);
   o.state_dir = require_string(j, "state_dir", where);
+  if (j.contains("stragglers")) {  // (states kept before stragglers were handled lack both)
+    const std::string name = require_string(j, "stragglers", where);
+    const auto it = std::find(straggler_names.begin(), straggler_names.end(), name);
+    if (it == straggler_names.end()) throw (where / "stragglers").error("expected mitigate, resplit, replan or keep");
+    o.stragglers = static_cast<MasterOptions::Stragglers>(it - straggler_names.begin());
+    const json& t = require_array(j, "straggler_thresholds", where);
+    if (t.size() != 2) throw (where / "straggler_thresholds").error("expected [slow, recovered]");
+    o.straggler_slow_below = as_number(t[0], (where / "straggler_thresholds")[0], 0.01, 1);
+    o.straggler_recovered_above = as_number(t[1], (where / "straggler_thresholds")[1], 0.01, 1);
+  }
   return o;
 }
 

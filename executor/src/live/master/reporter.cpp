@@ -104,15 +104,21 @@ void Reporter::generation_started(const recovery::Generation& g, Milliseconds el
 }
 
 std::string Reporter::step_record(const StepReport& r) {
-  return ordered_json{{"kind", "step"},
+  ordered_json record{{"kind", "step"},
                       {"step", r.step},
                       {"loss", r.loss},
                       {"samples", r.samples},
                       {"step_samples", r.step_samples},
                       {"iteration_ms", r.iteration_ms},
                       {"elapsed_ms", r.elapsed_ms},
-                      {"generation", r.generation}}
-      .dump();
+                      {"generation", r.generation}};
+  if (!r.node_speeds.empty()) record["node_speeds"] = r.node_speeds;
+  if (r.predicted_ms >= 0) record["predicted_ms"] = r.predicted_ms;
+  return record.dump();
+}
+
+void Reporter::speeds(const recovery::SpeedsWeighed& w, Milliseconds elapsed_ms) {
+  emit(recovery::speeds_record(w, elapsed_ms));
 }
 
 void Reporter::master_restarted(Milliseconds elapsed_ms, int committed_step, const std::string& state_dir,

@@ -3,7 +3,11 @@
 //   {kind: "run", format: "oobleck.metrics.v1", plan, profile, steps, seed, nodes}   first
 //   {kind: "generation", ...}      each generation the recovery controller started
 //                                  (recovery::generation_record, as oobleck-sim --decisions)
-//   {kind: "step", step, loss, samples, step_samples, iteration_ms, elapsed_ms, generation}
+//   {kind: "step", step, loss, samples, step_samples, iteration_ms, elapsed_ms, generation,
+//    node_speeds: {node: factor}, predicted_ms}   (each node's speed measured, relative to its
+//                                  peers, and the cost model's iteration at those speeds on this
+//                                  machine's scale; both absent on a generation's first step)
+//   {kind: "speeds", ...}          node speeds weighed at a commit (recovery::speeds_record)
 //   {kind: "reconfiguration", generation, lost, added, reasons, resume_step, pipelines,
 //    detect_ms, plan_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms, superseded}
 //   {kind: "restart", generation, node, gpu, resume_step, detect_ms, restore_ms, recovery_ms}
@@ -54,6 +58,10 @@ struct StepReport {
   double loss = 0;
   std::int64_t samples = 0, step_samples = 0;
   Milliseconds iteration_ms = 0, elapsed_ms = 0;
+  NodeSpeeds node_speeds;  // each node's measured speed factor (none on a generation's first step)
+  // The cost model's iteration at those speeds, scaled by the median node's
+  // measured compute against the profile's (-1: not measured).
+  Milliseconds predicted_ms = -1;
 };
 
 class Reporter {
@@ -77,6 +85,7 @@ class Reporter {
   // A recovery is over: it trained a step, or a newer generation replaced it.
   void reconfiguration(const RecoveryTiming& timing, bool superseded, Milliseconds now_ms);
   void restart(const RestartTiming& timing, Milliseconds now_ms);
+  void speeds(const recovery::SpeedsWeighed& w, Milliseconds elapsed_ms);
   // What the planner could not recover from, and what a checkpoint would
   // need to hold to go on (the message, also returned).
   std::string no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,

@@ -66,6 +66,8 @@ class PipelineStep {
   // passes: timed, and recorded with the pass it belongs to.
   void sum_over_shards(torch::Tensor& t);
   [[nodiscard]] protocol::StepTimeline timeline() const { return timeline_; }
+  // The last step's passes, waits for neighbours left out.
+  [[nodiscard]] double compute_ms() const { return timeline_.compute_ms; }
 
  private:
   double one_f_one_b(int step);

@@ -271,7 +271,7 @@ class LiveWorker {
     for (int step = resume_step_; step < o_.steps; ++step) {
       const double loss = step_->run(step, step == o_.steps - 1);  // the last step, warmed up, is timed
       pending_ = step;
-      protocol::Ready ready{number_, step, loss, std::nullopt};
+      protocol::Ready ready{number_, step, loss, std::nullopt, step_->compute_ms()};
       if (seat().stage == 0 && seat().shard == 0) {
         const int mb = o_.microbatch_size;
         ready.samples =

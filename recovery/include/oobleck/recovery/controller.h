@@ -112,6 +112,7 @@ struct ControllerOptions {
   // copies are spread when it is weighed (fewer when training ends sooner).
   double speeds_min_gain = 0.05;
   int speeds_horizon_steps = 20;
+  bool speeds_may_resplit = true, speeds_may_replan = true;  // the choices besides keeping
 };
 
 class Controller {

@@ -1,0 +1,86 @@
+// Stragglers, live: a slowdown injected on purpose (--inject ...,slow,node,
+// factor), each node's compute time of every step against what the plan's
+// profile predicts for its share (the detector flags the nodes that stay
+// slower than their peers), and what the controller weighed about them.
+#include <algorithm>
+#include <cstdio>
+
+#include "master.h"
+
+namespace oobleck::executor {
+
+using protocol::Role;
+
+void Master::slow_node(const std::string& node, double factor, const std::string& why) {
+  const NodeProcess* p = processes_.find(node);
+  if (p == nullptr || !p->alive) {
+    std::fprintf(stderr, "oobleck-run: %s: node %s is not running; nothing to slow down\n", why.c_str(), node.c_str());
+    return;
+  }
+  std::fprintf(stderr, "oobleck-run: %s: node %s %s\n", why.c_str(), node.c_str(),
+               factor >= 1 ? "back to full speed" : ("slowed to " + std::to_string(factor).substr(0, 4)).c_str());
+  server_.send(node, Role::agent, protocol::Slow{factor});
+}
+
+// Each node's passes of one step at the plan's profile: its pipeline's
+// microbatches times its slowest stage's forward and backward.
+std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
+  std::map<std::string, Milliseconds> out;
+  if (!generation_) return out;
+  for (const auto& p : generation_->plan.pipelines) {
+    for (const auto& s : p.stages) {
+      const Milliseconds ms =
+          p.microbatches * cost_.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute);
+      auto& node = out[p.nodes.at(static_cast<std::size_t>(s.node))];
+      node = std::max(node, ms);
+    }
+  }
+  return out;
+}
+
+// A node finished `step` (its slowest worker's passes took compute_ms).
+// Once every trainer node did, the detector sees the step; the first step
+// of a generation is left out (its gradient groups are made during it).
+void Master::measure_compute(int step, const std::string& node, double compute_ms) {
+  if (!generation_ || step == generation_->resume_step) return;
+  auto& measured = compute_ms_[step];
+  measured[node] = compute_ms;
+  const auto predicted = predicted_compute_ms();
+  if (measured.size() < predicted.size()) return;
+  const bool changed = stragglers_.observe(measured, predicted);
+  // What the cost model predicts for this step at the speeds measured, on
+  // this machine's scale (its median node's compute against the profile's).
+  MeasuredStep& shown = measured_steps_[step];
+  std::vector<double> scale;
+  for (const auto& [n, ms] : measured) {
+    shown.speeds[n] = stragglers_.measured().at(n);
+    if (const auto p = predicted.find(n); p != predicted.end() && p->second > 0) scale.push_back(ms / p->second);
+  }
+  if (!scale.empty()) {
+    std::nth_element(scale.begin(), scale.begin() + static_cast<std::ptrdiff_t>(scale.size() / 2), scale.end());
+    shown.predicted_ms = iteration_ms_at_speeds(cost_, generation_->plan, shown.speeds) * scale[scale.size() / 2];
+  }
+  compute_ms_.erase(step);
+  if (!changed) return;
+  std::string flagged;
+  for (const auto& [n, speed] : stragglers_.flagged()) {
+    flagged += (flagged.empty() ? "" : ", ") + n + " at " + std::to_string(speed).substr(0, 4);
+  }
+  std::fprintf(stderr, "oobleck-run: step %d: slow nodes: %s%s\n", step, flagged.empty() ? "none" : flagged.c_str(),
+               o_.stragglers == MasterOptions::Stragglers::keep ? " (--stragglers keep: reported only)" : "");
+  if (o_.stragglers != MasterOptions::Stragglers::keep) {
+    decide(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});
+  }
+}
+
+void Master::speeds_weighed(const recovery::SpeedsWeighed& w) {
+  const auto& c = w.choice;
+  std::fprintf(stderr,
+               "oobleck-run: at step %d, node speeds weighed: keep %.1f ms, re-split %.1f ms, re-plan %.1f ms "
+               "(copies %.1f ms): %s\n",
+               w.step, c.keep_ms, c.resplit_ms, c.replan_ms, c.replan_copy_ms,
+               std::string(recovery::speed_choice_name(c.chosen)).c_str());
+  reporter_.speeds(w, now_ms() - training_start_ms_);
+}
+
+}  // namespace oobleck::executor

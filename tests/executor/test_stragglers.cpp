@@ -1,0 +1,79 @@
+// A slow node live: its agent throttles its worker's CPU (--inject
+// ...,slow,node1,0.4), the master's detector flags it from measured compute
+// times alone, the controller re-splits the batch so that its pipeline
+// trains fewer microbatches, and once the slowdown ends the node gets its
+// full share back. The losses stay the single-process run's, bit for bit:
+// a re-split changes only which pipeline trains which microbatch.
+//
+// What the step times come to under each choice is a benchmark's to
+// measure (tools/bench-stragglers.sh); this test asserts the decisions and
+// the losses. The slowdown is large (0.4 against a threshold of 0.6), so
+// that the detector's outcome does not hinge on this machine's noise.
+#include "torch_doctest.h"
+
+#include "live_setup.h"
+
+namespace {
+
+using nlohmann::json;
+using oobleck::test::LiveSetup;
+
+}  // namespace
+
+TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its full share again, bit for bit") {
+  // GPT-mini on three one-node pipelines (the model fits one node), 2
+  // microbatches each.
+  LiveSetup setup(LiveSetup::SetUp{
+      "mini", "--nodes 3 --fault-tolerance 2 --global-microbatches 6 --memory-mb 400 --repeats 1"});
+  const auto plan = setup.plan();
+  REQUIRE(plan["pipelines"].size() == 3);
+  REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
+  setup.s.write("inject.csv", "step:3,slow,node1,0.4\nstep:12,slow,node1,1\n");
+  const int steps = 26;
+  const auto run = setup.live(steps, 3, "live.jsonl",
+                              "--inject " + setup.s.str("inject.csv") + " --straggler-thresholds 0.6,0.75");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto reference = setup.reference_losses(steps, 3);
+  const auto records = setup.steps("live.jsonl");
+  REQUIRE(records.size() == static_cast<std::size_t>(steps));
+  for (int k = 0; k < steps; ++k) {
+    CAPTURE(k);
+    CHECK(records[static_cast<std::size_t>(k)]["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
+    CHECK(records[static_cast<std::size_t>(k)]["step_samples"] == 6 * 4);  // the whole batch, each sample once
+  }
+  // Every step but a generation's first reports each node's speed and the
+  // cost model's prediction at those speeds.
+  int measured = 0;
+  for (const auto& r : records) {
+    if (!r.contains("node_speeds")) continue;
+    ++measured;
+    CHECK(r["node_speeds"].size() == 3);
+    CHECK(r["predicted_ms"].get<double>() > 0);
+  }
+  CHECK(measured >= steps - 4);
+
+  // Generations for speeds: the first after the slowdown gives node1's
+  // pipeline fewer microbatches than the others; the last gives every
+  // pipeline its full share.
+  std::vector<json> for_speeds;
+  for (const auto& g : setup.of_kind("live.jsonl", "generation")) {
+    if (g["cause"] == "speeds") for_speeds.push_back(g);
+  }
+  REQUIRE(for_speeds.size() >= 2);
+  const auto& first = for_speeds.front();
+  CHECK(first["resume_step"].get<int>() > 3);
+  CHECK(first["resume_step"].get<int>() <= 12);
+  CHECK(first["speed_choice"]["chosen"] == "resplit");
+  CHECK(first["speed_choice"]["speeds"]["node1"].get<double>() < 0.6);
+  CHECK(first["speed_choice"]["resplit_ms"].get<double>() < first["speed_choice"]["keep_ms"].get<double>());
+  CHECK(first["microbatches"][1].get<int>() < first["microbatches"][0].get<int>());
+  CHECK(first["microbatches"][1].get<int>() < first["microbatches"][2].get<int>());
+  const auto& last = for_speeds.back();
+  CHECK(last["resume_step"].get<int>() > 12);
+  CHECK(last["microbatches"] == json::array({2, 2, 2}));
+  CHECK(last["speed_choice"]["speeds"].empty());
+  // Each weighing is in the metrics, including those that kept the plan.
+  CHECK(setup.of_kind("live.jsonl", "speeds").size() >= for_speeds.size());
+  CHECK(setup.s.processes_left() == 0);
+}
