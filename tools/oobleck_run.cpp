@@ -52,7 +52,7 @@ void add_data_flags(CLI::App& app, RunFlags& f) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--metrics", o.metrics_path,
                  "JSON lines, written as training goes, each with a kind: run, generation, step, "
-                 "reconfiguration, no_plan");
+                 "reconfiguration, speeds, no_plan");
   app.add_option("--chrome-trace", o.chrome_trace_path,
                  "The last step's schedule as a Chrome trace, as oobleck-sim iteration writes it");
   app.add_flag("--single-process", f.single_process,

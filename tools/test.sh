@@ -28,6 +28,8 @@ if [ -x build/bin/oobleck-run ]; then
   REPEATS=1 tools/bench-recovery.sh
   echo "== snapshots: step time with and without, a crash against a loss (short: 1 round; run tools/bench-snapshots.sh for more)"
   ROUNDS=1 STEPS=6 WARM=2 tools/bench-snapshots.sh
+  echo "== a straggler under keep, evict and re-split (short: 10 steps, one-node pipelines; run tools/bench-stragglers.sh for more)"
+  SHORT=1 tools/bench-stragglers.sh
   echo "== training speed against plain PyTorch, one thread (short: 2 steps; run tools/bench-train-efficiency.sh for more)"
   tools/bench-train-efficiency.sh --short
 fi
