@@ -90,10 +90,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "rollback goes back at most M steps, and mirroring every step costs its copy over the network")
       ->check(CLI::Range(1, 100000000));
   app.add_option("--stragglers", o.stragglers,
-                 "mitigate: a node flagged slow (its compute time against the profile and its peers, several "
-                 "steps running) gets fewer microbatches (a re-split), or a lighter place (a re-plan), when "
-                 "the cost model prices that best, and its share back once it recovers; resplit, replan: only "
-                 "that choice; keep: measure and report only")
+                 "keep (the default): nodes flagged slow (their compute time against the profile and their "
+                 "peers, several steps running) are reported only; mitigate: a flagged node gets fewer "
+                 "microbatches (a re-split), or a lighter place (a re-plan), when the cost model prices that "
+                 "best, and its share back once it recovers; resplit, replan: only that choice")
       ->transform(CLI::CheckedTransformer(std::map<std::string, MasterOptions::Stragglers>{
                                               {"mitigate", MasterOptions::Stragglers::mitigate},
                                               {"resplit", MasterOptions::Stragglers::resplit},

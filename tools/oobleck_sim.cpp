@@ -54,7 +54,7 @@ struct ExperimentFlags {
 struct ReplayFlags {
   ExperimentFlags experiment;
   int fault_tolerance = 1;
-  std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none";
+  std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers = "all";
 };
 
 struct SweepFlags {
@@ -93,6 +93,14 @@ void add_generator_options(CLI::App* cmd, TraceSpec& spec, bool required_kind) {
   cmd->add_option("--remove-probability", spec.remove_probability, "spot: chance per hour that a present node goes")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", spec.seed, "Random seed (the first of --seeds)");
+  cmd->add_option("--stragglers-per-node-hour", spec.stragglers_per_node_hour,
+                  "Add stragglers: slowdowns per node-hour while present (time_ms,slow,node,factor lines)");
+  cmd->add_option("--straggler-preset", spec.straggler_preset,
+                  "falcon: FALCON's compute fail-slows (1.1e-2 per node-hour, 10 min, 15-25 % slower)");
+  cmd->add_option("--straggler-mean", spec.straggler_mean, "Stragglers' mean duration, e.g. 10m");
+  cmd->add_option("--straggler-factors", spec.straggler_factors, "MIN,MAX: stragglers' speed factors, drawn uniformly")
+      ->delimiter(',')
+      ->expected(2);
 }
 
 CLI::App* add_iteration_command(CLI::App& app, IterationFlags& flags) {
@@ -148,6 +156,10 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto "
                   "or full")
       ->check(CLI::IsMember({"none", "auto", "full"}));
+  cmd->add_option("--stragglers", flags.stragglers,
+                  "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
+                  "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "
+                  "re-plan), or all");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,
@@ -339,6 +351,7 @@ int run_replay(const ReplayFlags& flags) {
   options.fault_tolerance = flags.fault_tolerance;
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
+  options.stragglers = parse_straggler_handlings(flags.stragglers);
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
   const auto runs = [&](Policy p) {
@@ -382,8 +395,12 @@ int run_trace(const TraceFlags& flags) {
   if (cli::emit(flags.out, trace_to_csv(trace))) return 0;
   const auto removes = std::count_if(trace.events.begin(), trace.events.end(),
                                      [](const TraceEvent& e) { return e.change == NodeChange::remove; });
-  std::cout << "Wrote " << trace.events.size() << " events (" << removes << " removals, peak " << trace.peak_nodes()
-            << " nodes, " << trace.duration_ms() / 3.6e6 << " h) to " << flags.out << "\n";
+  const auto slowdowns = std::count_if(trace.events.begin(), trace.events.end(), [](const TraceEvent& e) {
+    return e.change == NodeChange::slow && e.factor < 1;
+  });
+  std::cout << "Wrote " << trace.events.size() << " events (" << removes << " removals, " << slowdowns
+            << " slowdowns, peak " << trace.peak_nodes() << " nodes, " << trace.duration_ms() / 3.6e6 << " h) to "
+            << flags.out << "\n";
   return 0;
 }
 

@@ -53,6 +53,43 @@ std::vector<Policy> parse_policies(std::string_view list) {
   return out;
 }
 
+std::string_view straggler_handling_name(StragglerHandling handling) {
+  switch (handling) {
+    case StragglerHandling::ignore:
+      return "ignore";
+    case StragglerHandling::evict:
+      return "evict";
+    case StragglerHandling::mitigate:
+      return "mitigate";
+  }
+  return "?";
+}
+
+std::vector<StragglerHandling> parse_straggler_handlings(std::string_view list) {
+  if (list == "all") return {std::begin(kAllStragglerHandlings), std::end(kAllStragglerHandlings)};
+  std::vector<StragglerHandling> out;
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    const auto* it = std::find_if(std::begin(kAllStragglerHandlings), std::end(kAllStragglerHandlings),
+                                  [&](StragglerHandling h) { return straggler_handling_name(h) == name; });
+    if (it == std::end(kAllStragglerHandlings)) {
+      throw InputError("--stragglers: unknown handling \"" + std::string(name) +
+                       "\"; expected a comma-separated list of ignore, evict, mitigate, or all");
+    }
+    if (std::find(out.begin(), out.end(), *it) == out.end()) out.push_back(*it);
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool policy_mitigates(Policy policy) { return policy == Policy::oobleck || policy == Policy::oobleck_snapshots; }
+
+std::string result_name(const PolicyResult& result) {
+  std::string name(policy_name(result.policy));
+  if (result.stragglers != StragglerHandling::ignore) name.append("+").append(straggler_handling_name(result.stragglers));
+  return name;
+}
 
 
 ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOptions& options, const Scenario& scenario,
@@ -70,20 +107,33 @@ ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOpti
   ReplayResult out;
   out.duration_ms = trace.duration_ms();
   out.samples_per_iteration = job.samples_per_iteration;
-  out.policies.resize(options.policies.size());
+  // Each policy once per straggler handling it has (once, as ignore, when
+  // the trace slows no node).
+  std::vector<std::pair<Policy, StragglerHandling>> runs;
+  for (const Policy policy : options.policies) {
+    if (!trace.has_stragglers()) {
+      runs.emplace_back(policy, StragglerHandling::ignore);
+      continue;
+    }
+    for (const StragglerHandling h : options.stragglers) {
+      if (h != StragglerHandling::mitigate || policy_mitigates(policy)) runs.emplace_back(policy, h);
+    }
+  }
+  out.policies.resize(runs.size());
   auto run_one = [&](std::size_t i) {
-    switch (options.policies[i]) {
-      case Policy::oobleck: out.policies[i] = detail::run_oobleck(job); break;
-      case Policy::checkpoint: out.policies[i] = detail::run_checkpoint(job); break;
-      case Policy::inmemory: out.policies[i] = detail::run_inmemory(job); break;
-      case Policy::bamboo: out.policies[i] = detail::run_bamboo(job); break;
-      case Policy::oobleck_snapshots: out.policies[i] = detail::run_oobleck_snapshots(job); break;
+    const StragglerHandling h = runs[i].second;
+    switch (runs[i].first) {
+      case Policy::oobleck: out.policies[i] = detail::run_oobleck(job, h); break;
+      case Policy::checkpoint: out.policies[i] = detail::run_checkpoint(job, h); break;
+      case Policy::inmemory: out.policies[i] = detail::run_inmemory(job, h); break;
+      case Policy::bamboo: out.policies[i] = detail::run_bamboo(job, h); break;
+      case Policy::oobleck_snapshots: out.policies[i] = detail::run_oobleck_snapshots(job, h); break;
     }
   };
-  if (options.parallel && options.policies.size() > 1 && std::thread::hardware_concurrency() > 1) {
+  if (options.parallel && runs.size() > 1 && std::thread::hardware_concurrency() > 1) {
     std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(options.policies.size());
-    for (std::size_t i = 0; i < options.policies.size(); ++i) {
+    std::vector<std::exception_ptr> errors(runs.size());
+    for (std::size_t i = 0; i < runs.size(); ++i) {
       threads.emplace_back([&, i] {
         try {
           run_one(i);
@@ -97,8 +147,8 @@ ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOpti
       if (e) std::rethrow_exception(e);
     }
   } else {
-    for (std::size_t i = 0; i < options.policies.size(); ++i) {
-      if (progress) progress("replaying " + std::string(policy_name(options.policies[i])));
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (progress) progress("replaying " + std::string(policy_name(runs[i].first)));
       run_one(i);
     }
   }

@@ -56,7 +56,7 @@ std::string replay_to_json(const ReplayResult& result) {
                             {"mirror", p.rollbacks_from_mirror},
                             {"checkpoint", p.rollbacks_from_checkpoint}};
     }
-    policies[std::string(policy_name(p.policy))] = std::move(entry);
+    policies[result_name(p)] = std::move(entry);
   }
   out["policies"] = std::move(policies);
   return out.dump(2) + "\n";
@@ -66,7 +66,7 @@ std::string timeline_csv(const ReplayResult& result) {
   std::string out = "policy,time_s,nodes,pipelines,samples_per_s\n";
   for (const auto& p : result.policies) {
     for (const auto& point : p.timeline) {
-      out += std::string(policy_name(p.policy)) + "," + number(point.time_ms / 1000.0) + "," +
+      out += result_name(p) + "," + number(point.time_ms / 1000.0) + "," +
              std::to_string(point.nodes) + "," + std::to_string(point.pipelines) + "," + number(point.samples_per_s) +
              "\n";
     }
@@ -77,7 +77,7 @@ std::string timeline_csv(const ReplayResult& result) {
 std::string summary_table(const ReplayResult& result) {
   // The policy column fits the longest name (10 wide when all are short).
   int width = 10;
-  for (const auto& p : result.policies) width = std::max(width, static_cast<int>(policy_name(p.policy).size()));
+  for (const auto& p : result.policies) width = std::max(width, static_cast<int>(result_name(p).size()));
   std::ostringstream out;
   out << std::string("policy") + std::string(static_cast<std::size_t>(width) - 4, ' ')
       << "samples/s  goodput  training  reconfig  restart  checkpoint  lost work  waiting   failures  "
@@ -86,7 +86,7 @@ std::string summary_table(const ReplayResult& result) {
   std::string notes;
   for (const auto& p : result.policies) {
     char line[512];
-    const std::string name(policy_name(p.policy));
+    const std::string name = result_name(p);
     if (!p.runnable) {
       std::snprintf(line, sizeof line, "%-*s  cannot run: %s\n", width, name.c_str(), p.reason.c_str());
       out << line;
@@ -249,7 +249,7 @@ void svg_policy(std::ostream& svg, const SvgFrame& f, const PolicyResult& p, con
   const double ly = f.top + 18 + 16 * static_cast<double>(index);
   svg << "<line x1=\"" << f.left + 10 << "\" y1=\"" << ly - 4 << "\" x2=\"" << f.left + 30 << "\" y2=\"" << ly - 4
       << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/>\n";
-  svg << "<text x=\"" << f.left + 36 << "\" y=\"" << ly << "\">" << policy_name(p.policy);
+  svg << "<text x=\"" << f.left + 36 << "\" y=\"" << ly << "\">" << result_name(p);
   if (p.runnable) {
     svg << ": " << fixed(p.samples_per_s, p.samples_per_s >= 100 ? 0 : 2) << " samples/s on average, goodput "
         << fixed(100 * p.goodput, 1) << "%";
@@ -282,12 +282,15 @@ std::string timeline_svg(const ReplayResult& result, const std::string& title) {
 }
 
 std::string decisions_jsonl(const ReplayResult& result) {
-  // One policy's: generation numbers are per policy.
+  // One policy's: generation numbers are per policy (with stragglers, the
+  // run that mitigates them, whose decisions include theirs).
   const PolicyResult* chosen = nullptr;
   for (Policy wanted : {Policy::oobleck, Policy::oobleck_snapshots}) {
     for (const auto& p : result.policies) {
-      if (!chosen && p.policy == wanted && !p.decisions.empty()) chosen = &p;
+      if (p.policy != wanted || p.decisions.empty()) continue;
+      if (!chosen || (chosen->policy == wanted && p.stragglers == StragglerHandling::mitigate)) chosen = &p;
     }
+    if (chosen) break;
   }
   std::string out;
   if (chosen) {

@@ -36,7 +36,7 @@ namespace {
 
 using namespace trace_internal;
 
-constexpr const char* kEventFields = "time_ms,add|remove,node_name";
+constexpr const char* kEventFields = "time_ms,add|remove|slow,node_name";
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -143,9 +143,15 @@ bool looks_like_date(std::string_view s) { return digit_groups(s, '-', 3, 4, 2).
 
 }  // namespace
 
+bool Trace::has_stragglers() const {
+  return std::any_of(events.begin(), events.end(),
+                     [](const TraceEvent& e) { return e.change == NodeChange::slow && e.factor < 1; });
+}
+
 int Trace::peak_nodes() const {
   int present = 0, peak = 0;
   for (const TraceEvent& e : events) {
+    if (e.change == NodeChange::slow) continue;
     present += e.change == NodeChange::add ? 1 : -1;
     peak = std::max(peak, present);
   }
@@ -177,12 +183,16 @@ Trace parse_trace(std::string_view text, const std::string& origin, const TraceL
     }
     if (trace.events.size() >= limits.events) fail_beyond_events(origin, line, limits);
     NodeChange change;
+    double factor = 1;
     if (e.action == "add") {
       change = NodeChange::add;
     } else if (e.action == "remove") {
       change = NodeChange::remove;
+    } else if (e.action == "slow") {
+      change = NodeChange::slow;
+      factor = slow_factor(e, origin);
     } else {
-      fail_at_line(origin, line, "expected add or remove, got " + quoted_excerpt(e.action));
+      fail_at_line(origin, line, "expected add, remove or slow, got " + quoted_excerpt(e.action));
     }
     if (*time < last_time) {
       fail_at_line(origin, line,
@@ -201,13 +211,18 @@ Trace parse_trace(std::string_view text, const std::string& origin, const TraceL
                      "adds node " + quoted_excerpt(e.node) + " while " + std::to_string(limits.present_nodes) +
                          " nodes are present, the most a trace may have at once; expected a remove first");
       }
+    } else if (change == NodeChange::slow) {
+      if (!present.count(e.node)) {
+        fail_at_line(origin, line,
+                     "slows node " + quoted_excerpt(e.node) + ", which is not present; expected a node added earlier");
+      }
     } else if (present.erase(e.node) == 0) {
       fail_at_line(origin, line,
                    "removes node " + quoted_excerpt(e.node) + ", which is not present; expected a node added earlier");
     }
     last_time = *time;
     last_line = line;
-    trace.events.push_back({*time, change, std::string(e.node)});
+    trace.events.push_back({*time, change, std::string(e.node), factor});
   });
   if (trace.events.empty()) throw InputError(origin + ": no events, expected lines " + kEventFields);
   return trace;
@@ -298,8 +313,9 @@ std::string trace_to_csv(const Trace& trace) {
   out.reserve(trace.events.size() * 24);
   for (const TraceEvent& e : trace.events) {
     out += format_decimal(e.time_ms);
-    out += e.change == NodeChange::add ? ",add," : ",remove,";
+    out += e.change == NodeChange::add ? ",add," : e.change == NodeChange::remove ? ",remove," : ",slow,";
     out += e.node;
+    if (e.change == NodeChange::slow) out.append(",").append(format_decimal(e.factor));
     out += '\n';
   }
   return out;

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
+#include "oobleck/common/event_lines.h"
 #include "trace_shared.h"
 
 namespace oobleck::sim {
@@ -234,6 +236,86 @@ Trace spot_trace(int nodes, double add_probability, double remove_probability, M
     require_event_budget(kWhat, trace.events.size());
   }
   return trace;
+}
+
+Trace with_stragglers(const Trace& trace, double episodes_per_node_hour, Milliseconds mean_duration_ms,
+                      double factor_min, double factor_max, std::uint64_t seed) {
+  constexpr const char* kWhat = "stragglers";
+  require(episodes_per_node_hour >= 0 && std::isfinite(episodes_per_node_hour),
+          std::string(kWhat) + ": the rate per node-hour must be a non-negative number, got " +
+              format_decimal(episodes_per_node_hour));
+  require(mean_duration_ms > 0 && std::isfinite(mean_duration_ms),
+          std::string(kWhat) + ": the mean duration must be positive, got " + format_decimal(mean_duration_ms));
+  require(factor_min >= kMinSlowFactor && factor_min <= factor_max && factor_max < 1,
+          std::string(kWhat) + ": the factors must satisfy 0.01 <= min <= max < 1, got " + format_decimal(factor_min) +
+              " and " + format_decimal(factor_max));
+  if (episodes_per_node_hour == 0) return trace;
+  // Each presence of a node (its add to its remove, or the trace's end)
+  // gets its episodes on its own: a renewal process of exponential gaps and
+  // durations, whole milliseconds strictly inside the presence.
+  struct Slow {
+    Milliseconds time_ms;
+    std::size_t presence;  // order of the presences, for equal times
+    int sequence;
+    double factor;
+    std::string node;
+  };
+  std::vector<Slow> slows;
+  Random random(seed);
+  const double mean_gap_ms = kMsPerHour / episodes_per_node_hour;
+  const Milliseconds end_of_trace = trace.duration_ms();
+  std::map<std::string, Milliseconds> added_at;
+  std::size_t presences = 0;
+  const auto presence = [&](const std::string& node, Milliseconds from, Milliseconds to) {
+    const std::size_t id = presences++;
+    double t = from;
+    for (int sequence = 0;; sequence += 2) {
+      t += random.exponential(mean_gap_ms);
+      const Milliseconds start = whole_ms(t);
+      if (!(start > from && start < to)) break;
+      const double factor =
+          std::round((factor_min + (factor_max - factor_min) * random.uniform()) * 100) / 100;
+      slows.push_back({start, id, sequence, std::clamp(factor, factor_min, factor_max), node});
+      t += random.exponential(mean_duration_ms);
+      const Milliseconds end = whole_ms(t);
+      if (!(end < to)) break;  // the removal (or the trace's end) ends it
+      slows.push_back({std::max(end, start), id, sequence + 1, 1.0, node});
+      require_event_budget(kWhat, trace.events.size() + slows.size());
+    }
+  };
+  for (const TraceEvent& e : trace.events) {
+    if (e.change == NodeChange::add) {
+      added_at[e.node] = e.time_ms;
+    } else if (e.change == NodeChange::remove) {
+      if (const auto it = added_at.find(e.node); it != added_at.end()) {
+        presence(e.node, it->second, e.time_ms);
+        added_at.erase(it);
+      }
+    }
+  }
+  for (const auto& [node, from] : added_at) presence(node, from, end_of_trace);
+  std::sort(slows.begin(), slows.end(), [](const Slow& a, const Slow& b) {
+    if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+    if (a.presence != b.presence) return a.presence < b.presence;
+    return a.sequence < b.sequence;
+  });
+  // Merged: at one time the trace's own events first (a slow lies strictly
+  // inside its node's presence, so the order there does not matter).
+  Trace out;
+  out.origin = trace.origin;
+  out.events.reserve(trace.events.size() + slows.size());
+  std::size_t next = 0;
+  for (const TraceEvent& e : trace.events) {
+    while (next < slows.size() && slows[next].time_ms < e.time_ms) {
+      out.events.push_back({slows[next].time_ms, NodeChange::slow, slows[next].node, slows[next].factor});
+      ++next;
+    }
+    out.events.push_back(e);
+  }
+  for (; next < slows.size(); ++next) {
+    out.events.push_back({slows[next].time_ms, NodeChange::slow, slows[next].node, slows[next].factor});
+  }
+  return out;
 }
 
 }  // namespace oobleck::sim

@@ -234,12 +234,21 @@ TEST_CASE("trace: malformed event CSV names origin, line and what was expected")
   };
   const std::string ok = "0,add,node1\n0,add,node2\n";  // lines 1-2
   const Bad bad[] = {
-      {ok + "5,remove\n", "t.csv:3: expected 3 comma-separated fields time_ms,add|remove,node_name, got 2"},
-      {ok + "5,remove,node1,x\n", "t.csv:3: expected 3 comma-separated fields time_ms,add|remove,node_name, got 4"},
+      {ok + "5,remove\n", "t.csv:3: expected 3 comma-separated fields time_ms,add|remove|slow,node_name, got 2"},
+      {ok + "5,remove,node1,x\n", "t.csv:3: expected 3 comma-separated fields time_ms,add|remove|slow,node_name, got 4"},
       {ok + "\n\n5\r\n", "t.csv:5: expected 3 comma-separated fields"},
-      {ok + "5,delete,node1\n", "t.csv:3: expected add or remove, got \"delete\""},
-      {ok + "5,ADD,node3\n", "t.csv:3: expected add or remove, got \"ADD\""},
-      {ok + "5,,node3\n", "t.csv:3: expected add or remove, got \"\""},
+      {ok + "5,delete,node1\n", "t.csv:3: expected add, remove or slow, got \"delete\""},
+      {ok + "5,ADD,node3\n", "t.csv:3: expected add, remove or slow, got \"ADD\""},
+      {ok + "5,,node3\n", "t.csv:3: expected add, remove or slow, got \"\""},
+      {ok + "5,slow,node1\n", "t.csv:3: slow takes a 4th field, the node's speed factor: a number in [0.01, 1] such as "
+                              "0.4 (1 ends the slowdown), got none"},
+      {ok + "5,slow,node1,1.5\n", "t.csv:3: slow takes a 4th field, the node's speed factor"},
+      {ok + "5,slow,node1,0\n", "t.csv:3: slow takes a 4th field, the node's speed factor"},
+      {ok + "5,slow,node1,x\n", "t.csv:3: slow takes a 4th field, the node's speed factor: a number in [0.01, 1] such as "
+                                "0.4 (1 ends the slowdown), got \"x\""},
+      {ok + "5,slow,node3,0.5\n", "t.csv:3: slows node \"node3\", which is not present; expected a node added earlier"},
+      {ok + "5,slow,node1,0.5,1\n", "t.csv:3: expected 3 comma-separated fields time_ms,add|remove|slow,node_name, and a "
+                                    "4th for slow (its speed factor), got 5"},
       {ok + "-5,add,node3\n",
        "t.csv:3: expected time_ms, a non-negative number of milliseconds such as 600000, got \"-5\""},
       {ok + "abc,add,node3\n", "t.csv:3: expected time_ms, a non-negative number"},
@@ -257,7 +266,7 @@ TEST_CASE("trace: malformed event CSV names origin, line and what was expected")
       {ok + "0,add,node1\n", "t.csv:3: adds node \"node1\", already present since line 1"},
       {ok + "5,remove,node9\n", "t.csv:3: removes node \"node9\", which is not present"},
       {ok + "5,remove,node1\n6,remove,node1\n", "t.csv:4: removes node \"node1\", which is not present"},
-      {"", "t.csv: no events, expected lines time_ms,add|remove,node_name"},
+      {"", "t.csv: no events, expected lines time_ms,add|remove|slow,node_name"},
       {"\r\n\n  \n", "t.csv: no events"},
   };
   for (const Bad& b : bad) {
@@ -267,7 +276,7 @@ TEST_CASE("trace: malformed event CSV names origin, line and what was expected")
   // A very long bad field is shortened in the message.
   const std::string long_action(1000, 'x');
   const std::string m = message_of([&] { (void)parse_trace("0," + long_action + ",n\n", "t.csv"); });
-  CHECK(m.find("t.csv:1: expected add or remove") == 0);
+  CHECK(m.find("t.csv:1: expected add, remove or slow") == 0);
   CHECK(m.size() < 200);
 }
 
@@ -409,4 +418,18 @@ TEST_CASE("trace: inputs beyond the limits are refused, naming the file, the lin
     CHECK(message_of(generate).find(": nodes must be at most 1000000, the most a trace may have present at once, "
                                     "got 1000001") != std::string::npos);
   }
+}
+
+TEST_CASE("trace: slow events parse, keep the node count, and round-trip through the CSV") {
+  const std::string text = "0,add,a\n0,add,b\n100,slow,a,0.4\n200,slow,a,1\n250,slow,b,0.25\n300,remove,b\n";
+  const Trace t = parse_trace(text, "s.csv");
+  REQUIRE(t.events.size() == 6);
+  CHECK(t.events[2].change == NodeChange::slow);
+  CHECK(t.events[2].factor == 0.4);
+  CHECK(t.events[3].factor == 1);
+  CHECK(t.peak_nodes() == 2);
+  CHECK(t.has_stragglers());
+  CHECK_FALSE(parse_trace("0,add,a\n5,remove,a\n", "p.csv").has_stragglers());
+  CHECK(trace_to_csv(t) == text);
+  CHECK(parse_trace(trace_to_csv(t), "again").events == t.events);
 }

@@ -49,6 +49,9 @@ SeedsSummary replay_seeds(const Profile& profile, const TraceSet& traces, const 
                           const Scenario& scenario, const ExperimentOptions& experiment) {
   ReplayOptions one_thread = options;
   one_thread.parallel = false;  // the runs already use every core
+  // One result per policy in every run, whether or not its trace drew a
+  // straggler: the spreads are taken position by position.
+  one_thread.stragglers = {StragglerHandling::ignore};
   const auto runs = experiment_internal::run_jobs<ReplayResult>(
       traces.runs, [&](int i) { return replay(profile, *traces.trace_for_run(i), one_thread, scenario); }, experiment,
       "trace");

@@ -1,6 +1,8 @@
 // A generator spec from the command line turned into a trace.
 #include "oobleck/sim/trace_generator.h"
 
+#include <cmath>
+
 namespace oobleck::sim {
 
 namespace {
@@ -37,6 +39,30 @@ Trace generate_trace(const TraceSpec& spec, std::uint64_t seed, int default_gpus
     throw InputError("--generate: expected fixed, poisson or spot, got \"" + spec.kind + "\"");
   }
   trace.origin = spec.kind + " trace (seed " + std::to_string(seed) + ")";
+  double rate = spec.stragglers_per_node_hour;
+  Milliseconds mean_ms = parse_duration(spec.straggler_mean, "--straggler-mean");
+  std::vector<double> factors = spec.straggler_factors;
+  if (!spec.straggler_preset.empty()) {
+    if (spec.straggler_preset != "falcon") {
+      throw InputError("--straggler-preset: expected falcon, got \"" + spec.straggler_preset + "\"");
+    }
+    if (rate > 0) throw InputError("--stragglers-per-node-hour and --straggler-preset: give one of them");
+    rate = kFalconStragglers.per_node_hour;
+    mean_ms = kFalconStragglers.mean_duration_ms;
+    factors = {kFalconStragglers.factor_min, kFalconStragglers.factor_max};
+  }
+  if (rate < 0 || !std::isfinite(rate)) {
+    throw InputError("--stragglers-per-node-hour: expected a non-negative number, got " + std::to_string(rate));
+  }
+  if (factors.size() != 2) throw InputError("--straggler-factors: expected MIN,MAX");
+  if (rate > 0) {
+    if (!(mean_ms > 0)) throw InputError("--straggler-mean: expected a positive duration such as 10m");
+    if (!(factors[0] >= 0.01 && factors[0] <= factors[1] && factors[1] < 1)) {
+      throw InputError("--straggler-factors: expected 0.01 <= MIN <= MAX < 1, got " + std::to_string(factors[0]) +
+                       "," + std::to_string(factors[1]));
+    }
+    trace = with_stragglers(trace, rate, mean_ms, factors[0], factors[1], seed ^ 0x5f0a11e5ULL);
+  }
   return trace;
 }
 

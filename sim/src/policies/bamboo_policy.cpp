@@ -368,6 +368,6 @@ class BambooPolicy final : public PolicyModel {
 
 }  // namespace
 
-PolicyResult run_bamboo(const Job& job) { return BambooPolicy(job).run(); }
+PolicyResult run_bamboo(const Job& job, StragglerHandling stragglers) { return BambooPolicy(job).run(stragglers); }
 
 }  // namespace oobleck::sim::detail

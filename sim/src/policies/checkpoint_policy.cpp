@@ -58,6 +58,6 @@ class CheckpointPolicy final : public RestartingPolicy {
 
 }  // namespace
 
-PolicyResult run_checkpoint(const Job& job) { return CheckpointPolicy(job).run(); }
+PolicyResult run_checkpoint(const Job& job, StragglerHandling stragglers) { return CheckpointPolicy(job).run(stragglers); }
 
 }  // namespace oobleck::sim::detail

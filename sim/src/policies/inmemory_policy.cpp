@@ -95,6 +95,6 @@ class InMemoryPolicy final : public RestartingPolicy {
 
 }  // namespace
 
-PolicyResult run_inmemory(const Job& job) { return InMemoryPolicy(job).run(); }
+PolicyResult run_inmemory(const Job& job, StragglerHandling stragglers) { return InMemoryPolicy(job).run(stragglers); }
 
 }  // namespace oobleck::sim::detail

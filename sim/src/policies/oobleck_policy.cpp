@@ -47,9 +47,25 @@ void OobleckPolicy::on_change(const std::vector<std::string>& added, const std::
   if (controller_->commit_wanted()) commit_at_next_iteration();
 }
 
+double OobleckPolicy::straggler_slowdown() const {
+  if (!controller_ || !controller_->current()) return 1;
+  return plan_slowdown(controller_->current()->plan, slow_nodes());
+}
+
+// The speeds go to the controller, which weighs them at the next step
+// boundary (a live run's detector says them after a few steps).
+void OobleckPolicy::on_stragglers_detected() {
+  (void)controller_->handle(recovery::NodeSpeedsMeasured{slow_nodes(), engine_.now()});
+  if (activity_ == Activity::training || activity_ == Activity::checkpoint) commit_at_next_iteration();
+}
+
 void OobleckPolicy::carry_out(const Actions& actions) {
   for (const auto& action : actions) {
-    if (const auto* start = std::get_if<recovery::StartGeneration>(&action)) {
+    if (const auto* weighed = std::get_if<recovery::SpeedsWeighed>(&action)) {
+      if (job_.options.record_decisions) {
+        result_.decisions.push_back(recovery::speeds_record(*weighed, engine_.now()));
+      }
+    } else if (const auto* start = std::get_if<recovery::StartGeneration>(&action)) {
       begin(*start->generation);
     } else if (const auto* wait = std::get_if<recovery::WaitForNodes>(&action)) {
       interrupt();
@@ -128,6 +144,6 @@ void OobleckPolicy::commit_at_next_iteration() {
   });
 }
 
-PolicyResult run_oobleck(const Job& job) { return OobleckPolicy(job).run(); }
+PolicyResult run_oobleck(const Job& job, StragglerHandling stragglers) { return OobleckPolicy(job).run(stragglers); }
 
 }  // namespace oobleck::sim::detail

@@ -51,6 +51,9 @@ class OobleckPolicy : public PolicyModel {
 
  private:
   void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) override;
+  // The current plan at the nodes' speeds; mitigation through the controller.
+  [[nodiscard]] double straggler_slowdown() const override;
+  void on_stragglers_detected() override;
   void begin(const recovery::Generation& g);
   void resume(int generation);
   void commit_at_next_iteration();

@@ -50,14 +50,16 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
 }
 
-Milliseconds Job::mean_time_between_bursts(int losses) const {
+Milliseconds Job::mean_time_between_bursts(int losses, bool slowdowns_lose) const {
   // Bursts of `losses` removals within one recovery window (detection and
   // restart), counted without overlap.
   const Cluster& c = scenario.cluster;
   const Milliseconds window = c.detection_ms + c.restart_ms + c.communicator_ms;
   std::vector<Milliseconds> removals;
   for (const auto& e : trace.events) {
-    if (e.change == NodeChange::remove) removals.push_back(e.time_ms);
+    if (e.change == NodeChange::remove || (slowdowns_lose && e.change == NodeChange::slow && e.factor < 1)) {
+      removals.push_back(e.time_ms);
+    }
   }
   if (removals.empty()) return 0;
   int bursts = 0;
@@ -81,7 +83,8 @@ PolicyModel::PolicyModel(const Job& job, Policy policy)
     : job_(job),
       overrides_(job.scenario.overrides_for(policy)),
       present_(job.trace.events, job.node_count),
-      batch_slot_(job.node_count, kNoEvent) {
+      batch_slot_(job.node_count, kNoEvent),
+      evicted_(job.node_count, 0) {
   result_.policy = policy;
   const Cluster& c = job.scenario.cluster;
   const Overrides& o = overrides_;
@@ -132,7 +135,8 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
 
 void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_losses) {
   const auto& given = overrides_.checkpoint_interval_iterations;
-  const Milliseconds mtbf = job_.mean_time_between_bursts(fatal_losses);
+  checkpoint_basis_.emplace(iteration, fatal_losses);
+  const Milliseconds mtbf = job_.mean_time_between_bursts(fatal_losses, stragglers_ == StragglerHandling::evict);
   if (given) {
     result_.checkpoint_interval_iterations = *given;
   } else if (mtbf > 0 && iteration > 0) {
@@ -148,7 +152,12 @@ void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_l
   result_.checkpoint_save_ms = result_.checkpoint_interval_iterations > 0 ? checkpoint_save_ms_ : 0;
 }
 
-PolicyResult PolicyModel::run() {
+PolicyResult PolicyModel::run(StragglerHandling stragglers) {
+  stragglers_ = stragglers;
+  result_.stragglers = stragglers;
+  if (stragglers == StragglerHandling::evict && checkpoint_basis_) {
+    choose_checkpoint_interval(checkpoint_basis_->first, checkpoint_basis_->second);
+  }
   if (!result_.runnable) {
     result_.time.waiting_ms = job_.trace.duration_ms();
     return result_;
@@ -186,11 +195,19 @@ void PolicyModel::apply_trace_event(std::uint32_t event) {
     }
   }
   const std::uint32_t node = job_.node_of_event[event];
-  if (e.change == NodeChange::add) {
+  if (e.change == NodeChange::slow) {
+    if (!apply_slow(event)) return;
+  } else if (e.change == NodeChange::add) {
     present_.add(node, event);
     batch_slot_[node] = static_cast<std::uint32_t>(batch_added_.size());
     batch_added_.push_back(event);
   } else {
+    // Its removal ends a slowdown; an evicted node is out of the job already.
+    if (slow_.erase(e.node) > 0) reprice_at_next_iteration();
+    if (evicted_[node]) {
+      evicted_[node] = 0;
+      return;
+    }
     present_.remove(node);
     if (const std::uint32_t slot = batch_slot_[node]; slot != kNoEvent) {
       batch_added_[slot] = kNoEvent;  // came and went within the batch: neither added nor lost
@@ -205,6 +222,91 @@ void PolicyModel::apply_trace_event(std::uint32_t event) {
     batch_pending_ = true;
     engine_.schedule_after(0, [this] { end_batch(); });
   }
+}
+
+// A slow event: the node's speed (the training is priced anew at the next
+// iteration boundary, and a handling other than ignore reacts once it is
+// detected); for an evicted node that recovers, its return to the job.
+// True when it joins the batch of this millisecond's changes.
+bool PolicyModel::apply_slow(std::uint32_t event) {
+  const TraceEvent& e = job_.trace.events[event];
+  const std::uint32_t node = job_.node_of_event[event];
+  if (evicted_[node]) {
+    if (e.factor < 1) return false;
+    evicted_[node] = 0;
+    present_.add(node, event);
+    batch_slot_[node] = static_cast<std::uint32_t>(batch_added_.size());
+    batch_added_.push_back(event);
+    return true;
+  }
+  if (e.factor < 1) {
+    slow_[e.node] = {e.factor, node};
+  } else {
+    slow_.erase(e.node);
+  }
+  reprice_at_next_iteration();
+  if (stragglers_ != StragglerHandling::ignore) {
+    engine_.cancel(detection_event_);
+    detection_event_ = engine_.schedule_after(job_.scenario.cluster.straggler_detection_ms, [this] {
+      detect_stragglers();
+    });
+  }
+  return false;
+}
+
+void PolicyModel::detect_stragglers() {
+  if (stragglers_ == StragglerHandling::mitigate) {
+    on_stragglers_detected();
+    return;
+  }
+  std::vector<std::string> lost;
+  for (const auto& [name, slow] : slow_) {
+    evicted_[slow.node] = 1;
+    present_.remove(slow.node);
+    lost.push_back(name);
+  }
+  slow_.clear();
+  if (lost.empty()) return;
+  record_point();
+  on_change({}, lost);
+}
+
+double PolicyModel::speed_of(const std::string& node) const {
+  const auto it = slow_.find(node);
+  return it == slow_.end() ? 1.0 : it->second.factor;
+}
+
+NodeSpeeds PolicyModel::slow_nodes() const {
+  NodeSpeeds out;
+  for (const auto& [name, slow] : slow_) out[name] = slow.factor;
+  return out;
+}
+
+double PolicyModel::straggler_slowdown() const {
+  double slowest = 1;
+  for (const auto& [name, slow] : slow_) slowest = std::min(slowest, slow.factor);
+  return 1 / slowest;
+}
+
+double PolicyModel::plan_slowdown(const Plan& plan, const NodeSpeeds& speeds) const {
+  if (speeds.empty()) return 1;
+  const Milliseconds full = iteration_ms_at_speeds(*job_.cost, plan, {});
+  return full > 0 ? iteration_ms_at_speeds(*job_.cost, plan, speeds) / full : 1;
+}
+
+// Speeds changed: the training in progress goes on at the new pace from
+// its next iteration boundary (a stopped one is priced when it starts, a
+// save in progress when it ends).
+void PolicyModel::reprice_at_next_iteration() {
+  engine_.cancel(reprice_event_);
+  if (activity_ != Activity::training) return;
+  reprice_event_ = engine_.schedule_at(next_iteration_boundary(), [this] {
+    if (activity_ != Activity::training) return;
+    leave_activity();
+    current_iteration_ms_ = full_speed_iteration_ms_ * straggler_slowdown();
+    record_point();
+    schedule_checkpoint();
+  });
 }
 
 void PolicyModel::end_batch() {
@@ -277,7 +379,9 @@ void PolicyModel::enter(Activity activity) {
 }
 
 void PolicyModel::start_training(Milliseconds iteration, int pipelines, Milliseconds per_iteration_save) {
-  current_iteration_ms_ = iteration;
+  engine_.cancel(reprice_event_);
+  full_speed_iteration_ms_ = iteration;
+  current_iteration_ms_ = iteration * straggler_slowdown();
   current_pipelines_ = pipelines;
   per_iteration_save_ms_ = per_iteration_save;
   enter(Activity::training);
@@ -303,6 +407,7 @@ void PolicyModel::schedule_checkpoint() {
       training_ms_since_checkpoint_ = 0;
       iterations_since_checkpoint_ = 0;
       activity_ = Activity::training;
+      current_iteration_ms_ = full_speed_iteration_ms_ * straggler_slowdown();  // speeds changed during the save
       record_point();
       on_checkpoint_saved();
       // A change that waited for an iteration boundary during the save: the
@@ -319,6 +424,7 @@ void PolicyModel::schedule_checkpoint() {
 
 // Interrupts whatever runs now (the unfinished iteration or checkpoint is lost).
 void PolicyModel::interrupt() {
+  engine_.cancel(reprice_event_);
   engine_.cancel(checkpoint_event_);
   engine_.cancel(activity_end_);
   engine_.cancel(boundary_event_);
@@ -350,6 +456,7 @@ void PolicyModel::roll_back_to_checkpoint() {
 
 void PolicyModel::down_for(Activity activity, Milliseconds duration, std::function<void()> then) {
   // No checkpoint or boundary action of the run that stops here.
+  engine_.cancel(reprice_event_);
   engine_.cancel(checkpoint_event_);
   engine_.cancel(boundary_event_);
   deferred_ = nullptr;

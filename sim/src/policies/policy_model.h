@@ -38,8 +38,9 @@ struct Job {
   std::vector<std::uint32_t> node_of_event;
   std::size_t node_count = 0;
   // Mean time between bursts of `losses` node losses close enough together
-  // to hit one recovery; 0 when the trace loses no node.
-  [[nodiscard]] Milliseconds mean_time_between_bursts(int losses) const;
+  // to hit one recovery; 0 when the trace loses no node. With
+  // `slowdowns_lose`, slowdowns count as losses (stragglers evicted).
+  [[nodiscard]] Milliseconds mean_time_between_bursts(int losses, bool slowdowns_lose = false) const;
 };
 
 enum class Activity { waiting, training, reconfiguration, restart, checkpoint };
@@ -56,13 +57,26 @@ class PolicyModel {
  public:
   PolicyModel(const Job& job, Policy policy);
   virtual ~PolicyModel() = default;
-  PolicyResult run();
+  PolicyResult run(StragglerHandling stragglers = StragglerHandling::ignore);
 
  protected:
   // The trace's changes at one moment, all at once (traces often add or
   // remove several nodes at the same millisecond).
   virtual void on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) = 0;
   virtual void on_checkpoint_saved() {}
+
+  // Stragglers. The speed of a present node (1 unless the trace slowed it).
+  [[nodiscard]] double speed_of(const std::string& node) const;
+  // How much longer the training in progress takes an iteration for the
+  // nodes' speeds (1: none slow): by default the slowest present node's
+  // 1/speed (every node waits for it); policies that know their plan's
+  // places price it exactly (plan_slowdown).
+  [[nodiscard]] virtual double straggler_slowdown() const;
+  [[nodiscard]] double plan_slowdown(const Plan& plan, const NodeSpeeds& speeds) const;
+  // mitigate: the slow nodes were detected (straggler_detection_ms after
+  // the last change of speeds). (evict: they leave, as losses, then.)
+  virtual void on_stragglers_detected() {}
+  [[nodiscard]] NodeSpeeds slow_nodes() const;
 
   // Simulated iteration time of a plan, cached by the plan's shape.
   Milliseconds iteration_ms(const Plan& plan, const IterationOptions& extra = {});
@@ -72,6 +86,8 @@ class PolicyModel {
 
   void leave_activity();
   void enter(Activity activity);
+  // `iteration` at full speed: the stragglers' slowdown is applied here,
+  // and again at the next iteration boundary whenever speeds change.
   void start_training(Milliseconds iteration, int pipelines, Milliseconds per_iteration_save = 0);
   void interrupt();
   void roll_back_to(std::int64_t iterations);
@@ -90,6 +106,8 @@ class PolicyModel {
   Activity activity_ = Activity::waiting;
   Milliseconds since_ = 0;
   Milliseconds current_iteration_ms_ = 0;
+  Milliseconds full_speed_iteration_ms_ = 0;  // current_iteration_ms_ before the stragglers' slowdown
+  StragglerHandling stragglers_ = StragglerHandling::ignore;
   int current_pipelines_ = 0;
   Milliseconds per_iteration_save_ms_ = 0;
   std::int64_t iterations_done_ = 0;
@@ -100,27 +118,42 @@ class PolicyModel {
   Milliseconds checkpoint_save_ms_ = 0;
   Milliseconds checkpoint_load_ms_ = 0;
   bool blocking_checkpoints_ = true;  // false: persisted in the background
-  EventId checkpoint_event_, activity_end_, boundary_event_;
+  EventId checkpoint_event_, activity_end_, boundary_event_, reprice_event_;
   std::function<void()> deferred_;  // waits for the running checkpoint to end
 
  private:
   void apply_trace_event(std::uint32_t event);
+  bool apply_slow(std::uint32_t event);
   void end_batch();
+  void reprice_at_next_iteration();
+  void detect_stragglers();
 
   std::map<std::vector<double>, Milliseconds> iteration_cache_;
+  // The last checkpoint interval's basis (iteration, fatal losses): chosen
+  // again once run() knows that evicted stragglers are losses too.
+  std::optional<std::pair<Milliseconds, int>> checkpoint_basis_;
   // The trace's changes since the last batch, as event indices: adds (kNoEvent
   // where the node left again within the batch) and removes.
   std::vector<std::uint32_t> batch_added_, batch_lost_;
   std::vector<std::uint32_t> batch_slot_;  // node -> its entry in batch_added_, or kNoEvent
   bool batch_pending_ = false;
   int reported_tenths_ = 0;
+  // Stragglers: the present nodes slowed down (not evicted), and by node
+  // number whether evicted (out of the job while the trace has it slow).
+  struct Slow {
+    double factor;
+    std::uint32_t node;
+  };
+  std::map<std::string, Slow> slow_;
+  std::vector<char> evicted_;
+  EventId detection_event_;
 };
 
 // One runner per policy, each in its own file.
-[[nodiscard]] PolicyResult run_oobleck(const Job& job);
-[[nodiscard]] PolicyResult run_checkpoint(const Job& job);
-[[nodiscard]] PolicyResult run_inmemory(const Job& job);
-[[nodiscard]] PolicyResult run_bamboo(const Job& job);
-[[nodiscard]] PolicyResult run_oobleck_snapshots(const Job& job);
+[[nodiscard]] PolicyResult run_oobleck(const Job& job, StragglerHandling stragglers);
+[[nodiscard]] PolicyResult run_checkpoint(const Job& job, StragglerHandling stragglers);
+[[nodiscard]] PolicyResult run_inmemory(const Job& job, StragglerHandling stragglers);
+[[nodiscard]] PolicyResult run_bamboo(const Job& job, StragglerHandling stragglers);
+[[nodiscard]] PolicyResult run_oobleck_snapshots(const Job& job, StragglerHandling stragglers);
 
 }  // namespace oobleck::sim::detail

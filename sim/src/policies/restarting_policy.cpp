@@ -81,6 +81,21 @@ bool RestartingPolicy::growth_helps() {
              (running_->iteration_ms + save_per_iteration_ms(*running_)) * (1 - 1e-9);
 }
 
+double RestartingPolicy::straggler_slowdown() const {
+  if (!running_) return 1;
+  NodeSpeeds speeds;
+  std::size_t rank = 0;
+  for (const auto& p : running_->plan.pipelines) {
+    for (const auto& place : p.nodes) {
+      if (rank < members_.size()) {
+        if (const double s = speed_of(members_[rank]); s < 1) speeds[place] = s;
+      }
+      ++rank;
+    }
+  }
+  return plan_slowdown(running_->plan, speeds);
+}
+
 std::vector<std::string> RestartingPolicy::members_among(const std::vector<std::string>& nodes) const {
   std::vector<std::string> out;
   for (const auto& node : nodes) {

@@ -39,6 +39,9 @@ class RestartingPolicy : public PolicyModel {
 
   // Those of `nodes` that run the plan, in the order given.
   [[nodiscard]] std::vector<std::string> members_among(const std::vector<std::string>& nodes) const;
+  // The running plan at its members' speeds (the plan's places, in rank
+  // order, taken by the members in order).
+  [[nodiscard]] double straggler_slowdown() const override;
 
   std::vector<std::string> members_;  // nodes running the plan, ring order for in-memory peers
   const CountPlan* running_ = nullptr;

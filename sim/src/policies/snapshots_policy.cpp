@@ -242,6 +242,6 @@ class SnapshotsPolicy final : public OobleckPolicy {
 
 }  // namespace
 
-PolicyResult run_oobleck_snapshots(const Job& job) { return SnapshotsPolicy(job).run(); }
+PolicyResult run_oobleck_snapshots(const Job& job, StragglerHandling stragglers) { return SnapshotsPolicy(job).run(stragglers); }
 
 }  // namespace oobleck::sim::detail

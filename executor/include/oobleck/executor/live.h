@@ -109,9 +109,12 @@ struct MasterOptions {
   // Nodes the straggler detector flags (each node's compute time a step
   // against the profile's and its peers'): mitigate re-splits the batch or
   // re-plans when the cost model prices that best; resplit and replan
-  // allow only that choice (besides keeping); keep only reports them.
+  // allow only that choice (besides keeping); keep (the default) only
+  // reports them: a profile that prices some stages worse than others
+  // (tensor-parallel stages on CPU nodes sharing cores, whose all-reduces
+  // wait on peers) reads as slow nodes.
   enum class Stragglers { mitigate, resplit, replan, keep };
-  Stragglers stragglers = Stragglers::mitigate;
+  Stragglers stragglers = Stragglers::keep;
   // A node is flagged once its speed (against its peers) stays below the
   // first for several steps, and unflagged once it stays above the second.
   double straggler_slow_below = 0.75, straggler_recovered_above = 0.85;

@@ -25,6 +25,23 @@ inline constexpr Policy kAllPolicies[] = {Policy::oobleck, Policy::checkpoint, P
 // "oobleck,checkpoint" or "all"; the message names the flag on a bad name.
 [[nodiscard]] std::vector<Policy> parse_policies(std::string_view list);
 
+// What a policy does about a straggler (a trace's slow events):
+//   ignore:   nothing; every iteration waits for the slow node (the plan
+//             priced at the nodes' speeds);
+//   evict:    once detected, the slow node leaves as if lost (the policy's
+//             own recovery) and joins again when it recovers;
+//   mitigate: oobleck's: once detected, the recovery controller weighs
+//             keeping the plan, re-splitting the batch and re-planning
+//             (recovery/controller.h), as a live run does. Only the oobleck
+//             policies have it.
+enum class StragglerHandling { ignore, evict, mitigate };
+inline constexpr StragglerHandling kAllStragglerHandlings[] = {StragglerHandling::ignore, StragglerHandling::evict,
+                                                               StragglerHandling::mitigate};
+[[nodiscard]] std::string_view straggler_handling_name(StragglerHandling handling);
+// "ignore,evict" or "all"; the message names --stragglers on a bad name.
+[[nodiscard]] std::vector<StragglerHandling> parse_straggler_handlings(std::string_view list);
+[[nodiscard]] bool policy_mitigates(Policy policy);
+
 // The cluster around the GPUs, with defaults for an A100-class cluster.
 struct Cluster {
   double storage_bytes_per_s = 50e9;        // aggregate, to and from a parallel file system
@@ -34,6 +51,7 @@ struct Cluster {
   double host_copy_bytes_per_s = 20e9;      // device to host, per GPU (each over its own PCIe link)
   double device_memory_bytes_per_s = 1.5e12;  // streams the optimizer state
   double network_bytes_per_s = 25e9;        // per node, host memory to another node's (snapshot mirrors)
+  Milliseconds straggler_detection_ms = 30'000;  // a slow node is flagged after this (evict, mitigate)
 };
 
 // The live executor's defaults (oobleck-run --snapshot-every, --mirror-every).
@@ -94,6 +112,10 @@ struct ReplayOptions {
   bool record_decisions = false;
   // What the templates every policy plans with may choose (oobleck-plan --recompute).
   RecomputePolicy recompute = RecomputePolicy::none;
+  // With a trace that slows nodes down: each policy is replayed once per
+  // handling here that it has (mitigate: the oobleck policies only);
+  // without, once, as ignore.
+  std::vector<StragglerHandling> stragglers = {std::begin(kAllStragglerHandlings), std::end(kAllStragglerHandlings)};
 };
 
 struct TimeBreakdown {
@@ -118,6 +140,7 @@ struct TimelinePoint {
 
 struct PolicyResult {
   Policy policy = Policy::oobleck;
+  StragglerHandling stragglers = StragglerHandling::ignore;
   bool runnable = true;
   std::string reason;  // why it cannot run, when it cannot
   double samples = 0;
@@ -140,6 +163,10 @@ struct PolicyResult {
   // carry too.
   std::vector<std::string> decisions;
 };
+
+// The policy's name, and the handling's after a '+' unless it is ignore
+// ("oobleck+mitigate"): the result's name in every output.
+[[nodiscard]] std::string result_name(const PolicyResult& result);
 
 struct ReplayResult {
   Milliseconds duration_ms = 0;

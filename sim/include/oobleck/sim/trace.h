@@ -1,6 +1,7 @@
 // Failure traces: what nodes the cluster has over time. Read from the CSV of
-// DESIGN.md (`time_ms,add|remove,node_name`, LF or CRLF), or from a count
-// series (`date, time, instance_count`), or generated from a failure model.
+// DESIGN.md (`time_ms,add|remove,node_name`, and `time_ms,slow,node,factor`
+// for stragglers; LF or CRLF), or from a count series (`date, time,
+// instance_count`), or generated from a failure model.
 #pragma once
 
 #include <cstddef>
@@ -13,23 +14,28 @@
 
 namespace oobleck::sim {
 
-enum class NodeChange { add, remove };
+// slow: a present node computes at `factor` of its speed from then on (a
+// straggler; 1 ends it, and so does its removal).
+enum class NodeChange { add, remove, slow };
 
 struct TraceEvent {
   Milliseconds time_ms = 0;
   NodeChange change = NodeChange::add;
   std::string node;
+  double factor = 1;  // slow
   friend bool operator==(const TraceEvent&, const TraceEvent&) = default;
 };
 
 // Events sorted by time (stable: file order within one time). Every add names
-// a node not present at that point and every remove one that is.
+// a node not present at that point, and every remove and slow one that is.
 struct Trace {
   std::string origin;
   std::vector<TraceEvent> events;
   [[nodiscard]] Milliseconds duration_ms() const { return events.empty() ? 0 : events.back().time_ms; }
   // Most nodes present at any moment.
   [[nodiscard]] int peak_nodes() const;
+  // Whether any event slows a node down (a factor below 1).
+  [[nodiscard]] bool has_stragglers() const;
 };
 
 // How large a trace may be. Beyond these a trace is refused (InputError
@@ -43,7 +49,9 @@ struct TraceLimits {
 };
 inline constexpr TraceLimits kTraceLimits{};
 
-// The event CSV. Throws InputError naming origin:line and what was expected.
+// The event CSV: `time_ms,add|remove,node` and `time_ms,slow,node,factor`
+// (factor in [0.01, 1]). Throws InputError naming origin:line and what was
+// expected.
 [[nodiscard]] Trace parse_trace(std::string_view text, const std::string& origin, const TraceLimits& limits = {});
 // A count series (`YYYY-MM-DD, HH:MM:SS, count` per line): each change of the
 // count becomes adds (new names) or removes (most recently added first).
@@ -72,6 +80,14 @@ inline constexpr TraceLimits kTraceLimits{};
 // Llama 3 405B pre-training: 419 unexpected interruptions in 54 days on
 // 16,384 H100 GPUs. Per GPU-hour; multiply by GPUs per node.
 inline constexpr double kLlama3FailuresPerGpuHour = 419.0 / (54.0 * 24.0 * 16384.0);
+
+// Stragglers added to `trace`: while a node is present, slowdowns come as a
+// Poisson process of `episodes_per_node_hour`, each lasting an exponential
+// time of mean `mean_duration_ms` (cut short by the node's removal), at a
+// factor drawn uniformly from [factor_min, factor_max] (to 0.01), one at a
+// time per node. The trace's own events keep their order.
+[[nodiscard]] Trace with_stragglers(const Trace& trace, double episodes_per_node_hour, Milliseconds mean_duration_ms,
+                                    double factor_min, double factor_max, std::uint64_t seed);
 
 // Spot-style: `nodes` slots; at every hour boundary each present node is
 // removed with probability `remove_probability` and each absent slot comes

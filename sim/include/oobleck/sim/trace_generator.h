@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "oobleck/sim/trace.h"
 
@@ -26,7 +27,26 @@ struct TraceSpec {
   double add_probability = 0.5;        // --add-probability, spot: per hour, for an absent slot
   double remove_probability = 0.05;    // --remove-probability, spot: per hour, for a present node
   std::uint64_t seed = 1;              // --seed: the first seed of an experiment
+  // Stragglers added to whatever is generated (with_stragglers): slowdowns
+  // per node-hour (0: none), or the preset "falcon" (kFalconStragglers);
+  // their mean duration; their factors, drawn uniformly.
+  double stragglers_per_node_hour = 0;   // --stragglers-per-node-hour
+  std::string straggler_preset{};        // --straggler-preset
+  std::string straggler_mean = "10m";    // --straggler-mean
+  std::vector<double> straggler_factors = {0.75, 0.85};  // --straggler-factors MIN,MAX
 };
+
+// FALCON / GREYHOUND (Wu et al., USENIX ATC 2025, section 3.2): of 392 jobs
+// of one 4-GPU node, 70 to 90 minutes each, 6 met a compute fail-slow (CPU
+// contention or GPU degradation), of 10 minutes on average, the ones
+// described 20 % and 21.6 % slower: about 6 / (392 x 80 min) = 1.1e-2 per
+// node-hour.
+struct StragglerPreset {
+  double per_node_hour;
+  Milliseconds mean_duration_ms;
+  double factor_min, factor_max;
+};
+inline constexpr StragglerPreset kFalconStragglers{6.0 / (392 * 80.0 / 60), 10 * 60'000.0, 0.75, 0.85};
 
 // The trace `spec` describes, drawn with `seed` (not spec.seed, so that an
 // experiment can draw many), with origin "KIND trace (seed N)". The preset's
@@ -34,7 +54,7 @@ struct TraceSpec {
 // `default_gpus_per_node` when that is 0. Throws InputError naming the flag:
 // no --nodes, a duration that does not parse, poisson with both or neither
 // of --failure-rate and --preset, an unknown kind or preset, or parameters
-// the generator refuses.
+// the generator refuses. Stragglers, when asked for, are added last.
 [[nodiscard]] Trace generate_trace(const TraceSpec& spec, std::uint64_t seed, int default_gpus_per_node);
 
 }  // namespace oobleck::sim
