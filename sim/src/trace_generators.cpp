@@ -239,7 +239,7 @@ Trace spot_trace(int nodes, double add_probability, double remove_probability, M
 }
 
 Trace with_stragglers(const Trace& trace, double episodes_per_node_hour, Milliseconds mean_duration_ms,
-                      double factor_min, double factor_max, std::uint64_t seed) {
+                      double factor_min, double factor_max, std::uint64_t seed, Milliseconds until_ms) {
   constexpr const char* kWhat = "stragglers";
   require(episodes_per_node_hour >= 0 && std::isfinite(episodes_per_node_hour),
           std::string(kWhat) + ": the rate per node-hour must be a non-negative number, got " +
@@ -263,7 +263,9 @@ Trace with_stragglers(const Trace& trace, double episodes_per_node_hour, Millise
   std::vector<Slow> slows;
   Random random(seed);
   const double mean_gap_ms = kMsPerHour / episodes_per_node_hour;
-  const Milliseconds end_of_trace = trace.duration_ms();
+  require(until_ms >= 0 && until_ms <= kMaxTraceMs,
+          std::string(kWhat) + ": the end must be between 0 and " + format_decimal(kMaxTraceMs) + " ms");
+  const Milliseconds end_of_trace = std::max(trace.duration_ms(), until_ms);
   std::map<std::string, Milliseconds> added_at;
   std::size_t presences = 0;
   const auto presence = [&](const std::string& node, Milliseconds from, Milliseconds to) {

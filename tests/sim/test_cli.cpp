@@ -221,6 +221,23 @@ TEST_CASE("cli: bad input gets a clear message, exit 2 and no output file") {
     CHECK(r.status == 2);
     CHECK(r.err.find("varuna") != std::string::npos);
   }
+  SUBCASE("unknown straggler handling") {
+    const Run r = s.run("replay --trace " + kP3 + " --stragglers ignore,shoot" + tail);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("--stragglers: unknown handling \"shoot\"") != std::string::npos);
+  }
+  SUBCASE("bad straggler generation") {
+    for (const std::string flags : {" --straggler-preset falcon --stragglers-per-node-hour 0.1",
+                                     " --straggler-preset slow", " --stragglers-per-node-hour 0.1 --straggler-factors 0.9,0.5",
+                                     " --stragglers-per-node-hour 0.1 --straggler-mean 3w"}) {
+      CAPTURE(flags);
+      const Run r = s.run("trace --generate poisson --nodes 4 --failure-rate 0.1 --duration 1d" + flags + " --out " +
+                          s.str("out.csv"));
+      CHECK(r.status == 2);
+      CHECK(r.err.find("--straggler") != std::string::npos);
+      CHECK_FALSE(fs::exists(s.str("out.csv")));
+    }
+  }
   SUBCASE("seeds need a generator") {
     const Run r = s.run("replay --trace " + kP3 + " --seeds 3" + tail);
     CHECK(r.status == 2);
@@ -308,4 +325,25 @@ TEST_CASE("cli: replay --recompute: recomputing templates keep f + 1 pipelines w
   const Run bad = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile + " --recompute half");
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--recompute") != std::string::npos);
+}
+
+TEST_CASE("cli: a generated trace with stragglers is written and replays under each handling") {
+  Scratch s(kSim);
+  const Run made = s.run("trace --generate poisson --nodes 8 --failure-rate 0.001 --duration 1d --seed 3"
+                         " --stragglers-per-node-hour 0.05 --straggler-mean 1h --out " + s.str("t.csv"));
+  INFO(made.err);
+  REQUIRE(made.status == 0);
+  CHECK(made.out.find("slowdowns") != std::string::npos);
+  CHECK(s.read("t.csv").find(",slow,") != std::string::npos);
+  const Run replayed = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                             " --fault-tolerance 1 --global-microbatches 64 --policy oobleck,checkpoint --json " +
+                             s.str("r.json"));
+  INFO(replayed.err);
+  REQUIRE(replayed.status == 0);
+  const json result = json::parse(s.read("r.json"));
+  for (const char* name : {"oobleck", "oobleck+evict", "oobleck+mitigate", "checkpoint", "checkpoint+evict"}) {
+    CAPTURE(name);
+    CHECK(result["policies"].contains(name));
+  }
+  CHECK_FALSE(result["policies"].contains("checkpoint+mitigate"));
 }

@@ -61,7 +61,9 @@ Trace generate_trace(const TraceSpec& spec, std::uint64_t seed, int default_gpus
       throw InputError("--straggler-factors: expected 0.01 <= MIN <= MAX < 1, got " + std::to_string(factors[0]) +
                        "," + std::to_string(factors[1]));
     }
-    trace = with_stragglers(trace, rate, mean_ms, factors[0], factors[1], seed ^ 0x5f0a11e5ULL);
+    // Over the generator's duration (a fixed-interval trace ends at its last loss).
+    trace = with_stragglers(trace, rate, mean_ms, factors[0], factors[1], seed ^ 0x5f0a11e5ULL,
+                            spec.kind == "fixed" ? 0 : length_ms);
   }
   return trace;
 }

@@ -85,9 +85,11 @@ inline constexpr double kLlama3FailuresPerGpuHour = 419.0 / (54.0 * 24.0 * 16384
 // Poisson process of `episodes_per_node_hour`, each lasting an exponential
 // time of mean `mean_duration_ms` (cut short by the node's removal), at a
 // factor drawn uniformly from [factor_min, factor_max] (to 0.01), one at a
-// time per node. The trace's own events keep their order.
+// time per node, until `until_ms` (at least the trace's last event). The
+// trace's own events keep their order.
 [[nodiscard]] Trace with_stragglers(const Trace& trace, double episodes_per_node_hour, Milliseconds mean_duration_ms,
-                                    double factor_min, double factor_max, std::uint64_t seed);
+                                    double factor_min, double factor_max, std::uint64_t seed,
+                                    Milliseconds until_ms = 0);
 
 // Spot-style: `nodes` slots; at every hour boundary each present node is
 // removed with probability `remove_probability` and each absent slot comes
