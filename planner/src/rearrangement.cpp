@@ -3,22 +3,28 @@
 // stages hold and its old ones did not, each from the holder that has sent
 // least so far, as reconfigure chooses its sources. The copy time is the
 // busiest node's bytes, sent or received, over one link, plus its latency.
+//
+// Cost: a pipeline that `to` keeps as `from` had it (the same nodes in the
+// same places, the same stages) moves nothing and is skipped, so a plan
+// where one pipeline changed costs that pipeline's layers plus one pass
+// over `from`'s nodes, not a set of layers for every node of the cluster.
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "oobleck/planner.h"
 
 namespace oobleck {
 namespace {
 
-std::map<std::string, std::set<int>> layers_held(const Plan& plan) {
-  std::map<std::string, std::set<int>> out;
-  for (const auto& p : plan.pipelines) {
-    for (const auto& s : p.stages) {
-      auto& held = out[p.nodes.at(static_cast<std::size_t>(s.node))];
-      for (int l = s.layer_begin; l < s.layer_end; ++l) held.insert(l);
-    }
+// The layers node position `position` of `p` holds.
+std::set<int> layers_at(const Pipeline& p, int position) {
+  std::set<int> out;
+  for (const auto& s : p.stages) {
+    if (s.node != position) continue;
+    for (int l = s.layer_begin; l < s.layer_end; ++l) out.insert(l);
   }
   return out;
 }
@@ -26,39 +32,74 @@ std::map<std::string, std::set<int>> layers_held(const Plan& plan) {
 }  // namespace
 
 Reconfiguration rearrangement(const CostModel& cost, const Plan& from, const Plan& to) {
-  const auto before = layers_held(from);
-  std::map<int, std::vector<std::string>> holders;  // layer -> nodes holding it in `from`, by name
-  for (const auto& [node, layers] : before) {
-    for (int l : layers) holders[l].push_back(node);
-  }
   Reconfiguration out;
   out.plan = to;
-  std::map<std::string, Bytes> sent, received;
-  for (const auto& [node, layers] : layers_held(to)) {
-    const auto had = before.find(node);
-    for (int l : layers) {
-      if (had != before.end() && had->second.count(l)) continue;
-      const auto h = holders.find(l);
-      if (h == holders.end()) {
-        throw NoPlanError("layer " + std::to_string(l) + " is held by no node of the plan it is rearranged from");
-      }
-      const std::string& source = *std::min_element(h->second.begin(), h->second.end(), [&](const auto& a, const auto& b) {
-        return sent[a] < sent[b];
-      });
-      const Bytes bytes = cost.layer_state_bytes(l);
-      sent[source] += bytes;
-      received[node] += bytes;
-      out.copy_bytes += bytes;
-      out.transfers.push_back({l, source, node, bytes});
+  // Where each node was: its pipeline and position in `from`.
+  std::unordered_map<std::string_view, std::pair<std::size_t, int>> place;
+  for (std::size_t p = 0; p < from.pipelines.size(); ++p) {
+    const auto& nodes = from.pipelines[p].nodes;
+    for (std::size_t r = 0; r < nodes.size(); ++r) place.emplace(nodes[r], std::pair{p, static_cast<int>(r)});
+  }
+  struct Missing {
+    int layer;
+    std::string_view node;
+  };
+  std::vector<Missing> missing;
+  for (std::size_t p = 0; p < to.pipelines.size(); ++p) {
+    const Pipeline& now = to.pipelines[p];
+    if (p < from.pipelines.size() && from.pipelines[p].nodes == now.nodes && from.pipelines[p].stages == now.stages) {
+      continue;
     }
+    for (std::size_t r = 0; r < now.nodes.size(); ++r) {
+      const auto was = place.find(now.nodes[r]);
+      const std::set<int> had =
+          was == place.end() ? std::set<int>{} : layers_at(from.pipelines[was->second.first], was->second.second);
+      for (int l : layers_at(now, static_cast<int>(r))) {
+        if (!had.count(l)) missing.push_back({l, now.nodes[r]});
+      }
+    }
+  }
+  if (missing.empty()) return out;
+  std::map<int, std::vector<std::string_view>> holders;  // layer -> nodes holding it in `from`, in plan order
+  for (const auto& p : from.pipelines) {
+    for (const auto& s : p.stages) {
+      for (int l = s.layer_begin; l < s.layer_end; ++l) holders[l].push_back(p.nodes.at(static_cast<std::size_t>(s.node)));
+    }
+  }
+  // In the order of a node by name, then its layers, as a full pass over
+  // the nodes by name would give them.
+  std::stable_sort(missing.begin(), missing.end(), [](const Missing& a, const Missing& b) {
+    return a.node != b.node ? a.node < b.node : a.layer < b.layer;
+  });
+  std::unordered_map<std::string_view, Bytes> sent, received;
+  for (const Missing& m : missing) {
+    const auto h = holders.find(m.layer);
+    if (h == holders.end()) {
+      throw NoPlanError("layer " + std::to_string(m.layer) + " is held by no node of the plan it is rearranged from");
+    }
+    // The least loaded holder; among equals, the first by name.
+    const auto sent_by = [&](std::string_view node) {
+      const auto it = sent.find(node);
+      return it == sent.end() ? Bytes{0} : it->second;
+    };
+    std::string_view source = h->second.front();
+    Bytes least = sent_by(source);
+    for (const auto& candidate : h->second) {
+      const Bytes a = sent_by(candidate);
+      if (a < least || (a == least && candidate < source)) source = candidate, least = a;
+    }
+    const Bytes bytes = cost.layer_state_bytes(m.layer);
+    sent[source] += bytes;
+    received[m.node] += bytes;
+    out.copy_bytes += bytes;
+    out.transfers.push_back({m.layer, std::string(source), std::string(m.node), bytes});
   }
   Bytes busiest = 0;
   for (const auto* side : {&sent, &received}) {
     for (const auto& [node, bytes] : *side) busiest = std::max(busiest, bytes);
   }
   const auto& hw = cost.profile().hardware;
-  out.copy_ms = out.transfers.empty() ? 0.0
-                                      : static_cast<double>(busiest) / hw.inter_node_bytes_per_s * 1000.0 + hw.latency_ms;
+  out.copy_ms = static_cast<double>(busiest) / hw.inter_node_bytes_per_s * 1000.0 + hw.latency_ms;
   return out;
 }
 
