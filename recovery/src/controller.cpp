@@ -257,7 +257,7 @@ Actions Controller::weigh_speeds(int step) {
   try {
     split = split_at_speeds(cost_, plan, speeds);
     placed = apply_node_speeds(cost_, plan, speeds);
-    moves = rearrangement(cost_, *base_, *placed);
+    if (options_.speeds_may_replan) moves = rearrangement(cost_, *base_, *placed);
   } catch (const NoPlanError&) {
   }
   c.resplit_ms = split ? split->iteration_ms : c.keep_ms;
@@ -274,7 +274,7 @@ Actions Controller::weigh_speeds(int step) {
     c.chosen = SpeedChoice::Kind::resplit;
     best = c.resplit_ms;
   }
-  if (placed && moves && options_.speeds_may_replan && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
+  if (placed && moves && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
     c.chosen = SpeedChoice::Kind::replan;
   }
   Actions out{SpeedsWeighed{step, c}};

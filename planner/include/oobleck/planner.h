@@ -327,39 +327,6 @@ struct Plan {
                                const std::vector<std::string>& nodes, int fault_tolerance,
                                int global_microbatches);
 
-// ---------------------------------------------------------------- node speeds
-
-// Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
-// long. Nodes not named run at 1. (node_speeds.cpp has the derivations.)
-using NodeSpeeds = std::map<std::string, double>;
-inline constexpr double kMinNodeSpeed = 0.01, kMaxNodeSpeed = 100;
-
-// InputError (prefixed by `what`) for a node not among `nodes` or a factor
-// outside [kMinNodeSpeed, kMaxNodeSpeed].
-void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>& nodes, std::string_view what);
-
-// T(m) of a pipeline whose stages compute at their nodes' speeds.
-[[nodiscard]] Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeline,
-                                                 const NodeSpeeds& speeds, int microbatches);
-
-// `plan` on nodes of these speeds: within each pipeline the slowest nodes
-// take the lightest node positions of its template (exact with one stage
-// per node), and the global batch is re-split among the pipelines, exactly,
-// to minimise the slowest one's time at those speeds plus its
-// synchronisation tail (the tails as profiled). The templates, and which
-// nodes form each pipeline, stay as given. With every factor 1 the
-// iteration time is the plan's own. Throws NoPlanError when no split fits
-// memory (speeds change no memory, so only for a plan that did not fit).
-[[nodiscard]] Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
-// The split alone: `plan`'s nodes stay where they are and the global batch
-// is re-split as apply_node_speeds splits it (exact min-max). A re-split
-// moves no state: only which pipeline trains which microbatch changes.
-[[nodiscard]] Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
-// `plan`'s iteration time when its nodes compute at these speeds: the
-// slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
-// tail (as profiled). With every factor 1, the plan's own.
-[[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
-
 // node0 .. node{count-1}: names for a cluster given by its size alone.
 [[nodiscard]] std::vector<std::string> numbered_nodes(int count);
 
@@ -501,3 +468,6 @@ struct ReconfigureOptions {
                               const Profile& profile);
 
 }  // namespace oobleck
+
+// Plans on nodes of unequal speed (part of this header's vocabulary).
+#include "oobleck/node_speeds.h"

@@ -351,11 +351,11 @@ void Master::lose(const std::string& node, const std::string& reason) {
   if (p == nullptr || !p->alive) return;
   checkpoints_.saver_lost(node);
   state_changed_ = true;
-  if (stragglers_.flagged().count(node) && o_.stragglers != MasterOptions::Stragglers::keep) {
-    stragglers_.forget(node);
+  const bool was_flagged = stragglers_.flagged().count(node) > 0;
+  stragglers_.forget(node);
+  if (was_flagged && o_.stragglers != MasterOptions::Stragglers::keep) {
     (void)controller_.handle(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});  // (no action)
   }
-  stragglers_.forget(node);
   const Milliseconds failed = p->killed_ms >= 0 ? p->killed_ms : p->last_heartbeat_ms;
   if (!processes_.fence(node)) server_.send(node, Role::agent, protocol::Kill{});
   server_.disconnect(node);

@@ -1,0 +1,46 @@
+// Plans on nodes that are not all as fast as the profile: speed factors by
+// node, a plan priced, re-split and placed at them (planner.h includes this
+// header; node_speeds.cpp has the derivations).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck {
+
+// Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
+// long. Nodes not named run at 1. (node_speeds.cpp has the derivations.)
+using NodeSpeeds = std::map<std::string, double>;
+inline constexpr double kMinNodeSpeed = 0.01, kMaxNodeSpeed = 100;
+
+// InputError (prefixed by `what`) for a node not among `nodes` or a factor
+// outside [kMinNodeSpeed, kMaxNodeSpeed].
+void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>& nodes, std::string_view what);
+
+// T(m) of a pipeline whose stages compute at their nodes' speeds.
+[[nodiscard]] Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeline,
+                                                 const NodeSpeeds& speeds, int microbatches);
+
+// `plan` on nodes of these speeds: within each pipeline the slowest nodes
+// take the lightest node positions of its template (exact with one stage
+// per node), and the global batch is re-split among the pipelines, exactly,
+// to minimise the slowest one's time at those speeds plus its
+// synchronisation tail (the tails as profiled). The templates, and which
+// nodes form each pipeline, stay as given. With every factor 1 the
+// iteration time is the plan's own. Throws NoPlanError when no split fits
+// memory (speeds change no memory, so only for a plan that did not fit).
+[[nodiscard]] Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
+// The split alone: `plan`'s nodes stay where they are and the global batch
+// is re-split as apply_node_speeds splits it (exact min-max). A re-split
+// moves no state: only which pipeline trains which microbatch changes.
+[[nodiscard]] Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
+// `plan`'s iteration time when its nodes compute at these speeds: the
+// slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
+// tail (as profiled). With every factor 1, the plan's own.
+[[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
+
+}  // namespace oobleck
