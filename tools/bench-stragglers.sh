@@ -32,13 +32,34 @@ configs="one-node three-node"
 if [ "${SHORT:-0}" = 1 ]; then steps=${STEPS:-10} window=${WINDOW:-4} configs="one-node"; fi
 rm -rf "$out" && mkdir -p "$out"
 
+# NODE_CPUS: each node's share of this machine's cores (oobleck-run
+# --node-cpus, a cgroup quota): "auto" (the default) gives each node
+# cores / nodes where quotas can be set (root), so that a throttled or
+# evicted node frees no CPU for the others, as separate machines would not;
+# 0 lets the nodes share all cores.
+node_cpus=${NODE_CPUS:-auto}
+if [ "$node_cpus" = auto ]; then
+  node_cpus=0
+  if [ "$(id -u)" -eq 0 ] && { [ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] || grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; }; then
+    node_cpus=auto
+  fi
+fi
+
 run() {  # CONFIG NAME FLAGS...
   local config=$1 name=$2
   shift 2
   echo "$config: $name" >&2
+  local quota=()
+  if [ "$node_cpus" = auto ]; then
+    local nodes
+    nodes=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(sum(len(q['nodes']) for q in p['pipelines']) + len(p.get('spare_nodes', [])))" "$out/$config/plan.json")
+    quota=(--node-cpus "$(python3 -c "print(round($(nproc) / $nodes, 3))")")
+  elif [ "$node_cpus" != 0 ]; then
+    quota=(--node-cpus "$node_cpus")
+  fi
   "$bin/oobleck-run" --plan "$out/$config/plan.json" --profile "$out/$config/profile.json" \
     --data "$out/$config/tokens.bin" --seed 1 --steps "$steps" --heartbeat-timeout-ms 5000 \
-    --metrics "$out/$config-$name.jsonl" "$@" > /dev/null 2> "$out/$config-$name.err"
+    --metrics "$out/$config-$name.jsonl" "${quota[@]}" "$@" > /dev/null 2> "$out/$config-$name.err"
 }
 
 for config in $configs; do

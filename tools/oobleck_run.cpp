@@ -76,6 +76,11 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "A node whose agent sends no heartbeat for this long is lost (a closed connection is noticed "
                  "at once)")
       ->check(CLI::Range(50.0, 3600000.0));
+  app.add_option("--node-cpus", o.node_cpus,
+                 "Each node started on this machine runs within this many of its cores (a cgroup CPU quota; "
+                 "needs root): nodes emulated on one machine then take no CPU from each other, as machines of "
+                 "their own would not, and --inject's slow throttles that quota")
+      ->check(CLI::Range(0.01, 4096.0));
   app.add_option("--comm-timeout-s", o.comm_timeout_s, "Last resort: a communication still waiting after this long fails")
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");
@@ -171,6 +176,7 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
   }
   agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
   agent->add_option("--gpus", node.gpus)->check(CLI::PositiveNumber);
+  agent->add_option("--cpus", node.cpus)->check(CLI::NonNegativeNumber);
   worker->add_option("--gpu", node.gpu)->check(CLI::NonNegativeNumber);
   worker->add_option("--snapshot-port", node.snapshot_port)->check(CLI::NonNegativeNumber);
   return {agent, worker};

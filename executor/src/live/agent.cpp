@@ -10,10 +10,12 @@
 // want this node (it fenced it, or the job is over) answers Kill; with no
 // master by then, the agent stops its workers and ends.
 //
-// A slowdown injected on purpose (Slow) throttles the workers as a cgroup's
-// CPU quota would: in every 10 ms they run for factor x 10 ms and are
-// stopped (SIGSTOP) for the rest, so everything they do takes longer, and
-// what the master sees is only their measured times.
+// With a CPU quota (--cpus, cpu_quota.h) the agent and its workers run in a
+// cgroup of their own, within that many cores. A slowdown injected on
+// purpose (Slow) scales that quota; without one, the agent throttles the
+// workers as a quota would: in every 10 ms they run for factor x 10 ms and
+// are stopped (SIGSTOP) for the rest. Either way everything they do takes
+// longer, and what the master sees is only their measured times.
 //
 // A worker killed by a signal (a crash) is restarted in place: the new one
 // reads its layers back from this agent's memory and the master has the
@@ -32,6 +34,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cpu_quota.h"
 #include "launch.h"
 #include "oobleck/executor/live.h"
 #include "protocol/protocol.h"
@@ -79,6 +82,15 @@ class Agent {
                    }) {}
 
   int run() {
+    if (o_.cpus > 0) {
+      try {
+        quota_ = std::make_unique<CpuQuota>(
+            cpu_group_name(o_.parent_pid > 0 ? o_.parent_pid : static_cast<int>(::getppid()), o_.node), o_.cpus);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "oobleck-run agent %s: --cpus %.2f: %s\n", o_.node.c_str(), o_.cpus, e.what());
+        return kExitFailure;
+      }
+    }
     watch_children();
     for (int gpu = 0; gpu < o_.gpus; ++gpu) workers_.push_back(spawn_worker(gpu));
     restarts_.assign(workers_.size(), 0);
@@ -191,6 +203,16 @@ class Agent {
       if (crash->gpu >= 0 && crash->gpu < static_cast<int>(workers_.size()) && workers_[crash->gpu] > 0)
         ::kill(workers_[crash->gpu], SIGKILL);
     } else if (const auto* slow = std::get_if<protocol::Slow>(&m)) {
+      if (quota_) {
+        try {
+          quota_->scale(std::min(1.0, slow->factor));
+          std::fprintf(stderr, "oobleck-run agent %s: CPU quota scaled to %.2f of %.2f cores\n", o_.node.c_str(),
+                       std::min(1.0, slow->factor), o_.cpus);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "oobleck-run agent %s: cannot slow down: %s\n", o_.node.c_str(), e.what());
+        }
+        return;
+      }
       slow_factor_ = slow->factor;
       if (slow_factor_ >= 1 && workers_stopped_) {
         kill_all(workers_, SIGCONT);
@@ -246,6 +268,7 @@ class Agent {
   }
 
   NodeProcessOptions o_;
+  std::unique_ptr<CpuQuota> quota_;  // with --cpus; destroyed last of what run() uses
   std::unique_ptr<channel::Connection> channel_;  // null while the master is away
   std::chrono::steady_clock::time_point master_gone_;
   std::optional<std::chrono::steady_clock::time_point> reconnected_;

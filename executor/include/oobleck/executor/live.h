@@ -93,6 +93,10 @@ struct MasterOptions {
   // host, else the address this host's name resolves to.
   std::string master_addr;
   Milliseconds heartbeat_timeout_ms = 1000;
+  // > 0: each node started on this machine runs within this many of its
+  // cores (a cgroup CPU quota), as a machine of its own would: nodes
+  // emulated on one machine then take no CPU from each other.
+  double node_cpus = 0;
   double comm_timeout_s = 120;       // last resort for a communication nothing else interrupts
   std::vector<Injection> injections;
   ChaosOptions chaos;
@@ -160,6 +164,7 @@ struct NodeProcessOptions {
   int gpus = 1;              // an agent starts a worker for each
   int gpu = 0;               // a worker's: on CUDA, its device
   int snapshot_port = 0;     // a worker's: its agent's snapshot server, on this host
+  double cpus = 0;           // an agent's: > 0, it and its workers run within this many cores (cpu_quota.h)
   // The master gone, how long to wait for a restarted one (reconnecting
   // to the same address and port) before ending.
   Milliseconds master_wait_ms = 300000;

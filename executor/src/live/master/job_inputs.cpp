@@ -1,3 +1,4 @@
+#include "live/cpu_quota.h"
 #include "job_inputs.h"
 
 #include <algorithm>
@@ -111,6 +112,11 @@ JobInputs load_job_inputs(const MasterOptions& o) {
   for (const auto& [flag, value] :
        {std::pair{"--plan", o.plan_path}, std::pair{"--profile", o.profile_path}, std::pair{"--data", o.data_path}}) {
     if (value.empty()) throw InputError(std::string(flag) + ": required");
+  }
+  if (o.node_cpus > 0) {
+    if (const std::string why = CpuQuota::unavailable_reason(); !why.empty()) {
+      throw InputError("--node-cpus: a node's CPU quota cannot be set here: " + why);
+    }
   }
   JobInputs in;
   in.profile = load_profile(o.profile_path);

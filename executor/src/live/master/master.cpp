@@ -73,7 +73,7 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
       token_(kept_ ? kept_->token : new_token()),
       server_(in_.master_addr, token_, kept_ ? kept_->control_port : 0),
       processes_(LaunchSettings{o_.program, in_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
-                                gpus_, in_.hosts, in_.slurm, o_.master_wait_s * 1000}),
+                                gpus_, in_.hosts, in_.slurm, o_.master_wait_s * 1000, o_.node_cpus}),
       controller_(cost_, no_templates_, controller_options(o_, in_, kept_)),
       reporter_(o_.metrics_path, kept_ ? std::optional<std::string>(kept_->last_step_record) : std::nullopt),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "live/cpu_quota.h"
 #include "live/launch.h"
 
 namespace oobleck::executor {
@@ -40,6 +41,7 @@ ProcessTable::~ProcessTable() {
     ::waitpid(child, nullptr, 0);
   }
   for (pid_t agent : adopted_) ::kill(agent, SIGKILL);
+  if (settings_.node_cpus > 0) CpuQuota::remove_groups(cpu_group_prefix(::getpid()));
 }
 
 void ProcessTable::start(const std::string& node, Milliseconds now) {
@@ -60,6 +62,10 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
   if (p.local) {
     args.push_back("--parent-pid");
     args.push_back(std::to_string(::getpid()));
+    if (settings_.node_cpus > 0) {
+      args.push_back("--cpus");
+      args.push_back(std::to_string(settings_.node_cpus));
+    }
   } else {
     args = settings_.slurm ? over_srun(node, args) : over_ssh(node, args);
   }

@@ -42,6 +42,7 @@ struct LaunchSettings {
   std::vector<std::string> hosts;            // a hostfile's or a Slurm allocation's; empty: every node is local
   bool slurm = false;                        // other hosts' agents start with srun, not ssh
   Milliseconds master_wait_ms = 300000;      // agents and workers wait this long for a restarted master
+  double node_cpus = 0;                      // > 0: local agents run within this many cores (cpu_quota.h)
 };
 
 class ProcessTable {
