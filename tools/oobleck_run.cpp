@@ -103,6 +103,7 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                                               {"mitigate", MasterOptions::Stragglers::mitigate},
                                               {"resplit", MasterOptions::Stragglers::resplit},
                                               {"replan", MasterOptions::Stragglers::replan},
+                                              {"drop", MasterOptions::Stragglers::drop},
                                               {"keep", MasterOptions::Stragglers::keep}},
                                           CLI::ignore_case));
   app.add_option("--straggler-thresholds", f.straggler_thresholds,

@@ -73,6 +73,7 @@ void Controller::restore(const ControllerState& state) {
   pending_joins_.assign(state.pending_joins);
   saved_step_ = state.saved_step;
   rolled_back_from_ = state.rolled_back_from;
+  dropped_ = state.dropped_for_speed;
 }
 
 ControllerState Controller::state() const {
@@ -96,6 +97,7 @@ ControllerState Controller::state() const {
   s.pending_joins = pending_joins_.names;
   s.saved_step = saved_step_;
   s.rolled_back_from = rolled_back_from_;
+  s.dropped_for_speed = dropped_;
   return s;
 }
 
@@ -266,17 +268,62 @@ Actions Controller::weigh_speeds(int step) {
     c.replan_copy_bytes = moves->copy_bytes;
     c.replan_copy_ms = moves->copy_ms;
   }
+  // Drop: the pipelines' slow nodes leave them, as a loss would take them
+  // (their layers copied from replicas), and stay as spares holding
+  // nothing. Readmit: dropped nodes no longer slow come back, as joins.
+  std::vector<std::string> slow, recovered;
+  for (const auto& p : plan.pipelines) {
+    for (const auto& n : p.nodes) {
+      if (const auto it = speeds.find(n); it != speeds.end() && it->second < 1) slow.push_back(n);
+    }
+  }
+  for (const auto& n : dropped_) {
+    if (!speeds.count(n) && rank_of(n) >= 0) recovered.push_back(n);
+  }
+  std::optional<Reconfiguration> dropping, readmitting;
+  if (options_.speeds_may_drop) {
+    const int count = static_cast<int>(nodes.size());
+    try {
+      if (!slow.empty()) {
+        dropping = reconfigure(cost_, templates_for(std::max(1, count - static_cast<int>(slow.size()))), *base_, slow, {});
+        // A node dropped by choice must not cost fault tolerance: the plan
+        // keeps f + 1 pipelines, or as many as it had.
+        const std::size_t keeps =
+            std::min(static_cast<std::size_t>(options_.fault_tolerance) + 1, plan.pipelines.size());
+        if (dropping->plan.pipelines.size() < keeps) throw NoPlanError("dropping would cost fault tolerance");
+        dropping->plan.spare_nodes.insert(dropping->plan.spare_nodes.end(), slow.begin(), slow.end());
+        c.dropped = slow;
+        c.drop_ms = iteration_ms_at_speeds(cost_, dropping->plan, speeds);
+        c.drop_copy_ms = dropping->copy_ms;
+      }
+    } catch (const NoPlanError&) {
+      dropping.reset();
+    }
+    try {
+      if (!recovered.empty()) {
+        readmitting = reconfigure(cost_, templates_for(count), *base_, recovered, recovered);
+        c.readmitted = recovered;
+        c.readmit_ms = iteration_ms_at_speeds(cost_, readmitting->plan, speeds);
+        c.readmit_copy_ms = readmitting->copy_ms;
+      }
+    } catch (const NoPlanError&) {
+      readmitting.reset();
+    }
+  }
   int horizon = std::max(1, options_.speeds_horizon_steps);
   if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
   const double worth = 1 - options_.speeds_min_gain;
   Milliseconds best = c.keep_ms;
-  if (split && options_.speeds_may_resplit && c.resplit_ms < best * worth) {
-    c.chosen = SpeedChoice::Kind::resplit;
-    best = c.resplit_ms;
-  }
-  if (placed && moves && c.replan_ms + c.replan_copy_ms / horizon < best * worth) {
-    c.chosen = SpeedChoice::Kind::replan;
-  }
+  const auto consider = [&](bool possible, Milliseconds ms, SpeedChoice::Kind kind) {
+    if (possible && ms < best * worth) {
+      c.chosen = kind;
+      best = ms;
+    }
+  };
+  consider(split && options_.speeds_may_resplit, c.resplit_ms, SpeedChoice::Kind::resplit);
+  consider(placed && moves, c.replan_ms + c.replan_copy_ms / horizon, SpeedChoice::Kind::replan);
+  consider(dropping.has_value(), c.drop_ms + c.drop_copy_ms / horizon, SpeedChoice::Kind::drop);
+  consider(readmitting.has_value(), c.readmit_ms + c.readmit_copy_ms / horizon, SpeedChoice::Kind::readmit);
   Actions out{SpeedsWeighed{step, c}};
   if (c.chosen == SpeedChoice::Kind::keep) return out;
   Generation g;
@@ -284,13 +331,29 @@ Actions Controller::weigh_speeds(int step) {
   g.resume_step = committed_ + 1;
   g.source = StateSource::replicas;
   g.base_generation = base_generation_;
-  if (c.chosen == SpeedChoice::Kind::resplit) {
-    g.plan = std::move(*split);
-  } else {
-    g.plan = std::move(moves->plan);
-    g.transfers = std::move(moves->transfers);
-    g.copy_bytes = moves->copy_bytes;
-    g.copy_ms = moves->copy_ms;
+  std::optional<Reconfiguration>* moved = nullptr;
+  switch (c.chosen) {
+    case SpeedChoice::Kind::resplit:
+      g.plan = std::move(*split);
+      break;
+    case SpeedChoice::Kind::replan:
+      moved = &moves;
+      break;
+    case SpeedChoice::Kind::drop:
+      moved = &dropping;
+      dropped_.insert(dropped_.end(), slow.begin(), slow.end());
+      break;
+    case SpeedChoice::Kind::readmit:
+      moved = &readmitting;
+      break;
+    case SpeedChoice::Kind::keep:
+      break;
+  }
+  if (moved) {
+    g.plan = std::move((*moved)->plan);
+    g.transfers = std::move((*moved)->transfers);
+    g.copy_bytes = (*moved)->copy_bytes;
+    g.copy_ms = (*moved)->copy_ms;
   }
   g.speed_choice = std::move(c);
   append(out, begin(std::move(g)));
@@ -527,6 +590,10 @@ Actions Controller::begin(Generation g) {
   g.lost = lost_since_base_;
   g.added = added_since_base_.names;
   set_current(std::make_shared<const Generation>(std::move(g)));
+  // Dropped nodes that a plan took back into its pipelines (or lost) are
+  // no longer kept out.
+  const auto& spares = current_->plan.spare_nodes;
+  std::erase_if(dropped_, [&](const std::string& n) { return std::find(spares.begin(), spares.end(), n) == spares.end(); });
   // The nodes that waited to join are in the new plan now (a recovery takes
   // them all in), but for those beside a given initial plan.
   std::erase_if(pending_joins_.names, [&](const std::string& node) { return rank_of(node) >= 0; });

@@ -65,6 +65,10 @@ std::string_view speed_choice_name(SpeedChoice::Kind kind) {
       return "resplit";
     case SpeedChoice::Kind::replan:
       return "replan";
+    case SpeedChoice::Kind::drop:
+      return "drop";
+    case SpeedChoice::Kind::readmit:
+      return "readmit";
   }
   return "?";
 }
@@ -72,13 +76,18 @@ std::string_view speed_choice_name(SpeedChoice::Kind kind) {
 namespace {
 
 nlohmann::ordered_json choice_json(const SpeedChoice& c) {
-  return {{"chosen", speed_choice_name(c.chosen)},
-          {"speeds", c.speeds},
-          {"keep_ms", c.keep_ms},
-          {"resplit_ms", c.resplit_ms},
-          {"replan_ms", c.replan_ms},
-          {"replan_copy_bytes", c.replan_copy_bytes},
-          {"replan_copy_ms", c.replan_copy_ms}};
+  nlohmann::ordered_json out = {{"chosen", speed_choice_name(c.chosen)},
+                                {"speeds", c.speeds},
+                                {"keep_ms", c.keep_ms},
+                                {"resplit_ms", c.resplit_ms},
+                                {"replan_ms", c.replan_ms},
+                                {"replan_copy_bytes", c.replan_copy_bytes},
+                                {"replan_copy_ms", c.replan_copy_ms}};
+  if (!c.dropped.empty()) out.update({{"dropped", c.dropped}, {"drop_ms", c.drop_ms}, {"drop_copy_ms", c.drop_copy_ms}});
+  if (!c.readmitted.empty()) {
+    out.update({{"readmitted", c.readmitted}, {"readmit_ms", c.readmit_ms}, {"readmit_copy_ms", c.readmit_copy_ms}});
+  }
+  return out;
 }
 
 }  // namespace

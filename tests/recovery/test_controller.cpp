@@ -641,3 +641,77 @@ TEST_CASE("controller: a re-plan for speeds moves the slow node to the lightest 
   CHECK_FALSE(g.transfers.empty());
   for (const auto& t : g.transfers) CHECK((t.to_node == heavy || t.from_node == heavy || t.to_node != t.from_node));
 }
+
+TEST_CASE("controller: a node too slow to be worth its place is dropped as a spare, and readmitted once it recovers") {
+  // The model fits one node: three one-node pipelines. At 0.1 of its speed
+  // node b would take one microbatch in ten units; two pipelines train the
+  // batch in three.
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 4);
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 6;
+  options.initial_plan = instantiate(cost, templates, {"a", "b", "c"}, 1, 6);
+  options.last_step = 40;
+  REQUIRE(options.initial_plan->pipelines.size() == 3);
+  Controller controller(cost, templates, options);
+  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
+  (void)controller.handle(GenerationReady{1, 0});
+  (void)controller.handle(StepCompleted{1, 0, 0});
+  (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
+  Actions actions = controller.handle(StepCompleted{1, 1, 0});
+  REQUIRE(actions.size() == 3);
+  const auto& dropped = std::get<SpeedsWeighed>(actions[1]).choice;
+  CHECK(dropped.chosen == SpeedChoice::Kind::drop);
+  CHECK(dropped.dropped == std::vector<std::string>{"b"});
+  CHECK(dropped.drop_ms < dropped.resplit_ms);
+  CHECK(dropped.resplit_ms < dropped.keep_ms);
+  const Generation& without = *std::get<StartGeneration>(actions[2]).generation;
+  CHECK(without.cause == Cause::speeds);
+  CHECK(without.plan.pipelines.size() == 2);
+  CHECK(without.plan.spare_nodes == std::vector<std::string>{"b"});
+  CHECK(without.transfers.empty());  // a one-node pipeline holds every layer
+  CHECK_FALSE(controller.trains("b"));
+  CHECK(controller.state().dropped_for_speed == std::vector<std::string>{"b"});
+  // Still slow: nothing changes.
+  (void)controller.handle(GenerationReady{2, 0});
+  actions = controller.handle(StepCompleted{2, 2, 0});
+  REQUIRE(actions.size() == 1);
+  // Recovered: back in a pipeline of its own, with the layers copied to it.
+  (void)controller.handle(NodeSpeedsMeasured{{}, 0});
+  actions = controller.handle(StepCompleted{2, 3, 0});
+  REQUIRE(actions.size() == 3);
+  const auto& back = std::get<SpeedsWeighed>(actions[1]).choice;
+  CHECK(back.chosen == SpeedChoice::Kind::readmit);
+  CHECK(back.readmitted == std::vector<std::string>{"b"});
+  const Generation& with = *std::get<StartGeneration>(actions[2]).generation;
+  CHECK(with.plan.pipelines.size() == 3);
+  CHECK(with.plan.spare_nodes.empty());
+  CHECK(std::all_of(with.transfers.begin(), with.transfers.end(), [](const Transfer& t) { return t.to_node == "b"; }));
+  CHECK_FALSE(with.transfers.empty());
+  CHECK(controller.trains("b"));
+  CHECK(controller.state().dropped_for_speed.empty());
+}
+
+TEST_CASE("controller: a slow node is not dropped when that would leave fewer than f + 1 pipelines") {
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 4);
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 6;
+  options.initial_plan = instantiate(cost, templates, {"a", "b", "c"}, 2, 6);
+  options.last_step = 40;
+  Controller controller(cost, templates, options);
+  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
+  (void)controller.handle(GenerationReady{1, 0});
+  (void)controller.handle(StepCompleted{1, 0, 0});
+  (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
+  const Actions actions = controller.handle(StepCompleted{1, 1, 0});
+  REQUIRE(actions.size() == 3);
+  const auto& c = std::get<SpeedsWeighed>(actions[1]).choice;
+  CHECK(c.chosen == SpeedChoice::Kind::resplit);
+  CHECK(c.dropped.empty());
+  CHECK(controller.trains("b"));
+}

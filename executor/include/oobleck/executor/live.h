@@ -117,7 +117,7 @@ struct MasterOptions {
   // reports them: a profile that prices some stages worse than others
   // (tensor-parallel stages on CPU nodes sharing cores, whose all-reduces
   // wait on peers) reads as slow nodes.
-  enum class Stragglers { mitigate, resplit, replan, keep };
+  enum class Stragglers { mitigate, resplit, replan, drop, keep };
   Stragglers stragglers = Stragglers::keep;
   // A node is flagged once its speed (against its peers) stays below the
   // first for several steps, and unflagged once it stays above the second.

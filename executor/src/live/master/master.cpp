@@ -47,8 +47,10 @@ recovery::ControllerOptions controller_options(const MasterOptions& o, const Job
   c.when_no_plan = recovery::ControllerOptions::WhenNoPlan::restart_from_checkpoint;
   c.saves_reported = true;
   c.communication_grace_ms = o.heartbeat_timeout_ms;
-  c.speeds_may_resplit = o.stragglers != MasterOptions::Stragglers::replan;
-  c.speeds_may_replan = o.stragglers != MasterOptions::Stragglers::resplit;
+  using S = MasterOptions::Stragglers;
+  c.speeds_may_resplit = o.stragglers == S::mitigate || o.stragglers == S::resplit;
+  c.speeds_may_replan = o.stragglers == S::mitigate || o.stragglers == S::replan;
+  c.speeds_may_drop = o.stragglers == S::mitigate || o.stragglers == S::drop;
   if (kept) c.resumed = kept->controller;
   return c;
 }
@@ -353,6 +355,7 @@ void Master::lose(const std::string& node, const std::string& reason) {
   state_changed_ = true;
   const bool was_flagged = stragglers_.flagged().count(node) > 0;
   stragglers_.forget(node);
+  dropped_until_step_.erase(node);
   if (was_flagged && o_.stragglers != MasterOptions::Stragglers::keep) {
     (void)controller_.handle(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});  // (no action)
   }

@@ -84,6 +84,7 @@ class Master {
   void measure_compute(int step, const std::string& node, double compute_ms);
   [[nodiscard]] std::map<std::string, Milliseconds> predicted_compute_ms() const;
   void speeds_weighed(const recovery::SpeedsWeighed& w);
+  void retry_dropped_nodes(int committed_step);
   // Snapshots and in-place restarts (master_snapshots.cpp).
   void on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s);
   void on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m);
@@ -156,6 +157,8 @@ class Master {
   std::map<int, std::map<std::string, Milliseconds>> compute_ms_;
   std::map<std::pair<int, std::string>, Milliseconds> node_compute_ms_;  // (step, node): its workers' so far
   recovery::StragglerDetector stragglers_;
+  std::map<std::string, int> dropped_until_step_;    // spares dropped as slow: tried again after that step
+  std::map<std::string, int> drop_probation_steps_;  // how long each was, last time
   struct MeasuredStep {
     NodeSpeeds speeds;
     Milliseconds predicted_ms = -1;

@@ -187,7 +187,10 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
       chain_failure_ms_ = chain_detected_ms_ = -1;
     }
   }
-  if (!c.finish) return;
+  if (!c.finish) {
+    retry_dropped_nodes(c.step);
+    return;
+  }
   phase_ = Phase::finishing;
   finish_deadline_ms_ = now + 30000;
   for (const auto& [name, p] : processes_.nodes()) {

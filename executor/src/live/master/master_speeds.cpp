@@ -73,12 +73,42 @@ void Master::measure_compute(int step, const std::string& node, double compute_m
   }
 }
 
+// A node dropped as a spare trains nothing, so nothing measures it: after a
+// probation of 20 steps (doubled each time it is dropped again, up to 320)
+// the detector forgets it, and the controller, told that it is no longer
+// slow, weighs taking it back at the next commit. Still slow, it is flagged
+// again within a few steps and dropped again.
+void Master::retry_dropped_nodes(int committed_step) {
+  bool retried = false;
+  for (auto it = dropped_until_step_.begin(); it != dropped_until_step_.end();) {
+    if (committed_step < it->second) {
+      ++it;
+      continue;
+    }
+    std::fprintf(stderr, "oobleck-run: step %d: node %s, a spare since it was dropped as slow, is tried again\n",
+                 committed_step, it->first.c_str());
+    stragglers_.forget(it->first);
+    it = dropped_until_step_.erase(it);
+    retried = true;
+  }
+  if (retried) (void)controller_.handle(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});  // (no action)
+}
+
 void Master::speeds_weighed(const recovery::SpeedsWeighed& w) {
   const auto& c = w.choice;
+  for (const auto& node : c.dropped) {
+    if (c.chosen != recovery::SpeedChoice::Kind::drop) break;
+    int& probation = drop_probation_steps_[node];
+    probation = probation == 0 ? 20 : std::min(320, 2 * probation);
+    dropped_until_step_[node] = w.step + probation;
+  }
   std::fprintf(stderr,
                "oobleck-run: at step %d, node speeds weighed: keep %.1f ms, re-split %.1f ms, re-plan %.1f ms "
-               "(copies %.1f ms): %s\n",
+               "(copies %.1f ms)%s: %s\n",
                w.step, c.keep_ms, c.resplit_ms, c.replan_ms, c.replan_copy_ms,
+               (c.dropped.empty() ? std::string() : ", dropping " + std::to_string(c.drop_ms).substr(0, 7) + " ms")
+                   .append(c.readmitted.empty() ? "" : ", readmitting " + std::to_string(c.readmit_ms).substr(0, 7) + " ms")
+                   .c_str(),
                std::string(recovery::speed_choice_name(c.chosen)).c_str());
   reporter_.speeds(w, now_ms() - training_start_ms_);
 }

@@ -18,7 +18,7 @@ using namespace json_input;
 
 constexpr const char* kFormat = "oobleck.master-state.v1";
 // MasterOptions::Stragglers by value.
-const std::array<std::string, 4> straggler_names = {"mitigate", "resplit", "replan", "keep"};
+const std::array<std::string, 5> straggler_names = {"mitigate", "resplit", "replan", "drop", "keep"};
 
 ordered_json options_json(const MasterOptions& o) {
   return {{"plan", o.plan_path},
@@ -78,7 +78,7 @@ MasterOptions parse_options(const json& j, const FieldPath& where) {
   if (j.contains("stragglers")) {  // (states kept before stragglers were handled lack both)
     const std::string name = require_string(j, "stragglers", where);
     const auto it = std::find(straggler_names.begin(), straggler_names.end(), name);
-    if (it == straggler_names.end()) throw (where / "stragglers").error("expected mitigate, resplit, replan or keep");
+    if (it == straggler_names.end()) throw (where / "stragglers").error("expected mitigate, resplit, replan, drop or keep");
     o.stragglers = static_cast<MasterOptions::Stragglers>(it - straggler_names.begin());
     const json& t = require_array(j, "straggler_thresholds", where);
     if (t.size() != 2) throw (where / "straggler_thresholds").error("expected [slow, recovered]");
@@ -168,6 +168,7 @@ ordered_json controller_json(const recovery::ControllerState& c, const TemplateS
                     {"lost_since_base", c.lost_since_base},
                     {"added_since_base", c.added_since_base},
                     {"pending_joins", c.pending_joins},
+                    {"dropped_for_speed", c.dropped_for_speed},
                     {"saved_step", nullptr},
                     {"rolled_back_from", c.rolled_back_from}};
   if (c.current) j["current"] = generation_json(*c.current, templates, profile);
@@ -193,6 +194,7 @@ recovery::ControllerState parse_controller(const json& j, const FieldPath& where
   c.pending_joins = string_list(j, "pending_joins", where);
   c.saved_step = optional_step(j, "saved_step", where);
   c.rolled_back_from = static_cast<int>(require_integer(j, "rolled_back_from", where, -1, 100000000));
+  if (j.contains("dropped_for_speed")) c.dropped_for_speed = string_list(j, "dropped_for_speed", where);
   return c;
 }
 

@@ -80,6 +80,7 @@ struct ControllerState {
   std::vector<std::string> lost_since_base, added_since_base, pending_joins;
   std::optional<int> saved_step;
   int rolled_back_from = -1;
+  std::vector<std::string> dropped_for_speed;  // spares of the current plan dropped as slow
 };
 
 struct ControllerOptions {
@@ -113,6 +114,7 @@ struct ControllerOptions {
   double speeds_min_gain = 0.05;
   int speeds_horizon_steps = 20;
   bool speeds_may_resplit = true, speeds_may_replan = true;  // the choices besides keeping
+  bool speeds_may_drop = true;  // and dropping slow nodes as spares, readmitting them once recovered
 };
 
 class Controller {
@@ -245,6 +247,7 @@ class Controller {
 
   NodeSpeeds speeds_;           // the newest NodeSpeedsMeasured
   bool speeds_unweighed_ = false;  // since they changed, or the plan did
+  std::vector<std::string> dropped_;  // spares of the current plan that a drop put there
 };
 
 }  // namespace oobleck::recovery

@@ -142,14 +142,20 @@ enum class Cause {
 // same places, the batch split for the speeds (no state moves). Re-plan:
 // each pipeline's slowest nodes on its lightest places and the batch
 // re-split (their layers' state is copied; `replan_copy_ms` is spread over
-// the steps it is weighed for).
+// the steps it is weighed for). Drop: the slow nodes leave the pipelines
+// for the spares, the plan made as a loss of them would make it (`dropped`;
+// 0 ms when not weighed). Readmit: dropped nodes back at full speed return
+// to the pipelines, as nodes that join would (`readmitted`). Their copies
+// are spread as a re-plan's.
 struct SpeedChoice {
-  enum class Kind { keep, resplit, replan };
+  enum class Kind { keep, resplit, replan, drop, readmit };
   Kind chosen = Kind::keep;
   NodeSpeeds speeds;
   Milliseconds keep_ms = 0, resplit_ms = 0, replan_ms = 0;
   Bytes replan_copy_bytes = 0;
   Milliseconds replan_copy_ms = 0;
+  std::vector<std::string> dropped, readmitted;
+  Milliseconds drop_ms = 0, drop_copy_ms = 0, readmit_ms = 0, readmit_copy_ms = 0;
 };
 [[nodiscard]] std::string_view speed_choice_name(SpeedChoice::Kind kind);
 
