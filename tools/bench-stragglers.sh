@@ -7,7 +7,8 @@
 #       (--stragglers keep); evict: node1 removed at step 2, two pipelines
 #       go on; re-split: node1's pipeline trains fewer microbatches once
 #       flagged (a re-plan is the same here: a pipeline of one node has no
-#       place to move it to).
+#       place to move it to); mitigate: whatever the controller prices best
+#       (dropping node1 as a spare among the choices).
 #   a 3-node pipeline (skipped with SHORT=1): five nodes of 130 MB, a
 #       3-node and a 2-node pipeline, 8 microbatches; node1 holds the
 #       3-node pipeline's middle stage, its heaviest. full, keep, re-split,
@@ -64,7 +65,7 @@ run() {  # CONFIG NAME FLAGS...
 
 for config in $configs; do
   if [ "$config" = one-node ]; then
-    tools/cluster-setup.sh mini "$out/$config" --nodes 3 --fault-tolerance 2 --global-microbatches 6 \
+    tools/cluster-setup.sh mini "$out/$config" --nodes 3 --fault-tolerance 1 --global-microbatches 6 \
       --memory-mb 400 --repeats 2 > /dev/null
   else
     tools/cluster-setup.sh mini "$out/$config" --nodes 5 --fault-tolerance 1 --global-microbatches 8 \
@@ -78,6 +79,9 @@ for config in $configs; do
     run "$config" evict --stragglers keep --inject "$out/$config/evict.csv"
   fi
   run "$config" resplit --stragglers resplit --inject "$out/$config/slow.csv"
+  if [ "$config" = one-node ]; then
+    run "$config" mitigate --stragglers mitigate --inject "$out/$config/slow.csv"
+  fi
   if [ "$config" = three-node ]; then
     run "$config" replan --stragglers replan --inject "$out/$config/slow.csv"
   fi
@@ -92,7 +96,7 @@ summary = {"factor": float(factor), "steps": steps, "window": window, "configs":
 print(f"a straggler at {factor} of its CPU from step 2, steady state over the last {window} of {steps} steps:")
 for config in configs:
     rows = {}
-    names = ["full", "keep", "evict", "resplit"] if config == "one-node" else ["full", "keep", "resplit", "replan"]
+    names = ["full", "keep", "evict", "resplit", "mitigate"] if config == "one-node" else ["full", "keep", "resplit", "replan"]
     for name in names:
         lines = records(f"{out}/{config}-{name}.jsonl")
         tail = [l for l in lines if l["kind"] == "step" and l["step"] >= steps - window]
@@ -102,6 +106,7 @@ for config in configs:
         rows[name] = {"step_ms": live, "median_step_ms": statistics.median(l["iteration_ms"] for l in tail),
                       "predicted_ms": statistics.mean(predicted) if predicted else None,
                       "generations": len(gens), "microbatches": gens[-1].get("microbatches"),
+                      "choices": [l["chosen"] for l in lines if l["kind"] == "speeds"],
                       "pipelines": gens[-1]["pipelines"]}
     summary["configs"][config] = rows
     print(f"\n{config} pipelines ({'3 nodes, 6 microbatches' if config == 'one-node' else '5 nodes: 3+2, 8 microbatches'}):")
@@ -110,6 +115,7 @@ for config in configs:
         model = f"{r['predicted_ms']:9.0f}" if r["predicted_ms"] else f"{'-':>9}"
         ratio = f"{r['step_ms'] / r['predicted_ms']:10.2f}" if r["predicted_ms"] else f"{'-':>10}"
         print(f"  {name:<9} {r['step_ms']:8.0f} {r['step_ms'] / rows['full']['step_ms']:7.2f} "
-              f"{r['step_ms'] / rows['keep']['step_ms']:7.2f} {model} {ratio}  {r['microbatches']}")
+              f"{r['step_ms'] / rows['keep']['step_ms']:7.2f} {model} {ratio}  {r['microbatches']}"
+              + (f"  ({', '.join(r['choices'])})" if r["choices"] else ""))
 json.dump(summary, open(f"{out}/bench-stragglers.json", "w"), indent=1)
 PY
