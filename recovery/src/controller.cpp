@@ -280,35 +280,32 @@ Actions Controller::weigh_speeds(int step) {
   for (const auto& n : dropped_) {
     if (!speeds.count(n) && rank_of(n) >= 0) recovered.push_back(n);
   }
-  std::optional<Reconfiguration> dropping, readmitting;
-  if (options_.speeds_may_drop) {
-    const int count = static_cast<int>(nodes.size());
+  const auto reconfigured = [&](const std::vector<std::string>& lost, const std::vector<std::string>& added,
+                                  bool wanted) -> std::optional<Reconfiguration> {
+    if (!wanted || !options_.speeds_may_drop) return std::nullopt;
+    const int count = static_cast<int>(nodes.size() + added.size() - lost.size());
     try {
-      if (!slow.empty()) {
-        dropping = reconfigure(cost_, templates_for(std::max(1, count - static_cast<int>(slow.size()))), *base_, slow, {});
-        // A node dropped by choice must not cost fault tolerance: the plan
-        // keeps f + 1 pipelines, or as many as it had.
-        const std::size_t keeps =
-            std::min(static_cast<std::size_t>(options_.fault_tolerance) + 1, plan.pipelines.size());
-        if (dropping->plan.pipelines.size() < keeps) throw NoPlanError("dropping would cost fault tolerance");
-        dropping->plan.spare_nodes.insert(dropping->plan.spare_nodes.end(), slow.begin(), slow.end());
-        c.dropped = slow;
-        c.drop_ms = iteration_ms_at_speeds(cost_, dropping->plan, speeds);
-        c.drop_copy_ms = dropping->copy_ms;
-      }
+      return reconfigure(cost_, templates_for(std::max(1, count)), *base_, lost, added);
     } catch (const NoPlanError&) {
-      dropping.reset();
+      return std::nullopt;
     }
-    try {
-      if (!recovered.empty()) {
-        readmitting = reconfigure(cost_, templates_for(count), *base_, recovered, recovered);
-        c.readmitted = recovered;
-        c.readmit_ms = iteration_ms_at_speeds(cost_, readmitting->plan, speeds);
-        c.readmit_copy_ms = readmitting->copy_ms;
-      }
-    } catch (const NoPlanError&) {
-      readmitting.reset();
-    }
+  };
+  std::optional<Reconfiguration> dropping = reconfigured(slow, {}, !slow.empty());
+  // A node dropped by choice must not cost fault tolerance: the plan keeps
+  // f + 1 pipelines, or as many as it had.
+  const std::size_t keeps = std::min(static_cast<std::size_t>(options_.fault_tolerance) + 1, plan.pipelines.size());
+  if (dropping && dropping->plan.pipelines.size() < keeps) dropping.reset();
+  if (dropping) {
+    dropping->plan.spare_nodes.insert(dropping->plan.spare_nodes.end(), slow.begin(), slow.end());
+    c.dropped = slow;
+    c.drop_ms = iteration_ms_at_speeds(cost_, dropping->plan, speeds);
+    c.drop_copy_ms = dropping->copy_ms;
+  }
+  std::optional<Reconfiguration> readmitting = reconfigured(recovered, recovered, !recovered.empty());
+  if (readmitting) {
+    c.readmitted = recovered;
+    c.readmit_ms = iteration_ms_at_speeds(cost_, readmitting->plan, speeds);
+    c.readmit_copy_ms = readmitting->copy_ms;
   }
   int horizon = std::max(1, options_.speeds_horizon_steps);
   if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));

@@ -7,24 +7,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "live/cpu_quota.h"
+#include "oobleck/common/files.h"
 #include "skip.h"
 
 extern char** environ;
 
 namespace oobleck::executor {
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool exists(const std::string& path) {
   struct stat s {};
@@ -36,8 +28,8 @@ std::string group_folder(const std::string& name) {
   return exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") ? "/sys/fs/cgroup/cpu/" + name : "/sys/fs/cgroup/" + name;
 }
 long quota_of(const std::string& folder) {
-  if (exists(folder + "/cpu.cfs_quota_us")) return std::stol(read_all(folder + "/cpu.cfs_quota_us"));
-  return std::stol(read_all(folder + "/cpu.max"));  // "quota period"
+  if (exists(folder + "/cpu.cfs_quota_us")) return std::stol(read_text_file(folder + "/cpu.cfs_quota_us"));
+  return std::stol(read_text_file(folder + "/cpu.max"));  // "quota period"
 }
 
 pid_t spawn_sleep() {
@@ -65,7 +57,7 @@ TEST_CASE("cpu quota: the group holds this process and its children, scales, and
     REQUIRE(exists(folder));
     CHECK(quota_of(folder) == 640000);  // 64 cores of a 10 ms period
     child = spawn_sleep();
-    const std::string procs = read_all(folder + "/cgroup.procs");
+    const std::string procs = read_text_file(folder + "/cgroup.procs");
     CHECK(procs.find(std::to_string(::getpid())) != std::string::npos);
     CHECK(procs.find(std::to_string(child)) != std::string::npos);  // inherited
     quota.scale(0.25);
@@ -75,7 +67,7 @@ TEST_CASE("cpu quota: the group holds this process and its children, scales, and
     end(child);
   }
   CHECK_FALSE(exists(folder));
-  CHECK(read_all("/proc/self/cgroup").find(name) == std::string::npos);
+  CHECK(read_text_file("/proc/self/cgroup").find(name) == std::string::npos);
 }
 
 TEST_CASE("cpu quota: a group left by a killed owner is removed once its processes are gone") {

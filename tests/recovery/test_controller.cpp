@@ -642,23 +642,39 @@ TEST_CASE("controller: a re-plan for speeds moves the slow node to the lightest 
   for (const auto& t : g.transfers) CHECK((t.to_node == heavy || t.from_node == heavy || t.to_node != t.from_node));
 }
 
+// Three nodes a, b, c that each fit the model: three one-node pipelines,
+// 6 microbatches, established with step 0 committed.
+struct OneNodePipelines {
+  explicit OneNodePipelines(int fault_tolerance)
+      : profile(test::uniform_profile(4, 1, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000)),
+        cost(profile, 4),
+        templates(build_templates(cost, 4)),
+        controller(cost, templates, options_for(fault_tolerance)) {
+    (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
+    (void)controller.handle(GenerationReady{1, 0});
+    (void)controller.handle(StepCompleted{1, 0, 0});
+  }
+  ControllerOptions options_for(int fault_tolerance) const {
+    ControllerOptions options;
+    options.fault_tolerance = fault_tolerance;
+    options.global_microbatches = 6;
+    options.initial_plan = instantiate(cost, templates, {"a", "b", "c"}, fault_tolerance, 6);
+    options.last_step = 40;
+    REQUIRE(options.initial_plan->pipelines.size() == 3);
+    return options;
+  }
+  Profile profile;
+  CostModel cost;
+  TemplateSet templates;
+  Controller controller;
+};
+
 TEST_CASE("controller: a node too slow to be worth its place is dropped as a spare, and readmitted once it recovers") {
   // The model fits one node: three one-node pipelines. At 0.1 of its speed
   // node b would take one microbatch in ten units; two pipelines train the
   // batch in three.
-  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
-  const CostModel cost(profile, 4);
-  const TemplateSet templates = build_templates(cost, 4);
-  ControllerOptions options;
-  options.fault_tolerance = 1;
-  options.global_microbatches = 6;
-  options.initial_plan = instantiate(cost, templates, {"a", "b", "c"}, 1, 6);
-  options.last_step = 40;
-  REQUIRE(options.initial_plan->pipelines.size() == 3);
-  Controller controller(cost, templates, options);
-  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
-  (void)controller.handle(GenerationReady{1, 0});
-  (void)controller.handle(StepCompleted{1, 0, 0});
+  OneNodePipelines cluster(1);
+  Controller& controller = cluster.controller;
   (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
   Actions actions = controller.handle(StepCompleted{1, 1, 0});
   REQUIRE(actions.size() == 3);
@@ -695,18 +711,8 @@ TEST_CASE("controller: a node too slow to be worth its place is dropped as a spa
 }
 
 TEST_CASE("controller: a slow node is not dropped when that would leave fewer than f + 1 pipelines") {
-  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
-  const CostModel cost(profile, 4);
-  const TemplateSet templates = build_templates(cost, 4);
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 6;
-  options.initial_plan = instantiate(cost, templates, {"a", "b", "c"}, 2, 6);
-  options.last_step = 40;
-  Controller controller(cost, templates, options);
-  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
-  (void)controller.handle(GenerationReady{1, 0});
-  (void)controller.handle(StepCompleted{1, 0, 0});
+  OneNodePipelines cluster(2);
+  Controller& controller = cluster.controller;
   (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
   const Actions actions = controller.handle(StepCompleted{1, 1, 0});
   REQUIRE(actions.size() == 3);

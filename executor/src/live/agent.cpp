@@ -204,10 +204,11 @@ class Agent {
         ::kill(workers_[crash->gpu], SIGKILL);
     } else if (const auto* slow = std::get_if<protocol::Slow>(&m)) {
       if (quota_) {
+        const double factor = std::min(1.0, slow->factor);
         try {
-          quota_->scale(std::min(1.0, slow->factor));
+          quota_->scale(factor);
           std::fprintf(stderr, "oobleck-run agent %s: CPU quota scaled to %.2f of %.2f cores\n", o_.node.c_str(),
-                       std::min(1.0, slow->factor), o_.cpus);
+                       factor, o_.cpus);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "oobleck-run agent %s: cannot slow down: %s\n", o_.node.c_str(), e.what());
         }

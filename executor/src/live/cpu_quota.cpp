@@ -81,6 +81,7 @@ std::string CpuQuota::unavailable_reason() {
 CpuQuota::CpuQuota(std::string name, double cores) : cores_(cores) {
   const Hierarchy h = find_hierarchy();
   if (h.root.empty()) throw std::runtime_error(unavailable_reason());
+  v2_ = h.v2;
   if (h.v2 && read_all(h.root + "/cgroup.subtree_control").find("cpu") == std::string::npos) {
     write_file(h.root + "/cgroup.subtree_control", "+cpu");
   }
@@ -102,7 +103,7 @@ CpuQuota::~CpuQuota() {
 }
 
 void CpuQuota::scale(double factor) {
-  set_quota(group_, exists(group_ + "/cpu.max"), quota_us(cores_ * factor));
+  set_quota(group_, v2_, quota_us(cores_ * factor));
 }
 
 void CpuQuota::remove_groups(const std::string& prefix) {

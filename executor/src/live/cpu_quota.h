@@ -43,6 +43,7 @@ class CpuQuota {
  private:
   std::string group_;  // its folder
   double cores_;
+  bool v2_ = false;  // cgroup v2's cpu.max, else v1's cpu.cfs_quota_us
 };
 
 }  // namespace oobleck::executor

@@ -102,13 +102,13 @@ void Master::speeds_weighed(const recovery::SpeedsWeighed& w) {
     probation = probation == 0 ? 20 : std::min(320, 2 * probation);
     dropped_until_step_[node] = w.step + probation;
   }
+  char dropping[48] = "", readmitting[48] = "";
+  if (!c.dropped.empty()) std::snprintf(dropping, sizeof dropping, ", dropping %.1f ms", c.drop_ms);
+  if (!c.readmitted.empty()) std::snprintf(readmitting, sizeof readmitting, ", readmitting %.1f ms", c.readmit_ms);
   std::fprintf(stderr,
                "oobleck-run: at step %d, node speeds weighed: keep %.1f ms, re-split %.1f ms, re-plan %.1f ms "
-               "(copies %.1f ms)%s: %s\n",
-               w.step, c.keep_ms, c.resplit_ms, c.replan_ms, c.replan_copy_ms,
-               (c.dropped.empty() ? std::string() : ", dropping " + std::to_string(c.drop_ms).substr(0, 7) + " ms")
-                   .append(c.readmitted.empty() ? "" : ", readmitting " + std::to_string(c.readmit_ms).substr(0, 7) + " ms")
-                   .c_str(),
+               "(copies %.1f ms)%s%s: %s\n",
+               w.step, c.keep_ms, c.resplit_ms, c.replan_ms, c.replan_copy_ms, dropping, readmitting,
                std::string(recovery::speed_choice_name(c.chosen)).c_str());
   reporter_.speeds(w, now_ms() - training_start_ms_);
 }
