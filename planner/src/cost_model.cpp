@@ -273,6 +273,11 @@ Bytes CostModel::stage_state_bytes_per_gpu(int begin, int end, int degree) const
   return (held + degree - 1) / degree;
 }
 
+Milliseconds CostModel::stage_optimizer_ms(int begin, int end, int degree) const {
+  if (optimizer_bytes_per_s_ <= 0) return 0;
+  return 2.0 * static_cast<double>(stage_state_bytes_per_gpu(begin, end, degree)) / optimizer_bytes_per_s_ * 1000.0;
+}
+
 Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight, Recompute recompute) const {
   const auto [state, activation] = stage_held_bytes(begin, end, degree);
   // In long double: in_flight x activations can pass 2^63 for absurd M.

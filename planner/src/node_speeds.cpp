@@ -12,7 +12,11 @@
 //
 // Split. A pipeline with m microbatches takes T_p(m) = F_p + (m - 1) K_p
 // (first microbatch, slowest stage, both at its nodes' speeds) plus its
-// synchronisation tail, increasing in m. Giving each next microbatch to the
+// synchronisation tail plus O_p, the slowest optimizer step among its
+// nodes at their speeds (where the cost model prices it): each node steps
+// after the commit of one iteration and before its passes of the next, so
+// a slow node's step delays its own pipeline, which the split then gives
+// fewer microbatches. The sum is increasing in m. Giving each next microbatch to the
 // pipeline that would finish it earliest is the exact min-max integer split
 // for increasing costs: an optimum's bottleneck value v admits every
 // assignment the greedy makes before exceeding v.
@@ -45,6 +49,8 @@ std::vector<Milliseconds> position_weights(const CostModel& cost, const Pipeline
 struct SpeedTimes {
   Milliseconds first_ms = 0;
   Milliseconds bottleneck_ms = 0;
+  Milliseconds optimizer_ms = 0;  // O_p
+  // T_p(m): the passes alone.
   [[nodiscard]] Milliseconds at(int m) const { return first_ms + (m - 1) * bottleneck_ms; }
 };
 
@@ -56,6 +62,7 @@ SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeS
     const Milliseconds compute = cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
     t.first_ms += compute;
     t.bottleneck_ms = std::max(t.bottleneck_ms, compute);
+    t.optimizer_ms = std::max(t.optimizer_ms, cost.stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus) / speed);
     if (s + 1 < p.stages.size()) t.first_ms += 2 * cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node);
   }
   return t;
@@ -119,7 +126,7 @@ Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds)
   std::vector<Milliseconds> tails;
   for (const auto& p : plan.pipelines) {
     times.push_back(times_at_speeds(cost, p, speeds));
-    tails.push_back(cost.sync_tail_ms(p.stages, count));
+    tails.push_back(cost.sync_tail_ms(p.stages, count) + times.back().optimizer_ms);
   }
   const int B = plan.global_microbatches;
   std::vector<int> given(static_cast<std::size_t>(count), 1);
@@ -154,7 +161,8 @@ Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, con
   const int count = static_cast<int>(plan.pipelines.size());
   Milliseconds out = 0;
   for (const auto& p : plan.pipelines) {
-    out = std::max(out, times_at_speeds(cost, p, speeds).at(p.microbatches) + cost.sync_tail_ms(p.stages, count));
+    const SpeedTimes t = times_at_speeds(cost, p, speeds);
+    out = std::max(out, t.at(p.microbatches) + cost.sync_tail_ms(p.stages, count) + t.optimizer_ms);
   }
   return out;
 }

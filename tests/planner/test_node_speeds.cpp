@@ -32,20 +32,25 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
     do {
       for (int m = 1; m <= plan.global_microbatches; ++m) {
         if (!cost.pipeline_fits(pipe.stages, m)) continue;
-        double first = 0, slowest = 0;
+        double first = 0, slowest = 0, optimizer = 0;
         for (std::size_t s = 0; s < pipe.stages.size(); ++s) {
           const Stage& st = pipe.stages[s];
           const auto it = speeds.find(pipe.nodes[static_cast<std::size_t>(st.node)]);
+          const double speed = it == speeds.end() ? 1.0 : it->second;
           double t = 0;
           for (int l = st.layer_begin; l < st.layer_end; ++l) {
             t += cost.layer_forward_ms(l, st.gpus) + cost.layer_backward_ms(l, st.gpus, st.recompute);
           }
-          t /= it == speeds.end() ? 1.0 : it->second;
+          t /= speed;
+          if (cost.optimizer_bytes_per_s() > 0) {  // its state read and written once, at the node's speed
+            const double bytes = 2.0 * static_cast<double>(cost.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus));
+            optimizer = std::max(optimizer, bytes / cost.optimizer_bytes_per_s() * 1000.0 / speed);
+          }
           first += t;
           slowest = std::max(slowest, t);
           if (s + 1 < pipe.stages.size()) first += 2 * cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node);
         }
-        const double total = first + (m - 1) * slowest + cost.sync_tail_ms(pipe.stages, count);
+        const double total = first + (m - 1) * slowest + cost.sync_tail_ms(pipe.stages, count) + optimizer;
         auto& b = best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)];
         b = std::min(b, total);
       }
@@ -122,6 +127,20 @@ TEST_CASE("node speeds: placement and split equal brute force on 300 random plan
     CHECK(iteration_ms_at_speeds(cost, plan, {}) == doctest::Approx(plan.iteration_ms).epsilon(1e-9));
     CHECK(at_speeds.iteration_ms <= split.iteration_ms * (1 + 1e-12));
     CHECK(split.iteration_ms <= iteration_ms_at_speeds(cost, plan, speeds) * (1 + 1e-12));
+    // With the optimizer step priced (here at up to a whole layer pass of
+    // the model's state), the split still equals brute force, and a slow
+    // node's step counts in its pipeline's time.
+    CostModel priced(profile, 4);
+    double state = 0, passes = 0;
+    for (int l = 0; l < priced.layers(); ++l) {
+      state += static_cast<double>(priced.layer_state_bytes(l));
+      passes += priced.layer_forward_ms(l, 1) + priced.layer_backward_ms(l, 1);
+    }
+    priced.set_optimizer_bytes_per_s(2 * state / (passes * std::uniform_real_distribution<double>(0.05, 1)(rng)) * 1000);
+    const Plan priced_split = split_at_speeds(priced, plan, speeds);
+    CHECK(priced_split.iteration_ms == doctest::Approx(brute_force_at_speeds(priced, plan, speeds, true)).epsilon(1e-9));
+    CHECK(iteration_ms_at_speeds(priced, priced_split, speeds) == doctest::Approx(priced_split.iteration_ms).epsilon(1e-12));
+    CHECK(iteration_ms_at_speeds(priced, plan, speeds) > iteration_ms_at_speeds(cost, plan, speeds));
     // Rearranged, every node holds its new layers: kept or copied from a
     // node that held them, and nothing else is copied.
     const Reconfiguration moves = rearrangement(cost, plan, at_speeds);

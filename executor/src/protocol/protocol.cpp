@@ -221,7 +221,9 @@ void from_json(const Json& j, Started& m) {
 }
 
 void to_json(Json& j, const Ready& m) {
-  j = {{"generation", m.generation}, {"step", m.step}, {"loss", m.loss}, {"compute_ms", m.compute_ms}};
+  j = {{"generation", m.generation}, {"step", m.step},
+       {"loss", m.loss},  {"compute_ms", m.compute_ms},
+       {"optimizer_ms", m.optimizer_ms}};
   if (m.samples) j["samples"] = {m.samples->first, m.samples->count};
 }
 void from_json(const Json& j, Ready& m) {
@@ -229,6 +231,7 @@ void from_json(const Json& j, Ready& m) {
   m.step = field<int>(j, "step");
   m.loss = field<double>(j, "loss");
   m.compute_ms = j.value("compute_ms", 0.0);
+  m.optimizer_ms = j.value("optimizer_ms", 0.0);
   if (j.contains("samples")) {
     const auto range = field<std::pair<int, int>>(j, "samples");
     m.samples = SampleRange{range.first, range.second};

@@ -163,6 +163,10 @@ struct Ready {
   // The step's forward and backward passes, waits for neighbours left out:
   // what the master's straggler detector compares with the profile.
   double compute_ms = 0;
+  // The optimizer step that ended the step before (with the wait for that
+  // step's snapshot, which reads what it changes): the node's own work
+  // after the passes, which a slow node also does slowly. 0: none timed.
+  double optimizer_ms = 0;
 };
 struct CommunicationFailed {
   int generation = 0;

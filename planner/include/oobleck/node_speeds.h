@@ -29,7 +29,9 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 // take the lightest node positions of its template (exact with one stage
 // per node), and the global batch is re-split among the pipelines, exactly,
 // to minimise the slowest one's time at those speeds plus its
-// synchronisation tail (the tails as profiled). The templates, and which
+// synchronisation tail (the tails as profiled) plus its slowest optimizer
+// step at those speeds, where the cost model prices optimizer steps (then
+// the plan's sync_ms counts that step too). The templates, and which
 // nodes form each pipeline, stay as given. With every factor 1 the
 // iteration time is the plan's own. Throws NoPlanError when no split fits
 // memory (speeds change no memory, so only for a plan that did not fit).
@@ -40,7 +42,8 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 [[nodiscard]] Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
 // `plan`'s iteration time when its nodes compute at these speeds: the
 // slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
-// tail (as profiled). With every factor 1, the plan's own.
+// tail (as profiled) plus its slowest optimizer step at those speeds (where
+// priced). With every factor 1 and optimizer steps not priced, the plan's own.
 [[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
 
 }  // namespace oobleck

@@ -148,6 +148,16 @@ class CostModel {
   // When gradients are all-reduced (per layer by default): sync_tail_ms prices it.
   void set_gradient_sync(GradientSync sync) { gradient_sync_ = sync; }
   [[nodiscard]] GradientSync gradient_sync() const { return gradient_sync_; }
+  // The optimizer step's rate: each GPU reads and writes its stages'
+  // weights and optimizer state once per iteration, at this many bytes a
+  // second (0, the default: not priced). Plans' own iteration times leave
+  // it out, as the template search does; the times at node speeds
+  // (node_speeds.h) count it, each node's at its speed, because a slow
+  // node's optimizer step delays its pipeline's next iteration.
+  void set_optimizer_bytes_per_s(double bytes_per_s) { optimizer_bytes_per_s_ = bytes_per_s; }
+  [[nodiscard]] double optimizer_bytes_per_s() const { return optimizer_bytes_per_s_; }
+  // The optimizer step of a stage at `degree` (0 when not priced).
+  [[nodiscard]] Milliseconds stage_optimizer_ms(int begin, int end, int degree) const;
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
   // With recomputation, the layer's forward again, then its backward.
@@ -238,6 +248,7 @@ class CostModel {
   RecomputePolicy recompute_policy_ = RecomputePolicy::none;
   std::vector<Recompute> recompute_choices_{Recompute::none};
   GradientSync gradient_sync_ = GradientSync::per_layer;
+  double optimizer_bytes_per_s_ = 0;
   // The most activation bytes one GPU holds for one layer of [begin, end).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index) const;
   // Per degree index: prefix sums of the replicated layers' state and

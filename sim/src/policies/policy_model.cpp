@@ -46,6 +46,9 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   }
   cost.emplace(profile, cluster.templates.microbatches);
   cost->set_recompute(options.recompute);  // as the templates were made
+  // A slow node's optimizer step is slow too: weighing stragglers prices it,
+  // as simulate_iteration does.
+  cost->set_optimizer_bytes_per_s(scenario.cluster.device_memory_bytes_per_s);
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
   for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
 }

@@ -309,12 +309,13 @@ void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m
     return;
   }
   ledger_.add(m.step, worker_rank(node, gpu), m);
-  auto& compute = node_compute_ms_[{m.step, node}];
-  compute = std::max(compute, m.compute_ms);
+  auto& work = node_work_ms_[{m.step, node}];
+  work.compute_ms = std::max(work.compute_ms, m.compute_ms);
+  work.optimizer_ms = std::max(work.optimizer_ms, m.optimizer_ms);
   if (++ready_workers_[{m.step, node}] < gpus_) return;
   ready_workers_.erase({m.step, node});
-  measure_compute(m.step, node, std::exchange(compute, 0));
-  node_compute_ms_.erase({m.step, node});
+  measure_work(m.step, node, work);
+  node_work_ms_.erase({m.step, node});
   decide(recovery::StepReported{generation_->number, m.step, node, now_ms()});
 }
 

@@ -81,7 +81,13 @@ class Master {
   // compute time of a step measured, and the controller told of what the
   // detector flags.
   void slow_node(const std::string& node, double factor, const std::string& why);
-  void measure_compute(int step, const std::string& node, double compute_ms);
+  // A node's work in one step, as its slowest worker timed it: its passes,
+  // and the optimizer step that ended the step before.
+  struct NodeWork {
+    Milliseconds compute_ms = 0, optimizer_ms = 0;
+  };
+  void measure_work(int step, const std::string& node, const NodeWork& work);
+  void price_optimizer(const std::map<std::string, NodeWork>& measured, double scale);
   [[nodiscard]] std::map<std::string, Milliseconds> predicted_compute_ms() const;
   void speeds_weighed(const recovery::SpeedsWeighed& w);
   void retry_dropped_nodes(int committed_step);
@@ -154,8 +160,8 @@ class Master {
   std::set<int> done_ranks_;
   std::map<int, protocol::StepTimeline> timelines_;
   // Stragglers: each node's compute time of a step (its slowest worker's).
-  std::map<int, std::map<std::string, Milliseconds>> compute_ms_;
-  std::map<std::pair<int, std::string>, Milliseconds> node_compute_ms_;  // (step, node): its workers' so far
+  std::map<int, std::map<std::string, NodeWork>> work_ms_;
+  std::map<std::pair<int, std::string>, NodeWork> node_work_ms_;  // (step, node): its workers' so far
   recovery::StragglerDetector stragglers_;
   std::map<std::string, int> dropped_until_step_;    // spares dropped as slow: tried again after that step
   std::map<std::string, int> drop_probation_steps_;  // how long each was, last time

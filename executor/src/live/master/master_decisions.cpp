@@ -53,8 +53,8 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   if (g.cause == recovery::Cause::join || g.cause == recovery::Cause::speeds) {
     chain_failure_ms_ = -1, chain_detected_ms_ = now;
   }
-  compute_ms_.clear();
-  node_compute_ms_.clear();
+  work_ms_.clear();
+  node_work_ms_.clear();
   if (g.cause == recovery::Cause::communication) {
     std::fprintf(stderr, "oobleck-run: communication failed without a lost node (%s); restarting the step\n",
                  last_comm_error_.c_str());

@@ -38,29 +38,32 @@ std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
   return out;
 }
 
-// A node finished `step` (its slowest worker's passes took compute_ms).
-// Once every trainer node did, the detector sees the step; the first step
-// of a generation is left out (its gradient groups are made during it).
-void Master::measure_compute(int step, const std::string& node, double compute_ms) {
+// A node finished `step`. Once every trainer node did, the detector sees
+// the step's passes; the first step of a generation is left out (its
+// gradient groups are made during it).
+void Master::measure_work(int step, const std::string& node, const NodeWork& work) {
   if (!generation_ || step == generation_->resume_step) return;
-  auto& measured = compute_ms_[step];
-  measured[node] = compute_ms;
+  auto& measured = work_ms_[step];
+  measured[node] = work;
   const auto predicted = predicted_compute_ms();
   if (measured.size() < predicted.size()) return;
-  const bool changed = stragglers_.observe(measured, predicted);
+  std::map<std::string, Milliseconds> compute;
+  for (const auto& [n, w] : measured) compute[n] = w.compute_ms;
+  const bool changed = stragglers_.observe(compute, predicted);
   // What the cost model predicts for this step at the speeds measured, on
   // this machine's scale (its median node's compute against the profile's).
   MeasuredStep& shown = measured_steps_[step];
   std::vector<double> scale;
-  for (const auto& [n, ms] : measured) {
+  for (const auto& [n, ms] : compute) {
     shown.speeds[n] = stragglers_.measured().at(n);
     if (const auto p = predicted.find(n); p != predicted.end() && p->second > 0) scale.push_back(ms / p->second);
   }
   if (!scale.empty()) {
     std::nth_element(scale.begin(), scale.begin() + static_cast<std::ptrdiff_t>(scale.size() / 2), scale.end());
+    price_optimizer(measured, scale[scale.size() / 2]);
     shown.predicted_ms = iteration_ms_at_speeds(cost_, generation_->plan, shown.speeds) * scale[scale.size() / 2];
   }
-  compute_ms_.erase(step);
+  work_ms_.erase(step);
   if (!changed) return;
   std::string flagged;
   for (const auto& [n, speed] : stragglers_.flagged()) {
@@ -71,6 +74,33 @@ void Master::measure_compute(int step, const std::string& node, double compute_m
   if (o_.stragglers != MasterOptions::Stragglers::keep) {
     decide(recovery::NodeSpeedsMeasured{stragglers_.flagged(), now_ms()});
   }
+}
+
+// The profile prices passes, not optimizer steps, and a slow node's step
+// is slow too (node_speeds.h): its rate is measured here, each node's step
+// brought to full speed (times its measured factor) and to the profile's
+// scale (over `scale`, the machine's passes against the profile's), and the
+// median node's rate is what the controller's weighing prices.
+void Master::price_optimizer(const std::map<std::string, NodeWork>& measured, double scale) {
+  if (!generation_ || scale <= 0) return;
+  std::map<std::string, Bytes> state;  // per GPU, the node's largest stage
+  for (const auto& p : generation_->plan.pipelines) {
+    for (const auto& s : p.stages) {
+      auto& bytes = state[p.nodes.at(static_cast<std::size_t>(s.node))];
+      bytes = std::max(bytes, cost_.stage_state_bytes_per_gpu(s.layer_begin, s.layer_end, s.gpus));
+    }
+  }
+  std::vector<double> rates;
+  for (const auto& [node, work] : measured) {
+    const auto bytes = state.find(node);
+    const auto speed = stragglers_.measured().find(node);
+    if (work.optimizer_ms <= 0 || bytes == state.end() || speed == stragglers_.measured().end()) continue;
+    const double profile_ms = work.optimizer_ms * speed->second / scale;
+    rates.push_back(2.0 * static_cast<double>(bytes->second) / profile_ms * 1000.0);
+  }
+  if (rates.empty()) return;
+  std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2), rates.end());
+  cost_.set_optimizer_bytes_per_s(rates[rates.size() / 2]);
 }
 
 // A node dropped as a spare trains nothing, so nothing measures it: after a

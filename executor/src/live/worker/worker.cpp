@@ -268,10 +268,11 @@ class LiveWorker {
       if (finished) inbox_.send(protocol::Done{number_, std::nullopt});
       return finished;
     }
+    double optimizer_ms = 0;  // the step before's, in this generation
     for (int step = resume_step_; step < o_.steps; ++step) {
       const double loss = step_->run(step, step == o_.steps - 1);  // the last step, warmed up, is timed
       pending_ = step;
-      protocol::Ready ready{number_, step, loss, std::nullopt, step_->compute_ms()};
+      protocol::Ready ready{number_, step, loss, std::nullopt, step_->compute_ms(), optimizer_ms};
       if (seat().stage == 0 && seat().shard == 0) {
         const int mb = o_.microbatch_size;
         ready.samples =
@@ -282,6 +283,7 @@ class LiveWorker {
       const double applied = now_ms();
       apply_step();
       step_->record_optimizer(applied, now_ms());
+      optimizer_ms = now_ms() - applied;
       snapshot(commit);
       if (commit.finish) {
         taker_.wait();
