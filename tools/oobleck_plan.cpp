@@ -244,7 +244,7 @@ int run_instantiate(const InstantiateFlags& f) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);
     cost.set_gradient_sync(result.plan.gradient_sync);
-    result.plan = apply_node_speeds(cost, std::move(result.plan), speeds);
+    result.plan = instantiate_at_speeds(cost, result.templates, names, f.fault_tolerance, f.global_microbatches, speeds);
   }
   report_time();
   if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
@@ -252,7 +252,7 @@ int run_instantiate(const InstantiateFlags& f) {
   print_templates(result.templates, template_sizes_used(result.plan));
   print_plan(result.plan);
   if (!speeds.empty()) {
-    std::printf("Node speeds (the pipelines' times and split above are at them):");
+    std::printf("Node speeds (the templates, places, split and times above are chosen at them):");
     for (const auto& [node, speed] : speeds) std::printf(" %s %g", node.c_str(), speed);
     std::printf("\n");
   }

@@ -256,11 +256,33 @@ Actions Controller::weigh_speeds(int step) {
   c.keep_ms = iteration_ms_at_speeds(cost_, plan, speeds);
   std::optional<Plan> split, placed;
   std::optional<Reconfiguration> moves;
+  int horizon = std::max(1, options_.speeds_horizon_steps);
+  if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
   try {
     split = split_at_speeds(cost_, plan, speeds);
-    placed = apply_node_speeds(cost_, plan, speeds);
-    if (options_.speeds_may_replan) moves = rearrangement(cost_, *base_, *placed);
   } catch (const NoPlanError&) {
+  }
+  // Re-plan: the pipelines' nodes placed anew within them, or the plan made
+  // again at the speeds (templates, pipelines, places: more may move), the
+  // better one with its copies spread over the horizon.
+  {
+    std::vector<std::string> training;
+    for (const auto& p : plan.pipelines) training.insert(training.end(), p.nodes.begin(), p.nodes.end());
+    for (int made = 0; made < 2; ++made) {
+      try {
+        Plan candidate = made == 0 ? apply_node_speeds(cost_, plan, speeds)
+                                   : instantiate_at_speeds(cost_, templates_for(static_cast<int>(training.size())),
+                                                           training, options_.fault_tolerance,
+                                                           plan.global_microbatches, speeds);
+        Reconfiguration copies = rearrangement(cost_, *base_, candidate);
+        if (!placed || candidate.iteration_ms + copies.copy_ms / horizon <
+                           (placed->iteration_ms + moves->copy_ms / horizon) * (1 - 1e-12)) {
+          placed = std::move(candidate);
+          moves = std::move(copies);
+        }
+      } catch (const NoPlanError&) {
+      }
+    }
   }
   c.resplit_ms = split ? split->iteration_ms : c.keep_ms;
   c.replan_ms = placed ? placed->iteration_ms : c.keep_ms;
@@ -307,8 +329,6 @@ Actions Controller::weigh_speeds(int step) {
     c.readmit_ms = iteration_ms_at_speeds(cost_, readmitting->plan, speeds);
     c.readmit_copy_ms = readmitting->copy_ms;
   }
-  int horizon = std::max(1, options_.speeds_horizon_steps);
-  if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
   const double worth = 1 - options_.speeds_min_gain;
   Milliseconds best = c.keep_ms;
   const auto consider = [&](bool possible, Milliseconds ms, SpeedChoice::Kind kind) {
@@ -318,7 +338,7 @@ Actions Controller::weigh_speeds(int step) {
     }
   };
   consider(split && options_.speeds_may_resplit, c.resplit_ms, SpeedChoice::Kind::resplit);
-  consider(placed && moves, c.replan_ms + c.replan_copy_ms / horizon, SpeedChoice::Kind::replan);
+  consider(placed && options_.speeds_may_replan, c.replan_ms + c.replan_copy_ms / horizon, SpeedChoice::Kind::replan);
   consider(dropping.has_value(), c.drop_ms + c.drop_copy_ms / horizon, SpeedChoice::Kind::drop);
   consider(readmitting.has_value(), c.readmit_ms + c.readmit_copy_ms / horizon, SpeedChoice::Kind::readmit);
   Actions out{SpeedsWeighed{step, c}};

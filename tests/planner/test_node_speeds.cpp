@@ -192,3 +192,134 @@ TEST_CASE("node speeds: a slow node's pipeline takes fewer microbatches, and bad
   CHECK_THROWS_WITH_AS((void)apply_node_speeds(cost, plan, {{slow, 0}}), doctest::Contains("expected a factor in"),
                        InputError);
 }
+
+namespace {
+
+// Every composition of template sizes on `used` nodes (f + 1 to B parts),
+// every order of all the nodes into its pipelines' positions and then the
+// spares, each split exactly (split_at_speeds, checked against brute force
+// above): the fastest iteration.
+double brute_force_instantiation(const CostModel& cost, const TemplateSet& templates, std::vector<std::string> nodes,
+                                 int f, int B, const NodeSpeeds& speeds, int used) {
+  std::vector<std::vector<int>> compositions;
+  std::vector<int> parts;
+  std::function<void(std::size_t, int)> go = [&](std::size_t from, int left) {
+    if (left == 0 && static_cast<int>(parts.size()) >= f + 1) compositions.push_back(parts);
+    if (left == 0 || static_cast<int>(parts.size()) == B) return;
+    for (std::size_t i = from; i < templates.templates.size(); ++i) {
+      if (templates.templates[i].nodes > left) continue;
+      parts.push_back(templates.templates[i].nodes);
+      go(i, left - templates.templates[i].nodes);
+      parts.pop_back();
+    }
+  };
+  go(0, used);
+  double best = std::numeric_limits<double>::infinity();
+  std::sort(nodes.begin(), nodes.end());
+  do {
+    for (const auto& sizes : compositions) {
+      Plan plan;
+      plan.fault_tolerance = f;
+      plan.global_microbatches = B;
+      plan.template_microbatches = templates.microbatches;
+      std::size_t next = 0;
+      for (int size : sizes) {
+        Pipeline p;
+        p.template_nodes = size;
+        p.stages = templates.find(size)->stages;
+        p.nodes.assign(nodes.begin() + static_cast<std::ptrdiff_t>(next),
+                       nodes.begin() + static_cast<std::ptrdiff_t>(next + static_cast<std::size_t>(size)));
+        p.microbatches = 1;
+        next += static_cast<std::size_t>(size);
+        plan.pipelines.push_back(std::move(p));
+      }
+      try {
+        best = std::min(best, split_at_speeds(cost, plan, speeds).iteration_ms);
+      } catch (const NoPlanError&) {
+      }
+    }
+  } while (std::next_permutation(nodes.begin(), nodes.end()));
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("node speeds: instantiation at speeds (templates, pipelines, places, split, spares) equals brute force") {
+  std::mt19937_64 rng(20261128);
+  int checked = 0, composition_changed = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    test::RandomProfileOptions options;
+    options.min_layers = 3;
+    options.max_layers = 6;
+    options.gpus_per_node_choices = {1};
+    const Profile profile = test::random_profile(rng, options);
+    const int count = std::uniform_int_distribution<int>(2, 6)(rng);
+    const int f = std::uniform_int_distribution<int>(0, 1)(rng);
+    const int B = std::uniform_int_distribution<int>(f + 1, 8)(rng);
+    const CostModel cost(profile, 4);
+    // Templates on fewer nodes than the cluster, sometimes: then some
+    // nodes are spares.
+    const TemplateSet templates = build_templates(cost, std::uniform_int_distribution<int>(1, count)(rng));
+    const std::vector<std::string> nodes = numbered_nodes(count);
+    Plan blind;
+    try {
+      blind = instantiate(cost, templates, nodes, f, B);
+    } catch (const NoPlanError&) {
+      continue;
+    }
+    NodeSpeeds speeds;
+    const double factors[] = {0.2, 0.4, 0.7, 1.5};
+    const int slow = std::uniform_int_distribution<int>(1, std::min(3, count))(rng);
+    for (int k = 0; k < slow; ++k) {
+      speeds["node" + std::to_string(std::uniform_int_distribution<int>(0, count - 1)(rng))] =
+          factors[std::uniform_int_distribution<int>(0, 3)(rng)];
+    }
+    CAPTURE(trial);
+    const Plan plan = instantiate_at_speeds(cost, templates, nodes, f, B, speeds);
+    const int used = count - static_cast<int>(blind.spare_nodes.size());
+    CHECK(plan.iteration_ms ==
+          doctest::Approx(brute_force_instantiation(cost, templates, nodes, f, B, speeds, used)).epsilon(1e-9));
+    CHECK(iteration_ms_at_speeds(cost, plan, speeds) == doctest::Approx(plan.iteration_ms).epsilon(1e-12));
+    CHECK(plan.iteration_ms <= apply_node_speeds(cost, blind, speeds).iteration_ms * (1 + 1e-12));
+    // A plan: every node once, f + 1 pipelines, the whole batch.
+    std::vector<std::string> seen(plan.spare_nodes);
+    int total = 0;
+    for (const auto& p : plan.pipelines) {
+      seen.insert(seen.end(), p.nodes.begin(), p.nodes.end());
+      total += p.microbatches;
+      CHECK(p.stages == templates.find(p.template_nodes)->stages);
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == nodes);
+    CHECK(total == B);
+    CHECK(static_cast<int>(plan.pipelines.size()) >= f + 1);
+    std::vector<int> sizes, blind_sizes;
+    for (const auto& p : plan.pipelines) sizes.push_back(p.template_nodes);
+    for (const auto& p : blind.pipelines) blind_sizes.push_back(p.template_nodes);
+    composition_changed += sizes != blind_sizes;
+    ++checked;
+  }
+  CHECK(checked > 100);
+  CHECK(composition_changed > 0);  // speeds do change which templates are chosen
+  MESSAGE(checked << " instantiations checked; the speeds changed the templates of " << composition_changed);
+}
+
+TEST_CASE("node speeds: beyond eight slow nodes, instantiation places them one at a time, never worse than placing "
+          "within instantiate's plan") {
+  const Profile profile = test::uniform_profile(8, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 8);
+  const TemplateSet templates = build_templates(cost, 4);
+  const std::vector<std::string> nodes = numbered_nodes(24);
+  NodeSpeeds speeds;
+  for (int n = 0; n < 10; ++n) speeds["node" + std::to_string(2 * n + 1)] = 0.3 + 0.05 * n;
+  const Plan blind = instantiate(cost, templates, nodes, 2, 48);
+  const Plan plan = instantiate_at_speeds(cost, templates, nodes, 2, 48, speeds);
+  CHECK(plan.iteration_ms <= apply_node_speeds(cost, blind, speeds).iteration_ms * (1 + 1e-12));
+  CHECK(iteration_ms_at_speeds(cost, plan, speeds) == doctest::Approx(plan.iteration_ms).epsilon(1e-12));
+  std::vector<std::string> seen(plan.spare_nodes);
+  for (const auto& p : plan.pipelines) seen.insert(seen.end(), p.nodes.begin(), p.nodes.end());
+  std::sort(seen.begin(), seen.end());
+  auto sorted = nodes;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(seen == sorted);
+}

@@ -40,6 +40,18 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 // is re-split as apply_node_speeds splits it (exact min-max). A re-split
 // moves no state: only which pipeline trains which microbatch changes.
 [[nodiscard]] Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
+// What instantiate plans on `nodes`, chosen with their speeds in view: the
+// templates the pipelines get, which pipeline each slow node joins and
+// where in it, the split, and the spares (the slowest nodes, when not every
+// node can be used). Exact (the fastest iteration at these speeds over every
+// composition on the nodes instantiate uses, every assignment of nodes and
+// every split) with one stage per node position, on up to 64 nodes with up
+// to 8 not at speed 1 and at most 2,000 compositions; beyond,
+// instantiate's composition, and the slow nodes placed one at a time
+// (instantiate_at_speeds.cpp). Throws as instantiate does.
+[[nodiscard]] Plan instantiate_at_speeds(const CostModel& cost, const TemplateSet& templates,
+                                         const std::vector<std::string>& nodes, int fault_tolerance,
+                                         int global_microbatches, const NodeSpeeds& speeds);
 // `plan`'s iteration time when its nodes compute at these speeds: the
 // slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
 // tail (as profiled) plus its slowest optimizer step at those speeds (where
