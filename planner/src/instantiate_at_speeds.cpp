@@ -81,7 +81,6 @@ struct Search {
   const TemplateSet& templates;
   const NodeSpeeds& speeds;
   int fault_tolerance;
-  int global_microbatches;
   std::vector<std::string> spare;
   std::optional<Plan> best;
 
@@ -181,7 +180,7 @@ Plan instantiate_at_speeds(const CostModel& cost, const TemplateSet& templates, 
   std::stable_sort(ranked.begin(), ranked.end(),
                    [&](const auto& a, const auto& b) { return speed_of(speeds, a) > speed_of(speeds, b); });
   const std::size_t used = nodes.size() - blind.spare_nodes.size();
-  Search search{cost, templates, speeds, fault_tolerance, global_microbatches,
+  Search search{cost, templates, speeds, fault_tolerance,
                 std::vector<std::string>(ranked.begin() + static_cast<std::ptrdiff_t>(used), ranked.end()), {}};
   std::vector<std::string> slow, fast;
   for (const auto& n : nodes) {
@@ -190,10 +189,9 @@ Plan instantiate_at_speeds(const CostModel& cost, const TemplateSet& templates, 
   }
   if (slow.empty()) {
     blind.spare_nodes = search.spare;
-    std::vector<std::string> in_order = fast;
     std::size_t next = 0;
     for (auto& p : blind.pipelines) {
-      for (auto& n : p.nodes) n = in_order.at(next++);
+      for (auto& n : p.nodes) n = fast.at(next++);
     }
     return blind;
   }

@@ -262,27 +262,30 @@ Actions Controller::weigh_speeds(int step) {
     split = split_at_speeds(cost_, plan, speeds);
   } catch (const NoPlanError&) {
   }
-  // Re-plan: the pipelines' nodes placed anew within them, or the plan made
-  // again at the speeds (templates, pipelines, places: more may move), the
-  // better one with its copies spread over the horizon.
-  {
-    std::vector<std::string> training;
-    for (const auto& p : plan.pipelines) training.insert(training.end(), p.nodes.begin(), p.nodes.end());
-    for (int made = 0; made < 2; ++made) {
-      try {
-        Plan candidate = made == 0 ? apply_node_speeds(cost_, plan, speeds)
-                                   : instantiate_at_speeds(cost_, templates_for(static_cast<int>(training.size())),
-                                                           training, options_.fault_tolerance,
-                                                           plan.global_microbatches, speeds);
-        Reconfiguration copies = rearrangement(cost_, *base_, candidate);
-        if (!placed || candidate.iteration_ms + copies.copy_ms / horizon <
-                           (placed->iteration_ms + moves->copy_ms / horizon) * (1 - 1e-12)) {
-          placed = std::move(candidate);
-          moves = std::move(copies);
-        }
-      } catch (const NoPlanError&) {
+  // Re-plan: the pipelines' nodes placed anew within them, or (only to be
+  // taken, so only where allowed) the plan made again at the speeds
+  // (templates, pipelines, places: more may move), the better one with its
+  // copies spread over the horizon.
+  const auto offer_replan = [&](auto make) {
+    try {
+      Plan candidate = make();
+      Reconfiguration copies = rearrangement(cost_, *base_, candidate);
+      if (!placed || candidate.iteration_ms + copies.copy_ms / horizon <
+                         (placed->iteration_ms + moves->copy_ms / horizon) * (1 - 1e-12)) {
+        placed = std::move(candidate);
+        moves = std::move(copies);
       }
+    } catch (const NoPlanError&) {
     }
+  };
+  offer_replan([&] { return apply_node_speeds(cost_, plan, speeds); });
+  if (options_.speeds_may_replan) {
+    offer_replan([&] {
+      std::vector<std::string> training;
+      for (const auto& p : plan.pipelines) training.insert(training.end(), p.nodes.begin(), p.nodes.end());
+      return instantiate_at_speeds(cost_, templates_for(static_cast<int>(training.size())), training,
+                                   options_.fault_tolerance, plan.global_microbatches, speeds);
+    });
   }
   c.resplit_ms = split ? split->iteration_ms : c.keep_ms;
   c.replan_ms = placed ? placed->iteration_ms : c.keep_ms;

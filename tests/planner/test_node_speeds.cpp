@@ -15,6 +15,16 @@ using namespace oobleck;
 
 namespace {
 
+// 3 to 6 layers, one GPU a node: one stage a node position, where placement
+// is exact.
+Profile small_random_profile(std::mt19937_64& rng) {
+  test::RandomProfileOptions options;
+  options.min_layers = 3;
+  options.max_layers = 6;
+  options.gpus_per_node_choices = {1};
+  return test::random_profile(rng, options);
+}
+
 // The best iteration over every node order within each pipeline (only the
 // plan's own with `keep_places`) and every split of the batch that fits
 // memory: each pipeline's T(m) summed stage by stage at its nodes' speeds,
@@ -77,11 +87,7 @@ TEST_CASE("node speeds: placement and split equal brute force on 300 random plan
   std::mt19937_64 rng(20261127);
   int checked = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    test::RandomProfileOptions options;
-    options.min_layers = 3;
-    options.max_layers = 6;
-    options.gpus_per_node_choices = {1};
-    const Profile profile = test::random_profile(rng, options);
+    const Profile profile = small_random_profile(rng);
     const int nodes = std::uniform_int_distribution<int>(2, 6)(rng);
     const int f = std::uniform_int_distribution<int>(0, 2)(rng);
     const int B = std::uniform_int_distribution<int>(f + 1, 10)(rng);
@@ -248,11 +254,7 @@ TEST_CASE("node speeds: instantiation at speeds (templates, pipelines, places, s
   std::mt19937_64 rng(20261128);
   int checked = 0, composition_changed = 0;
   for (int trial = 0; trial < 200; ++trial) {
-    test::RandomProfileOptions options;
-    options.min_layers = 3;
-    options.max_layers = 6;
-    options.gpus_per_node_choices = {1};
-    const Profile profile = test::random_profile(rng, options);
+    const Profile profile = small_random_profile(rng);
     const int count = std::uniform_int_distribution<int>(2, 6)(rng);
     const int f = std::uniform_int_distribution<int>(0, 1)(rng);
     const int B = std::uniform_int_distribution<int>(f + 1, 8)(rng);

@@ -282,8 +282,9 @@ class LiveWorker {
       const protocol::Commit commit = inbox_.wait_commit(number_, step);
       const double applied = now_ms();
       apply_step();
-      step_->record_optimizer(applied, now_ms());
-      optimizer_ms = now_ms() - applied;
+      const double applied_until = now_ms();
+      step_->record_optimizer(applied, applied_until);
+      optimizer_ms = applied_until - applied;
       snapshot(commit);
       if (commit.finish) {
         taker_.wait();
