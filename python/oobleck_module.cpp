@@ -96,7 +96,8 @@ struct ReconfigurationObject {
 };
 
 ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vector<std::string>& lost,
-                                       const std::vector<std::string>& added, bool replan_all) {
+                                       const std::vector<std::string>& added, bool replan_all,
+                                       const NodeSpeeds& node_speeds) {
   // As oobleck-plan reconfigure: templates for the plan's M and choices, up
   // to the most nodes the new plan can use.
   auto cost = std::make_shared<CostModel>(*current.profile, current.plan.template_microbatches);
@@ -105,7 +106,7 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
   auto templates = std::make_shared<Templates>(
       Templates{current.profile, cost, build_templates(*cost, nodes_after(current.plan, lost.size(), added.size()))});
   const Reconfiguration result =
-      reconfigure(*cost, templates->set, current.plan, lost, added, ReconfigureOptions{replan_all});
+      reconfigure(*cost, templates->set, current.plan, lost, added, ReconfigureOptions{replan_all, node_speeds});
   return {reconfiguration_to_json(result, templates->set, *current.profile),
           PlanObject{current.profile, templates, result.plan}};
 }
@@ -268,12 +269,14 @@ PYBIND11_MODULE(oobleck, m) {
   m.def(
       "reconfigure",
       [](const PlanObject& plan, const std::vector<std::string>& lost, const std::vector<std::string>& added,
-         bool replan_all) {
+         bool replan_all, const NodeSpeeds& node_speeds) {
         py::gil_scoped_release unlocked;
-        return reconfigure_plan(plan, lost, added, replan_all);
+        return reconfigure_plan(plan, lost, added, replan_all, node_speeds);
       },
       py::arg("plan"), py::arg("lost") = std::vector<std::string>{}, py::arg("added") = std::vector<std::string>{},
-      py::arg("replan_all") = false, "Re-plans after `lost` nodes leave and `added` join (oobleck-plan reconfigure)");
+      py::arg("replan_all") = false, py::arg("node_speeds") = NodeSpeeds{},
+      "Re-plans after `lost` nodes leave and `added` join, at the survivors' `node_speeds` ({name: factor}) where "
+      "given (oobleck-plan reconfigure)");
 
   // ------------------------------------------------------------ simulation
   py::class_<sim::Trace, std::shared_ptr<sim::Trace>>(m, "Trace", "Node losses and joins over time")

@@ -142,6 +142,13 @@ NodeSpeeds parse_node_speeds(const std::vector<std::string>& given) {
   return out;
 }
 
+void print_node_speeds(const NodeSpeeds& speeds) {
+  if (speeds.empty()) return;
+  std::printf("Node speeds (the plan and times above are chosen at them):");
+  for (const auto& [node, speed] : speeds) std::printf(" %s %g", node.c_str(), speed);
+  std::printf("\n");
+}
+
 CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   auto* cmd = app.add_subcommand("instantiate", "Pipelines for N nodes tolerating f failures");
   cmd->add_option("--profile", f.profile_paths,
@@ -251,11 +258,7 @@ int run_instantiate(const InstantiateFlags& f) {
   print_profile_header(profile);
   print_templates(result.templates, template_sizes_used(result.plan));
   print_plan(result.plan);
-  if (!speeds.empty()) {
-    std::printf("Node speeds (the templates, places, split and times above are chosen at them):");
-    for (const auto& [node, speed] : speeds) std::printf(" %s %g", node.c_str(), speed);
-    std::printf("\n");
-  }
+  print_node_speeds(speeds);
   return 0;
 }
 
@@ -264,6 +267,7 @@ int run_instantiate(const InstantiateFlags& f) {
 struct ReconfigureFlags {
   std::string profile_path, json_out, plan_path, lost, added;
   bool replan_all = false;
+  std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
 
 CLI::App* add_reconfigure(CLI::App& app, ReconfigureFlags& f) {
@@ -276,6 +280,9 @@ CLI::App* add_reconfigure(CLI::App& app, ReconfigureFlags& f) {
   cmd->add_flag("--replan-all", f.replan_all,
                 "Re-plan every pipeline for the best iteration time (default: keep the pipelines that "
                 "lost no node; far less state to copy)");
+  cmd->add_option("--node-speed", f.node_speeds,
+                  "NAME=FACTOR, repeatable: a surviving node computing at FACTOR of the profile's speed; the "
+                  "slowest are left as the spares or take the lightest stages, and the batch is split at the speeds");
   return cmd;
 }
 
@@ -294,10 +301,12 @@ int run_reconfigure(const ReconfigureFlags& f) {
   const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
   ReconfigureOptions options;
   options.replan_all = f.replan_all;
+  options.node_speeds = parse_node_speeds(f.node_speeds);
   const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes, options);
   if (emit_json(f.json_out, reconfiguration_to_json(result, templates, profile))) return 0;
   print_profile_header(profile);
   print_reconfiguration(result, templates);
+  print_node_speeds(options.node_speeds);
   return 0;
 }
 

@@ -16,6 +16,16 @@
 //    as a transportation problem between groups of interchangeable survivors
 //    (same layers held) and slots (same layers needed). Each missing layer
 //    comes from the surviving holder that has sent least so far.
+// 5. At node speeds (options.node_speeds), each composition is placed twice:
+//    for the fewest bytes as above, and with the slowest survivors taken
+//    out first as the spares (their pipelines then count as affected). Each
+//    placement is split at the speeds, and also placed anew within its
+//    pipelines, slowest nodes at the lightest positions (apply_node_speeds,
+//    whose derivation is in node_speeds.cpp). With replan_all the plan
+//    instantiate_at_speeds makes on the survivors is a choice as well. The
+//    speeds change which plan is fastest, never which compositions are
+//    weighed, so the cost over speed-blind planning is a few placements and
+//    splits per composition.
 #include <algorithm>
 #include <climits>
 #include <functional>
@@ -59,6 +69,7 @@ class Replanner {
   Reconfiguration run() {
     collect_survivors();
     check_state_survives();
+    collect_speeds();
     const int count = static_cast<int>(survivors_.size());
     const int B = current_.global_microbatches;
     const int smallest = templates_.min_nodes();
@@ -106,6 +117,7 @@ class Replanner {
  private:
   // Best iteration time, then fewest bytes copied.
   Reconfiguration choose_and_finish(const std::vector<detail::Composition>& options, int spare_count) {
+    if (!speeds_.empty()) return choose_at_speeds(options, spare_count);
     std::optional<std::pair<detail::Composition, Placement>> chosen;
     for (const auto& option : options) {
       Placement placement = place(option, spare_count);
@@ -114,7 +126,55 @@ class Replanner {
         chosen.emplace(option, std::move(placement));
       }
     }
-    return finish(chosen->first, chosen->second);
+    return finish(detail::plan_from(cost_, templates_, chosen->first, chosen->second.pipeline_nodes,
+                                    chosen->second.spare, current_.fault_tolerance));
+  }
+
+  // The same at node speeds (step 5 above).
+  Reconfiguration choose_at_speeds(const std::vector<detail::Composition>& options, int spare_count) const {
+    std::optional<Reconfiguration> best;
+    const auto offer = [&](auto make) {
+      try {
+        Reconfiguration r = finish(make());
+        const Milliseconds ms = r.plan.iteration_ms, least = best ? best->plan.iteration_ms : 0;
+        if (!best || ms < least * (1 - 1e-9) || (ms <= least * (1 + 1e-9) && r.copy_bytes < best->copy_bytes)) {
+          best = std::move(r);
+        }
+      } catch (const NoPlanError&) {  // no split fits memory: not a choice
+      }
+    };
+    for (const auto& option : options) {
+      for (const bool slowest_idle : {false, true}) {
+        if (slowest_idle && spare_count == 0) continue;
+        const Placement placement = place(option, spare_count, slowest_idle);
+        const Plan plan = detail::plan_from(cost_, templates_, option, placement.pipeline_nodes, placement.spare,
+                                            current_.fault_tolerance);
+        offer([&] { return split_at_speeds(cost_, plan, speeds_); });
+        offer([&] { return apply_node_speeds(cost_, plan, speeds_); });
+      }
+    }
+    if (options_.replan_all) {
+      offer([&] {
+        std::vector<std::string> names;
+        for (const auto& s : survivors_) names.push_back(s.name);
+        return instantiate_at_speeds(cost_, templates_, names, current_.fault_tolerance, current_.global_microbatches,
+                                     speeds_);
+      });
+    }
+    if (!best) throw NoPlanError("no split of the batch fits the surviving pipelines' memory at these node speeds");
+    return std::move(*best);
+  }
+
+  // The speeds of survivors not at 1. Every name must be a node of the plan
+  // or one that joined; those of lost nodes are ignored.
+  void collect_speeds() {
+    std::vector<std::string> known(added_);
+    for (const auto& p : current_.pipelines) known.insert(known.end(), p.nodes.begin(), p.nodes.end());
+    known.insert(known.end(), current_.spare_nodes.begin(), current_.spare_nodes.end());
+    check_node_speeds(options_.node_speeds, known, "--node-speed");
+    for (const auto& [node, speed] : options_.node_speeds) {
+      if (index_.count(node) && speed != 1) speeds_.emplace(node, speed);
+    }
   }
 
   void collect_survivors() {
@@ -260,10 +320,13 @@ class Replanner {
     return total;
   }
 
-  Placement place(const detail::Composition& composition, int spare_count) const {
+  // With slowest_idle, the slowest survivors (below speed 1) fill the spare
+  // slots first, and a pipeline that had one of them is no longer intact.
+  Placement place(const detail::Composition& composition, int spare_count, bool slowest_idle = false) const {
     const std::vector<Slot> slots = slots_of(composition, spare_count);
     std::vector<int> slot_of(survivors_.size(), -1);
     std::vector<char> slot_taken(slots.size(), 0);
+    if (slowest_idle) idle_slowest(slots, slot_of, slot_taken);
     keep_intact_nodes(composition, slots, slot_of, slot_taken);
     assign_the_rest(slots, slot_of, slot_taken);
 
@@ -300,6 +363,21 @@ class Replanner {
     return slots;
   }
 
+  void idle_slowest(const std::vector<Slot>& slots, std::vector<int>& slot_of, std::vector<char>& slot_taken) const {
+    std::vector<int> slow;
+    for (int i = 0; i < static_cast<int>(survivors_.size()); ++i) {
+      if (speeds_.count(survivors_[i].name) && speeds_.at(survivors_[i].name) < 1) slow.push_back(i);
+    }
+    std::stable_sort(slow.begin(), slow.end(),
+                     [&](int a, int b) { return speeds_.at(survivors_[a].name) < speeds_.at(survivors_[b].name); });
+    std::size_t next = 0;
+    for (std::size_t s = 0; s < slots.size() && next < slow.size(); ++s) {
+      if (slots[s].pipeline >= 0) continue;
+      slot_of[slow[next++]] = static_cast<int>(s);
+      slot_taken[s] = 1;
+    }
+  }
+
   // Intact pipelines whose template layout is unchanged keep their nodes, in
   // the first new pipelines of their size that are still free.
   void keep_intact_nodes(const detail::Composition& composition, const std::vector<Slot>& slots,
@@ -315,7 +393,7 @@ class Replanner {
     }
     for (const auto& old : current_.pipelines) {
       bool intact = true;
-      for (const auto& name : old.nodes) intact = intact && !lost.count(name);
+      for (const auto& name : old.nodes) intact = intact && !lost.count(name) && slot_of[index_.at(name)] < 0;
       if (!intact) continue;
       auto it = free_pipelines.find(old.template_nodes);
       if (it == free_pipelines.end() || it->second.empty()) continue;
@@ -377,10 +455,10 @@ class Replanner {
     }
   }
 
-  Reconfiguration finish(const detail::Composition& composition, const Placement& placement) const {
+  // `plan` on the survivors, with the copies it needs.
+  Reconfiguration finish(Plan plan) const {
     Reconfiguration out;
-    out.plan = detail::plan_from(cost_, templates_, composition, placement.pipeline_nodes, placement.spare,
-                                 current_.fault_tolerance);
+    out.plan = std::move(plan);
     out.lost = lost_;
     out.added = added_;
     std::vector<Bytes> sent(survivors_.size(), 0), received(survivors_.size(), 0);
@@ -421,6 +499,7 @@ class Replanner {
   const ReconfigureOptions& options_;
   std::vector<Survivor> survivors_;
   std::map<std::string, int> index_;
+  NodeSpeeds speeds_;  // of survivors, those not at 1
 };
 
 }  // namespace

@@ -310,7 +310,7 @@ Actions Controller::weigh_speeds(int step) {
     if (!wanted || !options_.speeds_may_drop) return std::nullopt;
     const int count = static_cast<int>(nodes.size() + added.size() - lost.size());
     try {
-      return reconfigure(cost_, templates_for(std::max(1, count)), *base_, lost, added);
+      return reconfigure(cost_, templates_for(std::max(1, count)), *base_, lost, added, at_speeds(added));
     } catch (const NoPlanError&) {
       return std::nullopt;
     }
@@ -546,7 +546,8 @@ Actions Controller::recover(Cause cause) {
       node_count(*base_) + static_cast<int>(added_since_base_.names.size()) - static_cast<int>(lost_since_base_.size());
   Reconfiguration r;
   try {
-    r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_.names);
+    r = reconfigure(cost_, templates_for(std::max(1, survivors)), *base_, lost_since_base_, added_since_base_.names,
+                    at_speeds(added_since_base_.names));
   } catch (const NoPlanError& e) {
     if (options_.when_no_plan == ControllerOptions::WhenNoPlan::give_up || !roll_back()) {
       return give_up(e.what());
@@ -656,6 +657,17 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
 }
 
 // ---------------------------------------------------------------- queries
+
+ReconfigureOptions Controller::at_speeds(const std::vector<std::string>& added) const {
+  ReconfigureOptions options;
+  const std::vector<std::string> base_nodes = ranked_nodes(*base_);
+  for (const auto& [node, factor] : speeds_) {
+    const bool known = std::find(added.begin(), added.end(), node) != added.end() ||
+                       std::find(base_nodes.begin(), base_nodes.end(), node) != base_nodes.end();
+    if (known) options.node_speeds[node] = std::clamp(factor, kMinNodeSpeed, kMaxNodeSpeed);
+  }
+  return options;
+}
 
 bool Controller::commit_wanted() const { return current_ && !finished_ && !pending_joins_.empty(); }
 

@@ -202,6 +202,14 @@ TEST_CASE("cli: reconfigure refuses unknown nodes and says when a checkpoint is 
   r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost ghost");
   CHECK(r.status == 2);
   CHECK(r.err.find("node \"ghost\" is not in the plan") != std::string::npos);
+  r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost " + first +
+            " --node-speed ghost=0.5");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--node-speed: node \"ghost\" is not in the cluster") != std::string::npos);
+  r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost " + first +
+            " --node-speed " + second + "=half");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("expected NAME=FACTOR") != std::string::npos);
 
   r = s.run("reconfigure --profile " + profile + " --plan " + s.path("plan.json").string() + " --lost " + first + "," +
             second + " --json " + s.path("next.json").string());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -69,21 +70,50 @@ std::vector<const Pipeline*> intact_pipelines(const TemplateSet& templates, cons
   return out;
 }
 
+// Transfers: exactly the layers each node of the new plan holds and did
+// not before, each from a surviving node that held it.
+void check_transfers(const CostModel& cost, std::map<std::string, std::set<int>> old_holdings,
+                     const std::set<std::string>& survivors, const Reconfiguration& result) {
+  std::set<std::pair<std::string, int>> needed, delivered;
+  for (const auto& [node, layers] : holdings(result.plan)) {
+    for (int l : layers) {
+      if (!old_holdings[node].count(l)) needed.insert({node, l});
+    }
+  }
+  Bytes bytes = 0;
+  for (const auto& t : result.transfers) {
+    CHECK(survivors.count(t.from_node));
+    CHECK(old_holdings[t.from_node].count(t.layer));
+    CHECK(t.bytes == cost.layer_state_bytes(t.layer));
+    CHECK(delivered.insert({t.to_node, t.layer}).second);
+    bytes += t.bytes;
+  }
+  CHECK(delivered == needed);
+  CHECK(result.copy_bytes == bytes);
+  CHECK((result.copy_ms > 0) == !result.transfers.empty());
+}
+
+// What each node holds before a reconfiguration, as the planner sees it:
+// nodes that join hold nothing, even under a lost node's name.
+std::map<std::string, std::set<int>> holdings_before(const Plan& before, const std::vector<std::string>& lost,
+                                                     const std::vector<std::string>& added) {
+  auto out = holdings(before);
+  for (const auto& n : added) out[n].clear();
+  for (const auto& n : lost) {
+    if (std::find(added.begin(), added.end(), n) == added.end()) out.erase(n);
+  }
+  return out;
+}
+
 // Returns whether the kept-pipelines comparison applied.
 bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, const Plan& before,
                            const std::vector<std::string>& lost, const std::vector<std::string>& added,
                            const Reconfiguration& result, bool replan_all = false) {
   const Plan& after = result.plan;
-  auto old_holdings = holdings(before);
+  auto old_holdings = holdings_before(before, lost, added);
   std::set<std::string> survivors = all_nodes(before);
   for (const auto& n : lost) survivors.erase(n);
-  for (const auto& n : added) {
-    survivors.insert(n);
-    old_holdings[n].clear();  // a node that joins holds nothing, even under an old name
-  }
-  for (const auto& n : lost) {
-    if (std::find(added.begin(), added.end(), n) == added.end()) old_holdings.erase(n);
-  }
+  survivors.insert(added.begin(), added.end());
   // Every survivor is in the plan, nobody else.
   CHECK(all_nodes(after) == survivors);
   // Pipelines first: min(f+1, the most pipelines any subset of survivors can
@@ -148,24 +178,7 @@ bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, 
       }
     }
   }
-  // Transfers: exactly the newly held layers, each from a surviving holder.
-  std::set<std::pair<std::string, int>> needed, delivered;
-  for (const auto& [node, layers] : holdings(after)) {
-    for (int l : layers) {
-      if (!old_holdings[node].count(l)) needed.insert({node, l});
-    }
-  }
-  Bytes bytes = 0;
-  for (const auto& t : result.transfers) {
-    CHECK(survivors.count(t.from_node));
-    CHECK(old_holdings[t.from_node].count(t.layer));
-    CHECK(t.bytes == cost.layer_state_bytes(t.layer));
-    CHECK(delivered.insert({t.to_node, t.layer}).second);
-    bytes += t.bytes;
-  }
-  CHECK(delivered == needed);
-  CHECK(result.copy_bytes == bytes);
-  CHECK((result.copy_ms > 0) == !result.transfers.empty());
+  check_transfers(cost, old_holdings, survivors, result);
   // Placement copies the fewest bytes for this composition: every way of
   // putting the survivors into its slots, for small clusters.
   if (survivors.size() <= 7) {
@@ -315,7 +328,9 @@ TEST_CASE("reconfiguration invariants over 300 random sequences of losses and ar
       CAPTURE(step);
       try {
         const bool replan_all = sequence % 3 == 2;
-        const auto result = reconfigure(cost, templates, plan, lost, added, {replan_all});
+        ReconfigureOptions how;
+        how.replan_all = replan_all;
+        const auto result = reconfigure(cost, templates, plan, lost, added, how);
         kept += check_reconfiguration(cost, templates, plan, lost, added, result, replan_all);
         with_copies += !result.transfers.empty();
         plan = result.plan;
@@ -373,4 +388,129 @@ TEST_CASE("gaps in template sizes: fault tolerance comes before using every node
   CHECK(result.plan.pipelines.size() == 2);
   CHECK(result.plan.spare_nodes.size() == 1);
   for (const auto& p : result.plan.pipelines) CHECK(p.template_nodes == 2);
+}
+
+// ------------------------------------------------------------ node speeds
+
+TEST_CASE("reconfiguration at node speeds: never slower than the speed-blind plan split or placed at them") {
+  // Random losses and arrivals with random survivors slowed (or sped up):
+  // the plan at the speeds keeps every survivor, the batch and the
+  // pipeline count, moves state correctly, is priced at the speeds, and is
+  // no slower than the speed-blind reconfiguration re-split or re-placed at
+  // them (both among its choices); with replan_all, no slower than
+  // instantiate_at_speeds on the survivors (exact against brute force on
+  // such clusters: test_node_speeds.cpp).
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0, 1);
+  int checked = 0, faster = 0, idled = 0;
+  for (int sequence = 0; sequence < 200; ++sequence) {
+    test::RandomProfileOptions random;
+    random.min_layers = 3;
+    random.max_layers = 7;
+    random.gpus_per_node_choices = {1, 2};
+    random.memory_bound = sequence % 2 == 0;
+    const Profile profile = test::random_profile(rng, random);
+    const int N = 4 + static_cast<int>(unit(rng) * 6);
+    const int f = static_cast<int>(unit(rng) * 3);
+    const int B = f + 1 + static_cast<int>(unit(rng) * 10);
+    const CostModel cost(profile, std::max(1, B / (f + 1)));
+    const TemplateSet templates = build_templates(cost, 16);
+    Plan plan;
+    try {
+      plan = instantiate(cost, templates, names(N), f, B);
+    } catch (const NoPlanError&) {
+      continue;
+    }
+    const auto nodes = all_nodes(plan);
+    std::vector<std::string> present(nodes.begin(), nodes.end());
+    std::shuffle(present.begin(), present.end(), rng);
+    std::vector<std::string> lost{present[0]}, added;
+    if (unit(rng) < 0.4) added.push_back("fresh");
+    NodeSpeeds speeds;
+    for (const auto& n : present) {
+      if (unit(rng) < 0.35) speeds[n] = unit(rng) < 0.8 ? 0.2 + 0.7 * unit(rng) : 1.2;
+    }
+    if (!added.empty() && unit(rng) < 0.5) speeds["fresh"] = 0.5;
+    ReconfigureOptions at_speeds;
+    at_speeds.replan_all = sequence % 3 == 2;
+    at_speeds.node_speeds = speeds;
+    ReconfigureOptions blind_options;
+    blind_options.replan_all = at_speeds.replan_all;
+    CAPTURE(sequence);
+    Reconfiguration blind, result;
+    try {
+      blind = reconfigure(cost, templates, plan, lost, added, blind_options);
+    } catch (const NoPlanError&) {
+      CHECK_THROWS_AS((void)reconfigure(cost, templates, plan, lost, added, at_speeds), NoPlanError);
+      continue;
+    }
+    result = reconfigure(cost, templates, plan, lost, added, at_speeds);
+    std::set<std::string> survivors = nodes;
+    survivors.erase(lost[0]);
+    survivors.insert(added.begin(), added.end());
+    CHECK(all_nodes(result.plan) == survivors);
+    int total = 0;
+    for (const auto& p : result.plan.pipelines) {
+      CHECK(p.microbatches >= 1);
+      total += p.microbatches;
+      CHECK(p.stages == templates.find(p.template_nodes)->stages);
+    }
+    CHECK(total == B);
+    CHECK(result.plan.pipelines.size() >= std::min<std::size_t>(f + 1, blind.plan.pipelines.size()));
+    check_transfers(cost, holdings_before(plan, lost, added), survivors, result);
+    NodeSpeeds of_survivors;
+    for (const auto& [n, factor] : speeds) {
+      if (survivors.count(n)) of_survivors[n] = factor;
+    }
+    const Milliseconds ms = result.plan.iteration_ms;
+    CHECK(ms == doctest::Approx(iteration_ms_at_speeds(cost, result.plan, of_survivors)).epsilon(1e-9));
+    const Milliseconds split = split_at_speeds(cost, blind.plan, of_survivors).iteration_ms;
+    const Milliseconds placed = apply_node_speeds(cost, blind.plan, of_survivors).iteration_ms;
+    CHECK(ms <= split * (1 + 1e-9));
+    CHECK(ms <= placed * (1 + 1e-9));
+    if (at_speeds.replan_all) {
+      std::optional<Milliseconds> remade;
+      try {
+        const std::vector<std::string> names_left(survivors.begin(), survivors.end());
+        remade = instantiate_at_speeds(cost, templates, names_left, f, B, of_survivors).iteration_ms;
+      } catch (const NoPlanError&) {  // fewer than f+1 pipelines: reconfigure steps down, instantiate does not
+      }
+      if (remade) CHECK(ms <= *remade * (1 + 1e-9));
+    }
+    faster += ms < std::min(split, placed) * (1 - 1e-6);
+    for (const auto& n : result.plan.spare_nodes) idled += of_survivors.count(n) && of_survivors.at(n) < 1;
+    ++checked;
+  }
+  MESSAGE(checked << " reconfigurations at node speeds checked, " << faster
+                  << " faster than the speed-blind plan re-split or re-placed, " << idled << " slow nodes left idle");
+  CHECK(checked > 120);
+  CHECK(faster > 10);
+}
+
+TEST_CASE("reconfiguration at node speeds: the slow survivor is the one left idle") {
+  // Templates of two nodes only; 6 nodes, f = 2: three pipelines. node0 is
+  // lost, so two pipelines and a spare remain. Speed-blind, the intact
+  // pipelines stay and node0's partner idles; with node4 at 0.3, node4
+  // idles and node0's partner takes its place, so that no pipeline is slow.
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 400, 10, 1000);
+  const CostModel cost(profile, 4);
+  const TemplateSet templates = build_templates(cost, 2);
+  REQUIRE(templates.min_nodes() == 2);
+  const Plan plan = instantiate(cost, templates, names(6), 2, 6);
+  REQUIRE(plan.pipelines.size() == 3);
+  const std::string victim = plan.pipelines[0].nodes[0], partner = plan.pipelines[0].nodes[1];
+  const std::string slow = plan.pipelines[2].nodes[0];
+  const auto blind = reconfigure(cost, templates, plan, {victim}, {});
+  REQUIRE(blind.plan.spare_nodes == std::vector<std::string>{partner});
+  ReconfigureOptions options;
+  options.node_speeds = {{slow, 0.3}, {victim, 0.5}};  // a lost node's speed is ignored
+  const auto result = reconfigure(cost, templates, plan, {victim}, {}, options);
+  CHECK(result.plan.spare_nodes == std::vector<std::string>{slow});
+  CHECK(result.plan.iteration_ms == doctest::Approx(blind.plan.iteration_ms).epsilon(1e-12));
+  CHECK(result.plan.iteration_ms < split_at_speeds(cost, blind.plan, {{slow, 0.3}}).iteration_ms);
+  CHECK(result.copy_bytes > 0);  // partner fetches what slow held and it did not
+  // Unknown names are bad input, as everywhere speeds are given.
+  options.node_speeds = {{"node9", 0.5}};
+  CHECK_THROWS_WITH_AS((void)reconfigure(cost, templates, plan, {victim}, {}, options),
+                       doctest::Contains("--node-speed: node \"node9\" is not in the cluster"), InputError);
 }

@@ -78,6 +78,12 @@ def test_reconfigure_equals_oobleck_plan_reconfigure(profile, tmp_path):
     assert ours.to_dict() == theirs
     nodes = {n for p in ours.plan.pipelines for n in p["nodes"]} | set(ours.plan.spare_nodes)
     assert "node0" not in nodes and "node9" in nodes
+    slow = oobleck.reconfigure(loaded, lost=["node0"], node_speeds={"node3": 0.4})
+    theirs = program_json(tmp_path, "oobleck-plan", "reconfigure", "--profile", PROFILE, "--plan", str(path),
+                          "--lost", "node0", "--node-speed", "node3=0.4")
+    assert slow.to_dict() == theirs
+    with pytest.raises(ValueError, match="node9"):
+        oobleck.reconfigure(loaded, lost=["node0"], node_speeds={"node9": 0.5})
 
 
 def test_replay_and_sweep_equal_oobleck_sim(profile, tmp_path):

@@ -598,13 +598,39 @@ TEST_CASE("controller: node speeds are weighed at commits; a slow node's pipelin
                {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
                 "2: commit g1 step 0 establishes", "4: commit g1 step 1", "4: weighed at step 1: keep",
                 "5: commit g1 step 2"}},
-              {"a loss while slow: the recovery first, then weighed at its first commit",
+              {"a loss while slow: the recovery is planned at the speeds, its first commit keeps it",
                {joined(all), ready(1), completed(1, 0), slow, lost({"node5"}), ready(2), completed(2, 1)},
                {"0: start g1 start from initial at step 0: [node0,node1] [node2,node3] [node4,node5]",
                 "2: commit g1 step 0 establishes",
                 "4: start g2 loss from replicas at step 1 lost [node5]: [node2,node4,node3] [node0,node1] copies 1",
-                "6: commit g2 step 1 establishes", "6: weighed at step 1: resplit",
-                "6: start g3 speeds from replicas at step 2: [node2,node4,node3] [node0,node1] microbatches 5 7"}}});
+                "6: commit g2 step 1 establishes", "6: weighed at step 1: keep"}}});
+}
+
+TEST_CASE("controller: a recovery while a node is slow is planned at the measured speeds") {
+  // As the last row above: node2 at 0.4 when node5 is lost. The recovery
+  // gives the slow node's pipeline fewer microbatches at once, priced at
+  // the speeds, where a speed-blind recovery would split 6 and 6.
+  const Cluster cluster;
+  ControllerOptions options;
+  options.fault_tolerance = 2;
+  options.global_microbatches = 12;
+  options.initial_plan = cluster.plan(6, 2);
+  options.last_step = 40;
+  Controller controller(cluster.cost, cluster.templates, options);
+  (void)controller.handle(NodesJoined{cluster.nodes(6), 0});
+  (void)controller.handle(GenerationReady{1, 0});
+  (void)controller.handle(StepCompleted{1, 0, 0});
+  (void)controller.handle(NodeSpeedsMeasured{{{"node2", 0.4}, {"node5", 0.9}}, 0});  // node5's is ignored
+  const Actions actions = controller.handle(NodesLost{{"node5"}, 0});
+  REQUIRE(actions.size() == 1);
+  const Generation& g = *std::get<StartGeneration>(actions[0]).generation;
+  REQUIRE(g.plan.pipelines.size() == 2);
+  CHECK(g.plan.pipelines[0].nodes == std::vector<std::string>{"node2", "node4", "node3"});
+  CHECK(g.plan.pipelines[0].microbatches == 5);
+  CHECK(g.plan.pipelines[1].microbatches == 7);
+  CHECK(g.plan.iteration_ms == doctest::Approx(iteration_ms_at_speeds(cluster.cost, g.plan, {{"node2", 0.4}})));
+  const Reconfiguration blind = reconfigure(cluster.cost, cluster.templates, *options.initial_plan, {"node5"}, {});
+  CHECK(g.plan.iteration_ms < iteration_ms_at_speeds(cluster.cost, blind.plan, {{"node2", 0.4}}));
 }
 
 TEST_CASE("controller: a re-plan for speeds moves the slow node to the lightest place and copies its layers") {

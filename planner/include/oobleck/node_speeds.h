@@ -12,9 +12,8 @@
 
 namespace oobleck {
 
-// Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
-// long. Nodes not named run at 1. (node_speeds.cpp has the derivations.)
-using NodeSpeeds = std::map<std::string, double>;
+// NodeSpeeds (planner.h): speed factors by node name; node_speeds.cpp has
+// the derivations.
 inline constexpr double kMinNodeSpeed = 0.01, kMaxNodeSpeed = 100;
 
 // InputError (prefixed by `what`) for a node not among `nodes` or a factor

@@ -422,10 +422,23 @@ struct Reconfiguration {
   Milliseconds copy_ms = 0;
 };
 
+// Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
+// long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).
+using NodeSpeeds = std::map<std::string, double>;
+
 struct ReconfigureOptions {
   // Re-plan every pipeline for the best iteration time, instead of keeping
   // the pipelines that lost no node. Usually moves far more state.
   bool replan_all = false;
+  // Nodes that do not compute at the profile's speed: nodes of the plan or
+  // added (InputError otherwise; lost ones are ignored). Each composition
+  // weighed is placed for the fewest bytes and again with the slowest
+  // survivors left as the spares; each placement is split at the speeds,
+  // and also placed anew within its pipelines (apply_node_speeds); with
+  // replan_all, instantiate_at_speeds on the survivors is a choice too.
+  // Best iteration time at the speeds, then the fewest bytes copied.
+  // Empty: every node as profiled.
+  NodeSpeeds node_speeds;
 };
 
 // Replans after `lost` nodes leave and `added` nodes join: keeps the global

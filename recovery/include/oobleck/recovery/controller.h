@@ -164,6 +164,9 @@ class Controller {
   // At a commit: what nodes' speeds call for (SpeedsWeighed, and a
   // generation of cause speeds when the plan changes).
   Actions weigh_speeds(int step);
+  // The measured speeds of the base's nodes and of `added`, in the
+  // planner's range, for a reconfiguration from the base.
+  [[nodiscard]] ReconfigureOptions at_speeds(const std::vector<std::string>& added) const;
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
