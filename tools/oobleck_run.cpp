@@ -112,6 +112,10 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
       ->delimiter(',')
       ->expected(2)
       ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--straggler-probation", o.straggler_probation_steps,
+                 "STEPS a node dropped as slow stays a spare before it is taken back to be measured again "
+                 "(default 20; doubled each time it is dropped again, up to 16 times)")
+      ->check(CLI::Range(1, 100000000));
   app.add_option("--resume", o.resume_dir, "Start from the latest checkpoint in this folder");
   app.add_flag("--join-spares", o.join_spares,
               "Start the hostfile's or the allocation's hosts that the plan leaves out, one for each node lost "

@@ -80,3 +80,52 @@ TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its 
   CHECK(weighed.back()["speeds"].empty());
   CHECK(setup.s.processes_left() == 0);
 }
+
+TEST_CASE("stragglers: a slow node dropped as a spare, taken back after its probation, bit for bit") {
+  // Three one-node pipelines, f = 1, so that two are enough: node1 slowed to
+  // 0.4 is dropped (its pipeline's microbatches go to the other two, no
+  // state moves), sits out a probation of 4 steps as a spare that trains
+  // nothing, and is then readmitted as a join: the whole model copied to
+  // it from a replica, and every pipeline its full share again.
+  LiveSetup setup(LiveSetup::SetUp{
+      "mini", "--nodes 3 --fault-tolerance 1 --global-microbatches 6 --memory-mb 400 --repeats 1"});
+  const auto plan = setup.plan();
+  REQUIRE(plan["pipelines"].size() == 3);
+  REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
+  setup.s.write("inject.csv", "step:3,slow,node1,0.4\nstep:9,slow,node1,1\n");
+  const int steps = 22;
+  const auto run = setup.live(steps, 3, "live.jsonl",
+                              "--inject " + setup.s.str("inject.csv") +
+                                  " --stragglers drop --straggler-thresholds 0.6,0.75 --straggler-probation 4");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto reference = setup.reference_losses(steps, 3);
+  const auto records = setup.steps("live.jsonl");
+  REQUIRE(records.size() == static_cast<std::size_t>(steps));
+  for (int k = 0; k < steps; ++k) {
+    CAPTURE(k);
+    CHECK(records[static_cast<std::size_t>(k)]["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
+    CHECK(records[static_cast<std::size_t>(k)]["step_samples"] == 6 * 4);
+  }
+  std::vector<json> for_speeds;
+  for (const auto& g : setup.of_kind("live.jsonl", "generation")) {
+    if (g["cause"] == "speeds") for_speeds.push_back(g);
+  }
+  REQUIRE(for_speeds.size() == 2);
+  const auto& drop = for_speeds[0];
+  CHECK(drop["speed_choice"]["chosen"] == "drop");
+  CHECK(drop["speed_choice"]["dropped"] == json::array({"node1"}));
+  CHECK(drop["speed_choice"]["drop_ms"].get<double>() < drop["speed_choice"]["keep_ms"].get<double>());
+  CHECK(drop["pipelines"] == json::array({json::array({"node0"}), json::array({"node2"})}));
+  CHECK(drop["microbatches"] == json::array({3, 3}));
+  CHECK(drop["spare_nodes"] == json::array({"node1"}));
+  CHECK(drop["copy_bytes"] == 0);  // each node of a one-node pipeline holds the whole model
+  const auto& readmit = for_speeds[1];
+  CHECK(readmit["speed_choice"]["chosen"] == "readmit");
+  CHECK(readmit["speed_choice"]["readmitted"] == json::array({"node1"}));
+  CHECK(readmit["resume_step"].get<int>() >= drop["resume_step"].get<int>() + 4);  // the probation
+  CHECK(readmit["microbatches"] == json::array({2, 2, 2}));
+  CHECK(readmit["spare_nodes"].empty());
+  CHECK(readmit["copy_bytes"].get<double>() > 0);  // the model, copied back to node1
+  CHECK(setup.s.processes_left() == 0);
+}

@@ -122,6 +122,11 @@ struct MasterOptions {
   // A node is flagged once its speed (against its peers) stays below the
   // first for several steps, and unflagged once it stays above the second.
   double straggler_slow_below = 0.75, straggler_recovered_above = 0.85;
+  // A node dropped as slow is a spare that nothing measures: after this
+  // many steps (doubled at each new drop of it, up to 16 times) it is
+  // taken to be at full speed again, and the controller weighs taking it
+  // back.
+  int straggler_probation_steps = 20;
   // Where the master keeps what a master restarted after it needs
   // (master_state.h); empty: oobleck-state-<pid> in the working folder,
   // removed when the run ends by itself.

@@ -104,7 +104,8 @@ void Master::price_optimizer(const std::map<std::string, NodeWork>& measured, do
 }
 
 // A node dropped as a spare trains nothing, so nothing measures it: after a
-// probation of 20 steps (doubled each time it is dropped again, up to 320)
+// probation (--straggler-probation, 20 steps by default; doubled each time
+// it is dropped again, up to 16 times that)
 // the detector forgets it, and the controller, told that it is no longer
 // slow, weighs taking it back at the next commit. Still slow, it is flagged
 // again within a few steps and dropped again.
@@ -129,7 +130,8 @@ void Master::speeds_weighed(const recovery::SpeedsWeighed& w) {
   for (const auto& node : c.dropped) {
     if (c.chosen != recovery::SpeedChoice::Kind::drop) break;
     int& probation = drop_probation_steps_[node];
-    probation = probation == 0 ? 20 : std::min(320, 2 * probation);
+    const int first = o_.straggler_probation_steps;
+    probation = probation == 0 ? first : std::min(16 * first, 2 * probation);
     dropped_until_step_[node] = w.step + probation;
   }
   char dropping[48] = "", readmitting[48] = "";

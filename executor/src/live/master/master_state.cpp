@@ -44,6 +44,7 @@ ordered_json options_json(const MasterOptions& o) {
           {"mirror_every", o.mirror_every},
           {"stragglers", straggler_names.at(static_cast<std::size_t>(o.stragglers))},
           {"straggler_thresholds", {o.straggler_slow_below, o.straggler_recovered_above}},
+          {"straggler_probation_steps", o.straggler_probation_steps},
           {"master_wait_s", o.master_wait_s},
           {"state_dir", o.state_dir}};
 }
@@ -84,6 +85,10 @@ MasterOptions parse_options(const json& j, const FieldPath& where) {
     if (t.size() != 2) throw (where / "straggler_thresholds").error("expected [slow, recovered]");
     o.straggler_slow_below = as_number(t[0], (where / "straggler_thresholds")[0], 0.01, 1);
     o.straggler_recovered_above = as_number(t[1], (where / "straggler_thresholds")[1], 0.01, 1);
+  }
+  if (j.contains("straggler_probation_steps")) {  // (states kept before it existed lack it)
+    o.straggler_probation_steps =
+        static_cast<int>(require_integer(j, "straggler_probation_steps", where, 1, 100000000));
   }
   return o;
 }
