@@ -143,12 +143,16 @@ void add_failure_flags(CLI::App& app, RunFlags& f) {
   f.chaos = app.add_option("--chaos", f.chaos_seed,
                            "Kill random nodes at random moments (also during recoveries) and start new ones, "
                            "from this seed");
-  app.add_option("--chaos-events", f.master.chaos.events, "With --chaos: removals and joins in all")
+  app.add_option("--chaos-events", f.master.chaos.events, "With --chaos: events in all (removals, joins and, with --chaos-slow, slowdowns)")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--chaos-mean-ms", f.master.chaos.mean_interval_ms, "With --chaos: mean time between events")
       ->check(CLI::Range(1.0, 1e9));
   app.add_option("--chaos-crashes", f.master.chaos.crash_share,
                  "With --chaos: the share of failures that crash a node's worker alone (needs --snapshot-every > 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--chaos-slow", f.master.chaos.slow_share,
+                 "With --chaos: the share of events that slow a node down (its CPU to a factor in [0.3, 0.7]) or, "
+                 "while one is slow, end its slowdown")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--chaos-past-f", f.master.chaos.past_f_share,
                  "With --chaos: the share of failures that kill several nodes at once, past f (a rollback follows; "

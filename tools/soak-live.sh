@@ -4,7 +4,9 @@
 # random nodes at random moments (some during recoveries), crashing workers
 # alone (a share CRASHES of the failures), killing several nodes at once past
 # f (a share PAST_F: the run rolls back to a snapshot in memory, a mirror or
-# the checkpoint saved every 5 steps) and starting new nodes. Then checks
+# the checkpoint saved every 5 steps), slowing nodes down and back up (a
+# share SLOW of all events; --stragglers mitigate re-splits, re-plans or
+# drops them as it prices best) and starting new nodes. Then checks
 # what must hold however the failures fell (oobleck-tools soak-check):
 #   - at least MIN_FAILURES removals, MIN_JOINS joins, MIN_CRASHES restarts
 #     in place and MIN_ROLLBACKS rollbacks happened;
@@ -14,7 +16,7 @@
 #     and the steps ran 0..STEPS-1, each once, but for the steps a rollback
 #     trains again;
 #   - no process of the run is left.
-# Usage: tools/soak-live.sh [SEED]; STEPS, EVENTS, MEAN_MS, CRASHES, PAST_F
+# Usage: tools/soak-live.sh [SEED]; STEPS, EVENTS, MEAN_MS, CRASHES, PAST_F, SLOW
 # and the MIN_ counts override the defaults. Outputs in build/soak/ (OUT_DIR
 # overrides it; the folder is emptied first).
 set -euo pipefail
@@ -33,7 +35,8 @@ common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/token
 tag="soak-$$-$RANDOM"  # marks every process of the run (and only those), to find leftovers
 start=$(date +%s)
 OOBLECK_SOAK_TAG=$tag "$bin/oobleck-run" "${common[@]}" --chaos "$seed" --chaos-events "$events" --chaos-mean-ms "$mean_ms" \
-  --chaos-crashes "${CRASHES:-0.2}" --chaos-past-f "${PAST_F:-0.15}" --snapshot-every 1 \
+  --chaos-crashes "${CRASHES:-0.2}" --chaos-past-f "${PAST_F:-0.15}" --chaos-slow "${SLOW:-0.1}" \
+  --stragglers mitigate --snapshot-every 1 \
   --checkpoint "$out/checkpoint" --checkpoint-every 5 \
   --heartbeat-timeout-ms 5000 --metrics "$out/live.jsonl" > "$out/live.txt" 2> "$out/live.err"
 echo "soak: live run done in $(( $(date +%s) - start )) s"

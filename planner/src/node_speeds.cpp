@@ -20,6 +20,14 @@
 // pipeline that would finish it earliest is the exact min-max integer split
 // for increasing costs: an optimum's bottleneck value v admits every
 // assignment the greedy makes before exceeding v.
+//
+// Synchronisation. The tails are as profiled, but where the cost model
+// says the nodes' own processors run the collectives (CPU nodes): then a
+// ring runs at its slowest member, and every layer has a replica in every
+// pipeline, so each tail is divided by the slowest training node's speed
+// (for pipelines of several nodes an upper bound: a slow node's rings are
+// only those of its layers). A tail common to all pipelines moves no
+// microbatch in the split; it does count in what dropping a node saves.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -66,6 +74,16 @@ SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeS
     if (s + 1 < p.stages.size()) t.first_ms += 2 * cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node);
   }
   return t;
+}
+
+// What the synchronisation tails are divided by (above).
+double collective_speed(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
+  if (!cost.collectives_at_node_speed() || plan.pipelines.empty()) return 1;
+  double slowest = kMaxNodeSpeed;
+  for (const auto& p : plan.pipelines) {
+    for (const auto& n : p.nodes) slowest = std::min(slowest, speed_of(speeds, n));
+  }
+  return slowest;
 }
 
 }  // namespace
@@ -124,9 +142,10 @@ Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds)
   // pipeline that finishes it earliest (ties: the lower index).
   std::vector<SpeedTimes> times;
   std::vector<Milliseconds> tails;
+  const double collectives = collective_speed(cost, plan, speeds);
   for (const auto& p : plan.pipelines) {
     times.push_back(times_at_speeds(cost, p, speeds));
-    tails.push_back(cost.sync_tail_ms(p.stages, count) + times.back().optimizer_ms);
+    tails.push_back(cost.sync_tail_ms(p.stages, count) / collectives + times.back().optimizer_ms);
   }
   const int B = plan.global_microbatches;
   std::vector<int> given(static_cast<std::size_t>(count), 1);
@@ -160,9 +179,10 @@ Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds)
 Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
   const int count = static_cast<int>(plan.pipelines.size());
   Milliseconds out = 0;
+  const double collectives = collective_speed(cost, plan, speeds);
   for (const auto& p : plan.pipelines) {
     const SpeedTimes t = times_at_speeds(cost, p, speeds);
-    out = std::max(out, t.at(p.microbatches) + cost.sync_tail_ms(p.stages, count) + t.optimizer_ms);
+    out = std::max(out, t.at(p.microbatches) + cost.sync_tail_ms(p.stages, count) / collectives + t.optimizer_ms);
   }
   return out;
 }

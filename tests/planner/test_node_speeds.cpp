@@ -28,10 +28,16 @@ Profile small_random_profile(std::mt19937_64& rng) {
 // The best iteration over every node order within each pipeline (only the
 // plan's own with `keep_places`) and every split of the batch that fits
 // memory: each pipeline's T(m) summed stage by stage at its nodes' speeds,
-// plus its tail.
+// plus its tail (where the nodes run the collectives, at the slowest
+// training node's speed: a ring is as fast as its slowest member).
 double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds,
                              bool keep_places = false) {
   const int count = static_cast<int>(plan.pipelines.size());
+  double ring_speed = kMaxNodeSpeed;
+  for (const auto& p : plan.pipelines) {
+    for (const auto& n : p.nodes) ring_speed = std::min(ring_speed, speeds.count(n) ? speeds.at(n) : 1.0);
+  }
+  if (!cost.collectives_at_node_speed()) ring_speed = 1;
   // For each pipeline, its fastest T(m) over node orders, for every m.
   std::vector<std::vector<double>> best(static_cast<std::size_t>(count),
                                         std::vector<double>(static_cast<std::size_t>(plan.global_microbatches) + 1,
@@ -60,7 +66,7 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
           slowest = std::max(slowest, t);
           if (s + 1 < pipe.stages.size()) first += 2 * cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node);
         }
-        const double total = first + (m - 1) * slowest + cost.sync_tail_ms(pipe.stages, count) + optimizer;
+        const double total = first + (m - 1) * slowest + cost.sync_tail_ms(pipe.stages, count) / ring_speed + optimizer;
         auto& b = best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)];
         b = std::min(b, total);
       }
@@ -147,6 +153,16 @@ TEST_CASE("node speeds: placement and split equal brute force on 300 random plan
     CHECK(priced_split.iteration_ms == doctest::Approx(brute_force_at_speeds(priced, plan, speeds, true)).epsilon(1e-9));
     CHECK(iteration_ms_at_speeds(priced, priced_split, speeds) == doctest::Approx(priced_split.iteration_ms).epsilon(1e-12));
     CHECK(iteration_ms_at_speeds(priced, plan, speeds) > iteration_ms_at_speeds(cost, plan, speeds));
+    // With the collectives run by the nodes (CPU nodes), the same, every
+    // tail at the slowest node's speed.
+    CostModel on_host(profile, 4);
+    on_host.set_collectives_at_node_speed(true);
+    const Plan host_split = split_at_speeds(on_host, plan, speeds);
+    CHECK(host_split.iteration_ms == doctest::Approx(brute_force_at_speeds(on_host, plan, speeds, true)).epsilon(1e-9));
+    CHECK(apply_node_speeds(on_host, plan, speeds).iteration_ms ==
+          doctest::Approx(brute_force_at_speeds(on_host, plan, speeds)).epsilon(1e-9));
+    CHECK(iteration_ms_at_speeds(on_host, host_split, speeds) == doctest::Approx(host_split.iteration_ms).epsilon(1e-12));
+    CHECK(iteration_ms_at_speeds(on_host, plan, {}) == doctest::Approx(plan.iteration_ms).epsilon(1e-9));
     // Rearranged, every node holds its new layers: kept or copied from a
     // node that held them, and nothing else is copied.
     const Reconfiguration moves = rearrangement(cost, plan, at_speeds);

@@ -158,6 +158,14 @@ class CostModel {
   [[nodiscard]] double optimizer_bytes_per_s() const { return optimizer_bytes_per_s_; }
   // The optimizer step of a stage at `degree` (0 when not priced).
   [[nodiscard]] Milliseconds stage_optimizer_ms(int begin, int end, int degree) const;
+  // Whether the nodes' own processors run the gradient all-reduces (Gloo
+  // on CPU nodes: the reductions and copies are the node's work), so that
+  // a slow node slows every ring it is in. Off by default: on GPUs the
+  // all-reduce waits on links, not on a throttled node's compute. The
+  // times at node speeds (node_speeds.h) then divide the synchronisation
+  // tail by the slowest training node's speed.
+  void set_collectives_at_node_speed(bool on) { collectives_at_node_speed_ = on; }
+  [[nodiscard]] bool collectives_at_node_speed() const { return collectives_at_node_speed_; }
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
   // With recomputation, the layer's forward again, then its backward.
@@ -249,6 +257,7 @@ class CostModel {
   std::vector<Recompute> recompute_choices_{Recompute::none};
   GradientSync gradient_sync_ = GradientSync::per_layer;
   double optimizer_bytes_per_s_ = 0;
+  bool collectives_at_node_speed_ = false;
   // The most activation bytes one GPU holds for one layer of [begin, end).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index) const;
   // Per degree index: prefix sums of the replicated layers' state and

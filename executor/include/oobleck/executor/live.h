@@ -72,6 +72,10 @@ struct ChaosOptions {
   // kill one node a recovery survives.
   double crash_share = 0;
   double past_f_share = 0;
+  // Of all events, the share that slow a node down (its CPU throttled to a
+  // factor drawn from [0.3, 0.7], as --inject's slow) or, while one is
+  // slow, end that slowdown.
+  double slow_share = 0;
 };
 
 struct MasterOptions {

@@ -100,7 +100,23 @@ std::optional<ChaosEvent> Injector::next_chaos_event(const ChaosView& view, Mill
     return chaos_left_ - 1 >= short_of;
   };
   std::optional<ChaosEvent> event;
-  if (kill) {
+  // (No draw without slowdowns, so that the other events of a seed stay.)
+  if (chaos_.slow_share > 0 && unit(rng_) < chaos_.slow_share) {
+    std::erase_if(slowed_, [&](const std::string& n) {
+      return std::find(view.members.begin(), view.members.end(), n) == view.members.end();
+    });
+    if (!slowed_.empty()) {
+      event = ChaosEvent{ChaosEvent::Kind::slow, false, {slowed_.back()}, 1.0};
+      slowed_.pop_back();
+    } else if (!view.members.empty()) {
+      std::uniform_int_distribution<std::size_t> pick(0, view.members.size() - 1);
+      std::uniform_real_distribution<double> factor(0.3, 0.7);
+      const std::string node = view.members[pick(rng_)];
+      event = ChaosEvent{ChaosEvent::Kind::slow, false, {node}, factor(rng_)};
+      slowed_.push_back(node);
+    }
+  }
+  if (!event && kill) {
     const double draw = unit(rng_);
     if (draw < chaos_.crash_share) {
       // A crash leaves the node count as it is; should the restart fail,

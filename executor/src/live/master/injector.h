@@ -26,10 +26,11 @@ struct ChaosView {
 };
 
 struct ChaosEvent {
-  enum class Kind { kill, crash, join };
+  enum class Kind { kill, crash, join, slow };
   Kind kind = Kind::join;
   bool past_f = false;             // a kill meant to leave no plan
   std::vector<std::string> nodes;  // the victims (several only past f), or the new node's name
+  double factor = 1;               // slow: the node's speed from now on (1: the slowdown ends)
 };
 
 class Injector {
@@ -59,7 +60,8 @@ class Injector {
   // whose loss leaves no plan, when a rollback would find a state; else
   // a kill within f). None when a kill is due but no loss would leave a
   // plan and the nodes starting already make up the count: their joins
-  // come first.
+  // come first. A share of all events slows a member down, or ends the
+  // slowdown of the one slowed last while it is still a member.
   std::optional<ChaosEvent> next_chaos_event(const ChaosView& view, Milliseconds now_ms);
   // The kill planned for a recovery, if any.
   std::optional<std::string> chaos_victim_in_recovery(const ChaosView& view);
@@ -76,6 +78,7 @@ class Injector {
   int chaos_left_ = 0, kills_ = 0, joins_ = 0;
   std::optional<Milliseconds> chaos_next_ms_;
   bool kill_in_recovery_ = false;
+  std::vector<std::string> slowed_;  // by chaos, not yet back to full speed
 };
 
 }  // namespace oobleck::executor

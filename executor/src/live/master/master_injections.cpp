@@ -31,6 +31,7 @@ Milliseconds Master::inject(Milliseconds wait_ms) {
         for (const auto& node : event->nodes) {
           if (event->kind == ChaosEvent::Kind::kill) kill_node(node, why, false);
           if (event->kind == ChaosEvent::Kind::crash) crash_during_next_step(node, why);
+          if (event->kind == ChaosEvent::Kind::slow) slow_node(node, event->factor, why);
           if (event->kind == ChaosEvent::Kind::join) {
             std::fprintf(stderr, "oobleck-run: chaos: starting node %s\n", node.c_str());
             processes_.start(node, now);
