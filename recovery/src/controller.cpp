@@ -244,13 +244,8 @@ Actions Controller::weigh_speeds(int step) {
   if (!base_ || !lost_since_base_.empty() || !added_since_base_.empty() || !established_) return {};
   speeds_unweighed_ = false;
   const Plan& plan = current_->plan;
-  std::vector<std::string> nodes = ranked_nodes(plan);
-  NodeSpeeds speeds;  // of this plan's nodes, within the planner's range
-  for (const auto& [node, factor] : speeds_) {
-    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
-      speeds[node] = std::clamp(factor, kMinNodeSpeed, kMaxNodeSpeed);
-    }
-  }
+  const std::vector<std::string> nodes = ranked_nodes(plan);
+  const NodeSpeeds speeds = speeds_of(nodes);
   SpeedChoice c;
   c.speeds = speeds;
   c.keep_ms = iteration_ms_at_speeds(cost_, plan, speeds);
@@ -658,14 +653,21 @@ Actions Controller::no_plan(const std::string& why, bool rolled_back) {
 
 // ---------------------------------------------------------------- queries
 
-ReconfigureOptions Controller::at_speeds(const std::vector<std::string>& added) const {
-  ReconfigureOptions options;
-  const std::vector<std::string> base_nodes = ranked_nodes(*base_);
+NodeSpeeds Controller::speeds_of(const std::vector<std::string>& nodes) const {
+  NodeSpeeds out;
   for (const auto& [node, factor] : speeds_) {
-    const bool known = std::find(added.begin(), added.end(), node) != added.end() ||
-                       std::find(base_nodes.begin(), base_nodes.end(), node) != base_nodes.end();
-    if (known) options.node_speeds[node] = std::clamp(factor, kMinNodeSpeed, kMaxNodeSpeed);
+    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) {
+      out[node] = std::clamp(factor, kMinNodeSpeed, kMaxNodeSpeed);
+    }
   }
+  return out;
+}
+
+ReconfigureOptions Controller::at_speeds(const std::vector<std::string>& added) const {
+  std::vector<std::string> nodes = ranked_nodes(*base_);
+  nodes.insert(nodes.end(), added.begin(), added.end());
+  ReconfigureOptions options;
+  options.node_speeds = speeds_of(nodes);
   return options;
 }
 

@@ -18,13 +18,40 @@ namespace {
 using nlohmann::json;
 using oobleck::test::LiveSetup;
 
+// GPT-mini on three one-node pipelines (the model fits one node), 2
+// microbatches of 4 samples each.
+std::string one_node_pipelines(int fault_tolerance) {
+  return "--nodes 3 --fault-tolerance " + std::to_string(fault_tolerance) +
+         " --global-microbatches 6 --memory-mb 400 --repeats 1";
+}
+
+// The run's step records, each checked: the single process's loss, bit for
+// bit, and the whole batch trained, each sample once.
+std::vector<json> checked_steps(const LiveSetup& setup, int steps, int seed) {
+  const auto reference = setup.reference_losses(steps, seed);
+  const auto records = setup.steps("live.jsonl");
+  REQUIRE(records.size() == static_cast<std::size_t>(steps));
+  for (int k = 0; k < steps; ++k) {
+    CAPTURE(k);
+    CHECK(records[static_cast<std::size_t>(k)]["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
+    CHECK(records[static_cast<std::size_t>(k)]["step_samples"] == 6 * 4);
+  }
+  return records;
+}
+
+// The generations started for node speeds, in order.
+std::vector<json> speed_generations(const LiveSetup& setup) {
+  std::vector<json> out;
+  for (const auto& g : setup.of_kind("live.jsonl", "generation")) {
+    if (g["cause"] == "speeds") out.push_back(g);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its full share again, bit for bit") {
-  // GPT-mini on three one-node pipelines (the model fits one node), 2
-  // microbatches each.
-  LiveSetup setup(LiveSetup::SetUp{
-      "mini", "--nodes 3 --fault-tolerance 2 --global-microbatches 6 --memory-mb 400 --repeats 1"});
+  LiveSetup setup(LiveSetup::SetUp{"mini", one_node_pipelines(2)});
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines"].size() == 3);
   REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
@@ -35,14 +62,7 @@ TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its 
                                   " --stragglers mitigate --straggler-thresholds 0.6,0.75");
   INFO(run.err);
   REQUIRE(run.status == 0);
-  const auto reference = setup.reference_losses(steps, 3);
-  const auto records = setup.steps("live.jsonl");
-  REQUIRE(records.size() == static_cast<std::size_t>(steps));
-  for (int k = 0; k < steps; ++k) {
-    CAPTURE(k);
-    CHECK(records[static_cast<std::size_t>(k)]["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
-    CHECK(records[static_cast<std::size_t>(k)]["step_samples"] == 6 * 4);  // the whole batch, each sample once
-  }
+  const auto records = checked_steps(setup, steps, 3);
   // Every step but a generation's first reports each node's speed and the
   // cost model's prediction at those speeds.
   int measured = 0;
@@ -57,10 +77,7 @@ TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its 
   // Generations for speeds: the first after the slowdown gives node1's
   // pipeline fewer microbatches than the others; the last gives every
   // pipeline its full share.
-  std::vector<json> for_speeds;
-  for (const auto& g : setup.of_kind("live.jsonl", "generation")) {
-    if (g["cause"] == "speeds") for_speeds.push_back(g);
-  }
+  const std::vector<json> for_speeds = speed_generations(setup);
   REQUIRE(for_speeds.size() >= 2);
   const auto& first = for_speeds.front();
   CHECK(first["resume_step"].get<int>() > 3);
@@ -87,8 +104,7 @@ TEST_CASE("stragglers: a slow node dropped as a spare, taken back after its prob
   // state moves), sits out a probation of 4 steps as a spare that trains
   // nothing, and is then readmitted as a join: the whole model copied to
   // it from a replica, and every pipeline its full share again.
-  LiveSetup setup(LiveSetup::SetUp{
-      "mini", "--nodes 3 --fault-tolerance 1 --global-microbatches 6 --memory-mb 400 --repeats 1"});
+  LiveSetup setup(LiveSetup::SetUp{"mini", one_node_pipelines(1)});
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines"].size() == 3);
   REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
@@ -99,18 +115,8 @@ TEST_CASE("stragglers: a slow node dropped as a spare, taken back after its prob
                                   " --stragglers drop --straggler-thresholds 0.6,0.75 --straggler-probation 4");
   INFO(run.err);
   REQUIRE(run.status == 0);
-  const auto reference = setup.reference_losses(steps, 3);
-  const auto records = setup.steps("live.jsonl");
-  REQUIRE(records.size() == static_cast<std::size_t>(steps));
-  for (int k = 0; k < steps; ++k) {
-    CAPTURE(k);
-    CHECK(records[static_cast<std::size_t>(k)]["loss"].get<double>() == reference[static_cast<std::size_t>(k)]);
-    CHECK(records[static_cast<std::size_t>(k)]["step_samples"] == 6 * 4);
-  }
-  std::vector<json> for_speeds;
-  for (const auto& g : setup.of_kind("live.jsonl", "generation")) {
-    if (g["cause"] == "speeds") for_speeds.push_back(g);
-  }
+  (void)checked_steps(setup, steps, 3);
+  const std::vector<json> for_speeds = speed_generations(setup);
   REQUIRE(for_speeds.size() == 2);
   const auto& drop = for_speeds[0];
   CHECK(drop["speed_choice"]["chosen"] == "drop");

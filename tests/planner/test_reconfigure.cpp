@@ -105,6 +105,17 @@ std::map<std::string, std::set<int>> holdings_before(const Plan& before, const s
   return out;
 }
 
+// The random sequences' profiles: 3 to 7 layers on 1- or 2-GPU nodes,
+// memory-bound in every other sequence.
+Profile sequence_profile(std::mt19937_64& rng, int sequence) {
+  test::RandomProfileOptions options;
+  options.min_layers = 3;
+  options.max_layers = 7;
+  options.gpus_per_node_choices = {1, 2};
+  options.memory_bound = sequence % 2 == 0;
+  return test::random_profile(rng, options);
+}
+
 // Returns whether the kept-pipelines comparison applied.
 bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, const Plan& before,
                            const std::vector<std::string>& lost, const std::vector<std::string>& added,
@@ -292,12 +303,7 @@ TEST_CASE("reconfiguration invariants over 300 random sequences of losses and ar
   std::uniform_real_distribution<double> unit(0, 1);
   int steps = 0, no_plan = 0, with_copies = 0, kept = 0;
   for (int sequence = 0; sequence < 300; ++sequence) {
-    test::RandomProfileOptions options;
-    options.min_layers = 3;
-    options.max_layers = 7;
-    options.gpus_per_node_choices = {1, 2};
-    options.memory_bound = sequence % 2 == 0;
-    const Profile profile = test::random_profile(rng, options);
+    const Profile profile = sequence_profile(rng, sequence);
     const int N = 4 + static_cast<int>(unit(rng) * 6);
     const int f = static_cast<int>(unit(rng) * 3);
     const int B = f + 1 + static_cast<int>(unit(rng) * 10);
@@ -404,12 +410,7 @@ TEST_CASE("reconfiguration at node speeds: never slower than the speed-blind pla
   std::uniform_real_distribution<double> unit(0, 1);
   int checked = 0, faster = 0, idled = 0;
   for (int sequence = 0; sequence < 200; ++sequence) {
-    test::RandomProfileOptions random;
-    random.min_layers = 3;
-    random.max_layers = 7;
-    random.gpus_per_node_choices = {1, 2};
-    random.memory_bound = sequence % 2 == 0;
-    const Profile profile = test::random_profile(rng, random);
+    const Profile profile = sequence_profile(rng, sequence);
     const int N = 4 + static_cast<int>(unit(rng) * 6);
     const int f = static_cast<int>(unit(rng) * 3);
     const int B = f + 1 + static_cast<int>(unit(rng) * 10);

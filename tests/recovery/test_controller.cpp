@@ -27,6 +27,15 @@ struct Cluster {
     return out;
   }
   Plan plan(int count, int f) const { return instantiate(cost, templates, nodes(count), f, 12); }
+  // Six nodes, f = 2, 12 microbatches: three 2-node pipelines.
+  ControllerOptions six_nodes(int last_step = -1) const {
+    ControllerOptions options;
+    options.fault_tolerance = 2;
+    options.global_microbatches = 12;
+    options.initial_plan = plan(6, 2);
+    options.last_step = last_step;
+    return options;
+  }
 };
 
 std::string list(const std::vector<std::string>& names) {
@@ -118,11 +127,7 @@ ControllerOptions live_past_f_options() {
 
 TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, no plan") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
-  options.last_step = 20;
+  const ControllerOptions options = cluster.six_nodes(20);
   const auto all = cluster.nodes(6);
   // Generation 1 trains, commits step 0, establishes.
   const std::vector<Event> started = {joined(all), ready(1), completed(1, 0)};
@@ -211,10 +216,7 @@ TEST_CASE("controller, live run: starts, losses, joins, recoveries interrupted, 
 
 TEST_CASE("controller: until the first generation is ready the state is the seed's, so a loss plans afresh") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
+  ControllerOptions options = cluster.six_nodes();
   check_rows(cluster, options,
              {{"a loss during the first step",
                {joined(cluster.nodes(6)), lost({"node1"}), lost({"node2"}), completed(3, 0)},
@@ -235,10 +237,7 @@ TEST_CASE("controller: until the first generation is ready the state is the seed
 
 TEST_CASE("controller: spares, communication failures and the timer") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
+  ControllerOptions options = cluster.six_nodes();
   options.initial_plan->spare_nodes = {"node6"};  // a node the plan leaves idle
   options.communication_grace_ms = 100;
   options.restarts_without_progress = 1;
@@ -443,10 +442,7 @@ TEST_CASE("controller, live run: a process restarted in place keeps the generati
 
 TEST_CASE("controller: chaos asks whether a loss would still be survivable") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
+  const ControllerOptions options = cluster.six_nodes();
   Controller controller(cluster.cost, cluster.templates, options);
   (void)controller.handle(joined(cluster.nodes(6)));
   (void)controller.handle(completed(1, 0));
@@ -571,11 +567,7 @@ TEST_CASE("controller: the kept state, rebuilt, is the state it was kept from") 
 
 TEST_CASE("controller: node speeds are weighed at commits; a slow node's pipeline takes fewer microbatches, then its share back") {
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
-  options.last_step = 40;
+  const ControllerOptions options = cluster.six_nodes(40);
   const auto all = cluster.nodes(6);
   const Event slow = NodeSpeedsMeasured{{{"node2", 0.4}}, 0};
   const Event normal = NodeSpeedsMeasured{{}, 0};
@@ -611,11 +603,7 @@ TEST_CASE("controller: a recovery while a node is slow is planned at the measure
   // gives the slow node's pipeline fewer microbatches at once, priced at
   // the speeds, where a speed-blind recovery would split 6 and 6.
   const Cluster cluster;
-  ControllerOptions options;
-  options.fault_tolerance = 2;
-  options.global_microbatches = 12;
-  options.initial_plan = cluster.plan(6, 2);
-  options.last_step = 40;
+  const ControllerOptions options = cluster.six_nodes(40);
   Controller controller(cluster.cost, cluster.templates, options);
   (void)controller.handle(NodesJoined{cluster.nodes(6), 0});
   (void)controller.handle(GenerationReady{1, 0});

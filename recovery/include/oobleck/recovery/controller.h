@@ -164,8 +164,9 @@ class Controller {
   // At a commit: what nodes' speeds call for (SpeedsWeighed, and a
   // generation of cause speeds when the plan changes).
   Actions weigh_speeds(int step);
-  // The measured speeds of the base's nodes and of `added`, in the
-  // planner's range, for a reconfiguration from the base.
+  // The measured speeds of `nodes`, in the planner's range.
+  [[nodiscard]] NodeSpeeds speeds_of(const std::vector<std::string>& nodes) const;
+  // Those of the base's nodes and of `added`, for a reconfiguration from the base.
   [[nodiscard]] ReconfigureOptions at_speeds(const std::vector<std::string>& added) const;
 
   // The members of the job now: the current generation's nodes not lost,
