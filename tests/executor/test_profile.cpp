@@ -113,6 +113,52 @@ TEST_CASE("profile: analytic times at each tensor-parallel degree: the work divi
   CHECK(split.layers[1].tensor_parallel[0].forward_ms == block.tensor_parallel[0].forward_ms);
 }
 
+TEST_CASE("profile: the host's kernel launches overlap the device's work: a pass takes the longer of the two") {
+  const ModelConfig c = load_model_config("gpt3-1.3b");
+  HardwareDescription hw = load_hardware("a100-80gb");
+  hw.layer_overhead_ms = 0.1;
+  const Profile device_bound = analytic_profile(c, hw, 2, "bf16");
+  const Milliseconds block_device_ms = device_bound.layers[1].forward_ms;
+  // A launch shorter than every layer's device work changes nothing.
+  Milliseconds shortest_ms = block_device_ms;
+  for (const LayerProfile& l : device_bound.layers) shortest_ms = std::min(shortest_ms, l.forward_ms);
+  hw.layer_launch_ms = shortest_ms / 2;
+  const Profile hidden = analytic_profile(c, hw, 2, "bf16");
+  for (std::size_t i = 0; i < hidden.layers.size(); ++i) {
+    CAPTURE(i);
+    CHECK(hidden.layers[i].forward_ms == device_bound.layers[i].forward_ms);
+    CHECK(hidden.layers[i].backward_ms == device_bound.layers[i].backward_ms);
+  }
+  // A launch longer than every pass's work sets each pass: forward once,
+  // backward twice, at every tensor-parallel degree, and never adds to the
+  // device's time.
+  hw.layer_launch_ms = 100 * block_device_ms;
+  const Profile host_bound = analytic_profile(c, hw, 2, "bf16");
+  for (const LayerProfile& l : host_bound.layers) {
+    CAPTURE(l.name);
+    CHECK(l.forward_ms == hw.layer_launch_ms);
+    CHECK(l.backward_ms == 2 * hw.layer_launch_ms);
+    for (const auto& t : l.tensor_parallel) {
+      CHECK(t.forward_ms == hw.layer_launch_ms);
+      CHECK(t.backward_ms == 2 * hw.layer_launch_ms);
+    }
+  }
+  // In between, each pass is the longer of the two: the blocks' launches
+  // show, the head's big product hides them.
+  hw.layer_launch_ms = 1.5 * block_device_ms;
+  const Profile between = analytic_profile(c, hw, 2, "bf16");
+  int launch_bound = 0;
+  for (std::size_t i = 0; i < between.layers.size(); ++i) {
+    CAPTURE(i);
+    const LayerProfile &l = between.layers[i], &device = device_bound.layers[i];
+    CHECK(l.forward_ms == std::max(device.forward_ms, hw.layer_launch_ms));
+    CHECK(l.backward_ms == std::max(device.backward_ms, 2 * hw.layer_launch_ms));
+    launch_bound += l.forward_ms == hw.layer_launch_ms ? 1 : 0;
+  }
+  CHECK(launch_bound >= c.layers);
+  CHECK(between.layers.back().forward_ms > hw.layer_launch_ms);
+}
+
 TEST_CASE("profile: Megatron's recomputation and sequence parallelism in analytic times") {
   const ModelConfig c = load_model_config("gpt3-1.3b");
   HardwareDescription hw = load_hardware("a100-80gb");

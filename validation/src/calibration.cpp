@@ -1,8 +1,9 @@
 // Calibration and validation.
 //
-// Five numbers are fitted: the share of the matrix-product peak reached,
-// the share of the memory bandwidth reached, a fixed time per layer pass
-// (kernel launches), a fixed time per microbatch on each stage (the
+// Six numbers are fitted: the share of the matrix-product peak reached,
+// the share of the memory bandwidth reached, a fixed device time per layer
+// pass, the host's time to launch a layer's kernels (which overlaps the
+// device's work), a fixed time per microbatch on each stage (the
 // framework's scheduling), and the links' latency per ring step (what a
 // small collective costs). The objective is the
 // mean absolute relative error of the predicted iteration over the
@@ -27,7 +28,7 @@ bool calibrates(const Dataset& d, const MeasuredRun& r) {
 // The overhead is searched as log(overhead + 1 us), so that 0 is reachable.
 constexpr double kOverheadFloorMs = 0.001;
 
-using Parameters = std::array<double, 5>;
+using Parameters = std::array<double, 6>;
 
 executor::HardwareDescription with(const executor::HardwareDescription& base, const Parameters& x) {
   executor::HardwareDescription hw = base;
@@ -35,6 +36,7 @@ executor::HardwareDescription with(const executor::HardwareDescription& base, co
   hw.memory_efficiency = std::exp(x[1]);
   hw.layer_overhead_ms = std::max(0.0, std::exp(x[2]) - kOverheadFloorMs);
   hw.latency_ms = std::exp(x[4]);
+  hw.layer_launch_ms = std::max(0.0, std::exp(x[5]) - kOverheadFloorMs);
   return hw;
 }
 
@@ -63,12 +65,15 @@ Calibration calibrate(const Suite& suite, const executor::HardwareDescription& s
   Parameters x = {std::log(std::clamp(start.compute_efficiency, 0.01, 1.0)),
                   std::log(std::clamp(start.memory_efficiency, 0.01, 1.0)),
                   std::log(start.layer_overhead_ms + kOverheadFloorMs), std::log(kOverheadFloorMs),
-                  std::log(std::clamp(start.latency_ms, 0.001, 1.0))};
+                  std::log(std::clamp(start.latency_ms, 0.001, 1.0)),
+                  // (From 1 ms at least: a launch far below every pass's work
+                  // changes nothing, and the search would never leave it.)
+                  std::log(std::max(start.layer_launch_ms, 1.0) + kOverheadFloorMs)};
   // Efficiencies stay in [1 %, 100 %]; the overheads in [0, 10 ms] and
-  // [0, 100 ms]; a link's latency in [1 us, 1 ms].
+  // [0, 100 ms], the launch in [0, 10 ms]; a link's latency in [1 us, 1 ms].
   const Parameters lowest = {std::log(0.01), std::log(0.01), std::log(kOverheadFloorMs), std::log(kOverheadFloorMs),
-                             std::log(0.001)};
-  const Parameters highest = {0.0, 0.0, std::log(10.0), std::log(100.0), 0.0};
+                             std::log(0.001), std::log(kOverheadFloorMs)};
+  const Parameters highest = {0.0, 0.0, std::log(10.0), std::log(100.0), 0.0, std::log(10.0)};
   double best = objective(x);
   double step = 1.0;  // in log space: a factor of e
   int evaluations = 1;

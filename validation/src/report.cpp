@@ -33,9 +33,10 @@ std::string validation_report(const ValidationResult& result, bool every_row) {
   const auto& hw = result.calibration.hardware;
   std::string out = format(
       "Hardware %s, calibrated on %d runs (mean error %s there): %.1f %% of the matrix peak, %.1f %% of the memory "
-      "bandwidth, %.3f ms a layer pass, %.3f ms a microbatch, %.4f ms a link's latency\n",
+      "bandwidth, %.3f ms a layer pass, %.3f ms to launch a layer's kernels, %.3f ms a microbatch, %.4f ms a link's "
+      "latency\n",
       hw.key.c_str(), result.calibration.rows, percent(result.calibration.mean_error).c_str(),
-      hw.compute_efficiency * 100, hw.memory_efficiency * 100, hw.layer_overhead_ms,
+      hw.compute_efficiency * 100, hw.memory_efficiency * 100, hw.layer_overhead_ms, hw.layer_launch_ms,
       result.calibration.microbatch_overhead_ms, hw.latency_ms);
   for (const auto& d : result.datasets) {
     out += "\n" + d.dataset->name + " (" + std::to_string(d.rows.size()) + " runs";
@@ -93,6 +94,7 @@ std::string validation_to_json(const ValidationResult& result) {
         {"compute_efficiency", hw.compute_efficiency},
         {"memory_efficiency", hw.memory_efficiency},
         {"layer_overhead_ms", hw.layer_overhead_ms},
+        {"layer_launch_ms", hw.layer_launch_ms},
         {"microbatch_overhead_ms", result.calibration.microbatch_overhead_ms},
         {"latency_ms", hw.latency_ms}}}};
   nlohmann::json datasets = nlohmann::json::array();

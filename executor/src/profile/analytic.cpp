@@ -5,6 +5,7 @@
 #include "oobleck/common/json_input.h"
 #include "oobleck/executor/analytic.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <limits>
@@ -96,6 +97,7 @@ HardwareDescription load_hardware(const std::string& name_or_path) {
   number("inter_node_bytes_per_s", h.inter_node_bytes_per_s, true, kMostLinkBytesPerSecond);
   number("latency_ms", h.latency_ms, false, kMostMs);
   number("layer_overhead_ms", h.layer_overhead_ms, false, kMostMs);
+  number("layer_launch_ms", h.layer_launch_ms, false, kMostMs);
   return h;
 }
 
@@ -194,11 +196,16 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       if (options.recompute == AnalyticRecompute::blocks) return forward_t;
       return roofline_ms(w.attention_flops / t, w.attention_bytes / t);
     };
-    const Milliseconds forward = work_ms(1);
+    // A pass of `passes` forward passes' kernels whose device work takes
+    // `device_ms`: the host issues them while the device runs them.
+    const auto pass_ms = [&](Milliseconds device_ms, double passes) {
+      return std::max(device_ms, passes * hw.layer_launch_ms);
+    };
+    const Milliseconds forward = pass_ms(work_ms(1), 1);
     LayerProfile l;
     l.name = layer_name(c, i);
     l.forward_ms = forward;
-    l.backward_ms = 2 * forward + recompute_ms(1, forward);
+    l.backward_ms = pass_ms(2 * work_ms(1), 2) + recompute_ms(1, forward);
     l.param_bytes = layer_parameters(c, i) * e;
     // AdamW: gradients in the parameters' dtype and two fp32 moments; bf16
     // training also keeps fp32 master weights.
@@ -251,8 +258,9 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       }
       // Sequence parallelism gathers a block's inputs again in the backward.
       if (options.sequence_parallel && block) backward_allreduces += activation_allreduce_ms;
-      const Milliseconds forward_t = work_ms(t) + forward_allreduces;
-      l.tensor_parallel.push_back({t, forward_t, 2 * work_ms(t) + backward_allreduces + recompute_ms(t, forward_t)});
+      const Milliseconds forward_t = pass_ms(work_ms(t) + forward_allreduces, 1);
+      l.tensor_parallel.push_back(
+          {t, forward_t, pass_ms(2 * work_ms(t) + backward_allreduces, 2) + recompute_ms(t, forward_t)});
     }
     p.layers.push_back(l);
   }
@@ -457,7 +465,8 @@ std::string analytic_profile_to_json(const Profile& profile, const HardwareDescr
                                  {"memory_bytes_per_s", hw.memory_bytes_per_s},
                                  {"compute_efficiency", hw.compute_efficiency},
                                  {"memory_efficiency", hw.memory_efficiency},
-                                 {"layer_overhead_ms", hw.layer_overhead_ms}};
+                                 {"layer_overhead_ms", hw.layer_overhead_ms},
+                                 {"layer_launch_ms", hw.layer_launch_ms}};
   if (fit) {
     doc["fit"] = {{"measured_profiles", fitted_to},
                   {"layer_overhead_ms", fit->layer_overhead_ms},

@@ -31,6 +31,11 @@ struct HardwareDescription {
   // Fixed time of a layer's forward pass whatever its size: the framework
   // launching its kernels one by one (eager mode). Backward twice that.
   Milliseconds layer_overhead_ms = 0;
+  // The host's time to issue a layer's forward kernels (backward twice
+  // that), which overlaps the device's work: a pass takes the longer of the
+  // two. Small layers in eager frameworks on GPUs are bound by it; 0 where
+  // host and device are one (the CPU) or the overhead above describes it.
+  Milliseconds layer_launch_ms = 0;
 };
 
 [[nodiscard]] const std::vector<HardwareDescription>& hardware_presets();
