@@ -90,6 +90,23 @@ TEST_CASE("model: the chain of separately built layers gives the whole model's l
   CHECK(std::abs(loss - std::log(static_cast<double>(c.vocab))) < 0.5);
 }
 
+TEST_CASE("model: the loss and its gradient bit for bit as PyTorch's cross-entropy computes them") {
+  // GPT-2's vocabulary, a scale that makes some rows confident, a gradient
+  // scale other than 1 (the loss is divided by the batch's microbatches).
+  torch::manual_seed(3);
+  const int64_t rows = 6, vocabulary = 50257;
+  const auto logits = (torch::randn({2, rows / 2, vocabulary}) * 4).requires_grad_();
+  const auto targets = torch::randint(vocabulary, {2, rows / 2}, torch::kLong);
+  const auto reference_logits = logits.detach().clone().requires_grad_();
+  const auto reference =
+      torch::nn::functional::cross_entropy(reference_logits.reshape({rows, vocabulary}), targets.reshape({-1}));
+  (reference / 3).backward();
+  const auto loss = language_model_loss(logits, targets);
+  (loss / 3).backward();
+  CHECK(loss.item<float>() == reference.item<float>());
+  CHECK(torch::equal(logits.grad(), reference_logits.grad()));
+}
+
 TEST_CASE("model: weights depend only on the seed and the layer") {
   const ModelConfig c = tiny();
   CHECK(torch::equal(make_layer(c, 2, 5)->parameters().at(2), make_layer(c, 2, 5)->parameters().at(2)));

@@ -1,5 +1,6 @@
 #include "oobleck/executor/gpt.h"
 
+#include "cross_entropy.h"
 #include "layer_parts.h"
 
 #include <torch/version.h>
@@ -211,6 +212,9 @@ torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tens
     // float32 copy of the logits first would write and read them again.
     // (The CUDA kernel widens fp16 alone; bf16 logits take the copy.)
     return torch::nll_loss(at::_log_softmax(flat, -1, /*half_to_float=*/true), targets.reshape({-1}));
+  }
+  if (flat.is_cpu() && flat.scalar_type() == torch::kFloat32) {
+    return cross_entropy_in_place_backward(flat, targets.reshape({-1}));
   }
   return torch::nn::functional::cross_entropy(flat.to(torch::kFloat32), targets.reshape({-1}));
 }
