@@ -130,6 +130,9 @@ TEST_CASE("validation: calibration is deterministic and no worse than where it s
   CHECK(a.rows == 144);
   CHECK(a.mean_error == b.mean_error);
   CHECK(a.hardware.compute_efficiency == b.hardware.compute_efficiency);
+  // The matrix share stays at or below what the A100's best products reach.
+  CHECK(suite.max_compute_efficiency == doctest::Approx(267.9 / 312).epsilon(1e-3));
+  CHECK(a.hardware.compute_efficiency <= suite.max_compute_efficiency * (1 + 1e-12));
   Calibration none;
   none.hardware = hw;
   const ValidationResult start = validate(suite, none), fitted = validate(suite, a);
@@ -186,6 +189,9 @@ TEST_CASE("validation: bad suites and datasets name the file, the line or the fi
           "d.json", R"({"format": "oobleck.validation.v1", "rows": [{"model_name": "m", "model": {"hidden": 64,
     "feedforward": 256, "seq_size": 16, "attn_heads": 4, "attn_size": 15, "num_blocks": 2}, "execution": {}}]})",
           "rows[0].model.attn_size: expected hidden / attn_heads = 16");
+  refused(R"({"format": "oobleck.validation-suite.v1", "max_compute_efficiency": 1.5, "datasets": [{"name": "d",
+    "file": "d.csv", "bounds": {"mean_error": 0.1, "worst_error": 0.2}}]})",
+          "d.csv", header + "2,16,8,1024,16,24,1024,1,1,2,300\n", "max_compute_efficiency");
 }
 
 TEST_CASE("validation: oobleck-sim validate reports, writes JSON, and exits 1 beyond the bounds") {

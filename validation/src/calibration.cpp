@@ -62,18 +62,20 @@ Calibration calibrate(const Suite& suite, const executor::HardwareDescription& s
     }
     return sum / static_cast<double>(rows.size());
   };
-  Parameters x = {std::log(std::clamp(start.compute_efficiency, 0.01, 1.0)),
+  Parameters x = {std::log(std::clamp(start.compute_efficiency, 0.01, suite.max_compute_efficiency)),
                   std::log(std::clamp(start.memory_efficiency, 0.01, 1.0)),
                   std::log(start.layer_overhead_ms + kOverheadFloorMs), std::log(kOverheadFloorMs),
                   std::log(std::clamp(start.latency_ms, 0.001, 1.0)),
                   // (From 1 ms at least: a launch far below every pass's work
                   // changes nothing, and the search would never leave it.)
                   std::log(std::max(start.layer_launch_ms, 1.0) + kOverheadFloorMs)};
-  // Efficiencies stay in [1 %, 100 %]; the overheads in [0, 10 ms] and
-  // [0, 100 ms], the launch in [0, 10 ms]; a link's latency in [1 us, 1 ms].
+  // Efficiencies stay in [1 %, 100 %] (the matrix share at most the
+  // suite's measured ceiling); the overheads in [0, 10 ms] and [0, 100 ms],
+  // the launch in [0, 10 ms]; a link's latency in [1 us, 1 ms].
   const Parameters lowest = {std::log(0.01), std::log(0.01), std::log(kOverheadFloorMs), std::log(kOverheadFloorMs),
                              std::log(0.001), std::log(kOverheadFloorMs)};
-  const Parameters highest = {0.0, 0.0, std::log(10.0), std::log(100.0), 0.0, std::log(10.0)};
+  const Parameters highest = {std::log(suite.max_compute_efficiency), 0.0, std::log(10.0), std::log(100.0), 0.0,
+                              std::log(10.0)};
   double best = objective(x);
   double step = 1.0;  // in log space: a factor of e
   int evaluations = 1;

@@ -197,6 +197,9 @@ Suite load_suite(const std::filesystem::path& path) {
   Suite suite;
   suite.path = path;
   suite.hardware = optional_string(root, "hardware", top, "a100-80gb");
+  if (root.contains("max_compute_efficiency")) {
+    suite.max_compute_efficiency = require_number(root, "max_compute_efficiency", top, 0.01, 1);
+  }
   const json& datasets = require_array(root, "datasets", top);
   if (datasets.empty() || datasets.size() > 64) throw (top / "datasets").error("expected 1 to 64 datasets");
   for (std::size_t i = 0; i < datasets.size(); ++i) {

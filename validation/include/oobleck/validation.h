@@ -56,6 +56,10 @@ struct Dataset {
 struct Suite {
   std::filesystem::path path;
   std::string hardware = "a100-80gb";  // a preset of oobleck-profile analytic, or a file beside the suite
+  // The largest share of the matrix peak the calibration may give the
+  // hardware: what its best matrix products were measured to reach (runs
+  // of small models leave the share between there and 1 undetermined).
+  double max_compute_efficiency = 1;
   std::vector<Dataset> datasets;
 };
 [[nodiscard]] Suite load_suite(const std::filesystem::path& path);
