@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "bench-compare": "bench_compare",
     "bench-history": "bench_history",
     "train-efficiency": "train_efficiency",
+    "plan-vs-sim": "plan_vs_sim",
 }
 
 

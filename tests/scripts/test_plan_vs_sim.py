@@ -1,0 +1,47 @@
+"""plan-vs-sim: the planner's predicted iteration against the one the
+simulator plays, and the same at 1F1B's period, on bundled profiles."""
+import json
+import os
+
+import pytest
+from conftest import REPOSITORY, assert_no_traceback, run_tools
+
+BIN = os.environ.get("OOBLECK_BIN")
+needs_programs = pytest.mark.skipif(not BIN, reason="OOBLECK_BIN (oobleck-plan, oobleck-sim) not given")
+PROFILES = REPOSITORY / "profiles"
+
+
+@needs_programs
+def test_a_plan_the_planner_prices_right_passes(tmp_path):
+    out = tmp_path / "cases.json"
+    result = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "8", "--fault-tolerance", "0", "--json", out,
+                       PROFILES / "gpt3-1.3b-a100.analytic.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "oobleck.plan-vs-sim.v1"
+    [case] = doc["cases"]
+    assert abs(case["error"]) <= 0.05
+    assert case["error"] == pytest.approx(case["predicted_ms"] / case["played_ms"] - 1)
+
+
+@needs_programs
+def test_long_transfers_set_the_pace_which_the_cycle_bound_sees(tmp_path):
+    # A single H200's measured profile, its links measured at 3 GB/s: 9- and
+    # 7-stage pipelines whose transfers (5.7 ms) are long beside a stage's
+    # 13 to 17 ms. The planner predicts 38 % short; 1F1B's period, the
+    # stage-0 round trip, gives the played iteration.
+    out = tmp_path / "cases.json"
+    result = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "64", "--fault-tolerance", "0", "--json", out,
+                       PROFILES / "gpt3-1.3b-h200-mb1-bf16.measured.json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    [case] = json.loads(out.read_text())["cases"]
+    assert case["error"] < -0.3
+    assert case["cycle_bound_error"] == pytest.approx(0, abs=0.01)
+    assert "mean error" in result.stdout
+
+
+def test_bad_input_is_refused(tmp_path):
+    result = run_tools("plan-vs-sim", "--nodes", "0", PROFILES / "gpt3-1.3b-a100.analytic.json")
+    assert result.returncode == 2
+    assert "--nodes" in result.stderr
+    assert_no_traceback(result)
