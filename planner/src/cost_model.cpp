@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "oobleck/planner.h"
+#include "steady_period.h"
 
 namespace oobleck {
 
@@ -370,11 +371,13 @@ Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) co
 }
 
 Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
-  double worst = 0;
-  for (const auto& s : stages) {
-    worst = std::max(worst, stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute));
+  std::vector<Milliseconds> compute, transfers;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const Stage& st = stages[s];
+    compute.push_back(stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute));
+    if (s + 1 < stages.size()) transfers.push_back(transfer_ms(st.layer_end, st.node == stages[s + 1].node));
   }
-  return worst;
+  return detail::steady_period_ms(compute, transfers);
 }
 
 Milliseconds CostModel::pipeline_ms(const std::vector<Stage>& stages, int microbatches) const {

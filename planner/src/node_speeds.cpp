@@ -8,10 +8,13 @@
 // are both minimised by pairing the lightest position with the slowest node
 // (the rearrangement inequality: any crossed pair, swapped, lowers neither
 // term less). With several stages a position, positions are ranked by their
-// slowest stage.
+// slowest stage. (Where transfers are long enough that a round trip through
+// the later stages sets the steady period, steady_period.h, that term is
+// not part of the argument: the placement is then the same rule, not
+// proven best.)
 //
 // Split. A pipeline with m microbatches takes T_p(m) = F_p + (m - 1) K_p
-// (first microbatch, slowest stage, both at its nodes' speeds) plus its
+// (first microbatch, steady period, both at its nodes' speeds) plus its
 // synchronisation tail plus O_p, the slowest optimizer step among its
 // nodes at their speeds (where the cost model prices it): each node steps
 // after the commit of one iteration and before its passes of the next, so
@@ -35,6 +38,7 @@
 #include <sstream>
 
 #include "oobleck/planner.h"
+#include "steady_period.h"
 
 namespace oobleck {
 namespace {
@@ -64,15 +68,19 @@ struct SpeedTimes {
 
 SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeSpeeds& speeds) {
   SpeedTimes t;
+  std::vector<Milliseconds> compute, transfers;
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     const Stage& st = p.stages[s];
     const double speed = speed_of(speeds, p.nodes.at(static_cast<std::size_t>(st.node)));
-    const Milliseconds compute = cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
-    t.first_ms += compute;
-    t.bottleneck_ms = std::max(t.bottleneck_ms, compute);
+    compute.push_back(cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed);
+    t.first_ms += compute.back();
     t.optimizer_ms = std::max(t.optimizer_ms, cost.stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus) / speed);
-    if (s + 1 < p.stages.size()) t.first_ms += 2 * cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node);
+    if (s + 1 < p.stages.size()) {
+      transfers.push_back(cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node));
+      t.first_ms += 2 * transfers.back();
+    }
   }
+  t.bottleneck_ms = detail::steady_period_ms(compute, transfers);
   return t;
 }
 

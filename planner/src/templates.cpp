@@ -4,12 +4,18 @@
 // ranges, each on a tensor-parallel degree t that divides G) laid out over the
 // nodes in order: a node holds consecutive stages whose degrees add up to G.
 // It minimises T(M) = sigma + (M-1) mu, where sigma = sum of stage compute plus
-// twice the transfers and mu = the slowest stage's compute.
+// twice the transfers and mu = 1F1B's steady period (steady_period.h): the
+// largest of every stage's compute, every transfer (one way) and, for every
+// stage s of S, the round trip R_s / (S - s), R_s being the sigma of the
+// suffix of stages s..S-1.
 //
-// The max term does not decompose, so the search is parametric in a bound K
-// on the stage compute: a dynamic programme finds, for every n at once, the
-// least sigma with every stage strictly under K. Lowering K below the slowest
-// stage of each answer walks the Pareto front of (sigma, mu) from the top.
+// The max terms do not decompose, so the search is parametric in a bound K
+// on mu: a dynamic programme finds, for every n at once, the least sigma
+// with every stage, every transfer and every suffix's R / (its stage count)
+// strictly under K. The suffix condition is one on the programme's own
+// value: the least sigma of a state of m stages must be under K m, or no
+// suffix through that state meets it. Lowering K below the mu of each
+// answer walks the Pareto front of (sigma, mu) from the top.
 // Templates not yet seen have sigma >= the last answer's, so the walk for n
 // jumps to K = (best T - sigma) / (M-1) and stops once sigma + (M-1) * (a lower
 // bound on mu) cannot beat the best. A balanced layout (min-max split with
@@ -22,10 +28,11 @@
 // each variant is a stage kind of its own, with its compute and memory).
 //
 // The dynamic programme runs over suffixes of the layers: state (m, U, l) is
-// "layers [l, L) on the last U GPUs in m stages". m matters only through
-// memory (stage s keeps min(M, S-s+1) microbatches, i.e. min(M, m) for the
-// first stage of the suffix), so m is capped where memory stops telling
-// stage counts apart. For fixed (m, U, t) the best successor boundary e of a
+// "layers [l, L) on the last U GPUs in m stages". m matters through memory
+// (the first stage of the suffix keeps min(M, m) microbatches in flight)
+// and through the round trip (R / m). A suffix of m stages uses at most
+// m G GPUs, which bounds the rows of each m. For fixed (m, U, t) the best
+// successor boundary e of a
 // stage starting at l is a sliding-window minimum over e in
 // [l+1, hi(l)], with hi non-decreasing in l, so every state costs O(1).
 #include <algorithm>
@@ -62,29 +69,24 @@ class TemplateSearch {
       transfer_same_[e] = 2 * cost.transfer_ms(e, true);
       transfer_cross_[e] = 2 * cost.transfer_ms(e, false);
     }
-    // Memory tells stage counts apart only up to the largest in-flight limit
-    // that some stage has below full_cap.
-    const int max_stages = std::min(layers_, max_gpus_);
-    const int full_cap = std::min(cost.microbatches(), max_stages);
-    int relevant = 0;
-    for (std::size_t d = 0; d < degree_count; ++d) {
-      for (int l = 0; l < layers_; ++l) {
-        for (int e = l + 1; e <= layers_; ++e) {
-          const int limit = cost.stage_max_in_flight(l, e, degree(d), recompute(d));
-          if (limit < full_cap) relevant = std::max(relevant, limit);
-        }
-      }
-    }
-    cap_ = std::min(full_cap, relevant + 1);
-    // hi_memory_: per (degree, k, l), the last boundary e such that [l, e) fits with k in flight.
+    // Stage counts are exact (the round-trip bound divides a suffix's sum by
+    // its count); a suffix of m stages starts with min(M, m) in flight.
+    cap_ = std::min(layers_, max_gpus_);
+    // hi_memory_: per (degree, m, l), the last boundary e such that [l, e)
+    // fits with min(M, m) in flight.
     hi_memory_.assign(degree_count * (cap_ + 1) * (layers_ + 1), 0);
     for (std::size_t d = 0; d < degree_count; ++d) {
-      for (int k = 1; k <= cap_; ++k) {
+      for (int m = 1; m <= cap_; ++m) {
+        const int in_flight = std::min(m, cost.microbatches());
+        if (m > 1 && in_flight < m) {  // as for m - 1
+          for (int l = 0; l < layers_; ++l) hi_memory_[window_index(d, m, l)] = hi_memory_[window_index(d, m - 1, l)];
+          continue;
+        }
         int e = 0;
         for (int l = 0; l < layers_; ++l) {
           e = std::max(e, l);
-          while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degree(d), recompute(d)) >= k) ++e;
-          hi_memory_[window_index(d, k, l)] = e;  // e == l: not even one layer fits
+          while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degree(d), recompute(d)) >= in_flight) ++e;
+          hi_memory_[window_index(d, m, l)] = e;  // e == l: not even one layer fits
         }
       }
     }
@@ -115,10 +117,12 @@ class TemplateSearch {
     window_.assign(layers_ + 2, 0);
   }
 
-  // Least sigma for every state with every stage's compute strictly below
-  // `bound`, on at most `gpu_limit` GPUs.
+  // Least sigma for every state whose steady period is strictly below
+  // `bound` (every stage's compute, every transfer one way, and every
+  // suffix's sum over its stage count), on at most `gpu_limit` GPUs.
   void solve(double bound, int gpu_limit) {
     gpu_limit_ = std::min(gpu_limit, max_gpus_);
+    bound_ = bound;
     // Only the layers each row made finite last time need clearing.
     for (std::size_t r = 0; r < alive_lo_.size(); ++r) {
       if (alive_lo_[r] <= alive_hi_[r]) {
@@ -216,8 +220,9 @@ class TemplateSearch {
     const double* prefix = prefix_[d].data();
     const int* hi = hi_.data() + window_index(d, m, 0);
     int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
+    const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
     auto improve = [&](int l, double v) {
-      if (v < out[l]) {
+      if (v < out[l] && v < round_trip_limit) {
         out[l] = v;
         out_lo = std::min(out_lo, l);
         out_hi = std::max(out_hi, l);
@@ -243,7 +248,7 @@ class TemplateSearch {
       const int last = std::min(last_boundary(m), succ_hi);
       for (int l = std::min(l_max, last - 1); l >= 0; --l) {
         const int e = l + 1;
-        if (e >= succ_lo) {
+        if (e >= succ_lo && transfer[e] < 2 * bound_) {
           const double r = rest(exact, capped, e);
           if (r < kInfinity) {
             through[e] = prefix[e] + transfer[e] + r;
@@ -286,6 +291,7 @@ class TemplateSearch {
         const double* capped = m == cap_ ? live_row(cap_, u_next, lo, hi_alive) : nullptr;
         const double* transfer = transfers(u_next);
         for (int e = l + 1; e <= hi; ++e) {
+          if (!(transfer[e] < 2 * bound_)) continue;
           const double r = rest(exact, capped, e);
           if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
           stages.push_back({l, e, t, node, recompute(d)});
@@ -315,6 +321,7 @@ class TemplateSearch {
   int max_gpus_;
   int cap_ = 1;
   int gpu_limit_ = 0;
+  double bound_ = kInfinity;  // the last solve's bound on the steady period
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
   std::vector<double> transfer_same_, transfer_cross_;  // 2 C at each boundary
   std::vector<int> hi_memory_;                          // memory limit on the window end
@@ -420,7 +427,9 @@ bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> fou
     w.active = false;
     return false;
   }
-  w.bound = std::min(mu, (w.best - sigma) / mult);
+  // (Strictly below this solve's bound too, should rounding put the
+  // answer's mu, summed in another order than the programme's, on it.)
+  w.bound = std::min({mu, (w.best - sigma) / mult, std::nextafter(w.bound, 0.0)});
   return true;
 }
 
@@ -468,7 +477,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     }
     if (progress) {
       std::ostringstream line;
-      line << "templates: search " << runs << " (stage bound " << bound << " ms), " << still_active
+      line << "templates: search " << runs << " (period bound " << bound << " ms), " << still_active
            << " node counts still open";
       progress(line.str());
     }

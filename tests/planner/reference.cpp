@@ -82,26 +82,35 @@ Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double
 
 double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches) {
   const Profile& profile = cost.profile();
-  double sum = 0, slowest = 0;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    double stage = 0;
+  const std::size_t count = stages.size();
+  std::vector<double> stage(count, 0.0), transfer(count, 0.0);  // transfer[s]: s to s + 1, one way
+  for (std::size_t s = 0; s < count; ++s) {
     for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
       const double forward = cost.layer_forward_ms(l, stages[s].gpus);
       // Recomputing, the backward runs the forward again first.
-      stage += forward + cost.layer_backward_ms(l, stages[s].gpus) +
-               (stages[s].recompute == Recompute::full ? forward : 0.0);
+      stage[s] += forward + cost.layer_backward_ms(l, stages[s].gpus) +
+                  (stages[s].recompute == Recompute::full ? forward : 0.0);
     }
-    sum += stage;
-    slowest = std::max(slowest, stage);
-    if (s + 1 < stages.size()) {
+    if (s + 1 < count) {
       const bool same = stages[s].node == stages[s + 1].node;
       const double bandwidth =
           same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s;
-      sum += 2 * (static_cast<double>(profile.layers[stages[s].layer_end - 1].output_bytes) / bandwidth * 1000.0 +
-                  profile.hardware.latency_ms);
+      transfer[s] = static_cast<double>(profile.layers[stages[s].layer_end - 1].output_bytes) / bandwidth * 1000.0 +
+                    profile.hardware.latency_ms;
     }
   }
-  return sum + (microbatches - 1) * slowest;
+  // The first microbatch goes down and back; then one leaves every period:
+  // no faster than any stage or link alone, nor than any stage's round trip
+  // through the stages after it, taken by its S - s microbatches in flight.
+  double first = 0, period = 0;
+  for (std::size_t s = 0; s < count; ++s) {
+    first += stage[s] + 2 * transfer[s];
+    period = std::max({period, stage[s], transfer[s]});
+    double round_trip = 0;
+    for (std::size_t j = s; j < count; ++j) round_trip += stage[j] + 2 * transfer[j];
+    period = std::max(period, round_trip / static_cast<double>(count - s));
+  }
+  return first + (microbatches - 1) * period;
 }
 
 namespace {

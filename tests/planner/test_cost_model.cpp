@@ -16,9 +16,37 @@ TEST_CASE("T(M) of DESIGN.md on a hand-computed pipeline") {
   const std::vector<Stage> stages = {{0, 1, 1, 0}, {1, 2, 1, 1}};
   const double transfer = (1 << 20) / 10e9 * 1000 + 0.01;
   CHECK(cost.transfer_ms(1, false) == doctest::Approx(transfer));
-  CHECK(cost.pipeline_ms(stages, 5) == doctest::Approx(3 + 3 + 2 * transfer + 4 * 3));
+  // Two equal stages: stage 0's round trip (3 + 3 + 2 transfers over its 2
+  // microbatches in flight) paces the pipeline, not the stages alone.
+  CHECK(cost.pipeline_ms(stages, 5) == doctest::Approx(3 + 3 + 2 * transfer + 4 * (3 + transfer)));
   CHECK(cost.first_microbatch_ms(stages) == doctest::Approx(6 + 2 * transfer));
-  CHECK(cost.bottleneck_ms(stages) == doctest::Approx(3));
+  CHECK(cost.bottleneck_ms(stages) == doctest::Approx(3 + transfer));
+}
+
+TEST_CASE("1F1B's period: the slowest stage, the slowest link, or a round trip, whichever is longest") {
+  // Three layers of 1 + 2 ms on three one-GPU nodes; outputs of `bytes`.
+  const auto period = [](Bytes bytes, double forward_0) {
+    Profile profile = test::uniform_profile(3, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+    profile.layers[0].forward_ms = forward_0;
+    for (auto& l : profile.layers) l.output_bytes = bytes;
+    const CostModel cost(profile, 8);
+    return std::pair{cost.bottleneck_ms({{0, 1, 1, 0}, {1, 2, 1, 1}, {2, 3, 1, 2}}), cost.transfer_ms(1, false)};
+  };
+  // A slow first stage (10 + 2 ms) with short links: it alone.
+  const auto [slow_stage, short_link] = period(1 << 10, 10.0);
+  CHECK(slow_stage == doctest::Approx(12));
+  CHECK(short_link < 0.02);
+  // Equal stages, links of about 1 ms: stage 0's round trip, 3 stages and
+  // 2 links each way over its 3 microbatches in flight.
+  const auto [round_trip, link] = period(10 << 20, 1.0);
+  CHECK(link == doctest::Approx(1.0586).epsilon(1e-3));
+  CHECK(round_trip == doctest::Approx((9 + 4 * link) / 3));
+  // Links longer than any stage: each carries one microbatch each way per
+  // period, and the round trip is longer still.
+  const auto [long_links, long_link] = period(100 << 20, 1.0);
+  CHECK(long_link > 3);
+  CHECK(long_links == doctest::Approx((9 + 4 * long_link) / 3));
+  CHECK(long_links > long_link);
 }
 
 TEST_CASE("memory rule: stage s keeps min(M, S-s+1) microbatches, split over its t GPUs") {

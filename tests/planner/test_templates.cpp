@@ -82,11 +82,13 @@ TEST_CASE("one GPU per node: a template for n nodes has exactly n stages, and mo
   REQUIRE(set.templates.size() == 6);
   for (const auto& t : set.templates) CHECK(static_cast<int>(t.stages.size()) == t.nodes);
   CHECK(set.find(7) == nullptr);
-  // Six equal layers on three nodes: two layers each; T(4) = 3 stages x 6 ms + 2 transfers x 2 + 3 x 6 ms.
+  // Six equal layers on three nodes: two layers each; T(4) = 3 stages x 6
+  // ms + 2 transfers x 2 + 3 periods, each stage 0's round trip over its 3
+  // microbatches in flight: (18 + 4 transfers) / 3.
   const PipelineTemplate* three = set.find(3);
   REQUIRE(three);
   const double transfer = cost.transfer_ms(2, false);
-  CHECK(three->iteration_ms == doctest::Approx(18 + 4 * transfer + 3 * 6));
+  CHECK(three->iteration_ms == doctest::Approx(18 + 4 * transfer + 3 * (18 + 4 * transfer) / 3));
 }
 
 TEST_CASE("memory decides which node counts have templates") {

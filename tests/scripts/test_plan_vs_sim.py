@@ -25,18 +25,18 @@ def test_a_plan_the_planner_prices_right_passes(tmp_path):
 
 
 @needs_programs
-def test_long_transfers_set_the_pace_which_the_cycle_bound_sees(tmp_path):
-    # A single H200's measured profile, its links measured at 3 GB/s: 9- and
-    # 7-stage pipelines whose transfers (5.7 ms) are long beside a stage's
-    # 13 to 17 ms. The planner predicts 38 % short; 1F1B's period, the
-    # stage-0 round trip, gives the played iteration.
+def test_long_transfers_the_planner_prices_at_1f1b_period(tmp_path):
+    # A single H200's measured profile, its links measured at 3 GB/s: deep
+    # pipelines whose transfers (5.7 ms) are long beside a stage's compute.
+    # The planner prices 1F1B's round trip; the tool's own reckoning of that
+    # period from the plan's stages and the profile's links agrees with it.
     out = tmp_path / "cases.json"
-    result = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "64", "--fault-tolerance", "0", "--json", out,
-                       PROFILES / "gpt3-1.3b-h200-mb1-bf16.measured.json")
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "8", "--fault-tolerance", "0", "--tolerance", "1e-6",
+                       "--json", out, PROFILES / "gpt3-1.3b-h200-mb1-bf16.measured.json")
+    assert result.returncode == 1, result.stdout + result.stderr  # beyond a tolerance of 1e-6
     [case] = json.loads(out.read_text())["cases"]
-    assert case["error"] < -0.3
-    assert case["cycle_bound_error"] == pytest.approx(0, abs=0.01)
+    assert case["cycle_bound_ms"] == pytest.approx(case["predicted_ms"], rel=1e-9)
+    assert abs(case["error"]) < 0.05
     assert "mean error" in result.stdout
 
 

@@ -6,16 +6,17 @@ planner's iteration_ms is compared with the played one. Prints the mean
 error, how many cases are within --tolerance, and the worst cases; with
 --json, every case.
 
-Each case also gets the iteration the planner would predict if a pipeline's
-steady state were priced at 1F1B's period: the longest of the slowest
-stage's forward and backward, of each stage-to-stage transfer, and, for
-each stage s of S, (the forwards and backwards of stages s..S-1 plus both
-transfers between each pair of them) / (S - s). Stage s holds S - s
-microbatches in flight, and its backward of microbatch m waits for that
-whole round trip before its forward of m + S - s can start. Where transfers
-are long beside the compute this cycle, not the slowest stage, sets the
-pace, which the planner's T(M) = first + (M - 1) x slowest stage does not
-see (the "cycle" column).
+Each case also gets the iteration reckoned here, from the plan's stages
+and the profile's links, with each pipeline's steady state at 1F1B's
+period: the longest of the slowest stage's forward and backward, of each
+stage-to-stage transfer, and, for each stage s of S, (the forwards and
+backwards of stages s..S-1 plus both transfers between each pair of them) /
+(S - s). Stage s holds S - s microbatches in flight, and its backward of
+microbatch m waits for that whole round trip before its forward of m + S - s
+can start. The planner prices the same period (planner/src/steady_period.h),
+so the "cycle" column is a check on it written apart: it equals the
+prediction, and a planner priced at the slowest stage alone shows here how
+far that misses.
 
   oobleck-tools plan-vs-sim [--bin build/bin] [--nodes 8 64 512 2048]
       [--fault-tolerance 0 4] [--global-microbatches 4096] [--tolerance 0.05]
@@ -125,7 +126,7 @@ def run(args):
           f"(B = {args.global_microbatches} microbatches)")
     print(f"  the planner's prediction:   mean error {100 * mean:.1f} %, within {100 * args.tolerance:g} %: "
           f"{within} of {len(compared)}")
-    print(f"  at 1F1B's period (cycle):   mean error {100 * mean_cycle:.1f} %, within {100 * args.tolerance:g} %: "
+    print(f"  reckoned here (cycle):      mean error {100 * mean_cycle:.1f} %, within {100 * args.tolerance:g} %: "
           f"{within_cycle} of {len(compared)}")
     print(f"  worst cases:\n  {'profile':<44} {'nodes':>5} {'f':>2} {'predicted':>10} {'played':>10} {'error':>8}"
           f" {'cycle':>8}")

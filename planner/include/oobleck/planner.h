@@ -229,7 +229,10 @@ class CostModel {
   [[nodiscard]] Milliseconds pipeline_ms(const std::vector<Stage>& stages, int microbatches) const;
   // T(1) = sum of stage compute plus twice the transfers: the `a` in T(M) = a + (M-1) b.
   [[nodiscard]] Milliseconds first_microbatch_ms(const std::vector<Stage>& stages) const;
-  // max_s (F_s + B_s): the `b` in T(M) = a + (M-1) b.
+  // 1F1B's steady period, the `b` in T(M) = a + (M-1) b: the slowest
+  // stage's F_s + B_s, or, where transfers are long beside the compute, a
+  // round trip: for every s, (F + B of stages s..S-1 plus twice the
+  // transfers between them) / (S - s) (steady_period.h derives it).
   [[nodiscard]] Milliseconds bottleneck_ms(const std::vector<Stage>& stages) const;
   // Whether every stage fits with min(microbatches, S - s + 1) in flight.
   [[nodiscard]] bool pipeline_fits(const std::vector<Stage>& stages, int microbatches) const;
