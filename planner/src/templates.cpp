@@ -71,12 +71,12 @@ class TemplateSearch {
     }
     // Stage counts are exact (the round-trip bound divides a suffix's sum by
     // its count); a suffix of m stages starts with min(M, m) in flight.
-    cap_ = std::min(layers_, max_gpus_);
+    max_stages_ = std::min(layers_, max_gpus_);
     // hi_memory_: per (degree, m, l), the last boundary e such that [l, e)
     // fits with min(M, m) in flight.
-    hi_memory_.assign(degree_count * (cap_ + 1) * (layers_ + 1), 0);
+    hi_memory_.assign(degree_count * (max_stages_ + 1) * (layers_ + 1), 0);
     for (std::size_t d = 0; d < degree_count; ++d) {
-      for (int m = 1; m <= cap_; ++m) {
+      for (int m = 1; m <= max_stages_; ++m) {
         const int in_flight = std::min(m, cost.microbatches());
         if (m > 1 && in_flight < m) {  // as for m - 1
           for (int l = 0; l < layers_; ++l) hi_memory_[window_index(d, m, l)] = hi_memory_[window_index(d, m - 1, l)];
@@ -92,13 +92,13 @@ class TemplateSearch {
     }
     hi_.assign(hi_memory_.size(), 0);
     // Value rows: for each m, U in [u_lo, u_hi], each with layers_+1 entries.
-    row_base_.assign(cap_ + 1, 0);
-    u_lo_.assign(cap_ + 1, 0);
-    u_hi_.assign(cap_ + 1, -1);
+    row_base_.assign(max_stages_ + 1, 0);
+    u_lo_.assign(max_stages_ + 1, 0);
+    u_hi_.assign(max_stages_ + 1, -1);
     std::size_t rows = 0;
-    for (int m = 1; m <= cap_; ++m) {
+    for (int m = 1; m <= max_stages_; ++m) {
       u_lo_[m] = m;
-      u_hi_[m] = (m < cap_) ? std::min(gpus_ * m, max_gpus_) : max_gpus_;
+      u_hi_[m] = std::min(gpus_ * m, max_gpus_);  // m stages hold at most m nodes' GPUs
       row_base_[m] = rows;
       if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
     }
@@ -138,14 +138,14 @@ class TemplateSearch {
       for (int l = 0; l < layers_; ++l) {
         e = std::max(e, l);
         while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
-        for (int m = 1; m <= cap_; ++m) {
+        for (int m = 1; m <= max_stages_; ++m) {
           const std::size_t i = window_index(d, m, l);
           hi_[i] = std::min({e, hi_memory_[i], last_boundary(m)});
         }
       }
     }
     for (int u = 1; u <= gpu_limit_; ++u) {
-      for (int m = 1; m <= cap_; ++m) {
+      for (int m = 1; m <= max_stages_; ++m) {
         if (u < u_lo_[m] || u > u_hi_[m]) continue;
         for (std::size_t d = 0; d < variants_.size(); ++d) {
           if (fits_in_node(u, degree(d))) sweep(m, u, d);
@@ -160,7 +160,7 @@ class TemplateSearch {
     if (u > gpu_limit_) return std::nullopt;
     int best_m = 0;
     double best_value = kInfinity;
-    for (int m = 1; m <= cap_; ++m) {
+    for (int m = 1; m <= max_stages_; ++m) {
       const double* r = row(m, u);
       if (r && r[0] < best_value) {
         best_value = r[0];
@@ -176,12 +176,13 @@ class TemplateSearch {
 
  private:
   [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
-    return (d * static_cast<std::size_t>(cap_ + 1) + static_cast<std::size_t>(m)) * static_cast<std::size_t>(layers_ + 1) +
+    return (d * static_cast<std::size_t>(max_stages_ + 1) + static_cast<std::size_t>(m)) *
+               static_cast<std::size_t>(layers_ + 1) +
            static_cast<std::size_t>(l);
   }
   [[nodiscard]] bool fits_in_node(int u, int t) const { return (u - 1) / gpus_ == (u - t) / gpus_; }
   [[nodiscard]] std::ptrdiff_t row_index(int m, int u) const {
-    if (m < 1 || m > cap_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
+    if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
   [[nodiscard]] const double* row(int m, int u) const {
@@ -198,13 +199,7 @@ class TemplateSearch {
     return value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
-  [[nodiscard]] bool terminal_allowed(int m, int u, int t) const {
-    return u == t && (m == 1 || (m == cap_ && cap_ == 1));
-  }
-  // Exactly m-1 stages follow, or (for the capped count) at least cap_.
-  [[nodiscard]] double rest(const double* exact, const double* capped, int e) const {
-    return std::min(exact ? exact[e] : kInfinity, capped ? capped[e] : kInfinity);
-  }
+  [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
   [[nodiscard]] const double* transfers(int u_next) const {
     return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_.data();
   }
@@ -234,9 +229,9 @@ class TemplateSearch {
       }
     }
     int succ_lo = layers_ + 1, succ_hi = -1;
-    const double* exact = (u_next >= 1) ? live_row(m - 1, u_next, succ_lo, succ_hi) : nullptr;
-    const double* capped = (u_next >= 1 && m == cap_) ? live_row(cap_, u_next, succ_lo, succ_hi) : nullptr;
-    if (exact || capped) {
+    // Exactly m-1 stages follow.
+    const double* rest = (u_next >= 1) ? live_row(m - 1, u_next, succ_lo, succ_hi) : nullptr;
+    if (rest) {
       // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
       // descending: candidates enter at the front (smallest e), expired ones
       // leave at the back; values decrease from front to back. Successors
@@ -249,7 +244,7 @@ class TemplateSearch {
       for (int l = std::min(l_max, last - 1); l >= 0; --l) {
         const int e = l + 1;
         if (e >= succ_lo && transfer[e] < 2 * bound_) {
-          const double r = rest(exact, capped, e);
+          const double r = rest[e];
           if (r < kInfinity) {
             through[e] = prefix[e] + transfer[e] + r;
             while (head < tail && through[window[head]] >= through[e]) ++head;
@@ -287,15 +282,15 @@ class TemplateSearch {
         const int u_next = u - t;
         if (u_next < 1) continue;
         int lo = layers_ + 1, hi_alive = -1;
-        const double* exact = live_row(m - 1, u_next, lo, hi_alive);
-        const double* capped = m == cap_ ? live_row(cap_, u_next, lo, hi_alive) : nullptr;
+        const double* rest = live_row(m - 1, u_next, lo, hi_alive);
+        if (!rest) continue;
         const double* transfer = transfers(u_next);
         for (int e = l + 1; e <= hi; ++e) {
           if (!(transfer[e] < 2 * bound_)) continue;
-          const double r = rest(exact, capped, e);
+          const double r = rest[e];
           if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
           stages.push_back({l, e, t, node, recompute(d)});
-          m = (exact && exact[e] == r) ? m - 1 : cap_;
+          --m;
           u = u_next;
           l = e;
           found = true;
@@ -319,7 +314,7 @@ class TemplateSearch {
   int gpus_;
   std::vector<Variant> variants_;
   int max_gpus_;
-  int cap_ = 1;
+  int max_stages_ = 1;
   int gpu_limit_ = 0;
   double bound_ = kInfinity;  // the last solve's bound on the steady period
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant

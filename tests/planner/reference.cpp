@@ -99,18 +99,22 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
                     profile.hardware.latency_ms;
     }
   }
-  // The first microbatch goes down and back; then one leaves every period:
-  // no faster than any stage or link alone, nor than any stage's round trip
-  // through the stages after it, taken by its S - s microbatches in flight.
-  double first = 0, period = 0;
+  // The first microbatch goes down and back; then one leaves every period.
+  double first = 0;
+  for (std::size_t s = 0; s < count; ++s) first += stage[s] + 2 * transfer[s];
+  return first + (microbatches - 1) * direct_period_ms(stage, transfer);
+}
+
+double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms) {
+  const std::size_t count = stage_ms.size();
+  const auto link = [&](std::size_t s) { return s + 1 < count ? transfer_ms[s] : 0.0; };
+  double period = 0;
   for (std::size_t s = 0; s < count; ++s) {
-    first += stage[s] + 2 * transfer[s];
-    period = std::max({period, stage[s], transfer[s]});
     double round_trip = 0;
-    for (std::size_t j = s; j < count; ++j) round_trip += stage[j] + 2 * transfer[j];
-    period = std::max(period, round_trip / static_cast<double>(count - s));
+    for (std::size_t j = s; j < count; ++j) round_trip += stage_ms[j] + 2 * link(j);
+    period = std::max({period, stage_ms[s], link(s), round_trip / static_cast<double>(count - s)});
   }
-  return first + (microbatches - 1) * period;
+  return period;
 }
 
 namespace {

@@ -37,6 +37,11 @@ struct BruteTemplate {
 
 // T(M) of a layout, summed from the layers' own values.
 [[nodiscard]] double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches);
+// 1F1B's period from stage times and one-way transfers (transfer_ms[s]: s to
+// s + 1; the last ignored), counted directly: no faster than any stage or
+// link alone, nor than any stage's round trip through the stages after it,
+// taken by its S - s microbatches in flight.
+[[nodiscard]] double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms);
 
 // Best iteration time over every multiset of templates adding up to `nodes`
 // that, with the pipelines of `fixed_sizes`, makes at least `min_pipelines`

@@ -48,7 +48,7 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
     do {
       for (int m = 1; m <= plan.global_microbatches; ++m) {
         if (!cost.pipeline_fits(pipe.stages, m)) continue;
-        double first = 0, period = 0, optimizer = 0;
+        double first = 0, optimizer = 0;
         std::vector<double> stage_ms, transfer_ms;  // transfer_ms[s]: s to s + 1, one way
         for (std::size_t s = 0; s < pipe.stages.size(); ++s) {
           const Stage& st = pipe.stages[s];
@@ -68,14 +68,8 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
               s + 1 < pipe.stages.size() ? cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node) : 0.0);
           first += t + 2 * transfer_ms.back();
         }
-        // 1F1B's period: no faster than a stage, a link, or any stage's
-        // round trip through those after it over its microbatches in flight.
-        for (std::size_t s = 0; s < stage_ms.size(); ++s) {
-          double round_trip = 0;
-          for (std::size_t j = s; j < stage_ms.size(); ++j) round_trip += stage_ms[j] + 2 * transfer_ms[j];
-          period = std::max({period, stage_ms[s], transfer_ms[s], round_trip / static_cast<double>(stage_ms.size() - s)});
-        }
-        const double total = first + (m - 1) * period + cost.sync_tail_ms(pipe.stages, count) / ring_speed + optimizer;
+        const double total = first + (m - 1) * test::direct_period_ms(stage_ms, transfer_ms) +
+                             cost.sync_tail_ms(pipe.stages, count) / ring_speed + optimizer;
         auto& b = best[static_cast<std::size_t>(p)][static_cast<std::size_t>(m)];
         b = std::min(b, total);
       }

@@ -116,6 +116,39 @@ Profile sequence_profile(std::mt19937_64& rng, int sequence) {
   return test::random_profile(rng, options);
 }
 
+int random_below(std::mt19937_64& rng, int bound) {
+  return static_cast<int>(std::uniform_real_distribution<double>(0, 1)(rng) * bound);
+}
+
+// Where a random sequence of changes starts: a random profile on 4 to 9
+// nodes, f in [0, 2], B in [f + 1, f + 10], its templates and first plan
+// (`planned` false where there is none). It holds the cost model's profile,
+// so it stays where it is made.
+struct SequenceStart {
+  Profile profile;
+  int nodes, f, B;
+  CostModel cost;
+  TemplateSet templates;
+  Plan plan;
+  bool planned = false;
+
+  SequenceStart(std::mt19937_64& rng, int sequence)
+      : profile(sequence_profile(rng, sequence)),
+        nodes(4 + random_below(rng, 6)),
+        f(random_below(rng, 3)),
+        B(f + 1 + random_below(rng, 10)),
+        cost(profile, std::max(1, B / (f + 1))),
+        templates(build_templates(cost, 16)) {
+    try {
+      plan = instantiate(cost, templates, names(nodes), f, B);
+      planned = true;
+    } catch (const NoPlanError&) {
+    }
+  }
+  SequenceStart(const SequenceStart&) = delete;
+  SequenceStart& operator=(const SequenceStart&) = delete;
+};
+
 // Returns whether the kept-pipelines comparison applied.
 bool check_reconfiguration(const CostModel& cost, const TemplateSet& templates, const Plan& before,
                            const std::vector<std::string>& lost, const std::vector<std::string>& added,
@@ -303,18 +336,12 @@ TEST_CASE("reconfiguration invariants over 300 random sequences of losses and ar
   std::uniform_real_distribution<double> unit(0, 1);
   int steps = 0, no_plan = 0, with_copies = 0, kept = 0;
   for (int sequence = 0; sequence < 300; ++sequence) {
-    const Profile profile = sequence_profile(rng, sequence);
-    const int N = 4 + static_cast<int>(unit(rng) * 6);
-    const int f = static_cast<int>(unit(rng) * 3);
-    const int B = f + 1 + static_cast<int>(unit(rng) * 10);
-    const CostModel cost(profile, std::max(1, B / (f + 1)));
-    const TemplateSet templates = build_templates(cost, 16);
-    Plan plan;
-    try {
-      plan = instantiate(cost, templates, names(N), f, B);
-    } catch (const NoPlanError&) {
-      continue;
-    }
+    const SequenceStart start(rng, sequence);
+    if (!start.planned) continue;
+    const CostModel& cost = start.cost;
+    const TemplateSet& templates = start.templates;
+    const int B = start.B;
+    Plan plan = start.plan;
     int fresh = 0;
     for (int step = 0; step < 6; ++step) {
       const auto current_nodes = all_nodes(plan);
@@ -410,18 +437,12 @@ TEST_CASE("reconfiguration at node speeds: never slower than the speed-blind pla
   std::uniform_real_distribution<double> unit(0, 1);
   int checked = 0, faster = 0, idled = 0;
   for (int sequence = 0; sequence < 200; ++sequence) {
-    const Profile profile = sequence_profile(rng, sequence);
-    const int N = 4 + static_cast<int>(unit(rng) * 6);
-    const int f = static_cast<int>(unit(rng) * 3);
-    const int B = f + 1 + static_cast<int>(unit(rng) * 10);
-    const CostModel cost(profile, std::max(1, B / (f + 1)));
-    const TemplateSet templates = build_templates(cost, 16);
-    Plan plan;
-    try {
-      plan = instantiate(cost, templates, names(N), f, B);
-    } catch (const NoPlanError&) {
-      continue;
-    }
+    const SequenceStart start(rng, sequence);
+    if (!start.planned) continue;
+    const CostModel& cost = start.cost;
+    const TemplateSet& templates = start.templates;
+    const int f = start.f, B = start.B;
+    const Plan& plan = start.plan;
     const auto nodes = all_nodes(plan);
     std::vector<std::string> present(nodes.begin(), nodes.end());
     std::shuffle(present.begin(), present.end(), rng);
