@@ -7,6 +7,7 @@
 
 #include "composition.h"
 #include "pipeline_kinds.h"
+#include "synced_iteration.h"
 
 namespace oobleck::detail {
 
@@ -46,8 +47,7 @@ KindSplit split_by_kind(const std::vector<Kind>& kinds, const std::vector<int>& 
   return out;
 }
 
-std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines, int global_microbatches,
-                                    const SyncTails& tails) {
+std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines, int global_microbatches) {
   // One kind per distinct template.
   std::vector<const PipelineTemplate*> distinct;
   std::vector<std::size_t> kind_of(pipelines.size());
@@ -58,7 +58,7 @@ std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& 
   }
   std::vector<Kind> kinds;
   std::vector<int> counts(distinct.size(), 0);
-  for (const auto* t : distinct) kinds.push_back(kind_of_template(*t, global_microbatches, tails.at(t)));
+  for (const auto* t : distinct) kinds.push_back(kind_of_template(*t, global_microbatches));
   for (std::size_t k : kind_of) counts[k] += 1;
   KindSplit split = split_by_kind(kinds, counts, global_microbatches);
   if (pipelines.empty() || split.slowest_ms == kInfinity) return {};
@@ -78,20 +78,26 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
   std::vector<const PipelineTemplate*> chosen;
   for (int n : template_nodes) chosen.push_back(templates.find(n));
   out.template_nodes = std::move(template_nodes);
-  SyncTails tails;  // each template's, among all the pipelines
-  for (const auto* t : chosen) {
-    if (!tails.count(t)) tails[t] = cost.sync_tail_ms(t->stages, static_cast<int>(chosen.size()));
-  }
-  out.microbatches = split_microbatches(chosen, global_microbatches, tails);
+  out.microbatches = split_microbatches(chosen, global_microbatches);
   if (out.microbatches.empty()) {
-    out.iteration_ms = kInfinity;
+    out.iteration_ms = out.objective_ms = kInfinity;
     return out;
   }
+  std::map<const PipelineTemplate*, Milliseconds> longest;  // per template, its slowest pipeline
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     const Milliseconds t = chosen[i]->iteration_ms_for(out.microbatches[i]);
     out.pipelines_ms = std::max(out.pipelines_ms, t);
-    out.iteration_ms = std::max(out.iteration_ms, t + tails.at(chosen[i]));
+    longest[chosen[i]] = std::max(longest[chosen[i]], t);
   }
+  const int ranks = static_cast<int>(chosen.size());
+  std::vector<TemplateRun> runs;
+  Milliseconds widest_tail = 0;
+  for (const auto& [t, ms] : longest) {
+    runs.push_back({&t->stages, ms});
+    widest_tail = std::max(widest_tail, cost.sync_tail_ms(t->stages, ranks));
+  }
+  out.objective_ms = out.pipelines_ms + widest_tail;
+  out.iteration_ms = synced_iteration_ms(cost, runs, ranks);
   out.sync_ms = out.iteration_ms - out.pipelines_ms;
   return out;
 }

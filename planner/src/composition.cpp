@@ -1,23 +1,40 @@
 // Instantiation search: which templates, how many of each, and the batch split.
 //
-// A pipeline of template n given q microbatches takes a_n + (q-1) b_n (its
-// T(q)) plus its gradient synchronisation tail s_n(p) among the p pipelines
-// (CostModel::sync_tail_ms); the iteration takes the max over pipelines.
-// For a fixed p the tails are constants, so they join a_n, and for a time
-// limit tau pipeline n can take c_n(tau) microbatches: tau is feasible when
-// p pipelines whose sizes add up to N can take B in total.
+// A pipeline of template n given q microbatches takes T_n(q) = a_n +
+// (q-1) b_n. Every pipeline holds every layer, so each layer's gradient
+// all-reduce waits for the slowest pipeline (synced_iteration.h): a pipeline
+// that finishes early gains nothing. The search therefore minimises
+//   max over pipelines of T(q)  +  max over the templates used of s_n(p),
+// the slowest pipeline plus the longest synchronisation tail among the
+// templates used (CostModel::sync_tail_ms, among the p pipelines), and the
+// plan is then priced at its synchronised iteration, which for one template
+// is exactly this. A planner that instead gave each template its own tail
+// (max of T_n(q) + s_n(p)) would hand the templates with long tails fewer
+// microbatches and mix in deep templates with short tails, a saving that the
+// all-reduces waiting for the slowest pipeline take back (GPT-3 1.3B on
+// 2,048 H200s: priced 3.0 s, played 4.1 s).
+//
+// For a fixed p and a tail threshold sigma (one of the templates' tails),
+// the templates with s_n(p) <= sigma are allowed and the value is tau(p,
+// sigma) + sigma, tau being the least slowest-pipeline time; the optimum is
+// the least of these over p and sigma. For a time limit tau a pipeline of
+// template n can take c_n(tau) microbatches: tau is feasible when p allowed
+// pipelines whose sizes add up to N can take B in total.
 //
 //  * Feasibility is exact: a dynamic programme over (pipelines so far, nodes
 //    so far), kept to the Steinitz tube (tube_search.cpp).
-//  * tau*(p) is the least feasible slot value a_n + s_n(p) + (q-1) b_n; the
+//  * tau(p, sigma) is the least feasible slot value a_n + (q-1) b_n; the
 //    search bisects over slot values between a lower bound and the best
 //    solution so far, which jumps the upper end to the time that solution
 //    actually takes.
 //  * The lower bound is the linear relaxation in the pipeline counts: p times
-//    the upper concave envelope of (n, c_n(tau)) at N/p. Pipeline counts are
-//    visited in order of that bound, first without the tails but for a lower
-//    bound on them (layer 0's all-reduce over a node's GPUs), then with them,
-//    and the search stops when the least bound cannot win.
+//    the upper concave envelope of (n, c_n(tau)) at N/p. Pairs (p, sigma)
+//    are visited lazily in order of their bounds: first p alone, its
+//    relaxation over every template plus a lower bound on any tail (layer
+//    0's all-reduce over a node's GPUs); then, with the tails computed, each
+//    sigma with that relaxation plus sigma; then the relaxation over the
+//    allowed templates plus sigma. Only a pair whose tightest bound is the
+//    least is solved, and the search stops when the least bound cannot win.
 //
 // The batch split is batch_split.cpp; which pipeline counts a node count
 // admits, node_counts.cpp.
@@ -108,9 +125,11 @@ struct Problem {
 [[nodiscard]] std::optional<double> relaxed_lower_bound(const Problem& problem) {
   double min_first = kInfinity, max_time = 0;
   for (const auto& k : problem.kinds) {
+    if (k.limit < 1) continue;  // not allowed
     min_first = std::min(min_first, k.first);
     max_time = std::max(max_time, slot_time(k, k.limit));
   }
+  if (min_first == kInfinity) return std::nullopt;
   const double need = problem.B * (1 - 1e-12);
   double lo = std::nextafter(min_first, -kInfinity);
   double hi = max_time;
@@ -229,8 +248,8 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
 
   struct Candidate {
     int pool;
-    double lower_bound;  // on pipelines_ms
-    double sync_ms;  // a lower bound on every pipeline's tail
+    double lower_bound;  // on pipelines_ms, over every template
+    double sync_ms;      // a lower bound on every template's tail
   };
   std::vector<Candidate> candidates;
   std::int64_t tests = 0;  // relaxed bounds and feasibility tests
@@ -241,25 +260,36 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       candidates.push_back({p, *bound, cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
   }
-  // Counts in order of their bounds, lazily tightened: a count's first
-  // bound leaves the tails out but for a lower bound on them; once it is
-  // the least, its tails are computed and it goes back with the relaxation's
-  // bound with them (most counts stop there), and only a count whose tight
-  // bound is the least is solved. Every slot time carries its tail among
-  // these replicas, so the search is exact for max over pipelines of T(q) + tail.
+  // (p, sigma) pairs in order of their bounds, lazily tightened (top
+  // comment): level -1 stands for a count whose tails are not computed yet.
   struct Entry {
     double bound;
     std::size_t candidate;
+    int level;  // index into the count's sorted tails; -1: not yet split by tail
     bool tight;
     bool operator>(const Entry& o) const {
-      return bound != o.bound ? bound > o.bound : candidate > o.candidate;
+      if (bound != o.bound) return bound > o.bound;
+      if (candidate != o.candidate) return candidate > o.candidate;
+      return level > o.level;
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    queue.push({candidates[i].lower_bound + candidates[i].sync_ms, i, false});
+    queue.push({candidates[i].lower_bound + candidates[i].sync_ms, i, -1, false});
   }
-  std::map<std::size_t, std::vector<Kind>> synced;  // the kinds with tails of the counts tightened
+  struct Tails {
+    std::vector<double> of_kind;  // s_n(p) per kind
+    std::vector<double> levels;   // the distinct thresholds worth trying, increasing
+  };
+  std::map<std::size_t, Tails> tails_of;
+  // The kinds a threshold allows: the others get no capacity.
+  auto allowed = [&](const Tails& t, double sigma) {
+    std::vector<Kind> out = kinds;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (t.of_kind[i] > sigma) out[i].limit = 0;
+    }
+    return out;
+  };
   TubeSearch tube;
   double best_total = kInfinity;
   std::optional<std::vector<int>> best_counts;
@@ -267,21 +297,39 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     const Entry e = queue.top();
     queue.pop();
     const Candidate& c = candidates[e.candidate];
-    if (!e.tight) {
-      auto& held = synced[e.candidate];
-      held = with_sync_tails(cost, templates, kinds, c.pool + fixed_count);
-      ++tests;
-      if (const auto tight = relaxed_lower_bound(Problem{held, fixed, nodes, c.pool, B})) {
-        queue.push({std::max(*tight, e.bound), e.candidate, true});
+    if (e.level < 0) {
+      Tails& t = tails_of[e.candidate];
+      double floor = 0;  // the fixed pipelines' tails are there regardless
+      for (std::size_t i = 0; i < kinds.size(); ++i) {
+        const bool usable = fixed[i] > 0 || kinds[i].nodes <= nodes;
+        t.of_kind.push_back(usable ? cost.sync_tail_ms(templates.find(kinds[i].nodes)->stages, c.pool + fixed_count)
+                                   : kInfinity);
+        if (fixed[i] > 0) floor = std::max(floor, t.of_kind.back());
+      }
+      for (double tail : t.of_kind) {
+        if (tail >= floor && tail != kInfinity) t.levels.push_back(tail);
+      }
+      std::sort(t.levels.begin(), t.levels.end());
+      t.levels.erase(std::unique(t.levels.begin(), t.levels.end()), t.levels.end());
+      for (std::size_t j = 0; j < t.levels.size(); ++j) {
+        queue.push({std::max(e.bound, c.lower_bound + t.levels[j]), e.candidate, static_cast<int>(j), false});
       }
       continue;
     }
-    const Problem problem{synced.at(e.candidate), fixed, nodes, c.pool, B};
-    auto solution = solve_for_count(problem, e.bound, best_total * (1 - 1e-12), tube, tests);
-    synced.erase(e.candidate);
+    const double sigma = tails_of.at(e.candidate).levels[static_cast<std::size_t>(e.level)];
+    const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
+    const Problem problem{restricted, fixed, nodes, c.pool, B};
+    if (!e.tight) {
+      ++tests;
+      if (const auto tight = relaxed_lower_bound(problem)) {
+        queue.push({std::max(*tight + sigma, e.bound), e.candidate, e.level, true});
+      }
+      continue;
+    }
+    auto solution = solve_for_count(problem, e.bound - sigma, best_total * (1 - 1e-12) - sigma, tube, tests);
     if (!solution) continue;
-    if (solution->pipelines_ms < best_total * (1 - 1e-12)) {
-      best_total = solution->pipelines_ms;
+    if (solution->pipelines_ms + sigma < best_total * (1 - 1e-12)) {
+      best_total = solution->pipelines_ms + sigma;
       best_counts = std::move(solution->counts);
     }
   }

@@ -16,18 +16,17 @@ struct Composition {
   std::vector<int> microbatches;
   Milliseconds pipelines_ms = 0;  // slowest pipeline: max T(q)
   Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
-  Milliseconds iteration_ms = 0;  // max over pipelines of T(q) + its synchronisation tail
+  Milliseconds iteration_ms = 0;  // the synchronised iteration (synced_iteration.h)
+  // What the search minimises: the slowest pipeline plus the longest
+  // synchronisation tail among the templates used (composition.cpp).
+  Milliseconds objective_ms = 0;
   std::int64_t tests = 0;         // the search's relaxed bounds and feasibility tests (work)
 };
 
-// A template's synchronisation tail among the pipelines of a composition.
-using SyncTails = std::map<const PipelineTemplate*, Milliseconds>;
-
 // The integer split of `global_microbatches` (each pipeline at least one, at
-// most its memory limit) minimising the slowest pipeline, each with its
-// template's tail (every template of `pipelines` in `tails`); empty if none.
+// most its memory limit) minimising the slowest pipeline; empty if none.
 [[nodiscard]] std::vector<int> split_microbatches(const std::vector<const PipelineTemplate*>& pipelines,
-                                                  int global_microbatches, const SyncTails& tails);
+                                                  int global_microbatches);
 
 // Largest pipeline count formable from at most `nodes` nodes, at most `limit`.
 [[nodiscard]] int most_pipelines(const TemplateSet& templates, int nodes, int limit);

@@ -5,9 +5,10 @@
 //    (Megatron-style: after attention and after the MLP). The all-reduce
 //    part is kept apart as well, so the simulator can show it as ops of its
 //    own while the totals the planner optimises stay the same;
-//  * the exposed gradient synchronisation is the all-reduce of layer 0 across
-//    the pipelines; every other layer's all-reduce overlaps the backward
-//    passes still running on the layers before it.
+//  * the gradient synchronisation of pipelines of one template ending
+//    together: what of their layers' all-reduces runs after the last
+//    backward (sync_tail_ms); pipelines of several templates side by side:
+//    synced_iteration.h.
 //  * full activation recomputation (Recompute::full) keeps, per microbatch in
 //    flight, each layer's input whole on every GPU (no sequence
 //    parallelism), plus one layer's activations while its backward runs: per
@@ -332,9 +333,9 @@ Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
 // its 1/t of each layer among the `ranks` replicas, the layers in the order
 // they became ready: finish = max(finish, ready_l) + allreduce(bytes_l / t).
 // The tail is the latest finish after T (0 if every all-reduce ends before
-// T). This is the pipeline alone; `oobleck-sim iteration` plays all of them
-// at once, where a layer waits for its slowest holder (equal when the
-// pipelines end together, as the batch split makes them nearly do).
+// T). This is the pipeline alone; where pipelines of several templates run
+// side by side a layer waits for its slowest holder (synced_iteration.h,
+// as `oobleck-sim iteration` plays it).
 Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
   if (ranks <= 1) return 0;
   const double bytes_per_s = profile_->hardware.gradient_allreduce_bytes_per_s();

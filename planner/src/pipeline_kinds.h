@@ -15,31 +15,17 @@ namespace oobleck::detail {
 
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// A pipeline's time with q microbatches is T(q) plus its synchronisation
-// tail (CostModel::sync_tail_ms, for a given number of replicas): `first`
-// holds T(1) + tail, so that every slot time carries it.
+// A pipeline's time with q microbatches is T(q) = first + (q-1) x step.
 struct Kind {
   int nodes = 0;
-  double first = 0;  // T(1) + tail
+  double first = 0;  // T(1)
   double step = 0;   // bottleneck: T(q+1) - T(q)
-  int limit = 0;     // most microbatches (memory, and never more than B)
-  double tail = 0;   // the synchronisation tail in `first`
+  int limit = 0;     // most microbatches (memory, and never more than B); 0: not allowed
 };
 
-[[nodiscard]] inline Kind kind_of_template(const PipelineTemplate& t, int global_microbatches, double tail = 0) {
+[[nodiscard]] inline Kind kind_of_template(const PipelineTemplate& t, int global_microbatches) {
   const int limit = t.max_microbatches > 0 ? std::min(t.max_microbatches, global_microbatches) : global_microbatches;
-  return {t.nodes, t.first_microbatch_ms + tail, t.bottleneck_ms, limit, tail};
-}
-
-// The kinds with their tails among `ranks` replicas.
-[[nodiscard]] inline std::vector<Kind> with_sync_tails(const CostModel& cost, const TemplateSet& templates,
-                                                       std::vector<Kind> kinds, int ranks) {
-  for (Kind& k : kinds) {
-    k.first -= k.tail;
-    k.tail = cost.sync_tail_ms(templates.find(k.nodes)->stages, ranks);
-    k.first += k.tail;
-  }
-  return kinds;
+  return {t.nodes, t.first_microbatch_ms, t.bottleneck_ms, limit};
 }
 
 // The kinds of the templates with at most `max_nodes` nodes, by increasing size.

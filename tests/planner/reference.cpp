@@ -202,17 +202,14 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
     chosen.push_back(templates.find(size));
   }
   double best = std::numeric_limits<double>::infinity();
-  std::vector<double> tails;  // of chosen[i] among all chosen
-  // Best split of `left` microbatches over chosen[i..], given the slowest so
-  // far: each pipeline's time is T(q) plus its synchronisation tail.
+  // Least slowest pipeline over splits of `left` microbatches over chosen[i..].
   std::function<double(std::size_t, int, double)> split = [&](std::size_t i, int left, double slowest) {
     if (i == chosen.size()) return left == 0 ? slowest : std::numeric_limits<double>::infinity();
     const int limit = chosen[i]->max_microbatches > 0 ? chosen[i]->max_microbatches : left;
     const int others = static_cast<int>(chosen.size() - i - 1);
     double result = std::numeric_limits<double>::infinity();
     for (int q = 1; q <= std::min(limit, left - others); ++q) {
-      const double t = chosen[i]->iteration_ms_for(q) + tails[i];
-      result = std::min(result, split(i + 1, left - q, std::max(slowest, t)));
+      result = std::min(result, split(i + 1, left - q, std::max(slowest, chosen[i]->iteration_ms_for(q))));
     }
     return result;
   };
@@ -220,9 +217,9 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
     if (left == 0) {
       const int p = static_cast<int>(chosen.size());
       if (p < min_pipelines || p > global_microbatches) return;
-      tails.clear();
-      for (const auto* t : chosen) tails.push_back(cost.sync_tail_ms(t->stages, p));
-      best = std::min(best, split(0, global_microbatches, 0));
+      double tail = 0;
+      for (const auto* t : chosen) tail = std::max(tail, cost.sync_tail_ms(t->stages, p));
+      best = std::min(best, split(0, global_microbatches, 0) + tail);
       return;
     }
     for (std::size_t k = from; k < templates.templates.size(); ++k) {
@@ -235,6 +232,65 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
   pick(nodes, 0);
   if (best == std::numeric_limits<double>::infinity()) return std::nullopt;
   return best;
+}
+
+double plan_objective_ms(const CostModel& cost, const Plan& plan) {
+  const int ranks = static_cast<int>(plan.pipelines.size());
+  double slowest = 0, tail = 0;
+  for (const auto& p : plan.pipelines) {
+    slowest = std::max(slowest, cost.pipeline_ms(p.stages, p.microbatches));
+    tail = std::max(tail, cost.sync_tail_ms(p.stages, ranks));
+  }
+  return slowest + tail;
+}
+
+double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
+  const int ranks = static_cast<int>(plan.pipelines.size());
+  const bool at_end = cost.gradient_sync() == GradientSync::after_backward;
+  double slowest = 0;
+  for (const auto& p : plan.pipelines) slowest = std::max(slowest, cost.pipeline_ms(p.stages, p.microbatches));
+  if (ranks <= 1) return slowest;
+  // Every layer's final gradient, per pipeline, from the cool-down.
+  std::vector<double> start(static_cast<std::size_t>(cost.layers()), -std::numeric_limits<double>::infinity());
+  for (const auto& p : plan.pipelines) {
+    const std::size_t S = p.stages.size();
+    std::vector<double> end(S);  // each stage's last backward, the last stage's at 0
+    for (std::size_t s = S; s-- > 0;) {
+      if (s + 1 == S) {
+        end[s] = 0;
+      } else {
+        const Stage& st = p.stages[s];
+        double backward = 0;
+        for (int l = st.layer_begin; l < st.layer_end; ++l) backward += cost.layer_backward_ms(l, st.gpus, st.recompute);
+        end[s] = end[s + 1] + cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node) + backward;
+      }
+    }
+    const double shift = cost.pipeline_ms(p.stages, p.microbatches) - end[0];  // stage 0 ends the pipeline
+    for (std::size_t s = 0; s < S; ++s) {
+      const Stage& st = p.stages[s];
+      double done = end[s] + shift;
+      for (int l = st.layer_begin; l < st.layer_end; ++l) {
+        start[l] = std::max(start[l], done);
+        if (!at_end) done -= cost.layer_backward_ms(l, st.gpus, st.recompute);
+      }
+    }
+  }
+  double out = slowest;
+  const double bytes_per_s = cost.profile().hardware.gradient_allreduce_bytes_per_s();
+  for (const auto& p : plan.pipelines) {
+    for (const Stage& st : p.stages) {
+      std::vector<std::pair<double, int>> queue;
+      for (int l = st.layer_begin; l < st.layer_end; ++l) queue.emplace_back(start[l], l);
+      std::sort(queue.begin(), queue.end());
+      double nic = -std::numeric_limits<double>::infinity();
+      for (const auto& [at, l] : queue) {
+        nic = std::max(nic, at) + cost.allreduce_ms(static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus,
+                                                    ranks, bytes_per_s);
+      }
+      out = std::max(out, nic);
+    }
+  }
+  return out;
 }
 
 }  // namespace oobleck::test

@@ -43,12 +43,24 @@ struct BruteTemplate {
 // taken by its S - s microbatches in flight.
 [[nodiscard]] double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms);
 
-// Best iteration time over every multiset of templates adding up to `nodes`
-// that, with the pipelines of `fixed_sizes`, makes at least `min_pipelines`
-// pipelines, and every integer batch split; a pipeline takes T(q) plus its
-// synchronisation tail among them all (CostModel::sync_tail_ms).
+// The least value of the instantiation's objective over every multiset of
+// templates adding up to `nodes` that, with the pipelines of `fixed_sizes`,
+// makes at least `min_pipelines` pipelines, and every integer batch split:
+// the slowest pipeline's T(q) plus the longest synchronisation tail among
+// the templates used (CostModel::sync_tail_ms, among all the pipelines).
 [[nodiscard]] std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates,
                                                               int nodes, int min_pipelines, int global_microbatches,
                                                               const std::vector<int>& fixed_sizes = {});
+
+// That objective for a plan's own pipelines and split.
+[[nodiscard]] double plan_objective_ms(const CostModel& cost, const Plan& plan);
+
+// A plan's iteration counted pipeline by pipeline: each stage's last backward
+// ends, in 1F1B's cool-down, after the next stage's and the transfer back;
+// a layer's gradient is final once that pass has gone through it (or at its
+// end, with GradientSync::after_backward); its all-reduce among all the
+// pipelines starts when the last pipeline's is final; each pipeline's stage
+// carries its layers' shards one at a time in the order they start.
+[[nodiscard]] double synced_iteration_ms(const CostModel& cost, const Plan& plan);
 
 }  // namespace oobleck::test

@@ -2,7 +2,10 @@
 // plays op by op, for the plans the planner chooses.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -60,26 +63,53 @@ TEST_CASE("planner and simulator: the synchronisation tail of one-template plans
   CHECK(compared >= 5);
 }
 
-TEST_CASE("planner and simulator: the predicted iteration is within 5 % of the played one for the GPT-3 A100 profiles") {
-  // (README, "What the planner predicts against what the simulator plays",
-  // has the whole grid of bundled profiles, where it does not hold yet.)
-  struct Case {
-    const char* profile;
-    std::vector<int> nodes;
-  };
-  for (const Case& c : {Case{"gpt3-1.3b-a100.analytic.json", {8, 64, 512, 2048}},
-                        Case{"gpt3-175b-a100.analytic.json", {512, 2048}}}) {
-    const Profile profile = load_profile(kRoot / "profiles" / c.profile);
-    for (const int nodes : c.nodes) {
-      for (const int f : {0, 2, 4}) {
-        CAPTURE(c.profile);
+TEST_CASE("planner and simulator: the predicted iteration against the played one on every bundled profile, 8 to 2048 nodes") {
+  // Every pipeline holds every layer, so each layer's all-reduce waits for
+  // the slowest pipeline: the planner prices the synchronised iteration
+  // (planner/src/synced_iteration.h) and chooses its plans for the slowest
+  // pipeline plus the longest tail among the templates it mixes. What is
+  // left beyond 5 % is inside the pipelines: 1F1B cycles through runs of
+  // consecutive stages that end before the last stage (README, "What the
+  // planner predicts against what the simulator plays").
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(kRoot / "profiles")) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 30);
+  int cases = 0, within = 0;
+  double error_sum = 0, worst = 0;
+  for (const auto& file : files) {
+    const Profile profile = load_profile(file);
+    for (const int nodes : {8, 64, 512, 2048}) {
+      std::size_t pipelines_at_f0 = 0;
+      for (const int f : {0, 4}) {
+        // A plan of f + 1 pipelines or more at f = 0 is also the plan at f.
+        if (f > 0 && pipelines_at_f0 >= static_cast<std::size_t>(f + 1)) continue;
+        CAPTURE(file.filename().string());
         CAPTURE(nodes);
         CAPTURE(f);
-        const Agreement a = plan_and_play(profile, nodes, f, 4096);
-        CHECK(a.plan.iteration_ms == doctest::Approx(a.played.iteration_ms).epsilon(0.05));
+        Agreement a;
+        try {
+          a = plan_and_play(profile, nodes, f, 4096);
+        } catch (const NoPlanError&) {
+          continue;  // too few nodes for f + 1 pipelines of this model
+        }
+        if (f == 0) pipelines_at_f0 = a.plan.pipelines.size();
+        const double error = std::abs(a.plan.iteration_ms / a.played.iteration_ms - 1);
+        CHECK(error <= 0.07);
+        ++cases;
+        within += error <= 0.05;
+        error_sum += error;
+        worst = std::max(worst, error);
       }
     }
   }
+  MESSAGE(cases << " plans: mean error " << 100 * error_sum / cases << " %, " << within << " within 5 %, worst "
+                << 100 * worst << " %");
+  CHECK(cases >= 150);
+  CHECK(error_sum / cases <= 0.015);
+  CHECK(within >= cases * 96 / 100);
 }
 
 TEST_CASE("planner and simulator: where transfers are long, 1F1B's round trip paces both") {
@@ -87,8 +117,6 @@ TEST_CASE("planner and simulator: where transfers are long, 1F1B's round trip pa
   // takes 5.7 ms to cross, against 5 to 17 ms of compute per stage. The
   // planner prices the round trip (steady_period.h), which the simulator
   // plays; priced at the slowest stage alone it predicted 38 % short.
-  // (The synchronisation after the pipelines is another matter: plans that
-  // mix templates still queue more of it than the planner prices.)
   const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-h200-mb1-bf16.measured.json");
   for (const int nodes : {8, 64, 512}) {
     CAPTURE(nodes);

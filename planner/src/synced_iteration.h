@@ -1,0 +1,45 @@
+// The iteration of pipelines of different templates run side by side, with
+// every layer's gradient all-reduced among all of them, as oobleck-sim plays
+// it.
+//
+// Each pipeline holds every layer, so layer l's all-reduce among the p
+// pipelines starts only once every pipeline has finished its last backward
+// over l:
+//   r_l = max over pipelines of (T_pipeline - the layer's offset from it),
+// where, in 1F1B's cool-down, stage s ends its last backward
+// (backward + transfer) of each earlier stage before its pipeline's end, and
+// layer l of a stage is final once the stage's last backward has gone down
+// to it (GradientSync::per_layer) or once that pass ends (after_backward).
+// Each stage's GPUs (one network interface each) then carry their 1/t shard
+// of their layers' all-reduces one after another, in the order the layers
+// become ready:
+//   finish = max(finish, r_l) + allreduce(bytes_l / t, p),
+// and the iteration ends with the last of these.
+//
+// For pipelines of one template ending together this is T + sync_tail_ms.
+// With several templates it is more: a layer held by a stage that ends its
+// backward early waits for the pipelines where the same layer is final
+// last, and a pipeline given fewer microbatches because its own tail is long
+// gains nothing, since its all-reduces wait for the slowest pipeline.
+#pragma once
+
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::detail {
+
+// One template's pipelines in an iteration: its stages and the longest of
+// their times T(m) (pipelines of one template with fewer microbatches end
+// earlier but all-reduce the same layers on the same kind of stages, so only
+// the longest matters).
+struct TemplateRun {
+  const std::vector<Stage>* stages = nullptr;
+  Milliseconds pipeline_ms = 0;
+};
+
+// The iteration of `runs` with `ranks` pipelines in all: the last gradient
+// all-reduce's end, and never less than the slowest pipeline.
+[[nodiscard]] Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks);
+
+}  // namespace oobleck::detail
