@@ -319,8 +319,7 @@ bool CostModel::stage_fits(int begin, int end, int degree, int in_flight, Recomp
 }
 
 Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
-  return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines,
-                      profile_->hardware.gradient_allreduce_bytes_per_s());
+  return gradient_allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines);
 }
 
 // The synchronisation a pipeline's backward passes cannot hide. In the drain
@@ -338,7 +337,6 @@ Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
 // as `oobleck-sim iteration` plays it).
 Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
   if (ranks <= 1) return 0;
-  const double bytes_per_s = profile_->hardware.gradient_allreduce_bytes_per_s();
   Milliseconds stage_end = 0;  // e_s - T
   Milliseconds tail = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
@@ -349,7 +347,7 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
     for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
       if (!at_end) ready += layer_backward_ms(l, st.gpus, st.recompute);
       const double shard = static_cast<double>(profile_->layers[l].param_bytes) / st.gpus;
-      finish = std::max(finish, ready) + allreduce_ms(shard, ranks, bytes_per_s);
+      finish = std::max(finish, ready) + gradient_allreduce_ms(shard, ranks);
     }
     tail = std::max(tail, finish);
     if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node);
@@ -358,8 +356,7 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
 }
 
 Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {
-  return allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes) / gpus_per_node(), ranks,
-                      profile_->hardware.gradient_allreduce_bytes_per_s());
+  return gradient_allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes) / gpus_per_node(), ranks);
 }
 
 Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {

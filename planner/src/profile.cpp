@@ -24,6 +24,38 @@ constexpr double kMaxMs = 1e9;                             // 11 days per layer
 constexpr double kMaxBytesPerSecond = 1e15;
 constexpr std::size_t kMaxLayers = 10000;
 
+// Measured gradient all-reduces: [{"ranks": k, "bytes": b, "ms": t}, ...],
+// sorted here by ranks then bytes; per rank count the times are made
+// non-decreasing in size (measurement noise must not make a larger layer
+// cheaper; allreduce_table.cpp).
+std::vector<AllreducePoint> parse_allreduce_table(const json& value, const FieldPath& where) {
+  constexpr std::size_t kMaxPoints = 4096;
+  if (!value.is_array()) throw where.error("expected an array of {\"ranks\", \"bytes\", \"ms\"} objects");
+  if (value.size() > kMaxPoints) throw where.error("expected at most " + std::to_string(kMaxPoints) + " points");
+  std::vector<AllreducePoint> out;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const FieldPath at = where[i];
+    if (!value[i].is_object()) throw at.error("expected an object with ranks, bytes and ms");
+    AllreducePoint p;
+    p.ranks = static_cast<int>(json_input::require_integer(value[i], "ranks", at, 2, 1 << 20));
+    p.bytes = json_input::require_number(value[i], "bytes", at, 1, static_cast<double>(kMaxBytes));
+    p.ms = json_input::require_number(value[i], "ms", at, 0, kMaxMs);
+    out.push_back(p);
+  }
+  std::sort(out.begin(), out.end(), [](const AllreducePoint& a, const AllreducePoint& b) {
+    return a.ranks != b.ranks ? a.ranks < b.ranks : a.bytes < b.bytes;
+  });
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    if (out[i].ranks != out[i - 1].ranks) continue;
+    if (out[i].bytes == out[i - 1].bytes) {
+      throw where.error("two points for " + std::to_string(out[i].ranks) + " ranks and " +
+                        std::to_string(static_cast<long long>(out[i].bytes)) + " bytes");
+    }
+    out[i].ms = std::max(out[i].ms, out[i - 1].ms);
+  }
+  return out;
+}
+
 Hardware parse_hardware(const json& hw, const FieldPath& where) {
   Hardware out;
   out.name = json_input::require_string(hw, "name", where);
@@ -35,6 +67,7 @@ Hardware parse_hardware(const json& hw, const FieldPath& where) {
   if (hw.contains("allreduce_bytes_per_s")) {
     out.allreduce_bytes_per_s = json_input::require_number(hw, "allreduce_bytes_per_s", where, 1, kMaxBytesPerSecond);
   }
+  if (hw.contains("allreduce_table")) out.allreduce_table = parse_allreduce_table(hw.at("allreduce_table"), where / "allreduce_table");
   return out;
 }
 
@@ -104,6 +137,11 @@ json hardware_to_json(const Hardware& hw) {
               {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
               {"latency_ms", hw.latency_ms}};
   if (hw.allreduce_bytes_per_s > 0) out["allreduce_bytes_per_s"] = hw.allreduce_bytes_per_s;
+  if (!hw.allreduce_table.empty()) {
+    json table = json::array();
+    for (const auto& p : hw.allreduce_table) table.push_back({{"ranks", p.ranks}, {"bytes", p.bytes}, {"ms", p.ms}});
+    out["allreduce_table"] = std::move(table);
+  }
   return out;
 }
 
@@ -146,8 +184,10 @@ json read_json_file(const std::filesystem::path& path) {
   return json_input::parse(read_text_file(path), path.string());
 }
 
+// The fit of a per-layer all-reduce file; `measured`, when given, gets its
+// points: each layer's gradient (its param_bytes) among each group size.
 std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, const std::vector<LayerProfile>& layers,
-                                         int* largest_group) {
+                                         int* largest_group, std::vector<AllreducePoint>* measured = nullptr) {
   const json data = read_json_file(path);
   const FieldPath root(path.string());
   if (!data.is_array()) throw root.error("expected a list with one {group size: ms} object per layer");
@@ -170,6 +210,7 @@ std::optional<Fit> fit_oobleck_allreduce(const std::filesystem::path& path, cons
       if (group < 2 || layers[i].param_bytes <= 0) continue;
       const double k = group;
       points.push_back({2 * (k - 1), 2 * (k - 1) / k * static_cast<double>(layers[i].param_bytes), ms});
+      if (measured) measured->push_back({group, static_cast<double>(layers[i].param_bytes), ms});
     }
   }
   return fit_allreduce(points);
@@ -278,7 +319,28 @@ void fit_across_node_links(Profile& profile, const std::filesystem::path& across
         "inter_node_bytes_per_s = 1.25e10, latency_ms = 0.01 (defaults: no allreduce_across_nodes.json)");
     return;
   }
-  if (auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr)) {
+  std::vector<AllreducePoint> measured;
+  const auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr, &measured);
+  // The points themselves price the gradient all-reduce (allreduce_table.cpp):
+  // layers of one size and group measured alike are averaged into one point.
+  std::map<std::pair<int, double>, std::pair<double, int>> by_size;
+  for (const auto& p : measured) {
+    auto& [sum, count] = by_size[{p.ranks, p.bytes}];
+    sum += p.ms;
+    count += 1;
+  }
+  for (const auto& [key, value] : by_size) {
+    const double ms = value.first / value.second;
+    const bool same_ranks = !profile.hardware.allreduce_table.empty() && profile.hardware.allreduce_table.back().ranks == key.first;
+    profile.hardware.allreduce_table.push_back(
+        {key.first, key.second, same_ranks ? std::max(ms, profile.hardware.allreduce_table.back().ms) : ms});
+  }
+  if (!measured.empty()) {
+    profile.notes.push_back("allreduce_table: " + std::to_string(profile.hardware.allreduce_table.size()) +
+                            " points (each layer's gradient among each node count) from " +
+                            across.filename().string() + ", never falling as sizes grow");
+  }
+  if (fit) {
     profile.hardware.inter_node_bytes_per_s = fit->bytes_per_s;
     profile.hardware.latency_ms = fit->latency_ms;
     char buffer[160];

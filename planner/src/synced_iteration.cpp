@@ -26,7 +26,6 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
       if (s + 1 < stages.size()) stage_end -= backward + cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node);
     }
   }
-  const double bytes_per_s = cost.profile().hardware.gradient_allreduce_bytes_per_s();
   Milliseconds end = slowest;
   std::vector<int> order;
   for (const auto& run : runs) {
@@ -37,7 +36,7 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
       Milliseconds finish = -std::numeric_limits<double>::infinity();
       for (int l : order) {
         const double shard = static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus;
-        finish = std::max(finish, ready[l]) + cost.allreduce_ms(shard, ranks, bytes_per_s);
+        finish = std::max(finish, ready[l]) + cost.gradient_allreduce_ms(shard, ranks);
       }
       end = std::max(end, finish);
     }

@@ -354,8 +354,7 @@ class IterationModel {
     for (int h : r.stages) {
       Milliseconds& nic = nic_free_ms_[h];
       const Milliseconds begin = std::max(engine_.now(), nic);
-      nic = begin + cost_.allreduce_ms(r.bytes / stages_[h].stage.gpus, ranks,
-                                       cost_.profile().hardware.gradient_allreduce_bytes_per_s());
+      nic = begin + cost_.gradient_allreduce_ms(r.bytes / stages_[h].stage.gpus, ranks);
       start = std::max(start, begin);
       end = std::max(end, nic);
       slowest = std::max(slowest, delay_of(stages_[h].node));
@@ -394,7 +393,7 @@ class IterationModel {
         slowest = std::max(slowest, delay_of(s.node));
       }
       const Milliseconds norm_ms =
-          trainers > 1 ? cost_.allreduce_ms(8, trainers, cost_.profile().hardware.gradient_allreduce_bytes_per_s()) +
+          trainers > 1 ? cost_.gradient_allreduce_ms(8, trainers) +
                              2 * (trainers - 1) * slowest
                        : 0;
       engine_.schedule_after(norm_ms, [this] {

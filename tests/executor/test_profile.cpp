@@ -256,6 +256,16 @@ TEST_CASE("profile: the command line writes profiles the planner takes, and refu
   CHECK(m["measured"]["links"]["point_to_point"]["bytes_per_s"].get<double>() > 0);
   CHECK(m["measured"]["links"]["allreduce"]["bytes_per_s"].get<double>() > 0);
   CHECK(m["hardware"]["inter_node_bytes_per_s"] == m["measured"]["links"]["point_to_point"]["bytes_per_s"]);
+  // The all-reduce's medians price gradient all-reduces: five sizes between
+  // two processes, never falling as sizes grow.
+  const auto& table = m["hardware"]["allreduce_table"];
+  REQUIRE(table.size() == 5);
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    CHECK(table[i]["ranks"] == 2);
+    CHECK(table[i]["ms"].get<double>() > 0);
+    if (i > 0) CHECK(table[i]["bytes"].get<double>() > table[i - 1]["bytes"].get<double>());
+    if (i > 0) CHECK(table[i]["ms"].get<double>() >= table[i - 1]["ms"].get<double>());
+  }
   CHECK(s.processes_left() == 0);  // the link measurement's peer included (others' runs may have theirs)
   CHECK(s.run_program(OOBLECK_PLAN_BINARY,
                       "instantiate --profile " + s.str("m.json") + " --nodes 3 --fault-tolerance 0 --global-microbatches 4")

@@ -55,6 +55,20 @@ Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options
   p.hardware.gpu_memory_bytes =
       std::max<Bytes>(1, static_cast<Bytes>(scale * static_cast<double>(total_state + 2 * total_activation) /
                                             p.hardware.gpus_per_node));
+  if (options.allreduce_table_seed != 0) {
+    // The ring's law at 2 (and sometimes 4) ranks, each point off it by a
+    // factor of 0.6 to 1.8, never falling with size (as profiles read it).
+    std::mt19937_64 table_rng(options.allreduce_table_seed);
+    std::uniform_real_distribution<double> off(0.6, 1.8);
+    const double beta = p.hardware.gradient_allreduce_bytes_per_s();
+    for (const int ranks : unit(table_rng) < 0.5 ? std::vector<int>{2} : std::vector<int>{2, 4}) {
+      double last = 0;
+      for (const double bytes : {300.0, 3e3, 3e4, 3e5}) {
+        last = std::max(last, off(table_rng) * ring_allreduce_ms(bytes, ranks, beta, p.hardware.latency_ms));
+        p.hardware.allreduce_table.push_back({ranks, bytes, last});
+      }
+    }
+  }
   return p;
 }
 
@@ -65,7 +79,7 @@ Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double
   p.source = "test";
   p.model_name = "uniform";
   p.model_json = "{}";
-  p.hardware = {"test nodes", gpus_per_node, gpu_memory_bytes, 100e9, 10e9, 0.01};
+  p.hardware = {"test nodes", gpus_per_node, gpu_memory_bytes, 100e9, 10e9, 0.01, 0, {}};
   for (int l = 0; l < layers; ++l) {
     LayerProfile layer;
     layer.name = "layer" + std::to_string(l);
@@ -276,7 +290,6 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
     }
   }
   double out = slowest;
-  const double bytes_per_s = cost.profile().hardware.gradient_allreduce_bytes_per_s();
   for (const auto& p : plan.pipelines) {
     for (const Stage& st : p.stages) {
       std::vector<std::pair<double, int>> queue;
@@ -284,8 +297,8 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
       std::sort(queue.begin(), queue.end());
       double nic = -std::numeric_limits<double>::infinity();
       for (const auto& [at, l] : queue) {
-        nic = std::max(nic, at) + cost.allreduce_ms(static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus,
-                                                    ranks, bytes_per_s);
+        nic = std::max(nic, at) +
+              cost.gradient_allreduce_ms(static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus, ranks);
       }
       out = std::max(out, nic);
     }

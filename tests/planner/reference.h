@@ -17,6 +17,10 @@ struct RandomProfileOptions {
   int max_layers = 7;
   std::vector<int> gpus_per_node_choices = {1, 2, 4};
   bool memory_bound = false;  // memory tight enough that many layouts do not fit
+  // Nonzero: the hardware gets a measured gradient all-reduce table, drawn
+  // from its own generator seeded with this (the profile's other draws stay
+  // as they are).
+  std::uint64_t allreduce_table_seed = 0;
 };
 
 [[nodiscard]] Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options);

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <type_traits>
 
 #include "oobleck/planner.h"
@@ -193,3 +195,72 @@ TEST_CASE("tensor parallelism: replicated layers are held whole by every GPU of 
 // The cost model refers to its profile: a temporary would dangle.
 static_assert(!std::is_constructible_v<CostModel, Profile&&, int>);
 static_assert(std::is_constructible_v<CostModel, const Profile&, int>);
+
+TEST_CASE("gradient all-reduce from a measured table: the points themselves, linear between, the ring's law beyond") {
+  Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 4000, 100, 1 << 20);
+  const Hardware& hw = profile.hardware;
+  const double beta = hw.gradient_allreduce_bytes_per_s();
+  auto ring = [&](double bytes, int ranks) { return ring_allreduce_ms(bytes, ranks, beta, hw.latency_ms); };
+  profile.hardware.allreduce_table = {{2, 1e3, 0.1}, {2, 1e6, 0.5}, {2, 1e8, 20.0}, {8, 1e6, 4.0}};
+  const CostModel cost(profile, 2);
+  // Measured points price themselves.
+  CHECK(cost.gradient_allreduce_ms(1e3, 2) == doctest::Approx(0.1));
+  CHECK(cost.gradient_allreduce_ms(1e6, 2) == doctest::Approx(0.5));
+  CHECK(cost.gradient_allreduce_ms(1e8, 2) == doctest::Approx(20.0));
+  CHECK(cost.gradient_allreduce_ms(1e6, 8) == doctest::Approx(4.0));
+  // Between two sizes: linear.
+  CHECK(cost.gradient_allreduce_ms(0.5e6 + 0.5e3, 2) == doctest::Approx(0.3));
+  // Beyond the sizes: the nearest point carried by the ring's law.
+  CHECK(cost.gradient_allreduce_ms(4e8, 2) == doctest::Approx(20.0 * ring(4e8, 2) / ring(1e8, 2)));
+  CHECK(cost.gradient_allreduce_ms(10, 2) == doctest::Approx(0.1 * ring(10, 2) / ring(1e3, 2)));
+  // Other rank counts: the largest measured at or below, carried by the law;
+  // below the smallest measured, the smallest.
+  CHECK(cost.gradient_allreduce_ms(1e6, 4) == doctest::Approx(0.5 * ring(1e6, 4) / ring(1e6, 2)));
+  CHECK(cost.gradient_allreduce_ms(1e6, 64) == doctest::Approx(4.0 * ring(1e6, 64) / ring(1e6, 8)));
+  CHECK(cost.gradient_allreduce_ms(1e6, 1) == 0);
+  // Never falling as sizes grow, over and between the points.
+  double last = 0;
+  for (double bytes = 1; bytes < 1e9; bytes *= 1.7) {
+    for (const int ranks : {2, 3, 8, 100}) CHECK(cost.gradient_allreduce_ms(bytes, ranks) >= 0);
+    const double t = cost.gradient_allreduce_ms(bytes, 2);
+    CHECK(t >= last * (1 - 1e-12));
+    last = t;
+  }
+  // A table on the law gives the law back, at any size and rank count.
+  Profile lawful = profile;
+  lawful.hardware.allreduce_table = {{2, 1e4, ring(1e4, 2)}, {2, 1e7, ring(1e7, 2)}};
+  const CostModel by_law(lawful, 2);
+  for (const double bytes : {1e2, 1e4, 3e5, 1e7, 1e9}) {
+    for (const int ranks : {2, 5, 1024}) {
+      CHECK(by_law.gradient_allreduce_ms(bytes, ranks) == doctest::Approx(ring(bytes, ranks)).epsilon(0.05));
+    }
+  }
+}
+
+TEST_CASE("gradient all-reduce tables in profiles: sorted, never falling with size, refused when malformed") {
+  const Profile base = test::uniform_profile(2, 1, 1.0, 2.0, 4000, 100, 1 << 20);
+  nlohmann::json doc = nlohmann::json::parse(profile_to_json(base));
+  doc["hardware"]["allreduce_table"] = {{{"ranks", 4}, {"bytes", 100}, {"ms", 1.0}},
+                                        {{"ranks", 2}, {"bytes", 1000}, {"ms", 0.2}},
+                                        {{"ranks", 2}, {"bytes", 100}, {"ms", 0.3}}};
+  const Profile read = parse_profile(doc.dump(), "p.json");
+  REQUIRE(read.hardware.allreduce_table.size() == 3);
+  CHECK(read.hardware.allreduce_table[0] == AllreducePoint{2, 100, 0.3});
+  CHECK(read.hardware.allreduce_table[1] == AllreducePoint{2, 1000, 0.3});  // not below the smaller size
+  CHECK(read.hardware.allreduce_table[2] == AllreducePoint{4, 100, 1.0});
+  // Written and read back whole.
+  CHECK(parse_profile(profile_to_json(read), "again.json").hardware.allreduce_table == read.hardware.allreduce_table);
+  auto refused = [&](nlohmann::json table, const std::string& says) {
+    nlohmann::json bad = doc;
+    bad["hardware"]["allreduce_table"] = std::move(table);
+    CAPTURE(says);
+    CHECK_THROWS_WITH_AS((void)parse_profile(bad.dump(), "p.json"), doctest::Contains(says.c_str()), InputError);
+  };
+  refused(3, "hardware.allreduce_table: expected an array");
+  refused({{{"ranks", 1}, {"bytes", 100}, {"ms", 1.0}}}, "allreduce_table[0].ranks");
+  refused({{{"ranks", 2}, {"bytes", 0}, {"ms", 1.0}}}, "allreduce_table[0].bytes");
+  refused({{{"ranks", 2}, {"bytes", 10}, {"ms", -1.0}}}, "allreduce_table[0].ms");
+  refused({{{"ranks", 2}, {"bytes", 10}}}, "allreduce_table[0]");
+  refused({{{"ranks", 2}, {"bytes", 10}, {"ms", 1.0}}, {{"ranks", 2}, {"bytes", 10}, {"ms", 2.0}}},
+          "two points for 2 ranks and 10 bytes");
+}

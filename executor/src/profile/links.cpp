@@ -98,6 +98,9 @@ LinkMeasurement measure_local_links(const std::string& program, const Progress& 
   const auto [p2p, allreduce] = exchange(*group, 0);
   out.point_to_point = fit(p2p);
   out.allreduce = fit(allreduce);
+  for (std::size_t i = 0; i < allreduce.size(); ++i) {
+    out.allreduce_points.push_back({2, static_cast<double>(kSizes[i]), allreduce[i]});
+  }
   peer.wait("the link measurement");
   return out;
 }

@@ -101,6 +101,7 @@ void record_links(Measurement& out, const LinkMeasurement& links) {
   out.allreduce_bytes_per_s = links.allreduce.bytes_per_s;
   out.allreduce_latency_ms = links.allreduce.latency_ms;
   out.allreduce_fit_error = links.allreduce.rms_relative_error;
+  out.allreduce_points = links.allreduce_points;
 }
 
 // The profile's hardware: this device, its memory, and the links measured
@@ -132,7 +133,15 @@ void describe_hardware(Measurement& out, const MeasureOptions& options) {
   hw.inter_node_bytes_per_s = options.inter_node_bytes_per_s.value_or(link);
   hw.latency_ms = options.latency_ms.value_or(out.links_measured ? out.p2p_latency_ms : 0.05);
   // Gloo reduces in host memory: its all-reduce is slower than its links.
-  if (out.links_measured && !options.inter_node_bytes_per_s) hw.allreduce_bytes_per_s = out.allreduce_bytes_per_s;
+  // The measured sizes price the gradient all-reduce themselves
+  // (allreduce_table.cpp), the fit carrying them to other sizes and ranks.
+  if (out.links_measured && !options.inter_node_bytes_per_s) {
+    hw.allreduce_bytes_per_s = out.allreduce_bytes_per_s;
+    hw.allreduce_table = out.allreduce_points;
+    for (std::size_t i = 1; i < hw.allreduce_table.size(); ++i) {  // noise must not make a size cheaper
+      hw.allreduce_table[i].ms = std::max(hw.allreduce_table[i].ms, hw.allreduce_table[i - 1].ms);
+    }
+  }
   if (out.links_measured) {
     out.profile.notes.push_back(std::string("links: measured between two local processes with Gloo") +
                                 (cuda ? " (host memory: what workers sharing this GPU use)" : "") +

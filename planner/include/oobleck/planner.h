@@ -35,6 +35,14 @@ struct LayerProfile {
   std::vector<TensorParallelTiming> tensor_parallel;  // optional measurements
 };
 
+// One measured gradient all-reduce: `bytes` among `ranks` nodes took `ms`.
+struct AllreducePoint {
+  int ranks = 2;
+  double bytes = 0;
+  Milliseconds ms = 0;
+  friend bool operator==(const AllreducePoint&, const AllreducePoint&) = default;
+};
+
 struct Hardware {
   std::string name;
   int gpus_per_node = 1;
@@ -48,6 +56,11 @@ struct Hardware {
   [[nodiscard]] double gradient_allreduce_bytes_per_s() const {
     return allreduce_bytes_per_s > 0 ? allreduce_bytes_per_s : inter_node_bytes_per_s;
   }
+  // Gradient all-reduces measured at several sizes (and rank counts); when
+  // there are any, they price the gradient all-reduce instead of latency
+  // plus bandwidth alone (CostModel::gradient_allreduce_ms). Sorted by
+  // ranks, then bytes; each rank count's times never fall as sizes grow.
+  std::vector<AllreducePoint> allreduce_table;
 };
 
 struct Profile {
@@ -224,6 +237,10 @@ class CostModel {
   [[nodiscard]] Milliseconds sync_tail_lower_bound_ms(int ranks) const;
   // Ring all-reduce of `bytes` among `ranks` over links of `bytes_per_s`.
   [[nodiscard]] Milliseconds allreduce_ms(double bytes, int ranks, double bytes_per_s) const;
+  // A gradient all-reduce of `bytes` among `ranks` replicas: from the
+  // hardware's measured table where it has one (allreduce_table.cpp derives
+  // the rule), else the ring at gradient_allreduce_bytes_per_s().
+  [[nodiscard]] Milliseconds gradient_allreduce_ms(double bytes, int ranks) const;
 
   // T(M) of DESIGN.md for a pipeline's stages and microbatch count.
   [[nodiscard]] Milliseconds pipeline_ms(const std::vector<Stage>& stages, int microbatches) const;

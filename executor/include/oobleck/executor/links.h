@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "oobleck/planner.h"
 
@@ -18,6 +19,7 @@ struct LinkFit {
 struct LinkMeasurement {
   LinkFit point_to_point;  // one message, one way
   LinkFit allreduce;       // between two processes
+  std::vector<AllreducePoint> allreduce_points;  // the medians the fit was made from
 };
 
 // Starts a second process (`program` with the arguments `comm-peer --port P`)

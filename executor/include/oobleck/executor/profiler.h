@@ -60,6 +60,7 @@ struct Measurement {
   double p2p_bytes_per_s = 0, allreduce_bytes_per_s = 0;
   Milliseconds p2p_latency_ms = 0, allreduce_latency_ms = 0;
   double p2p_fit_error = 0, allreduce_fit_error = 0;
+  std::vector<AllreducePoint> allreduce_points;  // measured between two processes
 };
 
 [[nodiscard]] Measurement measure_profile(const MeasureOptions& options, const Progress& progress = {});

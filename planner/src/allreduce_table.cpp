@@ -1,0 +1,61 @@
+// Gradient all-reduces priced from a measured table.
+//
+// A ring all-reduce of b bytes among k ranks takes
+//   ring_k(b) = 2(k - 1) alpha + 2(k - 1)/k x b / beta
+// (alpha: the hardware's latency; beta: its gradient all-reduce bandwidth).
+// A measured table keeps what that law misses at the sizes measured:
+// protocol switches between small and large messages, buffers that fit a
+// cache or do not, a bandwidth that only large messages reach. The price of
+// b among k is the table's time at the measured rank count k0 nearest below
+// k (else the smallest measured), carried to k by the ring's law:
+//   t(k, b) = T_k0(b) x ring_k(b) / ring_k0(b),
+// where T_k0(b) interpolates linearly between the two measured sizes around
+// b and, outside the measured sizes, is the nearest measured point carried
+// to b by the law:
+//   T_k0(b) = t_k0(b_edge) x ring_k0(b) / ring_k0(b_edge).
+// So a measured point prices itself exactly, one point scales the law to
+// it, and a table that follows the law gives the law back. Times are made
+// non-decreasing in size per rank count where the table is read
+// (profile.cpp), so the price never falls as a layer grows, which the
+// planner's lower bound on the synchronisation tail relies on.
+#include <algorithm>
+
+#include "oobleck/planner.h"
+
+namespace oobleck {
+namespace {
+
+// The law's ratio a / b, or 1 where b is 0 (no latency and no bytes).
+double law_ratio(double a, double b) { return b > 0 ? a / b : 1.0; }
+
+}  // namespace
+
+Milliseconds CostModel::gradient_allreduce_ms(double bytes, int ranks) const {
+  const Hardware& hw = profile_->hardware;
+  const double beta = hw.gradient_allreduce_bytes_per_s();
+  if (ranks <= 1) return 0;
+  if (hw.allreduce_table.empty()) return ring_allreduce_ms(bytes, ranks, beta, hw.latency_ms);
+  const auto ring = [&](double b, int k) { return ring_allreduce_ms(b, k, beta, hw.latency_ms); };
+  const auto& table = hw.allreduce_table;
+  // The measured rank count: the largest at or below `ranks`, else the smallest.
+  int k0 = table.front().ranks;
+  for (const auto& p : table) {
+    if (p.ranks <= ranks) k0 = p.ranks;
+  }
+  const auto first = std::find_if(table.begin(), table.end(), [&](const AllreducePoint& p) { return p.ranks == k0; });
+  const auto last = std::find_if(first, table.end(), [&](const AllreducePoint& p) { return p.ranks != k0; });
+  double at_k0 = 0;
+  if (bytes <= first->bytes) {
+    at_k0 = first->ms * law_ratio(ring(bytes, k0), ring(first->bytes, k0));
+  } else if (bytes >= (last - 1)->bytes) {
+    at_k0 = (last - 1)->ms * law_ratio(ring(bytes, k0), ring((last - 1)->bytes, k0));
+  } else {
+    const auto above = std::find_if(first, last, [&](const AllreducePoint& p) { return p.bytes >= bytes; });
+    const auto below = above - 1;
+    const double w = (bytes - below->bytes) / (above->bytes - below->bytes);
+    at_k0 = below->ms + w * (above->ms - below->ms);
+  }
+  return at_k0 * law_ratio(ring(bytes, ranks), ring(bytes, k0));
+}
+
+}  // namespace oobleck
