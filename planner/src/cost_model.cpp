@@ -253,10 +253,11 @@ Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degr
   return prefix[end] - prefix[begin];
 }
 
-Milliseconds CostModel::transfer_ms(int boundary, bool same_node) const {
+Milliseconds CostModel::transfer_ms(int boundary, bool same_node, int degree) const {
   const auto& hw = profile_->hardware;
   const double bytes = static_cast<double>(profile_->layers[boundary - 1].output_bytes);
-  return bytes / (same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s) * 1000.0 + hw.latency_ms;
+  const double bytes_per_s = same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s * std::max(1, degree);
+  return bytes / bytes_per_s * 1000.0 + hw.latency_ms;
 }
 
 // Every GPU of the stage holds 1/degree of the split layers and all of the
@@ -350,7 +351,7 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
       finish = std::max(finish, ready) + gradient_allreduce_ms(shard, ranks);
     }
     tail = std::max(tail, finish);
-    if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node);
+    if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
   }
   return tail;
 }
@@ -363,7 +364,9 @@ Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) co
   double total = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     total += stage_compute_ms(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, stages[s].recompute);
-    if (s + 1 < stages.size()) total += 2 * transfer_ms(stages[s].layer_end, stages[s].node == stages[s + 1].node);
+    if (s + 1 < stages.size()) {
+      total += 2 * transfer_ms(stages[s].layer_end, stages[s].node == stages[s + 1].node, stages[s].gpus);
+    }
   }
   return total;
 }
@@ -373,7 +376,7 @@ Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
     compute.push_back(stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute));
-    if (s + 1 < stages.size()) transfers.push_back(transfer_ms(st.layer_end, st.node == stages[s + 1].node));
+    if (s + 1 < stages.size()) transfers.push_back(transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
   }
   return detail::steady_period_ms(compute, transfers);
 }

@@ -76,7 +76,7 @@ SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeS
     t.first_ms += compute.back();
     t.optimizer_ms = std::max(t.optimizer_ms, cost.stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus) / speed);
     if (s + 1 < p.stages.size()) {
-      transfers.push_back(cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node));
+      transfers.push_back(cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus));
       t.first_ms += 2 * transfers.back();
     }
   }

@@ -23,7 +23,7 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
         if (!at_end) t += cost.layer_backward_ms(l, st.gpus, st.recompute);
         ready[l] = std::max(ready[l], t);
       }
-      if (s + 1 < stages.size()) stage_end -= backward + cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node);
+      if (s + 1 < stages.size()) stage_end -= backward + cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
     }
   }
   Milliseconds end = slowest;

@@ -63,11 +63,13 @@ class TemplateSearch {
     for (std::size_t d = 0; d < degree_count; ++d) {
       for (int l = 1; l <= layers_; ++l) prefix_[d][l] = cost.stage_compute_ms(0, l, degree(d), recompute(d));
     }
+    // Across nodes a boundary's transfers go over the cards of the stage
+    // before it, so they depend on that stage's degree.
     transfer_same_.assign(layers_ + 1, 0.0);
-    transfer_cross_.assign(layers_ + 1, 0.0);
+    transfer_cross_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
     for (int e = 1; e < layers_; ++e) {
       transfer_same_[e] = 2 * cost.transfer_ms(e, true);
-      transfer_cross_[e] = 2 * cost.transfer_ms(e, false);
+      for (std::size_t d = 0; d < degree_count; ++d) transfer_cross_[d][e] = 2 * cost.transfer_ms(e, false, degree(d));
     }
     // Stage counts are exact (the round-trip bound divides a suffix's sum by
     // its count); a suffix of m stages starts with min(M, m) in flight.
@@ -200,8 +202,9 @@ class TemplateSearch {
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
   [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
-  [[nodiscard]] const double* transfers(int u_next) const {
-    return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_.data();
+  // 2 C after a stage of variant d whose successor ends on GPU u_next.
+  [[nodiscard]] const double* transfers(int u_next, std::size_t d) const {
+    return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_[d].data();
   }
 
   void sweep(int m, int u, std::size_t d) {
@@ -236,7 +239,7 @@ class TemplateSearch {
       // descending: candidates enter at the front (smallest e), expired ones
       // leave at the back; values decrease from front to back. Successors
       // exist only for e in [succ_lo, succ_hi].
-      const double* transfer = transfers(u_next);
+      const double* transfer = transfers(u_next, d);
       double* through = through_.data();
       int* window = window_.data();
       int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
@@ -284,7 +287,7 @@ class TemplateSearch {
         int lo = layers_ + 1, hi_alive = -1;
         const double* rest = live_row(m - 1, u_next, lo, hi_alive);
         if (!rest) continue;
-        const double* transfer = transfers(u_next);
+        const double* transfer = transfers(u_next, d);
         for (int e = l + 1; e <= hi; ++e) {
           if (!(transfer[e] < 2 * bound_)) continue;
           const double r = rest[e];
@@ -318,7 +321,8 @@ class TemplateSearch {
   int gpu_limit_ = 0;
   double bound_ = kInfinity;  // the last solve's bound on the steady period
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
-  std::vector<double> transfer_same_, transfer_cross_;  // 2 C at each boundary
+  std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
+  std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
   std::vector<int> hi_memory_;                          // memory limit on the window end
   std::vector<int> hi_;                                 // this solve's window end per (d, m, l)
   std::vector<std::size_t> row_base_;

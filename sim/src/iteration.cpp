@@ -323,8 +323,10 @@ class IterationModel {
   void send(int from, int to, bool activation, int microbatch) {
     const StageState& a = stages_[from];
     const StageState& b = stages_[to];
-    const int boundary = activation ? a.stage.layer_end : b.stage.layer_end;
-    const Milliseconds duration = cost_.transfer_ms(boundary, a.stage.node == b.stage.node);
+    // Both directions of a boundary go over the cards of the stage before it.
+    const StageState& before = activation ? a : b;
+    const Milliseconds duration =
+        cost_.transfer_ms(before.stage.layer_end, a.stage.node == b.stage.node, before.stage.gpus);
     Milliseconds& link = link_free_ms_[2 * static_cast<std::size_t>(from) + (activation ? 0 : 1)];
     const Milliseconds start = std::max(engine_.now(), link);
     link = start + duration;

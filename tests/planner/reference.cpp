@@ -107,8 +107,9 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
     }
     if (s + 1 < count) {
       const bool same = stages[s].node == stages[s + 1].node;
+      // Between nodes, over the cards of the stage's GPUs, one each.
       const double bandwidth =
-          same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s;
+          same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s * stages[s].gpus;
       transfer[s] = static_cast<double>(profile.layers[stages[s].layer_end - 1].output_bytes) / bandwidth * 1000.0 +
                     profile.hardware.latency_ms;
     }
@@ -276,7 +277,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
         const Stage& st = p.stages[s];
         double backward = 0;
         for (int l = st.layer_begin; l < st.layer_end; ++l) backward += cost.layer_backward_ms(l, st.gpus, st.recompute);
-        end[s] = end[s + 1] + cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node) + backward;
+        end[s] = end[s + 1] + cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus) + backward;
       }
     }
     const double shift = cost.pipeline_ms(p.stages, p.microbatches) - end[0];  // stage 0 ends the pipeline

@@ -11,6 +11,22 @@
 
 using namespace oobleck;
 
+TEST_CASE("stage-to-stage transfers between nodes spread over the cards of the stage's GPUs") {
+  // 1 MiB outputs; 4 GPUs a node at 100 GB/s inside, 10 GB/s a card between nodes.
+  const Profile profile = test::uniform_profile(4, 4, 1.0, 2.0, 1000, 100, 1 << 20);
+  const CostModel cost(profile, 4);
+  const double one_card = (1 << 20) / 10e9 * 1000;
+  CHECK(cost.transfer_ms(2, false) == doctest::Approx(one_card + 0.01));
+  CHECK(cost.transfer_ms(2, false, 4) == doctest::Approx(one_card / 4 + 0.01));
+  CHECK(cost.transfer_ms(2, true, 4) == doctest::Approx((1 << 20) / 100e9 * 1000 + 0.01));  // inside: NVLink
+  // A pipeline's first microbatch pays each boundary's transfers at the
+  // degree of the stage before it.
+  const std::vector<Stage> stages = {{0, 2, 4, 0}, {2, 3, 2, 1}, {3, 4, 2, 1}};
+  const double compute = cost.stage_compute_ms(0, 2, 4) + cost.stage_compute_ms(2, 3, 2) + cost.stage_compute_ms(3, 4, 2);
+  CHECK(cost.first_microbatch_ms(stages) ==
+        doctest::Approx(compute + 2 * cost.transfer_ms(2, false, 4) + 2 * cost.transfer_ms(3, true, 2)));
+}
+
 TEST_CASE("T(M) of DESIGN.md on a hand-computed pipeline") {
   // Two layers of 1+2 ms, 1 MiB outputs, inter-node 10 GB/s, latency 0.01 ms.
   const Profile profile = test::uniform_profile(2, 1, 1.0, 2.0, 1000, 100, 1 << 20);

@@ -65,7 +65,8 @@ double brute_force_at_speeds(const CostModel& cost, const Plan& plan, const Node
           }
           stage_ms.push_back(t);
           transfer_ms.push_back(
-              s + 1 < pipe.stages.size() ? cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node) : 0.0);
+              s + 1 < pipe.stages.size() ? cost.transfer_ms(st.layer_end, st.node == pipe.stages[s + 1].node, st.gpus)
+                                         : 0.0);
           first += t + 2 * transfer_ms.back();
         }
         const double total = first + (m - 1) * test::direct_period_ms(stage_ms, transfer_ms) +

@@ -450,12 +450,14 @@ TEST_CASE("iteration: a tensor-parallel stage's passes are compute, then one op 
   CHECK(r.stages[0].compute_ms + r.stages[0].tp_allreduce_ms + r.stages[0].idle_ms == doctest::Approx(r.iteration_ms));
 
   // Iteration time as before the split: the same plan at degree 1 with layers
-  // 0-1 costing their degree-2 totals plays exactly the same schedule.
+  // 0-1 costing their degree-2 totals, and its one network card twice as
+  // fast as each of the degree-2 stage's two, plays exactly the same schedule.
   Profile totals = c.profile;
   for (int l : {0, 1}) {
     totals.layers[l].forward_ms = 1 + 2 * c.ring;
     totals.layers[l].backward_ms = 2 + 2 * c.ring;
   }
+  totals.hardware.inter_node_bytes_per_s *= 2;
   const CostModel totals_cost(totals, M);
   CHECK(c.cost.stage_forward_ms(0, 2, 2) == totals_cost.stage_forward_ms(0, 2, 1));
   const Plan flat = plan_with_stages(totals_cost, {{0, 2, 1, 0}, {2, 3, 1, 1}, {3, 4, 1, 1}}, M);
@@ -479,11 +481,13 @@ TEST_CASE("iteration: a tensor-parallel stage's passes are compute, then one op 
   }
 }
 
-TEST_CASE("iteration: stages on one node hand over at the intra-node bandwidth") {
+TEST_CASE("iteration: stages on one node hand over at the intra-node bandwidth, across nodes over the cards of the stage before") {
   const TensorParallelCase c;
   const IterationResult r = simulate_iteration(c.cost, c.plan, c.options);
-  // Stage 0 -> 1 crosses nodes; stages 1 and 2 share node 1.
-  const double inter = static_cast<double>(c.output) / 10e9 * 1000 + 0.01;
+  // Stage 0 -> 1 crosses nodes, both ways over stage 0's two GPUs' cards;
+  // stages 1 and 2 share node 1.
+  REQUIRE(c.plan.pipelines[0].stages[0].gpus == 2);
+  const double inter = static_cast<double>(c.output) / (2 * 10e9) * 1000 + 0.01;
   const double intra = static_cast<double>(c.output) / 100e9 * 1000 + 0.01;
   CHECK(c.cost.transfer_ms(3, true) == doctest::Approx(intra));
   for (const auto& send : ops_of(r, OpKind::send_activation)) {

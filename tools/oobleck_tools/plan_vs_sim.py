@@ -57,8 +57,9 @@ def cycle_bound_iteration_ms(plan, profile, where):
     layers = require(profile, "layers", where, lambda v: isinstance(v, list), "a list")
     latency = require(hardware, "latency_ms", where)
 
-    def transfer_ms(boundary, same_node):
-        link = hardware["intra_node_bytes_per_s" if same_node else "inter_node_bytes_per_s"]
+    def transfer_ms(boundary, same_node, gpus):
+        # Between nodes, over the network cards of the sending stage's GPUs.
+        link = hardware["intra_node_bytes_per_s"] if same_node else hardware["inter_node_bytes_per_s"] * gpus
         return layers[boundary - 1]["output_bytes"] / link * 1000 + latency
 
     slowest, slowest_at_period = 0.0, 0.0
@@ -66,7 +67,8 @@ def cycle_bound_iteration_ms(plan, profile, where):
         stages = pipeline["stages"]
         m = pipeline["microbatches"]
         compute = [_stage_ms(s, f"{where}: pipelines[{p}]") for s in stages]
-        transfers = [transfer_ms(stages[i]["layers"][1], stages[i]["node"] == stages[i + 1]["node"])
+        transfers = [transfer_ms(stages[i]["layers"][1], stages[i]["node"] == stages[i + 1]["node"],
+                                 stages[i].get("gpus", 1))
                      for i in range(len(stages) - 1)]
         first = sum(compute) + 2 * sum(transfers)
         count = len(stages)

@@ -204,8 +204,13 @@ class CostModel {
   [[nodiscard]] Milliseconds stage_forward_allreduce_ms(int begin, int end, int degree) const;
   [[nodiscard]] Milliseconds stage_backward_allreduce_ms(int begin, int end, int degree,
                                                          Recompute recompute = Recompute::none) const;
-  // C_s: send the output of layer `boundary - 1` to the stage starting at `boundary`.
-  [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node) const;
+  // C_s: send the output of layer `boundary - 1` to the stage starting at
+  // `boundary` (and its gradient back), from a stage of `degree` GPUs.
+  // Between nodes the message is spread over the network cards of those
+  // GPUs, one each (each sends its 1/degree, the node across receives the
+  // parts on as many of its own cards and gathers them inside); inside a
+  // node it takes the intra-node link.
+  [[nodiscard]] Milliseconds transfer_ms(int boundary, bool same_node, int degree = 1) const;
   // Whether every GPU of a stage at `degree` holds the layer whole: a layer
   // whose measured timing at `degree` is no faster than at degree 1 (above).
   // Its state and activations are not divided among the GPUs; the other
