@@ -22,6 +22,8 @@ def test_a_plan_the_planner_prices_right_passes(tmp_path):
     [case] = doc["cases"]
     assert abs(case["error"]) <= 0.05
     assert case["error"] == pytest.approx(case["predicted_ms"] / case["played_ms"] - 1)
+    # The period reckoned here from the plan's stages is the planner's own.
+    assert case["cycle_bound_ms"] == pytest.approx(case["predicted_ms"], rel=1e-9)
 
 
 @needs_programs

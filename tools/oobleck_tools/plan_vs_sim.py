@@ -62,7 +62,7 @@ def cycle_bound_iteration_ms(plan, profile, where):
         link = hardware["intra_node_bytes_per_s"] if same_node else hardware["inter_node_bytes_per_s"] * gpus
         return layers[boundary - 1]["output_bytes"] / link * 1000 + latency
 
-    slowest, slowest_at_period = 0.0, 0.0
+    slowest_at_period = 0.0
     for p, pipeline in enumerate(require(plan, "pipelines", where, lambda v: isinstance(v, list), "a list")):
         stages = pipeline["stages"]
         m = pipeline["microbatches"]
@@ -74,9 +74,8 @@ def cycle_bound_iteration_ms(plan, profile, where):
         count = len(stages)
         cycle = max((sum(compute[s:]) + 2 * sum(transfers[s:])) / (count - s) for s in range(count))
         period = max([max(compute), cycle] + transfers)
-        slowest = max(slowest, first + (m - 1) * max(compute))
         slowest_at_period = max(slowest_at_period, first + (m - 1) * period)
-    return require(plan, "iteration_ms", where) - slowest + slowest_at_period
+    return require(plan, "iteration_ms", where) - require(plan, "pipelines_ms", where) + slowest_at_period
 
 
 def one_case(bin_dir, profile_path, profile, nodes, f, microbatches, folder):
