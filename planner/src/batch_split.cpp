@@ -80,7 +80,7 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
   out.template_nodes = std::move(template_nodes);
   out.microbatches = split_microbatches(chosen, global_microbatches);
   if (out.microbatches.empty()) {
-    out.iteration_ms = out.objective_ms = kInfinity;
+    out.iteration_ms = kInfinity;
     return out;
   }
   std::map<const PipelineTemplate*, Milliseconds> longest;  // per template, its slowest pipeline
@@ -89,15 +89,9 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
     out.pipelines_ms = std::max(out.pipelines_ms, t);
     longest[chosen[i]] = std::max(longest[chosen[i]], t);
   }
-  const int ranks = static_cast<int>(chosen.size());
   std::vector<TemplateRun> runs;
-  Milliseconds widest_tail = 0;
-  for (const auto& [t, ms] : longest) {
-    runs.push_back({&t->stages, ms});
-    widest_tail = std::max(widest_tail, cost.sync_tail_ms(t->stages, ranks));
-  }
-  out.objective_ms = out.pipelines_ms + widest_tail;
-  out.iteration_ms = synced_iteration_ms(cost, runs, ranks);
+  for (const auto& [t, ms] : longest) runs.push_back({&t->stages, ms});
+  out.iteration_ms = synced_iteration_ms(cost, runs, static_cast<int>(chosen.size()));
   out.sync_ms = out.iteration_ms - out.pipelines_ms;
   return out;
 }

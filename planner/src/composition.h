@@ -17,9 +17,6 @@ struct Composition {
   Milliseconds pipelines_ms = 0;  // slowest pipeline: max T(q)
   Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
   Milliseconds iteration_ms = 0;  // the synchronised iteration (synced_iteration.h)
-  // What the search minimises: the slowest pipeline plus the longest
-  // synchronisation tail among the templates used (composition.cpp).
-  Milliseconds objective_ms = 0;
   std::int64_t tests = 0;         // the search's relaxed bounds and feasibility tests (work)
 };
 

@@ -24,10 +24,20 @@ constexpr double kMaxMs = 1e9;                             // 11 days per layer
 constexpr double kMaxBytesPerSecond = 1e15;
 constexpr std::size_t kMaxLayers = 10000;
 
-// Measured gradient all-reduces: [{"ranks": k, "bytes": b, "ms": t}, ...],
-// sorted here by ranks then bytes; per rank count the times are made
-// non-decreasing in size (measurement noise must not make a larger layer
-// cheaper; allreduce_table.cpp).
+// Sorts a table by ranks then bytes and makes each rank count's times
+// non-decreasing in size: measurement noise must not make a larger layer
+// cheaper (allreduce_table.cpp).
+void sort_never_falling(std::vector<AllreducePoint>& table) {
+  std::sort(table.begin(), table.end(), [](const AllreducePoint& a, const AllreducePoint& b) {
+    return a.ranks != b.ranks ? a.ranks < b.ranks : a.bytes < b.bytes;
+  });
+  for (std::size_t i = 1; i < table.size(); ++i) {
+    if (table[i].ranks == table[i - 1].ranks) table[i].ms = std::max(table[i].ms, table[i - 1].ms);
+  }
+}
+
+// Measured gradient all-reduces: [{"ranks": k, "bytes": b, "ms": t}, ...];
+// two points for one size are refused.
 std::vector<AllreducePoint> parse_allreduce_table(const json& value, const FieldPath& where) {
   constexpr std::size_t kMaxPoints = 4096;
   if (!value.is_array()) throw where.error("expected an array of {\"ranks\", \"bytes\", \"ms\"} objects");
@@ -42,16 +52,12 @@ std::vector<AllreducePoint> parse_allreduce_table(const json& value, const Field
     p.ms = json_input::require_number(value[i], "ms", at, 0, kMaxMs);
     out.push_back(p);
   }
-  std::sort(out.begin(), out.end(), [](const AllreducePoint& a, const AllreducePoint& b) {
-    return a.ranks != b.ranks ? a.ranks < b.ranks : a.bytes < b.bytes;
-  });
+  sort_never_falling(out);
   for (std::size_t i = 1; i < out.size(); ++i) {
-    if (out[i].ranks != out[i - 1].ranks) continue;
-    if (out[i].bytes == out[i - 1].bytes) {
+    if (out[i].ranks == out[i - 1].ranks && out[i].bytes == out[i - 1].bytes) {
       throw where.error("two points for " + std::to_string(out[i].ranks) + " ranks and " +
                         std::to_string(static_cast<long long>(out[i].bytes)) + " bytes");
     }
-    out[i].ms = std::max(out[i].ms, out[i - 1].ms);
   }
   return out;
 }
@@ -330,11 +336,9 @@ void fit_across_node_links(Profile& profile, const std::filesystem::path& across
     count += 1;
   }
   for (const auto& [key, value] : by_size) {
-    const double ms = value.first / value.second;
-    const bool same_ranks = !profile.hardware.allreduce_table.empty() && profile.hardware.allreduce_table.back().ranks == key.first;
-    profile.hardware.allreduce_table.push_back(
-        {key.first, key.second, same_ranks ? std::max(ms, profile.hardware.allreduce_table.back().ms) : ms});
+    profile.hardware.allreduce_table.push_back({key.first, key.second, value.first / value.second});
   }
+  sort_never_falling(profile.hardware.allreduce_table);
   if (!measured.empty()) {
     profile.notes.push_back("allreduce_table: " + std::to_string(profile.hardware.allreduce_table.size()) +
                             " points (each layer's gradient among each node count) from " +
