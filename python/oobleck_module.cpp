@@ -37,9 +37,9 @@ std::string to_json(const py::object& value) {
 // reference to its profile).
 using ProfilePtr = std::shared_ptr<Profile>;
 
-RecomputePolicy recompute_named(const std::string& name) {
+RecomputePolicy recompute_policy_or_throw(const std::string& name) {
   if (const auto policy = recompute_policy_named(name)) return *policy;
-  throw InputError("recompute: expected none, auto or full, got \"" + name + "\"");
+  throw InputError("recompute: expected none, auto, selective or full, got \"" + name + "\"");
 }
 
 GradientSync gradient_sync_from(const std::string& name) {
@@ -84,7 +84,7 @@ Templates make_templates(const ProfilePtr& profile, int max_nodes, int microbatc
   if (max_nodes < 1) throw InputError("max_nodes: expected at least 1, got " + std::to_string(max_nodes));
   const int m = microbatches > 0 ? microbatches : default_template_microbatches(*profile, max_nodes);
   auto cost = std::make_shared<CostModel>(*profile, m);
-  cost->set_recompute(recompute_named(recompute));
+  cost->set_recompute(recompute_policy_or_throw(recompute));
   cost->set_gradient_sync(gradient_sync_from(gradient_sync));
   TemplateSet set = build_templates(*cost, max_nodes);
   return {profile, std::move(cost), std::move(set)};
@@ -238,7 +238,7 @@ PYBIND11_MODULE(oobleck, m) {
       [](const ProfilePtr& profile, const Nodes& nodes, int fault_tolerance, int global_microbatches, int microbatches,
          const std::string& recompute, const std::string& gradient_sync) {
         const auto names = node_names(nodes);
-        const auto policy = recompute_named(recompute);
+        const auto policy = recompute_policy_or_throw(recompute);
         const auto sync = gradient_sync_from(gradient_sync);
         py::gil_scoped_release unlocked;
         ClusterPlan cluster =
@@ -300,7 +300,7 @@ PYBIND11_MODULE(oobleck, m) {
         options.fault_tolerance = fault_tolerance;
         options.global_microbatches = global_microbatches;
         options.policies = sim::parse_policies(policies);
-        options.recompute = recompute_named(recompute);
+        options.recompute = recompute_policy_or_throw(recompute);
         const sim::Scenario parsed = scenario_from(scenario);
         sim::ReplayResult result;
         {

@@ -79,8 +79,9 @@ Profile load_reported_profile(const std::string& path) {
 void add_recompute_option(CLI::App* cmd, std::string& policy) {
   cmd->add_option("--recompute", policy,
                   "Activation recomputation: none, auto (each stage recomputes where that makes the template "
-                  "fit or faster; each backward then runs the forward again) or full (every stage)")
-      ->check(CLI::IsMember({"none", "auto", "full"}));
+                  "fit or faster, selectively or fully), selective (every stage runs its attention cores again "
+                  "in the backward) or full (every stage runs its forward again)")
+      ->check(CLI::IsMember({"none", "auto", "selective", "full"}));
 }
 
 RecomputePolicy recompute_policy(const std::string& name) { return *recompute_policy_named(name); }

@@ -153,9 +153,9 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "scenario overrides snapshot_every_iterations, mirror_every_iterations, snapshot_stall_ms, "
                   "snapshot_restore_{memory,mirror,disk}_ms)");
   cmd->add_option("--recompute", flags.recompute,
-                  "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto "
-                  "or full")
-      ->check(CLI::IsMember({"none", "auto", "full"}));
+                  "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto, "
+                  "selective or full")
+      ->check(CLI::IsMember({"none", "auto", "selective", "full"}));
   cmd->add_option("--stragglers", flags.stragglers,
                   "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
                   "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "

@@ -9,6 +9,10 @@
 namespace oobleck::plan_tables {
 namespace {
 
+const char* recompute_mark(Recompute recompute) {
+  return recompute == Recompute::full ? "r" : recompute == Recompute::selective ? "s" : "";
+}
+
 std::string format_ms(double ms) {
   char text[32];
   std::snprintf(text, sizeof text, ms >= 100 ? "%.1f" : ms >= 1 ? "%.2f" : "%.4f", ms);
@@ -29,7 +33,8 @@ std::string format_bytes(double bytes) {
 
 // "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8". Long pipelines compress runs of
 // nodes laid out alike: "n2-n40 [9,48) 1x8 each" (layers x GPUs per stage).
-// A stage that recomputes its activations is marked "r".
+// A stage that recomputes its activations is marked "r" (its attention
+// cores alone: "s").
 std::string layout(const std::vector<Stage>& stages) {
   std::ostringstream out;
   const int nodes = stages.empty() ? 0 : stages.back().node + 1;
@@ -40,8 +45,7 @@ std::string layout(const std::vector<Stage>& stages) {
         out << (node < 0 ? "" : " | ") << "n" << s.node;
         node = s.node;
       }
-      out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus
-          << (s.recompute == Recompute::full ? "r" : "");
+      out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus << recompute_mark(s.recompute);
     }
     return out.str();
   }
@@ -57,7 +61,7 @@ std::string layout(const std::vector<Stage>& stages) {
     // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "+" + to_string(...).
     if (!n.shape.empty()) n.shape += '+';
     n.shape.append(std::to_string(s.layer_end - s.layer_begin)).append("x").append(std::to_string(s.gpus));
-    if (s.recompute == Recompute::full) n.shape += 'r';
+    n.shape += recompute_mark(s.recompute);
   }
   for (int a = 0; a < nodes;) {
     int b = a;
@@ -89,7 +93,7 @@ void print_templates(const TemplateSet& templates, const std::set<int>& only) {
                 templates.min_nodes(), templates.templates.back().nodes);
   }
   std::printf("%6s %7s %12s %12s %12s %8s  %s\n", "nodes", "stages", "T(M) ms", "T(1) ms", "slowest ms", "max m",
-              "layout (node: [layers) x GPUs; r: recomputes)");
+              "layout (node: [layers) x GPUs; r: recomputes; s: its attention)");
   for (const auto& t : templates.templates) {
     if (!only.empty() && !only.count(t.nodes)) continue;
     std::printf("%6d %7zu %12s %12s %12s %8s  %s\n", t.nodes, t.stages.size(), format_ms(t.iteration_ms).c_str(),

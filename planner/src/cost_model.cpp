@@ -16,6 +16,10 @@
 //    activations on a GPU). Both terms grow with the stage, as the
 //    template search's windows need. Its backward passes run the forward
 //    first.
+//  * selective recomputation (Recompute::selective) keeps all but the
+//    attention cores' activations per microbatch, plus one layer's
+//    attention activations while its backward runs; each backward runs the
+//    layer's attention core first.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -37,63 +41,77 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   }
   const int count = layers();
   forward_prefix_.assign(degrees_.size(), std::vector<double>(count + 1, 0.0));
-  backward_prefix_ = forward_prefix_;
-  compute_prefix_ = forward_prefix_;
   forward_allreduce_prefix_ = forward_prefix_;
-  backward_allreduce_prefix_ = forward_prefix_;
-  recompute_backward_prefix_ = forward_prefix_;
-  recompute_compute_prefix_ = forward_prefix_;
-  recompute_backward_allreduce_prefix_ = forward_prefix_;
+  backward_prefix_.fill(forward_prefix_);
+  compute_prefix_.fill(forward_prefix_);
+  backward_allreduce_prefix_.fill(forward_prefix_);
+  constexpr std::array kinds{Recompute::none, Recompute::selective, Recompute::full};
   for (std::size_t d = 0; d < degrees_.size(); ++d) {
     for (int l = 0; l < count; ++l) {
       const double f = layer_forward_ms(l, degrees_[d]);
-      const double b = layer_backward_ms(l, degrees_[d]);
-      forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
-      backward_prefix_[d][l + 1] = backward_prefix_[d][l] + b;
-      compute_prefix_[d][l + 1] = compute_prefix_[d][l] + (f + b);
       const double fa = layer_forward_allreduce_ms(l, degrees_[d]);
-      const double ba = layer_backward_allreduce_ms(l, degrees_[d]);
+      forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
       forward_allreduce_prefix_[d][l + 1] = forward_allreduce_prefix_[d][l] + fa;
-      backward_allreduce_prefix_[d][l + 1] = backward_allreduce_prefix_[d][l] + ba;
-      recompute_backward_prefix_[d][l + 1] = recompute_backward_prefix_[d][l] + (f + b);
-      recompute_compute_prefix_[d][l + 1] = recompute_compute_prefix_[d][l] + (f + f + b);
-      recompute_backward_allreduce_prefix_[d][l + 1] = recompute_backward_allreduce_prefix_[d][l] + (fa + ba);
+      for (std::size_t r = 0; r < kRecomputeKinds; ++r) {
+        const double b = layer_backward_ms(l, degrees_[d], kinds[r]);
+        // The forward run again brings its own all-reduces; the attention core has none.
+        const double ba = layer_backward_allreduce_ms(l, degrees_[d]) + (kinds[r] == Recompute::full ? fa : 0.0);
+        backward_prefix_[r][d][l + 1] = backward_prefix_[r][d][l] + b;
+        compute_prefix_[r][d][l + 1] = compute_prefix_[r][d][l] + (f + b);
+        backward_allreduce_prefix_[r][d][l + 1] = backward_allreduce_prefix_[r][d][l] + ba;
+      }
     }
   }
   state_prefix_.assign(count + 1, 0);
   activation_prefix_.assign(count + 1, 0);
+  attention_activation_prefix_.assign(count + 1, 0);
   replicated_state_prefix_.assign(degrees_.size(), std::vector<Bytes>(count + 1, 0));
   replicated_activation_prefix_ = replicated_state_prefix_;
+  replicated_attention_prefix_ = replicated_state_prefix_;
   for (int l = 0; l < count; ++l) {
     const auto& layer = profile.layers[l];
+    if (layer.attention_activation_bytes > layer.activation_bytes) {
+      throw InputError(profile.origin + ": layers[" + std::to_string(l) +
+                       "].attention_core.activation_bytes: expected at most the layer's activation_bytes (" +
+                       std::to_string(layer.activation_bytes) + ")");
+    }
     state_prefix_[l + 1] = state_prefix_[l] + layer.param_bytes + layer.optimizer_bytes;
     activation_prefix_[l + 1] = activation_prefix_[l] + layer.activation_bytes;
+    attention_activation_prefix_[l + 1] = attention_activation_prefix_[l] + layer.attention_activation_bytes;
     for (std::size_t d = 0; d < degrees_.size(); ++d) {
       const bool whole = layer_replicated(l, degrees_[d]);
       replicated_state_prefix_[d][l + 1] =
           replicated_state_prefix_[d][l] + (whole ? layer.param_bytes + layer.optimizer_bytes : 0);
       replicated_activation_prefix_[d][l + 1] = replicated_activation_prefix_[d][l] + (whole ? layer.activation_bytes : 0);
+      replicated_attention_prefix_[d][l + 1] =
+          replicated_attention_prefix_[d][l] + (whole ? layer.attention_activation_bytes : 0);
     }
   }
   input_prefix_.assign(count + 1, 0);
   for (int l = 1; l < count; ++l) input_prefix_[l + 1] = input_prefix_[l] + profile.layers[l - 1].output_bytes;
-  working_max_.assign(degrees_.size(), {});
-  for (std::size_t d = 0; d < degrees_.size(); ++d) {
-    const Bytes t = degrees_[d];
-    std::vector<Bytes> one(count);
-    for (int l = 0; l < count; ++l) {
-      const Bytes a = profile.layers[l].activation_bytes;
-      one[l] = layer_replicated(l, degrees_[d]) ? a : (a + t - 1) / t;
+  // Sparse tables of range maxima of one layer's bytes on one GPU.
+  const auto range_max_tables = [&](Bytes LayerProfile::*bytes) {
+    std::vector<std::vector<std::vector<Bytes>>> tables(degrees_.size());
+    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+      const Bytes t = degrees_[d];
+      std::vector<Bytes> one(count);
+      for (int l = 0; l < count; ++l) {
+        const Bytes a = profile.layers[l].*bytes;
+        one[l] = layer_replicated(l, degrees_[d]) ? a : (a + t - 1) / t;
+      }
+      auto& table = tables[d];
+      table.push_back(std::move(one));
+      for (int width = 2; width <= count; width *= 2) {
+        const auto& below = table.back();
+        std::vector<Bytes> level(count - width + 1);
+        for (int l = 0; l + width <= count; ++l) level[l] = std::max(below[l], below[l + width / 2]);
+        table.push_back(std::move(level));
+      }
     }
-    auto& table = working_max_[d];
-    table.push_back(std::move(one));
-    for (int width = 2; width <= count; width *= 2) {
-      const auto& below = table.back();
-      std::vector<Bytes> level(count - width + 1);
-      for (int l = 0; l + width <= count; ++l) level[l] = std::max(below[l], below[l + width / 2]);
-      table.push_back(std::move(level));
-    }
-  }
+    return tables;
+  };
+  working_max_ = range_max_tables(&LayerProfile::activation_bytes);
+  attention_working_max_ = range_max_tables(&LayerProfile::attention_activation_bytes);
 }
 
 std::string_view gradient_sync_name(GradientSync sync) {
@@ -107,7 +125,24 @@ std::optional<GradientSync> gradient_sync_named(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view recompute_name(Recompute recompute) { return recompute == Recompute::full ? "full" : "none"; }
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+  }
+  return "none";
+}
+
+std::optional<Recompute> recompute_named(std::string_view name) {
+  for (const auto r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    if (recompute_name(r) == name) return r;
+  }
+  return std::nullopt;
+}
 
 std::string_view recompute_policy_name(RecomputePolicy policy) {
   switch (policy) {
@@ -115,6 +150,8 @@ std::string_view recompute_policy_name(RecomputePolicy policy) {
       return "none";
     case RecomputePolicy::automatic:
       return "auto";
+    case RecomputePolicy::selective:
+      return "selective";
     case RecomputePolicy::full:
       return "full";
   }
@@ -122,22 +159,44 @@ std::string_view recompute_policy_name(RecomputePolicy policy) {
 }
 
 std::optional<RecomputePolicy> recompute_policy_named(std::string_view name) {
-  for (const auto p : {RecomputePolicy::none, RecomputePolicy::automatic, RecomputePolicy::full}) {
+  for (const auto p :
+       {RecomputePolicy::none, RecomputePolicy::automatic, RecomputePolicy::selective, RecomputePolicy::full}) {
     if (recompute_policy_name(p) == name) return p;
   }
   return std::nullopt;
 }
 
 void CostModel::set_recompute(RecomputePolicy policy) {
+  // Selective recomputation of a profile without attention cores would be
+  // no recomputation under another name: auto leaves it out, and asking for
+  // it alone is an error.
+  const bool attention = attention_activation_prefix_.back() > 0;
+  if (policy == RecomputePolicy::selective && !attention) {
+    throw InputError(profile_->origin +
+                     ": --recompute selective: the profile records no attention cores (layers' attention_core); "
+                     "make it with oobleck-profile analytic or measure");
+  }
   recompute_policy_ = policy;
-  recompute_choices_ = policy == RecomputePolicy::none        ? std::vector<Recompute>{Recompute::none}
-                       : policy == RecomputePolicy::automatic ? std::vector<Recompute>{Recompute::none, Recompute::full}
-                                                              : std::vector<Recompute>{Recompute::full};
+  switch (policy) {
+    case RecomputePolicy::none:
+      recompute_choices_ = {Recompute::none};
+      break;
+    case RecomputePolicy::automatic:
+      recompute_choices_ = attention ? std::vector{Recompute::none, Recompute::selective, Recompute::full}
+                                     : std::vector{Recompute::none, Recompute::full};
+      break;
+    case RecomputePolicy::selective:
+      recompute_choices_ = {Recompute::selective};
+      break;
+    case RecomputePolicy::full:
+      recompute_choices_ = {Recompute::full};
+      break;
+  }
 }
 
-Bytes CostModel::working_bytes(int begin, int end, std::size_t d) const {
-  if (end <= begin) return 0;
-  const auto& table = working_max_[d];
+Bytes CostModel::working_bytes(int begin, int end, std::size_t d, Recompute recompute) const {
+  if (end <= begin || recompute == Recompute::none) return 0;
+  const auto& table = (recompute == Recompute::full ? working_max_ : attention_working_max_)[d];
   int level = 0;
   while ((2 << level) <= end - begin) ++level;
   return std::max(table[level][begin], table[level][end - (1 << level)]);
@@ -198,8 +257,15 @@ Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {
   return l.forward_ms / degree + output_allreduces_ms(layer, degree);
 }
 
+Milliseconds CostModel::layer_attention_forward_ms(int layer, int degree) const {
+  const Milliseconds whole = profile_->layers[layer].attention_forward_ms;
+  return layer_replicated(layer, degree) ? whole : whole / degree;
+}
+
 Milliseconds CostModel::layer_backward_ms(int layer, int degree, Recompute recompute) const {
-  const double again = recompute == Recompute::full ? layer_forward_ms(layer, degree) : 0.0;
+  const double again = recompute == Recompute::full        ? layer_forward_ms(layer, degree)
+                       : recompute == Recompute::selective ? layer_attention_forward_ms(layer, degree)
+                                                           : 0.0;
   const auto& l = profile_->layers[layer];
   if (degree == 1) return again + l.backward_ms;
   if (const auto* m = measured(l, degree)) return again + m->backward_ms;
@@ -227,7 +293,7 @@ Milliseconds CostModel::layer_backward_allreduce_ms(int layer, int degree) const
 }
 
 Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree, Recompute recompute) const {
-  const auto& prefix = (recompute == Recompute::full ? recompute_compute_prefix_ : compute_prefix_)[degree_index(degree)];
+  const auto& prefix = compute_prefix_[static_cast<std::size_t>(recompute)][degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -237,8 +303,7 @@ Milliseconds CostModel::stage_forward_ms(int begin, int end, int degree) const {
 }
 
 Milliseconds CostModel::stage_backward_ms(int begin, int end, int degree, Recompute recompute) const {
-  const auto& prefix =
-      (recompute == Recompute::full ? recompute_backward_prefix_ : backward_prefix_)[degree_index(degree)];
+  const auto& prefix = backward_prefix_[static_cast<std::size_t>(recompute)][degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -248,8 +313,7 @@ Milliseconds CostModel::stage_forward_allreduce_ms(int begin, int end, int degre
 }
 
 Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degree, Recompute recompute) const {
-  const auto& prefix = (recompute == Recompute::full ? recompute_backward_allreduce_prefix_
-                                                     : backward_allreduce_prefix_)[degree_index(degree)];
+  const auto& prefix = backward_allreduce_prefix_[static_cast<std::size_t>(recompute)][degree_index(degree)];
   return prefix[end] - prefix[begin];
 }
 
@@ -262,17 +326,21 @@ Milliseconds CostModel::transfer_ms(int boundary, bool same_node, int degree) co
 
 // Every GPU of the stage holds 1/degree of the split layers and all of the
 // replicated ones, so the GPUs together hold split + degree x replicated,
-// and each GPU that divided by degree (the same for all of them).
-std::pair<Bytes, Bytes> CostModel::stage_held_bytes(int begin, int end, int degree) const {
+// and each GPU that divided by degree (the same for all of them). The
+// activations are those a microbatch in flight keeps: with selective
+// recomputation, all but the attention cores'.
+std::pair<Bytes, Bytes> CostModel::stage_held_bytes(int begin, int end, int degree, Recompute recompute) const {
   const auto d = static_cast<std::size_t>(degree_index(degree));
-  const Bytes replicated_state = replicated_state_prefix_[d][end] - replicated_state_prefix_[d][begin];
-  const Bytes replicated_activation = replicated_activation_prefix_[d][end] - replicated_activation_prefix_[d][begin];
-  return {state_prefix_[end] - state_prefix_[begin] + (degree - 1) * replicated_state,
-          activation_prefix_[end] - activation_prefix_[begin] + (degree - 1) * replicated_activation};
+  const auto held = [&](const std::vector<Bytes>& all, const std::vector<Bytes>& replicated) {
+    return all[end] - all[begin] + (degree - 1) * (replicated[end] - replicated[begin]);
+  };
+  Bytes activation = held(activation_prefix_, replicated_activation_prefix_[d]);
+  if (recompute == Recompute::selective) activation -= held(attention_activation_prefix_, replicated_attention_prefix_[d]);
+  return {held(state_prefix_, replicated_state_prefix_[d]), activation};
 }
 
 Bytes CostModel::stage_state_bytes_per_gpu(int begin, int end, int degree) const {
-  const Bytes held = stage_held_bytes(begin, end, degree).first;
+  const Bytes held = stage_held_bytes(begin, end, degree, Recompute::none).first;
   return (held + degree - 1) / degree;
 }
 
@@ -281,35 +349,43 @@ Milliseconds CostModel::stage_optimizer_ms(int begin, int end, int degree) const
   return 2.0 * static_cast<double>(stage_state_bytes_per_gpu(begin, end, degree)) / optimizer_bytes_per_s_ * 1000.0;
 }
 
+// Per GPU, with W the most one layer's recomputed activations take on one
+// GPU while its backward runs:
+//   none and selective: ceil((state + in_flight x activations kept) / t) + W
+//     (W = 0 without recomputation);
+//   full: ceil(state / t) + in_flight x the layers' inputs (whole) + W.
 Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight, Recompute recompute) const {
-  const auto [state, activation] = stage_held_bytes(begin, end, degree);
+  const auto [state, activation] = stage_held_bytes(begin, end, degree, recompute);
+  const auto working = static_cast<long double>(
+      working_bytes(begin, end, static_cast<std::size_t>(degree_index(degree)), recompute));
   // In long double: in_flight x activations can pass 2^63 for absurd M.
   long double per_gpu = 0;
   if (recompute == Recompute::full) {
-    const auto d = static_cast<std::size_t>(degree_index(degree));
     per_gpu = std::ceil(static_cast<long double>(state) / degree) +
               static_cast<long double>(in_flight) * static_cast<long double>(input_prefix_[end] - input_prefix_[begin]) +
-              static_cast<long double>(working_bytes(begin, end, d));
+              working;
   } else {
     const long double total =
         static_cast<long double>(state) + static_cast<long double>(in_flight) * static_cast<long double>(activation);
-    per_gpu = std::ceil(total / degree);
+    per_gpu = std::ceil(total / degree) + working;
   }
   return per_gpu >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<Bytes>(per_gpu);
 }
 
 int CostModel::stage_max_in_flight(int begin, int end, int degree, Recompute recompute) const {
-  const auto [state, activation] = stage_held_bytes(begin, end, degree);
+  const auto [state, activation] = stage_held_bytes(begin, end, degree, recompute);
+  const Bytes memory = profile_->hardware.gpu_memory_bytes;
+  const Bytes working = working_bytes(begin, end, static_cast<std::size_t>(degree_index(degree)), recompute);
   if (recompute == Recompute::full) {
-    const Bytes capacity = profile_->hardware.gpu_memory_bytes;
-    const Bytes fixed = (state + degree - 1) / degree +
-                        working_bytes(begin, end, static_cast<std::size_t>(degree_index(degree)));
-    if (fixed > capacity) return 0;
+    const Bytes fixed = (state + degree - 1) / degree + working;
+    if (fixed > memory) return 0;
     const Bytes inputs = input_prefix_[end] - input_prefix_[begin];
     if (inputs == 0) return INT_MAX;
-    return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - fixed) / inputs));
+    return static_cast<int>(std::min<Bytes>(INT_MAX, (memory - fixed) / inputs));
   }
-  const Bytes capacity = static_cast<Bytes>(degree) * profile_->hardware.gpu_memory_bytes;
+  // ceil(x / t) + W <= C holds exactly when x <= t (C - W).
+  if (working > memory) return 0;
+  const Bytes capacity = static_cast<Bytes>(degree) * (memory - working);
   if (state > capacity) return 0;
   if (activation == 0) return INT_MAX;
   return static_cast<int>(std::min<Bytes>(INT_MAX, (capacity - state) / activation));

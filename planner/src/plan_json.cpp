@@ -129,9 +129,9 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
   stage.layer_end = static_cast<int>(json_input::as_integer(range[1], (at / "layers")[1], 0, layers));
   stage.gpus = static_cast<int>(json_input::require_integer(value, "gpus", at, 1, gpus));
   stage.node = static_cast<int>(json_input::require_integer(value, "node", at, 0, nodes - 1));
-  const std::string recompute = json_input::optional_string(value, "recompute", at, "none");
-  if (recompute != "none" && recompute != "full") throw (at / "recompute").error("expected none or full");
-  stage.recompute = recompute == "full" ? Recompute::full : Recompute::none;
+  const auto recompute = recompute_named(json_input::optional_string(value, "recompute", at, "none"));
+  if (!recompute) throw (at / "recompute").error("expected none, selective or full");
+  stage.recompute = *recompute;
   return stage;
 }
 
@@ -257,7 +257,7 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   plan.template_microbatches = static_cast<int>(json_input::require_integer(root, "microbatches", where, 1, 100000000));
   plan.profile_fingerprint = check_made_for(root, where, profile);
   const auto policy = recompute_policy_named(json_input::optional_string(root, "recompute", where, "none"));
-  if (!policy) throw (where / "recompute").error("expected none, auto or full");
+  if (!policy) throw (where / "recompute").error("expected none, auto, selective or full");
   plan.recompute = *policy;
   const auto sync = gradient_sync_named(json_input::optional_string(root, "gradient_sync", where, "per-layer"));
   if (!sync) throw (where / "gradient_sync").error("expected per-layer or after-backward");

@@ -108,6 +108,12 @@ LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per
   if (auto it = layer.find("tensor_parallel"); it != layer.end() && !it->is_null()) {
     out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node);
   }
+  if (auto it = layer.find("attention_core"); it != layer.end() && !it->is_null()) {
+    const FieldPath at = where / "attention_core";
+    if (!it->is_object()) throw at.error("expected an object {forward_ms, activation_bytes}");
+    out.attention_forward_ms = json_input::require_number(*it, "forward_ms", at, 0, kMaxMs);
+    out.attention_activation_bytes = json_input::require_integer(*it, "activation_bytes", at, 0, out.activation_bytes);
+  }
   return out;
 }
 
@@ -131,6 +137,11 @@ json layer_to_json(const LayerProfile& layer) {
       tp[std::to_string(t.degree)] = {{"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}};
     }
     out["tensor_parallel"] = std::move(tp);
+  }
+  // Absent when not recorded, so that profiles without it keep their fingerprints.
+  if (layer.attention_forward_ms > 0 || layer.attention_activation_bytes > 0) {
+    out["attention_core"] = {{"forward_ms", layer.attention_forward_ms},
+                             {"activation_bytes", layer.attention_activation_bytes}};
   }
   return out;
 }

@@ -24,8 +24,9 @@
 // through every tie.
 //
 // A stage is one of the cost model's variants: a degree t, and whether it
-// recomputes its activations (when the cost model's policy lets it choose,
-// each variant is a stage kind of its own, with its compute and memory).
+// recomputes its activations, selectively or fully (when the cost model's
+// policy lets it choose, each variant is a stage kind of its own, with its
+// compute and memory).
 //
 // The dynamic programme runs over suffixes of the layers: state (m, U, l) is
 // "layers [l, L) on the last U GPUs in m stages". m matters through memory

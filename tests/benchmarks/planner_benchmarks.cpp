@@ -2,6 +2,9 @@
 //   BM_Templates/256: every template for 1..256 nodes (targets: < 1 s)
 //   BM_TemplatesRecomputing/256: the same, each stage choosing whether it
 //     recomputes its activations (--recompute auto: twice the stage kinds)
+//   BM_TemplatesAnalytic{,Recomputing}/256: the analytic 175B profile, which
+//     records attention cores, without recomputation and choosing among
+//     none, selective and full (three times the stage kinds)
 //   BM_Instantiate/2048: 2048 nodes, f = 16, B = 4096, templates given (< 0.5 s)
 //   BM_PlanCluster/2048: the same with templates and the default M search
 //   BM_Reconfigure/2048: two nodes of different pipelines lost in a 2048-node
@@ -25,15 +28,21 @@ const Profile& gpt3_175b() {
   return profile;
 }
 
+// The analytic profile records attention cores: selective recomputation too.
+const Profile& gpt3_175b_analytic() {
+  static const Profile profile =
+      load_profile(std::filesystem::path(OOBLECK_SOURCE_DIR) / "profiles/gpt3-175b-a100.analytic.json");
+  return profile;
+}
+
 std::vector<std::string> names(int count) {
   std::vector<std::string> out;
   for (int i = 0; i < count; ++i) out.push_back("node" + std::to_string(i));
   return out;
 }
 
-void templates(benchmark::State& state, RecomputePolicy recompute) {
+void templates(benchmark::State& state, RecomputePolicy recompute, const Profile& profile = gpt3_175b()) {
   const int max_nodes = static_cast<int>(state.range(0));
-  const Profile& profile = gpt3_175b();
   // The CLI's default M: the largest stage count any template can have.
   const int microbatches = std::min<int>(static_cast<int>(profile.layers.size()), max_nodes * profile.hardware.gpus_per_node);
   CostModel cost(profile, microbatches);
@@ -50,8 +59,16 @@ void templates(benchmark::State& state, RecomputePolicy recompute) {
 }
 void BM_Templates(benchmark::State& state) { templates(state, RecomputePolicy::none); }
 void BM_TemplatesRecomputing(benchmark::State& state) { templates(state, RecomputePolicy::automatic); }
+void BM_TemplatesAnalytic(benchmark::State& state) {
+  templates(state, RecomputePolicy::none, gpt3_175b_analytic());
+}
+void BM_TemplatesAnalyticRecomputing(benchmark::State& state) {
+  templates(state, RecomputePolicy::automatic, gpt3_175b_analytic());
+}
 BENCHMARK(BM_Templates)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TemplatesRecomputing)->Arg(256)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TemplatesAnalytic)->Arg(256)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TemplatesAnalyticRecomputing)->Arg(256)->Unit(benchmark::kMillisecond);
 
 void BM_Instantiate(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));

@@ -50,6 +50,18 @@ TEST_CASE("profile: a measured CPU profile has every layer, sized from the model
   const Bytes floor = (2 * 16 * 32 + 2 * 4 * 16 * 16 + 2 * 16 * 128) * 4;
   CHECK(p.layers[1].activation_bytes >= floor);
   CHECK(p.layers[1].activation_bytes == p.layers[2].activation_bytes);
+  // A block's attention core, for selective recomputation: timed, and its
+  // activations at least the attention probabilities (2 x 4 heads x 16^2),
+  // the rest of the block's kept; the embedding and the head have none.
+  for (int i : {1, 2}) {
+    CAPTURE(i);
+    CHECK(p.layers[i].attention_forward_ms > 0);
+    CHECK(p.layers[i].attention_activation_bytes >= 2 * 4 * 16 * 16 * 4);
+    CHECK(p.layers[i].attention_activation_bytes < p.layers[i].activation_bytes);
+  }
+  CHECK(p.layers[1].attention_activation_bytes == p.layers[2].attention_activation_bytes);
+  CHECK(p.layers[0].attention_activation_bytes == 0);
+  CHECK(p.layers.back().attention_forward_ms == 0);
   CHECK(m.whole_forward_ms > 0);
   CHECK(m.whole_backward_ms > 0);
   // The file reads back as a profile and carries the whole-model run.
@@ -196,6 +208,39 @@ TEST_CASE("profile: Megatron's recomputation and sequence parallelism in analyti
   // Memory: the attention core's activations go with selective recomputation.
   CHECK(sel.layers[1].activation_bytes < p.layers[1].activation_bytes);
   CHECK(all.layers[1].activation_bytes == 2LL * c.seq_len * c.hidden * 2);
+}
+
+TEST_CASE("profile: the planner's selective recomputation per stage prices what the analytic profiler bakes in") {
+  // One profile, recording its attention cores, lets the planner choose
+  // selective recomputation per stage; the profile made with every block
+  // recomputing selectively must come out the same, stage for stage.
+  const ModelConfig c = load_model_config("gpt3-1.3b");
+  const HardwareDescription hw = load_hardware("a100-80gb");
+  AnalyticOptions plain, selective;
+  plain.vocabulary_parallel = selective.vocabulary_parallel = true;
+  selective.recompute = AnalyticRecompute::selective;
+  const Profile p = analytic_profile(c, hw, 2, "bf16", plain), sel = analytic_profile(c, hw, 2, "bf16", selective);
+  CHECK(p.layers[0].attention_activation_bytes == 0);
+  CHECK(p.layers.back().attention_forward_ms == 0);
+  CHECK(sel.layers[1].attention_activation_bytes == 0);  // nothing left to drop
+  const CostModel choosing(p, 4), baked(sel, 4);
+  const int layers = choosing.layers();
+  for (int t : choosing.degrees()) {
+    CAPTURE(t);
+    for (const auto& [begin, end] : {std::pair{0, 1}, {1, 5}, {0, layers}, {layers - 3, layers}}) {
+      CAPTURE(begin);
+      CHECK(choosing.stage_backward_ms(begin, end, t, Recompute::selective) ==
+            doctest::Approx(baked.stage_backward_ms(begin, end, t)).epsilon(1e-12));
+      CHECK(choosing.stage_memory_bytes(begin, end, t, 3, Recompute::selective) -
+                choosing.stage_memory_bytes(begin, end, t, 3) <=
+            0);
+      // Kept per microbatch: what the baked profile keeps, to rounding per layer.
+      const Bytes with_choice = choosing.stage_memory_bytes(begin, end, t, 5, Recompute::selective) -
+                                choosing.stage_memory_bytes(begin, end, t, 4, Recompute::selective);
+      const Bytes with_baked = baked.stage_memory_bytes(begin, end, t, 5) - baked.stage_memory_bytes(begin, end, t, 4);
+      CHECK(std::abs(with_choice - with_baked) <= end - begin + 1);
+    }
+  }
 }
 
 TEST_CASE("profile: the efficiency fit recovers the efficiencies that made the times") {

@@ -1,12 +1,15 @@
 // Activation recomputation in live runs: a stage the plan makes recompute
 // keeps only its layers' inputs in the forward and runs each layer's
-// forward again in the backward. The same operations on the same inputs,
-// so the losses are bit for bit those of the same plan without it.
+// forward again in the backward (full), or keeps all but its attention
+// scores and runs each block's attention core again (selective). The same
+// operations on the same inputs, so the losses are bit for bit those of the
+// same plan without it.
 #include "torch_doctest.h"
 
 #include <nlohmann/json.hpp>
 
 #include "live_setup.h"
+#include "oobleck/executor/gpt.h"
 
 namespace {
 
@@ -20,6 +23,58 @@ std::vector<double> losses(const std::vector<json>& steps) {
 }
 
 }  // namespace
+
+TEST_CASE("recompute: a block whose attention core runs again in the backward gives the same gradients bit for bit") {
+  using namespace oobleck::executor;
+  const ModelConfig gpt{"test", 2, 32, 4, 97, 16};
+  const ModelConfig llama{"test-llama", 2, 32, 4, 97, 16, Architecture::llama, 2, 88, 10000};
+  for (const ModelConfig& c : {gpt, llama}) {
+    CAPTURE(c.name);
+    const auto block = make_layer(c, 1, 7);
+    const auto x = torch::randn({3, c.seq_len, c.hidden}, torch::TensorOptions().dtype(torch::kFloat32));
+    const auto upstream = torch::randn({3, c.seq_len, c.hidden});
+    std::vector<std::vector<torch::Tensor>> grads;
+    std::vector<torch::Tensor> outputs, input_grads;
+    for (const bool again : {false, true}) {
+      block->set_attention_recompute(again);
+      block->zero_grad();
+      const auto in = x.clone().requires_grad_(true);
+      const auto y = block->forward(in);
+      y.backward(upstream);
+      outputs.push_back(y.detach());
+      input_grads.push_back(in.grad().clone());
+      std::vector<torch::Tensor> g;
+      for (const auto& p : block->parameters()) g.push_back(p.grad().clone());
+      grads.push_back(std::move(g));
+    }
+    CHECK(torch::equal(outputs[0], outputs[1]));
+    CHECK(torch::equal(input_grads[0], input_grads[1]));
+    REQUIRE(grads[0].size() == grads[1].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(torch::equal(grads[0][i], grads[1][i]));
+    // Not a no-op: the attention core's scores left the graph.
+    block->set_attention_recompute(true);
+    const auto y = block->forward(x.clone().requires_grad_(true));
+    CHECK(y.grad_fn() != nullptr);
+    block->set_attention_recompute(false);
+  }
+}
+
+TEST_CASE("recompute: stages recomputing selectively or fully, beside ones that do not, train the single process's "
+          "losses bit for bit") {
+  LiveSetup setup(4, 1, 8);
+  auto plan = setup.plan();
+  REQUIRE(plan["pipelines"].size() == 2);
+  for (const auto& p : plan["pipelines"]) REQUIRE(p["stages"].size() == 2);
+  plan["pipelines"][0]["stages"][0]["recompute"] = "selective";
+  plan["pipelines"][0]["stages"][1]["recompute"] = "full";
+  plan["pipelines"][1]["stages"][1]["recompute"] = "selective";
+  setup.s.write("plan.json", plan.dump());
+  const auto run = setup.live(8, 3, "live.jsonl");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  CHECK(losses(setup.steps("live.jsonl")) == setup.reference_losses(8, 3));  // bit for bit
+  CHECK(setup.s.processes_left() == 0);
+}
 
 TEST_CASE("recompute: stages that recompute train the single process's losses bit for bit, beside ones that do not") {
   LiveSetup setup(4, 1, 8);
@@ -63,7 +118,8 @@ TEST_CASE("recompute: a plan from oobleck-plan --recompute full trains, and a no
   CHECK(setup.s.processes_left() == 0);
 }
 
-TEST_CASE("recompute: a degree-2 stage recomputing (its all-reduces again) trains what the same plan trains without") {
+TEST_CASE("recompute: degree-2 stages recomputing (fully: their all-reduces again; selectively: their heads' "
+          "attention) train what the same plan trains without") {
   LiveSetup setup(3, 1, 12, 2);
   auto plan = setup.plan();
   plan["pipelines"] = oobleck::test::tensor_parallel_pipelines();
@@ -77,5 +133,14 @@ TEST_CASE("recompute: a degree-2 stage recomputing (its all-reduces again) train
   INFO(run.err);
   REQUIRE(run.status == 0);
   CHECK(losses(setup.steps("recomputed.jsonl")) == losses(setup.steps("plain.jsonl")));  // bit for bit
+  // Selectively: the degree-2 stage's blocks run their heads' attention again.
+  plan["pipelines"][0]["stages"][0]["recompute"] = "selective";
+  plan["pipelines"][0]["stages"][2].erase("recompute");
+  plan["pipelines"][1]["stages"][0]["recompute"] = "selective";
+  setup.s.write("plan.json", plan.dump());
+  const auto selective = setup.live(6, 3, "selective.jsonl", "--learning-rate 1e-3");
+  INFO(selective.err);
+  REQUIRE(selective.status == 0);
+  CHECK(losses(setup.steps("selective.jsonl")) == losses(setup.steps("plain.jsonl")));  // bit for bit
   CHECK(setup.s.processes_left() == 0);
 }

@@ -41,6 +41,12 @@ Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options
     // microbatches more stages keep in flight decide feasibility.
     if (options.memory_bound && unit(rng) < 0.5) layer.activation_bytes *= 10;
     layer.output_bytes = output(rng);
+    // Attention cores of three kinds, derived without drawing (the draws
+    // stay those of the instances before they were recorded): none, a
+    // small share of the activations, most of them.
+    const int kind = (l + 1) % 3;
+    layer.attention_forward_ms = layer.forward_ms * 0.1 * kind;
+    layer.attention_activation_bytes = layer.activation_bytes * (kind == 0 ? 0 : kind == 1 ? 3 : 8) / 10;
     // Sometimes a measured tensor-parallel time, faster or slower than the model's.
     for (int t = 2; t <= p.hardware.gpus_per_node; t *= 2) {
       if (unit(rng) < 0.15) {
@@ -101,9 +107,14 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
   for (std::size_t s = 0; s < count; ++s) {
     for (int l = stages[s].layer_begin; l < stages[s].layer_end; ++l) {
       const double forward = cost.layer_forward_ms(l, stages[s].gpus);
-      // Recomputing, the backward runs the forward again first.
+      // Recomputing, the backward runs the forward (or the attention core,
+      // split with the heads unless the layer is replicated) again first.
+      const double attention = profile.layers[l].attention_forward_ms /
+                               (cost.layer_replicated(l, stages[s].gpus) ? 1 : stages[s].gpus);
       stage[s] += forward + cost.layer_backward_ms(l, stages[s].gpus) +
-                  (stages[s].recompute == Recompute::full ? forward : 0.0);
+                  (stages[s].recompute == Recompute::full        ? forward
+                   : stages[s].recompute == Recompute::selective ? attention
+                                                                 : 0.0);
     }
     if (s + 1 < count) {
       const bool same = stages[s].node == stages[s + 1].node;
@@ -142,6 +153,17 @@ bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
   }
   if (stage.recompute == Recompute::none) {
     return state + in_flight * activation <= stage.gpus * profile.hardware.gpu_memory_bytes;
+  }
+  if (stage.recompute == Recompute::selective) {
+    // Every microbatch keeps all but the attention cores' activations; one
+    // layer's attention activations (on one GPU) return while its backward runs.
+    Bytes kept = 0, largest = 0;
+    for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+      kept += profile.layers[l].activation_bytes - profile.layers[l].attention_activation_bytes;
+      largest = std::max(largest, (profile.layers[l].attention_activation_bytes + stage.gpus - 1) / stage.gpus);
+    }
+    const Bytes per_gpu = (state + in_flight * kept + stage.gpus - 1) / stage.gpus + largest;
+    return per_gpu <= profile.hardware.gpu_memory_bytes;
   }
   // Per GPU: its share of the state, every microbatch's layer inputs whole
   // (layer l's is layer l - 1's output; the first layer's, tokens, nothing),

@@ -247,13 +247,37 @@ TEST_CASE("cli: --recompute: templates where memory allows none without it, kept
     return nlohmann::json::parse(r.out)["templates"][0];
   };
   const auto none = smallest("none"), automatic = smallest("auto"), full = smallest("full");
+  const auto selective = smallest("selective");
   // Recomputing fits the model on fewer nodes; every stage of `full` recomputes.
   CHECK(automatic["nodes"].get<int>() < none["nodes"].get<int>());
+  CHECK(selective["nodes"].get<int>() < none["nodes"].get<int>());
+  CHECK(selective["nodes"].get<int>() >= full["nodes"].get<int>());
   bool recomputes = false;
-  for (const auto& st : automatic["stages"]) recomputes |= st.value("recompute", "none") == "full";
+  for (const auto& st : automatic["stages"]) recomputes |= st.value("recompute", "none") != "none";
   CHECK(recomputes);
   for (const auto& st : full["stages"]) CHECK(st["recompute"] == "full");
+  for (const auto& st : selective["stages"]) CHECK(st["recompute"] == "selective");
   for (const auto& st : none["stages"]) CHECK_FALSE(st.contains("recompute"));
+  // On as many nodes, choosing per stage (selectively where that suffices)
+  // is faster than recomputing everything fully: the attention cores are a
+  // few per cent of a block's forward.
+  const Run both = s.run("templates --profile " + big + " --max-nodes 8 --recompute auto --json -");
+  const Run all = s.run("templates --profile " + big + " --max-nodes 8 --recompute full --json -");
+  REQUIRE(both.status == 0);
+  REQUIRE(all.status == 0);
+  const auto at_smallest_full = [&](const Run& r) {
+    const auto parsed = nlohmann::json::parse(r.out);
+    for (const auto& t : parsed["templates"]) {
+      if (t["nodes"] == full["nodes"]) return t["iteration_ms"].get<double>();
+    }
+    return 0.0;
+  };
+  CHECK(at_smallest_full(both) < 0.9 * at_smallest_full(all));
+  // A profile that records no attention cores cannot recompute them.
+  const Run without = s.run("templates --profile " + (kSource / "profiles/gpt3-175b-a100.handwritten.json").string() +
+                            " --max-nodes 8 --recompute selective");
+  CHECK(without.status == 2);
+  CHECK(without.err.find("attention_core") != std::string::npos);
 
   REQUIRE(s.run("instantiate --profile " + big + " --nodes 10 --fault-tolerance 1 --global-microbatches 64 "
                 "--recompute auto --json " + s.str("plan.json"))
@@ -283,12 +307,12 @@ TEST_CASE("cli: --recompute: templates where memory allows none without it, kept
   edited["pipelines"][0]["stages"][0]["recompute"] = "half";
   s.write("edited.json", edited.dump());
   CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", profile),
-                       doctest::Contains("pipelines[0].stages[0].recompute: expected none or full"), InputError);
+                       doctest::Contains("pipelines[0].stages[0].recompute: expected none, selective or full"), InputError);
   edited = plan;
   edited["recompute"] = "maybe";
   s.write("edited.json", edited.dump());
   CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", profile),
-                       doctest::Contains("recompute: expected none, auto or full"), InputError);
+                       doctest::Contains("recompute: expected none, auto, selective or full"), InputError);
 }
 
 TEST_CASE("cli: instantiate over several microbatch sizes with --global-batch") {

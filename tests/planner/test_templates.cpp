@@ -107,7 +107,7 @@ TEST_CASE("memory decides which node counts have templates") {
 TEST_CASE("templates with recomputation minimise T(M) exactly: random instances against brute force") {
   std::mt19937_64 rng(20261127);
   std::uniform_int_distribution<int> microbatches(1, 8);
-  int compared = 0, recomputing = 0, mixed = 0, only_by_recomputing = 0;
+  int compared = 0, recomputing = 0, mixed = 0, only_by_recomputing = 0, selective_chosen = 0, kinds_mixed = 0;
   for (int instance = 0; instance < 600; ++instance) {
     const int gpus = std::array{1, 2, 4}[instance % 3];
     test::RandomProfileOptions options;
@@ -116,7 +116,9 @@ TEST_CASE("templates with recomputation minimise T(M) exactly: random instances 
     options.memory_bound = true;
     const Profile profile = test::random_profile(rng, options);
     const int m = microbatches(rng);
-    const RecomputePolicy policy = instance % 4 == 3 ? RecomputePolicy::full : RecomputePolicy::automatic;
+    const RecomputePolicy policy = instance % 4 == 3   ? RecomputePolicy::full
+                                   : instance % 8 == 1 ? RecomputePolicy::selective
+                                                       : RecomputePolicy::automatic;
     CostModel cost(profile, m);
     const TemplateSet without = build_templates(cost, 4);
     cost.set_recompute(policy);
@@ -131,23 +133,32 @@ TEST_CASE("templates with recomputation minimise T(M) exactly: random instances 
       ++compared;
       CHECK(t->iteration_ms == doctest::Approx(brute[n]->iteration_ms).epsilon(1e-9));
       check_layout(cost, *t);
-      const auto full = std::count_if(t->stages.begin(), t->stages.end(),
-                                      [](const Stage& s) { return s.recompute == Recompute::full; });
-      if (policy == RecomputePolicy::full) CHECK(full == static_cast<long>(t->stages.size()));
+      const auto count_of = [&](Recompute r) {
+        return std::count_if(t->stages.begin(), t->stages.end(), [r](const Stage& s) { return s.recompute == r; });
+      };
+      const auto full = count_of(Recompute::full), selective = count_of(Recompute::selective);
+      const auto stages = static_cast<long>(t->stages.size());
+      if (policy == RecomputePolicy::full) CHECK(full == stages);
+      if (policy == RecomputePolicy::selective) CHECK(selective == stages);
       if (policy == RecomputePolicy::automatic) {
         // Choosing is never worse than not recomputing at all.
         if (const PipelineTemplate* plain = without.find(n)) CHECK(t->iteration_ms <= plain->iteration_ms + 1e-9);
         only_by_recomputing += without.find(n) == nullptr;
-        recomputing += full > 0;
-        mixed += full > 0 && full < static_cast<long>(t->stages.size());
+        recomputing += full + selective > 0;
+        mixed += full + selective > 0 && full + selective < stages;
+        selective_chosen += selective > 0;
+        kinds_mixed += full > 0 && selective > 0;
       }
     }
   }
   MESSAGE("compared " << compared << " templates; " << recomputing << " recompute somewhere (" << mixed
-                      << " some stages only); " << only_by_recomputing << " exist only by recomputing");
+                      << " some stages only, " << selective_chosen << " selectively, " << kinds_mixed
+                      << " both ways); " << only_by_recomputing << " exist only by recomputing");
   CHECK(compared > 300);
   CHECK(recomputing > 20);
   CHECK(mixed > 5);
+  CHECK(selective_chosen > 5);
+  CHECK(kinds_mixed >= 1);
   CHECK(only_by_recomputing > 5);
 }
 
@@ -168,7 +179,39 @@ TEST_CASE("recomputation: each backward also runs the forward; a microbatch in f
   CHECK(cost.stage_memory_bytes(1, 4, 2, 5) == (3 * 400 + 5 * 3 * 100 + 1) / 2);
   CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::none});
   cost.set_recompute(RecomputePolicy::automatic);
+  // The profile records no attention cores: selective would be nothing.
   CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::none, Recompute::full});
+  CHECK_THROWS_AS(cost.set_recompute(RecomputePolicy::selective), InputError);
   CHECK(recompute_policy_named("auto") == RecomputePolicy::automatic);
+  CHECK(recompute_policy_named("selective") == RecomputePolicy::selective);
   CHECK_FALSE(recompute_policy_named("sometimes").has_value());
+}
+
+TEST_CASE("selective recomputation: each backward also runs the attention core; microbatches keep the rest") {
+  // As above, with attention cores of 0.25 ms and 60 of the 100 bytes on
+  // layers 1 and 2; layer 3 has 90 of them.
+  Profile profile = test::uniform_profile(4, 2, 1.0, 2.0, 400, 100, Bytes{1} << 30);
+  for (int l : {1, 2}) profile.layers[l].attention_forward_ms = 0.25;
+  for (int l : {1, 2}) profile.layers[l].attention_activation_bytes = 60;
+  profile.layers[3].attention_activation_bytes = 90;
+  CostModel cost(profile, 4);
+  CHECK(cost.layer_backward_ms(1, 1, Recompute::selective) == doctest::Approx(2.25));
+  CHECK(cost.layer_backward_ms(1, 2, Recompute::selective) ==
+        doctest::Approx(cost.layer_backward_ms(1, 2) + 0.125));  // split with the heads
+  CHECK(cost.stage_compute_ms(0, 4, 1, Recompute::selective) == doctest::Approx(cost.stage_compute_ms(0, 4, 1) + 0.5));
+  CHECK(cost.stage_backward_allreduce_ms(0, 4, 2, Recompute::selective) ==
+        doctest::Approx(cost.stage_backward_allreduce_ms(0, 4, 2)));
+  // Layers 1..3 keep 40 + 40 + 10 bytes a microbatch; the largest attention
+  // activations, 90 bytes, halved, return while layer 3's backward runs.
+  CHECK(cost.stage_memory_bytes(1, 4, 2, 5, Recompute::selective) == (3 * 400 + 5 * 90) / 2 + 45);
+  CHECK(cost.stage_memory_bytes(0, 1, 1, 5, Recompute::selective) == cost.stage_memory_bytes(0, 1, 1, 5));
+  cost.set_recompute(RecomputePolicy::automatic);
+  CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full});
+  cost.set_recompute(RecomputePolicy::selective);
+  CHECK(cost.recompute_choices() == std::vector<Recompute>{Recompute::selective});
+  // Memory decides: ceil((state + n kept) / t) + W <= C exactly at the largest n.
+  profile.hardware.gpu_memory_bytes = (3 * 400 + 7 * 90) / 2 + 45;
+  const CostModel tight(profile, 4);
+  CHECK(tight.stage_max_in_flight(1, 4, 2, Recompute::selective) == 7);
+  CHECK(tight.stage_max_in_flight(1, 4, 2) == 2);  // 300 bytes a microbatch without
 }

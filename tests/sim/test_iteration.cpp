@@ -597,6 +597,15 @@ TEST_CASE("iteration: a stage that recomputes runs its forward again in each bac
       CHECK(r.iteration_ms == doctest::Approx(cost.pipeline_ms(plan.pipelines[0].stages, M)));
     }
   }
+  // Selectively: the attention core's forward (0.5 ms a layer) again.
+  Profile with_attention = profile_of(std::vector<LayerCost>(4, {1.5, 2.75}));
+  for (auto& layer : with_attention.layers) layer.attention_forward_ms = 0.5;
+  const CostModel attention_cost(with_attention, 3);
+  Plan selective = plan_of(attention_cost, {even_cuts(2, 2)}, {3});
+  for (auto& st : selective.pipelines[0].stages) st.recompute = Recompute::selective;
+  const IterationResult r = simulate_iteration(attention_cost, selective);
+  CHECK(r.iteration_ms == doctest::Approx((3 + 2 - 1) * (3.0 + 5.5 + 1.0)));
+  CHECK(r.iteration_ms == doctest::Approx(attention_cost.pipeline_ms(selective.pipelines[0].stages, 3)));
   // Two one-stage pipelines: each layer's gradient is ready after its
   // forward again and its backward, so the last all-reduce starts F later.
   const Profile profile = profile_of(std::vector<LayerCost>(4, {1, 1}), 0, 0, Bytes{1} << 20);

@@ -64,7 +64,9 @@ class Block final : public GptLayer {
     // Causal self-attention over this shard's heads.
     auto qkv = qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
     const auto kernel = use_fused_kernels(x.device()) ? AttentionKernel::fused : AttentionKernel::plain;
-    auto attended = causal_attention(qkv[0], qkv[1], qkv[2], kernel).permute({0, 2, 1, 3}).reshape({B, S, heads_ * d});
+    auto attended = causal_attention(qkv[0], qkv[1], qkv[2], kernel, attention_recompute_)
+                        .permute({0, 2, 1, 3})
+                        .reshape({B, S, heads_ * d});
     auto h = x + row_parallel(proj_, attended);
     return h + row_parallel(out_, torch::gelu(fc_->forward(shared_input(ln2_->forward(h))), "tanh"));
   }
@@ -195,6 +197,40 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto future = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+namespace {
+
+struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, std::int64_t kernel) {
+    // (Autograd records nothing inside a Function's forward.)
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["kernel"] = kernel;
+    return causal_attention(q, k, v, static_cast<AttentionKernel>(kernel));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradients) {
+    const auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> inputs;
+    for (const auto& t : saved) inputs.push_back(t.detach().requires_grad_(true));
+    torch::Tensor out;
+    {
+      const torch::AutoGradMode with_graph(true);
+      out = causal_attention(inputs[0], inputs[1], inputs[2],
+                             static_cast<AttentionKernel>(ctx->saved_data["kernel"].toInt()));
+    }
+    auto grads = torch::autograd::grad({out}, inputs, {gradients[0]});
+    return {grads[0], grads[1], grads[2], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               AttentionKernel kernel, bool recompute) {
+  if (!recompute || !torch::GradMode::is_enabled()) return causal_attention(q, k, v, kernel);
+  return RecomputedAttention::apply(q, k, v, static_cast<std::int64_t>(kernel));
 }
 
 bool use_fused_kernels(const torch::Device& device) {

@@ -104,7 +104,8 @@ class LlamaBlock final : public GptLayer {
       v = v.repeat_interleave(heads_ / kv_heads_, 1);
     }
     const auto kernel = use_fused_kernels(x.device()) ? AttentionKernel::fused : AttentionKernel::plain;
-    const auto attended = causal_attention(q, k, v, kernel).transpose(1, 2).reshape({B, S, heads_ * head_size_});
+    const auto attended =
+        causal_attention(q, k, v, kernel, attention_recompute_).transpose(1, 2).reshape({B, S, heads_ * head_size_});
     const auto h = x + row_parallel(wo_, attended);
     const auto mlp_input = shared_input(rms_norm(h, mlp_norm_));
     return h + row_parallel(w2_, torch::silu(w1_->forward(mlp_input)) * w3_->forward(mlp_input));

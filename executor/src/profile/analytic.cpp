@@ -234,6 +234,14 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
                                ? static_cast<Bytes>(b * s * h * e)
                                : static_cast<Bytes>(s * b * h * (core + attention) * e / 2);
       l.output_bytes = static_cast<Bytes>(b * s * h * e);
+      if (options.recompute == AnalyticRecompute::none) {
+        // What the planner's selective recomputation runs again and drops
+        // (Recompute::selective): the recompute_ms of `selective` above,
+        // and the activations of the attention term.
+        l.attention_forward_ms = roofline_ms(w.attention_flops, w.attention_bytes);
+        l.attention_activation_bytes =
+            static_cast<Bytes>(s * b * h * ((is_llama(c) ? 2 : 5) * a * s / h) * e / 2);
+      }
     }
     const bool embedding_or_head = i == 0 || i == c.layers + 1;
     for (int t = 2; t <= hw.gpus_per_node; ++t) {

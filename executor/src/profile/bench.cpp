@@ -208,7 +208,37 @@ struct Bench::State {
     lp.optimizer_bytes = layer_parameters(c, i) * 3 * kWeightBytes;
     lp.activation_bytes = activation;
     lp.output_bytes = output;
+    if (shard.degree == 1 && !first && !last && !is_scripted(c)) measure_attention_core(*layer, lp);
     return lp;
+  }
+
+  // What selective recomputation runs again and saves: the attention core's
+  // forward alone, timed on q, k and v of the block's shape, and the bytes
+  // the block keeps less those it keeps with its core recomputed.
+  void measure_attention_core(GptLayer& layer, LayerProfile& lp) {
+    const ModelConfig& c = options_.model;
+    {
+      layer.set_attention_recompute(true);
+      const auto input = hidden_input_.detach().clone().requires_grad_(true);
+      sync();
+      const std::int64_t before = live_bytes();
+      const auto y = layer.forward(input);
+      sync();
+      const Bytes kept = std::max<Bytes>(0, live_bytes() - before - lp.output_bytes);
+      layer.set_attention_recompute(false);
+      lp.attention_activation_bytes = std::clamp<Bytes>(lp.activation_bytes - kept, 0, lp.activation_bytes);
+    }
+    const std::int64_t B = options_.microbatch_size, S = c.seq_len, d = c.hidden / c.heads;
+    const auto qkv = (torch::randn({3, B, c.heads, S, d}, gen_) * 0.5).to(device_, kWeights);
+    const auto kernel = use_fused_kernels(device_) ? AttentionKernel::fused : AttentionKernel::plain;
+    const torch::NoGradGuard no_graph;
+    lp.attention_forward_ms = mean_runs([&] {
+                                const Milliseconds f = timer_.time([&] {
+                                  const auto out = causal_attention(qkv[0], qkv[1], qkv[2], kernel);
+                                  sync();
+                                });
+                                return std::make_pair(f, 0.0);
+                              }).first;
   }
 
   // A check of the per-layer times, where the whole model fits on the device

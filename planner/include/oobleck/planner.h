@@ -2,6 +2,7 @@
 // reconfiguration plans out. Plain C++, deterministic, no global state.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -33,6 +34,11 @@ struct LayerProfile {
   Bytes activation_bytes = 0;  // kept alive per microbatch for the backward pass
   Bytes output_bytes = 0;      // handed to the next layer per microbatch
   std::vector<TensorParallelTiming> tensor_parallel;  // optional measurements
+  // The attention core (softmax(q k^T) v): what selective recomputation
+  // runs again in the backward (its forward, at degree 1) and the part of
+  // activation_bytes it then does not keep. 0 and 0: none recorded.
+  Milliseconds attention_forward_ms = 0;
+  Bytes attention_activation_bytes = 0;
 };
 
 // One measured gradient all-reduce: `bytes` among `ranks` nodes took `ms`.
@@ -100,20 +106,28 @@ struct OobleckImportOptions {
 
 // ---------------------------------------------------------------- cost model
 
-// Activation recomputation of a stage, full (Korthikanti et al. 2022, as
-// Megatron's "uniform" method with one layer per checkpoint): in the forward
-// pass each layer keeps only its input, and its backward first runs its
-// forward again. Each backward pass then also costs the forward; each
-// microbatch in flight keeps only the layers' inputs (whole on every GPU of
-// the stage), and one layer's activations live at a time, while its
-// backward runs.
-enum class Recompute : std::uint8_t { none, full };
+// Activation recomputation of a stage (Korthikanti et al. 2022).
+//  * full, as Megatron's "uniform" method with one layer per checkpoint: in
+//    the forward pass each layer keeps only its input, and its backward first
+//    runs its forward again. Each backward pass then also costs the forward;
+//    each microbatch in flight keeps only the layers' inputs (whole on every
+//    GPU of the stage), and one layer's activations live at a time, while its
+//    backward runs.
+//  * selective: only the attention core is run again (the profile's
+//    attention_forward_ms, split over the stage's GPUs as its heads are); a
+//    microbatch in flight keeps the layers' activations but the attention
+//    core's, and one layer's attention activations live while its backward
+//    runs. Much of the memory for a few per cent of the time, on long
+//    sequences.
+enum class Recompute : std::uint8_t { none, selective, full };
 // Which stages the planner may make recompute: none, each one where that is
 // best (a stage that does not fit otherwise, or fits more microbatches in
-// flight), or every one.
-enum class RecomputePolicy : std::uint8_t { none, automatic, full };
-[[nodiscard]] std::string_view recompute_name(Recompute recompute);
-[[nodiscard]] std::string_view recompute_policy_name(RecomputePolicy policy);  // none, auto, full
+// flight; selective only where the profile records attention cores), or
+// every one, selectively or fully.
+enum class RecomputePolicy : std::uint8_t { none, automatic, selective, full };
+[[nodiscard]] std::string_view recompute_name(Recompute recompute);  // none, selective, full
+[[nodiscard]] std::optional<Recompute> recompute_named(std::string_view name);
+[[nodiscard]] std::string_view recompute_policy_name(RecomputePolicy policy);  // none, auto, selective, full
 [[nodiscard]] std::optional<RecomputePolicy> recompute_policy_named(std::string_view name);
 
 // When a stage's gradients go to the all-reduce across pipelines: each
@@ -154,7 +168,9 @@ class CostModel {
   [[nodiscard]] int microbatches() const { return microbatches_; }
   // Tensor-parallel degrees a stage may use: the divisors of gpus_per_node.
   [[nodiscard]] const std::vector<int>& degrees() const { return degrees_; }
-  // What templates may choose for their stages (none by default).
+  // What templates may choose for their stages (none by default). Selective
+  // recomputation needs a profile that records attention cores: asked for
+  // on one that records none, set_recompute throws InputError.
   void set_recompute(RecomputePolicy policy);
   [[nodiscard]] RecomputePolicy recompute_policy() const { return recompute_policy_; }
   [[nodiscard]] const std::vector<Recompute>& recompute_choices() const { return recompute_choices_; }
@@ -181,7 +197,11 @@ class CostModel {
   [[nodiscard]] bool collectives_at_node_speed() const { return collectives_at_node_speed_; }
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
-  // With recomputation, the layer's forward again, then its backward.
+  // The layer's attention core's forward at `degree`: divided among the
+  // GPUs with the heads, whole on a replicated layer.
+  [[nodiscard]] Milliseconds layer_attention_forward_ms(int layer, int degree) const;
+  // With recomputation, the layer's forward (or its attention core's) again,
+  // then its backward.
   [[nodiscard]] Milliseconds layer_backward_ms(int layer, int degree, Recompute recompute = Recompute::none) const;
   // F_s + B_s of layers [begin, end) at `degree`.
   [[nodiscard]] Milliseconds stage_compute_ms(int begin, int end, int degree,
@@ -265,33 +285,37 @@ class CostModel {
   std::vector<int> degrees_;
   // Per degree index: prefix sums over layers of forward, backward, both,
   // and of the tensor-parallel all-reduce parts of forward and backward.
-  std::vector<std::vector<double>> forward_prefix_, backward_prefix_, compute_prefix_;
-  std::vector<std::vector<double>> forward_allreduce_prefix_, backward_allreduce_prefix_;
-  // The same with full recomputation (the forward again in each backward):
-  // kept as sums of their own, so that a stage's cost is one difference, as
-  // the template search computes it.
-  std::vector<std::vector<double>> recompute_backward_prefix_, recompute_compute_prefix_;
-  std::vector<std::vector<double>> recompute_backward_allreduce_prefix_;
-  std::vector<Bytes> state_prefix_, activation_prefix_;
-  // Recomputation: the layers' inputs (layer l's is layer l-1's output; the
+  // The backward ones per recomputation (index: Recompute), each kept as
+  // sums of its own, so that a stage's cost is one difference, as the
+  // template search computes it.
+  using PerDegreePrefix = std::vector<std::vector<double>>;
+  static constexpr std::size_t kRecomputeKinds = 3;
+  PerDegreePrefix forward_prefix_, forward_allreduce_prefix_;
+  std::array<PerDegreePrefix, kRecomputeKinds> backward_prefix_, compute_prefix_, backward_allreduce_prefix_;
+  std::vector<Bytes> state_prefix_, activation_prefix_, attention_activation_prefix_;
+  // Full recomputation: the layers' inputs (layer l's is layer l-1's output; the
   // first layer's, tokens, counted as nothing), and per degree index a
-  // sparse table of range maxima of one layer's activations on one GPU.
+  // sparse table of range maxima of one layer's activations on one GPU;
+  // selective: the same table of one layer's attention activations.
   std::vector<Bytes> input_prefix_;
-  std::vector<std::vector<std::vector<Bytes>>> working_max_;
+  std::vector<std::vector<std::vector<Bytes>>> working_max_, attention_working_max_;
   RecomputePolicy recompute_policy_ = RecomputePolicy::none;
   std::vector<Recompute> recompute_choices_{Recompute::none};
   GradientSync gradient_sync_ = GradientSync::per_layer;
   double optimizer_bytes_per_s_ = 0;
   bool collectives_at_node_speed_ = false;
-  // The most activation bytes one GPU holds for one layer of [begin, end).
-  [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index) const;
+  // The most activation bytes one GPU holds for one layer of [begin, end)
+  // (of the attention cores' alone: selective).
+  [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index, Recompute recompute) const;
   // Per degree index: prefix sums of the replicated layers' state and
-  // activations (counted once more per GPU beyond the first, see below).
+  // activations, and of those attention activations (counted once more per
+  // GPU beyond the first, see below).
   std::vector<std::vector<Bytes>> replicated_state_prefix_, replicated_activation_prefix_;
+  std::vector<std::vector<Bytes>> replicated_attention_prefix_;
   [[nodiscard]] int degree_index(int degree) const;
   // A stage's state and activations as `degree` GPUs hold them together:
   // split layers once, replicated ones `degree` times.
-  [[nodiscard]] std::pair<Bytes, Bytes> stage_held_bytes(int begin, int end, int degree) const;
+  [[nodiscard]] std::pair<Bytes, Bytes> stage_held_bytes(int begin, int end, int degree, Recompute recompute) const;
   // The analytic estimate: two all-reduces of the layer's output in the node.
   [[nodiscard]] Milliseconds output_allreduces_ms(int layer, int degree) const;
 };

@@ -71,6 +71,14 @@ class GptLayer : public torch::nn::Module {
   // The parameters an optimizer updates for this layer when it runs alone
   // (the head's copy of the tied weight included).
   [[nodiscard]] std::vector<torch::Tensor> own_parameters() { return parameters(); }
+  // Selective recomputation (Recompute::selective): the block's attention
+  // core keeps only its q, k and v, and runs again in the backward
+  // (recomputed_causal_attention). Layers without one (the embedding, the
+  // head, TorchScript layers) have nothing to recompute.
+  void set_attention_recompute(bool on) { attention_recompute_ = on; }
+
+ protected:
+  bool attention_recompute_ = false;
 };
 
 // InputError when the degree does not divide the heads.
@@ -94,6 +102,13 @@ enum class AttentionKernel { plain, fused };
 [[nodiscard]] bool fused_attention_available();
 [[nodiscard]] torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              AttentionKernel kernel);
+// The same, keeping for the backward only q, k and v: the backward runs the
+// attention again, with its graph, and goes back through it. The same
+// operations on the same values, so the same gradients bit for bit; the
+// scores (B heads S^2 numbers, and their softmax) live only while one
+// layer's backward runs. causal_attention when `recompute` is false.
+[[nodiscard]] torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             AttentionKernel kernel, bool recompute);
 // Fused kernels (attention, the optimizer step) are used on a CUDA device
 // where libtorch has them, unless OOBLECK_PLAIN_KERNELS=1 asks for the plain
 // ones, to measure the difference. The CPU always runs the plain ones, so

@@ -111,7 +111,11 @@ double PipelineStep::one_f_one_b(int step) {
   // Stage boundaries carry fp32 (under autocast too: the residual stream is fp32).
   const auto activation = torch::TensorOptions().dtype(torch::kFloat32).device(train_device(o_));
   Communicator& links = groups_.trainers();
-  const bool recompute = pipeline.stages[static_cast<std::size_t>(position)].recompute == Recompute::full;
+  const Recompute recomputation = pipeline.stages[static_cast<std::size_t>(position)].recompute;
+  const bool recompute = recomputation == Recompute::full;
+  for (int l = me.layer_begin; l < me.layer_end; ++l) {
+    held_.at(l).module->set_attention_recompute(recomputation == Recompute::selective);
+  }
   std::vector<torch::Tensor> inputs(M), outputs(M), input_gradients(M);
   std::vector<std::vector<torch::Tensor>> kept(recompute ? M : 0);  // each layer's input, per microbatch
   std::vector<std::unique_ptr<PendingOp>> sends;

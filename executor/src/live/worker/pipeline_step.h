@@ -16,7 +16,9 @@
 // backward runs each layer's forward again, from the last layer down, and
 // that layer's backward at once. The same operations on the same inputs:
 // the gradients, and so the losses, are those of the stage that keeps its
-// activations, bit for bit.
+// activations, bit for bit. A stage recomputing selectively
+// (Recompute::selective) keeps all but its blocks' attention scores, which
+// each block's backward computes again (GptLayer::set_attention_recompute).
 #pragma once
 
 #include <cstdint>
