@@ -44,7 +44,7 @@ RecomputePolicy recompute_policy_or_throw(const std::string& name) {
 
 GradientSync gradient_sync_from(const std::string& name) {
   if (const auto sync = gradient_sync_named(name)) return *sync;
-  throw InputError("gradient_sync: expected per-layer or after-backward, got \"" + name + "\"");
+  throw InputError("gradient_sync: expected per-layer, after-backward or buckets, got \"" + name + "\"");
 }
 
 // Nodes as a count (node0..node{n-1}) or as names.
@@ -103,6 +103,7 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
   auto cost = std::make_shared<CostModel>(*current.profile, current.plan.template_microbatches);
   cost->set_recompute(current.plan.recompute);
   cost->set_gradient_sync(current.plan.gradient_sync);
+  cost->set_gradient_bucket_bytes(current.plan.gradient_bucket_bytes);
   auto templates = std::make_shared<Templates>(
       Templates{current.profile, cost, build_templates(*cost, nodes_after(current.plan, lost.size(), added.size()))});
   const Reconfiguration result =
@@ -236,21 +237,24 @@ PYBIND11_MODULE(oobleck, m) {
   m.def(
       "plan_cluster",
       [](const ProfilePtr& profile, const Nodes& nodes, int fault_tolerance, int global_microbatches, int microbatches,
-         const std::string& recompute, const std::string& gradient_sync) {
+         const std::string& recompute, const std::string& gradient_sync, double gradient_bucket_mb) {
         const auto names = node_names(nodes);
         const auto policy = recompute_policy_or_throw(recompute);
         const auto sync = gradient_sync_from(gradient_sync);
+        const double bucket_bytes = gradient_bucket_mb * (1 << 20);
         py::gil_scoped_release unlocked;
-        ClusterPlan cluster =
-            plan_cluster(*profile, names, fault_tolerance, global_microbatches, microbatches, {}, policy, sync);
+        ClusterPlan cluster = plan_cluster(*profile, names, fault_tolerance, global_microbatches, microbatches, {},
+                                           policy, sync, bucket_bytes);
         auto cost = std::make_shared<CostModel>(*profile, cluster.templates.microbatches);
         cost->set_recompute(policy);
         cost->set_gradient_sync(sync);
+        cost->set_gradient_bucket_bytes(bucket_bytes);
         auto templates = std::make_shared<Templates>(Templates{profile, cost, std::move(cluster.templates)});
         return std::make_shared<PlanObject>(PlanObject{profile, templates, std::move(cluster.plan)});
       },
       py::arg("profile"), py::arg("nodes"), py::arg("fault_tolerance"), py::arg("global_microbatches"),
       py::arg("microbatches") = 0, py::arg("recompute") = "none", py::arg("gradient_sync") = "per-layer",
+      py::arg("gradient_bucket_mb") = kDefaultGradientBucketBytes / (1 << 20),
       "Templates and instantiation together, the template M searched when `microbatches` is 0 "
       "(oobleck-plan instantiate)");
   m.def(

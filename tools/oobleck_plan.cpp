@@ -123,6 +123,7 @@ struct InstantiateFlags {
   std::vector<std::string> profile_paths;
   std::string json_out, hostfile, recompute = "none", gradient_sync = "per-layer";
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
+  double gradient_bucket_mb = kDefaultGradientBucketBytes / (1 << 20);
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
 
@@ -182,8 +183,12 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   add_recompute_option(cmd, f.recompute);
   cmd->add_option("--gradient-sync", f.gradient_sync,
                   "When gradients are all-reduced across pipelines: per-layer (as the backward goes, overlapping "
-                  "it) or after-backward (once it ends, as oobleck-run does)")
-      ->check(CLI::IsMember({"per-layer", "after-backward"}));
+                  "it), after-backward (once it ends, as oobleck-run does) or buckets (several layers' gradients "
+                  "at once, as PyTorch DDP; --gradient-bucket-mb)")
+      ->check(CLI::IsMember({"per-layer", "after-backward", "buckets"}));
+  cmd->add_option("--gradient-bucket-mb", f.gradient_bucket_mb,
+                  "With --gradient-sync buckets: a bucket's size in MiB (DDP's bucket_cap_mb; default 25)")
+      ->check(CLI::Range(1e-6, 1e9));
   return cmd;
 }
 
@@ -235,7 +240,8 @@ int run_instantiate(const InstantiateFlags& f) {
     for (const auto& p : profiles) given.push_back(&p);
     const SizedClusterPlan sized =
         plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
-                                recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync));
+                                recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync),
+                                f.gradient_bucket_mb * (1 << 20));
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -247,11 +253,13 @@ int run_instantiate(const InstantiateFlags& f) {
   }
   ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
-                   recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync));
+                   recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync),
+                   f.gradient_bucket_mb * (1 << 20));
   if (!speeds.empty()) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);
     cost.set_gradient_sync(result.plan.gradient_sync);
+    cost.set_gradient_bucket_bytes(result.plan.gradient_bucket_bytes);
     result.plan = instantiate_at_speeds(cost, result.templates, names, f.fault_tolerance, f.global_microbatches, speeds);
   }
   report_time();
@@ -299,6 +307,7 @@ int run_reconfigure(const ReconfigureFlags& f) {
   CostModel cost(profile, current.template_microbatches);
   cost.set_recompute(current.recompute);  // as the plan's templates could choose
   cost.set_gradient_sync(current.gradient_sync);
+  cost.set_gradient_bucket_bytes(current.gradient_bucket_bytes);
   const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
   ReconfigureOptions options;
   options.replan_all = f.replan_all;

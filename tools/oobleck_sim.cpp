@@ -289,6 +289,7 @@ int run_iteration(const IterationFlags& flags) {
   options.shared_device = flags.shared_device;
   options.tied_embedding = flags.tied_embedding;
   options.gradient_sync = plan.gradient_sync;
+  options.gradient_bucket_bytes = plan.gradient_bucket_bytes;
   options.gradient_norm = flags.gradient_norm;
   options.node_send_delay_ms = parse_node_delays(flags.node_delays, plan);
   const IterationResult result = simulate_iteration(cost, plan, options);

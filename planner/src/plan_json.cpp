@@ -85,6 +85,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
               {"templates", templates_array(cost, templates)}};
   if (plan.recompute != RecomputePolicy::none) out["recompute"] = recompute_policy_name(plan.recompute);
   if (plan.gradient_sync != GradientSync::per_layer) out["gradient_sync"] = gradient_sync_name(plan.gradient_sync);
+  if (plan.gradient_sync == GradientSync::buckets) out["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   return out;
 }
 
@@ -260,8 +261,11 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   if (!policy) throw (where / "recompute").error("expected none, auto, selective or full");
   plan.recompute = *policy;
   const auto sync = gradient_sync_named(json_input::optional_string(root, "gradient_sync", where, "per-layer"));
-  if (!sync) throw (where / "gradient_sync").error("expected per-layer or after-backward");
+  if (!sync) throw (where / "gradient_sync").error("expected per-layer, after-backward or buckets");
   plan.gradient_sync = *sync;
+  if (root.contains("gradient_bucket_bytes")) {
+    plan.gradient_bucket_bytes = json_input::require_number(root, "gradient_bucket_bytes", where, 1, 1e15);
+  }
   NodeNames names;
   const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");

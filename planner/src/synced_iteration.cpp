@@ -26,17 +26,39 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
       if (s + 1 < stages.size()) stage_end -= backward + cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
     }
   }
+  // The all-reduces: one per layer, or per bucket. Each is ready at the
+  // latest of its layers, and carries their bytes.
+  std::vector<int> of(static_cast<std::size_t>(cost.layers()));
+  if (cost.gradient_sync() == GradientSync::buckets) {
+    std::vector<const std::vector<Stage>*> layouts;
+    for (const auto& run : runs) layouts.push_back(run.stages);
+    of = gradient_buckets(cost.profile(), cost.gradient_bucket_bytes(), layouts);
+  } else {
+    for (int l = 0; l < cost.layers(); ++l) of[static_cast<std::size_t>(l)] = l;
+  }
+  const int count = *std::max_element(of.begin(), of.end()) + 1;
+  std::vector<Milliseconds> reduce_ready(static_cast<std::size_t>(count), -std::numeric_limits<double>::infinity());
+  std::vector<double> reduce_bytes(static_cast<std::size_t>(count), 0.0);
+  for (int l = 0; l < cost.layers(); ++l) {
+    const auto r = static_cast<std::size_t>(of[static_cast<std::size_t>(l)]);
+    reduce_ready[r] = std::max(reduce_ready[r], ready[static_cast<std::size_t>(l)]);
+    reduce_bytes[r] += static_cast<double>(cost.profile().layers[static_cast<std::size_t>(l)].param_bytes);
+  }
   Milliseconds end = slowest;
   std::vector<int> order;
   for (const auto& run : runs) {
     for (const Stage& st : *run.stages) {
+      // The stage's all-reduces (a bucket never crosses a stage), in the order they become ready.
       order.clear();
-      for (int l = st.layer_begin; l < st.layer_end; ++l) order.push_back(l);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ready[a] < ready[b]; });
+      for (int l = st.layer_begin; l < st.layer_end; ++l) {
+        const int r = of[static_cast<std::size_t>(l)];
+        if (order.empty() || order.back() != r) order.push_back(r);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return reduce_ready[a] < reduce_ready[b]; });
       Milliseconds finish = -std::numeric_limits<double>::infinity();
-      for (int l : order) {
-        const double shard = static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus;
-        finish = std::max(finish, ready[l]) + cost.gradient_allreduce_ms(shard, ranks);
+      for (int r : order) {
+        const auto i = static_cast<std::size_t>(r);
+        finish = std::max(finish, reduce_ready[i]) + cost.gradient_allreduce_ms(reduce_bytes[i] / st.gpus, ranks);
       }
       end = std::max(end, finish);
     }

@@ -14,7 +14,10 @@
 // of their layers' all-reduces one after another, in the order the layers
 // become ready:
 //   finish = max(finish, r_l) + allreduce(bytes_l / t, p),
-// and the iteration ends with the last of these.
+// and the iteration ends with the last of these. In buckets
+// (GradientSync::buckets, cut alike in every template: gradient_buckets),
+// a bucket is one all-reduce of its layers' bytes, ready at the latest of
+// its layers' r_l.
 //
 // For pipelines of one template ending together this is T + sync_tail_ms.
 // With several templates it is more: a layer held by a stage that ends its

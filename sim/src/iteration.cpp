@@ -207,17 +207,31 @@ class IterationModel {
     }
   }
 
-  // One all-reduce per layer; with tied embeddings, one for the first and
-  // last layers together.
+  // One all-reduce per layer, or per bucket (cut alike in every pipeline:
+  // gradient_buckets); with tied embeddings, the last layer's joins the
+  // first layer's.
   void build_reductions() {
     const int layers = cost_.layers();
+    std::vector<int> bucket(static_cast<std::size_t>(layers));
+    if (options_.gradient_sync == GradientSync::buckets) {
+      std::vector<const std::vector<Stage>*> layouts;
+      for (const auto& p : plan_.pipelines) layouts.push_back(&p.stages);
+      bucket = gradient_buckets(cost_.profile(), options_.gradient_bucket_bytes, layouts);
+    } else {
+      for (int l = 0; l < layers; ++l) bucket[static_cast<std::size_t>(l)] = l;
+    }
     reduction_of_.assign(layers, -1);
+    std::map<int, int> reduction_of_bucket;
     for (int l = 0; l < layers; ++l) {
       const bool tied_head = options_.tied_embedding && l == layers - 1 && l > 0;
       if (tied_head) {
         reduction_of_[l] = reduction_of_[0];
+      } else if (const auto it = reduction_of_bucket.find(bucket[static_cast<std::size_t>(l)]);
+                 it != reduction_of_bucket.end()) {
+        reduction_of_[l] = it->second;
       } else {
         reduction_of_[l] = static_cast<int>(reductions_.size());
+        reduction_of_bucket[bucket[static_cast<std::size_t>(l)]] = reduction_of_[l];
         reductions_.emplace_back();
       }
       Reduction& r = reductions_[reduction_of_[l]];

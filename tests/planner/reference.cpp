@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
+#include <set>
 
 namespace oobleck::test {
 
@@ -312,16 +314,46 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
       }
     }
   }
+  // The all-reduces: per layer, or per bucket. Buckets, from their
+  // definition: from the last layer down, closed once they hold the bucket
+  // bytes or where any pipeline's stage begins.
+  const int layers = cost.layers();
+  std::vector<int> first_of(static_cast<std::size_t>(layers));  // each layer's all-reduce, by its lowest layer
+  for (int l = 0; l < layers; ++l) first_of[l] = l;
+  if (cost.gradient_sync() == GradientSync::buckets) {
+    std::set<int> begins;
+    for (const auto& p : plan.pipelines) {
+      for (const Stage& st : p.stages) begins.insert(st.layer_begin);
+    }
+    std::vector<int> members;
+    double bytes = 0;
+    for (int l = layers - 1; l >= 0; --l) {
+      members.push_back(l);
+      bytes += static_cast<double>(cost.profile().layers[l].param_bytes);
+      if (bytes >= cost.gradient_bucket_bytes() || begins.count(l) > 0) {
+        for (int m : members) first_of[m] = l;
+        members.clear();
+        bytes = 0;
+      }
+    }
+  }
+  std::map<int, std::pair<double, double>> reduction;  // lowest layer: ready, bytes
+  for (int l = 0; l < layers; ++l) {
+    auto [it, fresh] = reduction.try_emplace(first_of[l], -std::numeric_limits<double>::infinity(), 0.0);
+    it->second.first = std::max(it->second.first, start[l]);
+    it->second.second += static_cast<double>(cost.profile().layers[l].param_bytes);
+  }
   double out = slowest;
   for (const auto& p : plan.pipelines) {
     for (const Stage& st : p.stages) {
       std::vector<std::pair<double, int>> queue;
-      for (int l = st.layer_begin; l < st.layer_end; ++l) queue.emplace_back(start[l], l);
+      for (int l = st.layer_begin; l < st.layer_end; ++l) {
+        if (first_of[l] == l) queue.emplace_back(reduction.at(l).first, l);
+      }
       std::sort(queue.begin(), queue.end());
       double nic = -std::numeric_limits<double>::infinity();
       for (const auto& [at, l] : queue) {
-        nic = std::max(nic, at) +
-              cost.gradient_allreduce_ms(static_cast<double>(cost.profile().layers[l].param_bytes) / st.gpus, ranks);
+        nic = std::max(nic, at) + cost.gradient_allreduce_ms(reduction.at(l).second / st.gpus, ranks);
       }
       out = std::max(out, nic);
     }

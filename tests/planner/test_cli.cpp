@@ -390,5 +390,28 @@ TEST_CASE("cli: --gradient-sync after-backward is priced, kept in the plan and t
   edited["gradient_sync"] = "never";
   s.write("edited.json", edited.dump());
   CHECK_THROWS_WITH_AS((void)parse_plan(s.read("edited.json"), "edited.json", loaded),
-                       doctest::Contains("gradient_sync: expected per-layer or after-backward"), InputError);
+                       doctest::Contains("gradient_sync: expected per-layer, after-backward or buckets"), InputError);
+
+  // In buckets of 400 MiB (four 1.3B blocks each): recorded, priced as the
+  // simulator plays it, and kept through reconfigure.
+  REQUIRE(s.run(args + " --gradient-sync buckets --gradient-bucket-mb 400 --json " + s.str("buckets.json")).status ==
+          0);
+  const auto buckets = read_json(s.path("buckets.json"));
+  CHECK(buckets["gradient_sync"] == "buckets");
+  CHECK(buckets["gradient_bucket_bytes"].get<double>() == 400.0 * (1 << 20));
+  const Plan parsed = parse_plan(s.read("buckets.json"), "buckets.json", loaded);
+  CHECK(parsed.gradient_sync == GradientSync::buckets);
+  CHECK(parsed.gradient_bucket_bytes == 400.0 * (1 << 20));
+  REQUIRE(s.run("reconfigure --profile " + profile + " --plan " + s.str("buckets.json") + " --lost node0 --json " +
+                s.str("next-buckets.json"))
+              .status == 0);
+  const auto next = read_json(s.path("next-buckets.json"));
+  CHECK(next["gradient_sync"] == "buckets");
+  CHECK(next["gradient_bucket_bytes"].get<double>() == 400.0 * (1 << 20));
+  CHECK(s.run(args + " --gradient-sync buckets --gradient-bucket-mb 0").status == 2);
+  auto zero = buckets;
+  zero["gradient_bucket_bytes"] = 0;
+  s.write("zero.json", zero.dump());
+  CHECK_THROWS_WITH_AS((void)parse_plan(s.read("zero.json"), "zero.json", loaded),
+                       doctest::Contains("gradient_bucket_bytes"), InputError);
 }

@@ -107,7 +107,43 @@ TEST_CASE("gradient synchronisation after the backward: every layer's all-reduce
   CHECK(cost.sync_tail_ms(stages, 1) == 0);
   CHECK(gradient_sync_named("after-backward") == GradientSync::after_backward);
   CHECK(gradient_sync_name(GradientSync::per_layer) == "per-layer");
+  CHECK(gradient_sync_named("buckets") == GradientSync::buckets);
   CHECK_FALSE(gradient_sync_named("sometimes"));
+}
+
+TEST_CASE("gradient buckets: several layers' gradients in one all-reduce once the last of them is ready") {
+  // Two stages of 3 layers, 1 ms forward and 2 ms backward each, and 1 GB
+  // of weights a layer: an all-reduce among 4 replicas takes far longer
+  // than a layer's backward.
+  Profile profile = test::uniform_profile(6, 1, 1.0, 2.0, Bytes{4} << 30, 100, Bytes{1} << 40);
+  const std::vector<Stage> stages = {{0, 3, 1, 0}, {3, 6, 1, 1}};
+  CostModel cost(profile, 2);
+  const double b = static_cast<double>(profile.layers[0].param_bytes);
+  const auto ring = [&](double bytes) { return cost.gradient_allreduce_ms(bytes, 4); };
+  const double per_layer = cost.sync_tail_ms(stages, 4);
+  cost.set_gradient_sync(GradientSync::buckets);
+  // Buckets no larger than a layer: one layer each, as per layer.
+  cost.set_gradient_bucket_bytes(b / 2);
+  CHECK(cost.sync_tail_ms(stages, 4) == per_layer);
+  // Two layers a bucket: stage 0 (ending at the tail's 0) sends layers 2
+  // and 1 together once layer 1 is ready (at -2 ms), then layer 0 alone
+  // (its bucket closes where the stage begins).
+  cost.set_gradient_bucket_bytes(2 * b);
+  CHECK(cost.sync_tail_ms(stages, 4) == doctest::Approx(std::max(-2.0 + ring(2 * b), 0.0) + ring(b)));
+  CHECK(gradient_buckets(profile, 2 * b, {&stages}) == std::vector<int>{3, 2, 2, 1, 0, 0});
+  // Cut wherever any layout's stage begins.
+  const std::vector<Stage> other = {{0, 2, 1, 0}, {2, 6, 1, 1}};
+  CHECK(gradient_buckets(profile, 2 * b, {&stages, &other}) == std::vector<int>{3, 3, 2, 1, 0, 0});
+  // One bucket a stage, without latency and on the ring's law: what after
+  // the backward costs (the same bytes, one message instead of three).
+  profile.hardware.latency_ms = 0;
+  CostModel whole(profile, 2);
+  whole.set_gradient_sync(GradientSync::after_backward);
+  const double after = whole.sync_tail_ms(stages, 4);
+  whole.set_gradient_sync(GradientSync::buckets);
+  whole.set_gradient_bucket_bytes(1e18);
+  CHECK(whole.sync_tail_ms(stages, 4) == doctest::Approx(after));
+  CHECK_THROWS_AS(whole.set_gradient_bucket_bytes(0), InputError);
 }
 
 TEST_CASE("tensor parallelism: the all-reduce part of a pass, and compute the rest of it") {

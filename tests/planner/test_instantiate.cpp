@@ -56,7 +56,7 @@ void check_plan(const CostModel& cost, const TemplateSet& templates, const Plan&
 TEST_CASE("instantiation is optimal given the templates: 1500 random instances against brute force") {
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<int> node_count(2, 9), fault(0, 2), extra(0, 9), microbatches(1, 6);
-  int compared = 0, with_spare = 0, no_plan = 0, heterogeneous = 0;
+  int compared = 0, with_spare = 0, no_plan = 0, heterogeneous = 0, in_buckets = 0;
   for (int instance = 0; instance < 1500; ++instance) {
     test::RandomProfileOptions options;
     options.min_layers = 2;
@@ -65,7 +65,16 @@ TEST_CASE("instantiation is optimal given the templates: 1500 random instances a
     options.memory_bound = instance % 3 == 0;
     options.allreduce_table_seed = instance % 4 == 1 ? 1000 + instance : 0;
     const Profile profile = test::random_profile(rng, options);
-    const CostModel cost(profile, microbatches(rng));
+    CostModel cost(profile, microbatches(rng));
+    // Every fifth instance in gradient buckets of about two layers' gradients,
+    // every fifth after the backward (derived, not drawn: the draws stay those
+    // of the instances before).
+    if (instance % 5 == 2) {
+      cost.set_gradient_sync(GradientSync::buckets);
+      cost.set_gradient_bucket_bytes(1.6 * static_cast<double>(profile.layers[0].param_bytes));
+    } else if (instance % 5 == 4) {
+      cost.set_gradient_sync(GradientSync::after_backward);
+    }
     const int N = node_count(rng);
     const int f = fault(rng);
     const int B = f + 1 + extra(rng);
@@ -88,14 +97,17 @@ TEST_CASE("instantiation is optimal given the templates: 1500 random instances a
       std::set<int> sizes;
       for (const auto& p : plan.pipelines) sizes.insert(p.template_nodes);
       heterogeneous += sizes.size() > 1;
+      in_buckets += cost.gradient_sync() == GradientSync::buckets;
     } catch (const NoPlanError&) {
       CHECK_FALSE(best.has_value());
       ++no_plan;
     }
   }
   MESSAGE("compared " << compared << " plans (" << heterogeneous << " mixing template sizes, " << with_spare
-                      << " with spare nodes); " << no_plan << " without a plan");
+                      << " with spare nodes, " << in_buckets << " in gradient buckets); " << no_plan
+                      << " without a plan");
   CHECK(compared >= 1000);
+  CHECK(in_buckets >= 150);
   CHECK(heterogeneous > 50);
 }
 

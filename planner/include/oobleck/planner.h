@@ -132,12 +132,17 @@ enum class RecomputePolicy : std::uint8_t { none, automatic, selective, full };
 
 // When a stage's gradients go to the all-reduce across pipelines: each
 // layer's as soon as the last backward has gone through it (overlapping the
-// rest of that backward, as PyTorch DDP does), or all of them once that
-// backward ends (what oobleck-run does: it sums the gradients after the
-// step's passes; also Megatron-DeepSpeed without overlap).
-enum class GradientSync : std::uint8_t { per_layer, after_backward };
-[[nodiscard]] std::string_view gradient_sync_name(GradientSync sync);  // per-layer, after-backward
+// rest of that backward), all of them once that backward ends (what
+// oobleck-run does: it sums the gradients after the step's passes; also
+// Megatron-DeepSpeed without overlap), or in buckets (PyTorch DDP: several
+// layers' gradients all-reduced as one message once the last of them is
+// ready, gradient_buckets below).
+enum class GradientSync : std::uint8_t { per_layer, after_backward, buckets };
+[[nodiscard]] std::string_view gradient_sync_name(GradientSync sync);  // per-layer, after-backward, buckets
 [[nodiscard]] std::optional<GradientSync> gradient_sync_named(std::string_view name);
+// PyTorch DDP's default bucket_cap_mb.
+inline constexpr double kDefaultGradientBucketBytes = 25.0 * (1 << 20);
+
 
 // A ring all-reduce of `bytes` over `ranks` ranks: each rank sends and
 // receives 2(k-1)/k of the bytes at `bytes_per_s`, in 2(k-1) rounds of
@@ -154,6 +159,16 @@ struct Stage {
   Recompute recompute = Recompute::none;
   friend bool operator==(const Stage&, const Stage&) = default;
 };
+
+// The buckets of GradientSync::buckets, as DDP fills them: from the last
+// layer down, a bucket closes once its layers' gradients (param_bytes,
+// whole) reach `bucket_bytes`, and wherever a stage of any of `layouts`
+// begins (each stage's GPUs reduce their own layers, and every holder of a
+// bucket must cut it alike). Returns each layer's bucket, numbered from
+// the last layer's (0) down. DDP also caps its first bucket at 1 MiB; that
+// is not modelled.
+[[nodiscard]] std::vector<int> gradient_buckets(const Profile& profile, double bucket_bytes,
+                                                const std::vector<const std::vector<Stage>*>& layouts);
 
 // The cost model of DESIGN.md, with tensor parallelism and gradient
 // synchronisation as documented in README.md ("Cost model").
@@ -177,6 +192,10 @@ class CostModel {
   // When gradients are all-reduced (per layer by default): sync_tail_ms prices it.
   void set_gradient_sync(GradientSync sync) { gradient_sync_ = sync; }
   [[nodiscard]] GradientSync gradient_sync() const { return gradient_sync_; }
+  // The buckets' size with GradientSync::buckets (DDP's 25 MiB by default;
+  // InputError unless positive).
+  void set_gradient_bucket_bytes(double bytes);
+  [[nodiscard]] double gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
   // The optimizer step's rate: each GPU reads and writes its stages'
   // weights and optimizer state once per iteration, at this many bytes a
   // second (0, the default: not priced). Plans' own iteration times leave
@@ -302,6 +321,7 @@ class CostModel {
   RecomputePolicy recompute_policy_ = RecomputePolicy::none;
   std::vector<Recompute> recompute_choices_{Recompute::none};
   GradientSync gradient_sync_ = GradientSync::per_layer;
+  double gradient_bucket_bytes_ = kDefaultGradientBucketBytes;
   double optimizer_bytes_per_s_ = 0;
   bool collectives_at_node_speed_ = false;
   // The most activation bytes one GPU holds for one layer of [begin, end)
@@ -376,6 +396,7 @@ struct Pipeline {
 struct Plan {
   RecomputePolicy recompute = RecomputePolicy::none;  // what its templates could choose
   GradientSync gradient_sync = GradientSync::per_layer;  // what its iteration time assumes
+  double gradient_bucket_bytes = kDefaultGradientBucketBytes;  // with GradientSync::buckets
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -436,7 +457,8 @@ struct ClusterPlan {
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {},
                                        RecomputePolicy recompute = RecomputePolicy::none,
-                                       GradientSync gradient_sync = GradientSync::per_layer);
+                                       GradientSync gradient_sync = GradientSync::per_layer,
+                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes);
 
 // The microbatch size as a planning choice. `profiles` are one model on one
 // kind of node profiled at different microbatch sizes (checked: the same
@@ -462,7 +484,8 @@ struct SizedClusterPlan {
                                                        const std::vector<std::string>& nodes, int fault_tolerance,
                                                        int global_batch_samples, const Progress& progress = {},
                                                        RecomputePolicy recompute = RecomputePolicy::none,
-                                                       GradientSync gradient_sync = GradientSync::per_layer);
+                                                       GradientSync gradient_sync = GradientSync::per_layer,
+                                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes);
 
 // Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
 // long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).

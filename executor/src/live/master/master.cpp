@@ -85,6 +85,7 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
   // Recoveries plan as the plan's templates could: recomputing where it chose to.
   cost_.set_recompute(in_.initial_plan.recompute);
   cost_.set_gradient_sync(in_.initial_plan.gradient_sync);
+  cost_.set_gradient_bucket_bytes(in_.initial_plan.gradient_bucket_bytes);
   // Gloo on CPU nodes: the all-reduces are the nodes' own work, at their speed.
   cost_.set_collectives_at_node_speed(o_.device == "cpu");
   if (in_.resume && !kept_) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});

@@ -46,6 +46,7 @@ struct IterationOptions {
   // When gradients go to the all-reduce (planner.h): per layer, or all
   // once the backward ends.
   GradientSync gradient_sync = GradientSync::per_layer;
+  double gradient_bucket_bytes = kDefaultGradientBucketBytes;  // with GradientSync::buckets
   // Interleaved 1F1B (Narayanan et al. 2021): each pipeline's stages are
   // virtual stages, `interleave` to a device, stage j on device j mod
   // (S / interleave), so that each device holds chunks spread along the
