@@ -14,23 +14,31 @@
 // proven best.)
 //
 // Split. A pipeline with m microbatches takes T_p(m) = F_p + (m - 1) K_p
-// (first microbatch, steady period, both at its nodes' speeds) plus its
-// synchronisation tail plus O_p, the slowest optimizer step among its
-// nodes at their speeds (where the cost model prices it): each node steps
-// after the commit of one iteration and before its passes of the next, so
-// a slow node's step delays its own pipeline, which the split then gives
-// fewer microbatches. The sum is increasing in m. Giving each next microbatch to the
-// pipeline that would finish it earliest is the exact min-max integer split
-// for increasing costs: an optimum's bottleneck value v admits every
-// assignment the greedy makes before exceeding v.
+// (first microbatch, steady period, both at its nodes' speeds) plus O_p,
+// the slowest optimizer step among its nodes at their speeds (where the
+// cost model prices it): each node steps after the commit of one iteration
+// and before its passes of the next, so a slow node's step delays its own
+// pipeline, which the split then gives fewer microbatches. Plus its own
+// synchronisation tail as profiled: a layer's all-reduce cannot start
+// before its own pipeline has the gradient ready, so the pipeline whose own
+// tail is longest gains most from ending early (in the controller's test
+// of a slow node, the split for the passes alone is priced 0.5 % longer).
+// The sum is increasing in m. Giving each next microbatch to the pipeline that would
+// finish it earliest is the exact min-max integer split for increasing
+// costs: an optimum's bottleneck value v admits every assignment the greedy
+// makes before exceeding v.
 //
-// Synchronisation. The tails are as profiled, but where the cost model
-// says the nodes' own processors run the collectives (CPU nodes): then a
-// ring runs at its slowest member, and every layer has a replica in every
-// pipeline, so each tail is divided by the slowest training node's speed
-// (for pipelines of several nodes an upper bound: a slow node's rings are
-// only those of its layers). A tail common to all pipelines moves no
-// microbatch in the split; it does count in what dropping a node saves.
+// Synchronisation, priced after the split as the simulator plays it: the
+// synchronised iteration (synced_iteration.h) of the pipelines, each ending
+// its passes at O_p + T_p(m_p), each stage's backward at its node's speed,
+// so that a layer's all-reduce waits for its slowest holder. Its
+// all-reduces take their profiled time, but where the cost model says the
+// nodes' own processors run the collectives (CPU nodes): then a ring runs at
+// its slowest member, and every layer has a replica in every pipeline, so
+// each all-reduce is divided by the slowest training node's speed (for
+// pipelines of several nodes an upper bound: a slow node's rings are only
+// those of its layers); the tails in the split are divided likewise. The
+// synchronisation counts in what dropping a node saves.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -39,6 +47,7 @@
 
 #include "oobleck/planner.h"
 #include "steady_period.h"
+#include "synced_iteration.h"
 
 namespace oobleck {
 namespace {
@@ -92,6 +101,23 @@ double collective_speed(const CostModel& cost, const Plan& plan, const NodeSpeed
     for (const auto& n : p.nodes) slowest = std::min(slowest, speed_of(speeds, n));
   }
   return slowest;
+}
+
+// The synchronised iteration of `plan` (its pipelines' microbatches as
+// given) at these speeds, `times` being each pipeline's at them.
+Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds,
+                              const std::vector<SpeedTimes>& times) {
+  const std::size_t count = plan.pipelines.size();
+  std::vector<std::vector<double>> stage_speeds(count);
+  std::vector<detail::TemplateRun> runs;
+  for (std::size_t p = 0; p < count; ++p) {
+    const Pipeline& pipe = plan.pipelines[p];
+    for (const Stage& st : pipe.stages) {
+      stage_speeds[p].push_back(speed_of(speeds, pipe.nodes.at(static_cast<std::size_t>(st.node))));
+    }
+    runs.push_back({&pipe.stages, times[p].optimizer_ms + times[p].at(pipe.microbatches), &stage_speeds[p]});
+  }
+  return detail::synced_iteration_ms(cost, runs, static_cast<int>(count), collective_speed(cost, plan, speeds));
 }
 
 }  // namespace
@@ -172,27 +198,22 @@ Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds)
     given[static_cast<std::size_t>(p)] += 1;
     offer(p);
   }
-  plan.pipelines_ms = plan.iteration_ms = 0;
+  plan.pipelines_ms = 0;
   for (int p = 0; p < count; ++p) {
     auto& pipe = plan.pipelines[static_cast<std::size_t>(p)];
     pipe.microbatches = given[static_cast<std::size_t>(p)];
     pipe.iteration_ms = times[static_cast<std::size_t>(p)].at(pipe.microbatches);
     plan.pipelines_ms = std::max(plan.pipelines_ms, pipe.iteration_ms);
-    plan.iteration_ms = std::max(plan.iteration_ms, pipe.iteration_ms + tails[static_cast<std::size_t>(p)]);
   }
+  plan.iteration_ms = synced_at_speeds(cost, plan, speeds, times);
   plan.sync_ms = plan.iteration_ms - plan.pipelines_ms;
   return plan;
 }
 
 Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
-  const int count = static_cast<int>(plan.pipelines.size());
-  Milliseconds out = 0;
-  const double collectives = collective_speed(cost, plan, speeds);
-  for (const auto& p : plan.pipelines) {
-    const SpeedTimes t = times_at_speeds(cost, p, speeds);
-    out = std::max(out, t.at(p.microbatches) + cost.sync_tail_ms(p.stages, count) / collectives + t.optimizer_ms);
-  }
-  return out;
+  std::vector<SpeedTimes> times;
+  for (const auto& p : plan.pipelines) times.push_back(times_at_speeds(cost, p, speeds));
+  return synced_at_speeds(cost, plan, speeds, times);
 }
 
 }  // namespace oobleck

@@ -6,7 +6,8 @@
 
 namespace oobleck::detail {
 
-Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks) {
+Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks,
+                                 double allreduce_speed) {
   Milliseconds slowest = 0;
   for (const auto& run : runs) slowest = std::max(slowest, run.pipeline_ms);
   if (ranks <= 1) return slowest;
@@ -17,10 +18,11 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
     Milliseconds stage_end = run.pipeline_ms;
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const Stage& st = stages[s];
-      const Milliseconds backward = cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
+      const double speed = run.stage_speeds ? (*run.stage_speeds)[s] : 1.0;
+      const Milliseconds backward = cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
       Milliseconds t = at_end ? stage_end : stage_end - backward;
       for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
-        if (!at_end) t += cost.layer_backward_ms(l, st.gpus, st.recompute);
+        if (!at_end) t += cost.layer_backward_ms(l, st.gpus, st.recompute) / speed;
         ready[l] = std::max(ready[l], t);
       }
       if (s + 1 < stages.size()) stage_end -= backward + cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
@@ -58,7 +60,8 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
       Milliseconds finish = -std::numeric_limits<double>::infinity();
       for (int r : order) {
         const auto i = static_cast<std::size_t>(r);
-        finish = std::max(finish, reduce_ready[i]) + cost.gradient_allreduce_ms(reduce_bytes[i] / st.gpus, ranks);
+        finish = std::max(finish, reduce_ready[i]) +
+                 cost.gradient_allreduce_ms(reduce_bytes[i] / st.gpus, ranks) / allreduce_speed;
       }
       end = std::max(end, finish);
     }

@@ -39,10 +39,16 @@ namespace oobleck::detail {
 struct TemplateRun {
   const std::vector<Stage>* stages = nullptr;
   Milliseconds pipeline_ms = 0;
+  // Per stage, the speed its node computes at (node_speeds.h): its backward
+  // passes take their profiled time divided by it. Null: all at 1.
+  const std::vector<double>* stage_speeds = nullptr;
 };
 
 // The iteration of `runs` with `ranks` pipelines in all: the last gradient
-// all-reduce's end, and never less than the slowest pipeline.
-[[nodiscard]] Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks);
+// all-reduce's end, and never less than the slowest pipeline. Each
+// all-reduce takes its time divided by `allreduce_speed` (node_speeds.h:
+// collectives run by the nodes, at the slowest one's speed).
+[[nodiscard]] Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks,
+                                               double allreduce_speed = 1);
 
 }  // namespace oobleck::detail

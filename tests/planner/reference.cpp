@@ -283,16 +283,54 @@ double plan_objective_ms(const CostModel& cost, const Plan& plan) {
   return slowest + tail;
 }
 
-double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
+double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
   const int ranks = static_cast<int>(plan.pipelines.size());
   const bool at_end = cost.gradient_sync() == GradientSync::after_backward;
+  const auto speed_of = [&](const std::string& node) { return speeds.count(node) ? speeds.at(node) : 1.0; };
+  // Each pipeline's passes end at its slowest optimizer step (before them)
+  // plus T(m), stage by stage at its nodes' speeds.
+  std::vector<double> ends;
+  for (const auto& p : plan.pipelines) {
+    std::vector<double> stage_ms, transfer_ms;
+    double first = 0, optimizer = 0;
+    for (std::size_t s = 0; s < p.stages.size(); ++s) {
+      const Stage& st = p.stages[s];
+      const double speed = speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
+      double t = 0;
+      for (int l = st.layer_begin; l < st.layer_end; ++l) {
+        t += cost.layer_forward_ms(l, st.gpus) + cost.layer_backward_ms(l, st.gpus, st.recompute);
+      }
+      stage_ms.push_back(t / speed);
+      transfer_ms.push_back(s + 1 < p.stages.size()
+                                ? cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus)
+                                : 0.0);
+      first += stage_ms.back() + 2 * transfer_ms.back();
+      if (cost.optimizer_bytes_per_s() > 0) {
+        const double bytes = 2.0 * static_cast<double>(cost.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus));
+        optimizer = std::max(optimizer, bytes / cost.optimizer_bytes_per_s() * 1000.0 / speed);
+      }
+    }
+    ends.push_back(optimizer + first + (p.microbatches - 1) * direct_period_ms(stage_ms, transfer_ms));
+  }
   double slowest = 0;
-  for (const auto& p : plan.pipelines) slowest = std::max(slowest, cost.pipeline_ms(p.stages, p.microbatches));
+  for (double e : ends) slowest = std::max(slowest, e);
   if (ranks <= 1) return slowest;
+  // Where the nodes run the collectives, a ring runs at its slowest member.
+  double ring_speed = 1;
+  if (cost.collectives_at_node_speed()) {
+    ring_speed = kMaxNodeSpeed;
+    for (const auto& p : plan.pipelines) {
+      for (const auto& n : p.nodes) ring_speed = std::min(ring_speed, speed_of(n));
+    }
+  }
   // Every layer's final gradient, per pipeline, from the cool-down.
   std::vector<double> start(static_cast<std::size_t>(cost.layers()), -std::numeric_limits<double>::infinity());
-  for (const auto& p : plan.pipelines) {
+  for (std::size_t k = 0; k < plan.pipelines.size(); ++k) {
+    const Pipeline& p = plan.pipelines[k];
     const std::size_t S = p.stages.size();
+    const auto backward_of = [&](const Stage& st, int l) {
+      return cost.layer_backward_ms(l, st.gpus, st.recompute) / speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
+    };
     std::vector<double> end(S);  // each stage's last backward, the last stage's at 0
     for (std::size_t s = S; s-- > 0;) {
       if (s + 1 == S) {
@@ -300,17 +338,17 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
       } else {
         const Stage& st = p.stages[s];
         double backward = 0;
-        for (int l = st.layer_begin; l < st.layer_end; ++l) backward += cost.layer_backward_ms(l, st.gpus, st.recompute);
+        for (int l = st.layer_begin; l < st.layer_end; ++l) backward += backward_of(st, l);
         end[s] = end[s + 1] + cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus) + backward;
       }
     }
-    const double shift = cost.pipeline_ms(p.stages, p.microbatches) - end[0];  // stage 0 ends the pipeline
+    const double shift = ends[k] - end[0];  // stage 0 ends the pipeline
     for (std::size_t s = 0; s < S; ++s) {
       const Stage& st = p.stages[s];
       double done = end[s] + shift;
       for (int l = st.layer_begin; l < st.layer_end; ++l) {
         start[l] = std::max(start[l], done);
-        if (!at_end) done -= cost.layer_backward_ms(l, st.gpus, st.recompute);
+        if (!at_end) done -= backward_of(st, l);
       }
     }
   }
@@ -353,7 +391,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan) {
       std::sort(queue.begin(), queue.end());
       double nic = -std::numeric_limits<double>::infinity();
       for (const auto& [at, l] : queue) {
-        nic = std::max(nic, at) + cost.gradient_allreduce_ms(reduction.at(l).second / st.gpus, ranks);
+        nic = std::max(nic, at) + cost.gradient_allreduce_ms(reduction.at(l).second / st.gpus, ranks) / ring_speed;
       }
       out = std::max(out, nic);
     }

@@ -65,6 +65,9 @@ struct BruteTemplate {
 // end, with GradientSync::after_backward); its all-reduce among all the
 // pipelines starts when the last pipeline's is final; each pipeline's stage
 // carries its layers' shards one at a time in the order they start.
-[[nodiscard]] double synced_iteration_ms(const CostModel& cost, const Plan& plan);
+// At node speeds (node_speeds.h): each stage's passes at its node's speed,
+// each pipeline's passes after its slowest optimizer step (where priced),
+// the all-reduces at the slowest node's speed where the nodes run them.
+[[nodiscard]] double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds = {});
 
 }  // namespace oobleck::test

@@ -27,13 +27,15 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 // `plan` on nodes of these speeds: within each pipeline the slowest nodes
 // take the lightest node positions of its template (exact with one stage
 // per node), and the global batch is re-split among the pipelines, exactly,
-// to minimise the slowest one's time at those speeds plus its
-// synchronisation tail (the tails as profiled) plus its slowest optimizer
-// step at those speeds, where the cost model prices optimizer steps (then
-// the plan's sync_ms counts that step too). The templates, and which
-// nodes form each pipeline, stay as given. With every factor 1 the
-// iteration time is the plan's own. Throws NoPlanError when no split fits
-// memory (speeds change no memory, so only for a plan that did not fit).
+// to minimise the slowest one's time at those speeds plus its own
+// synchronisation tail plus its slowest optimizer step at those speeds,
+// where the cost model prices optimizer steps (then the plan's sync_ms
+// counts that step too). The iteration is then priced as the simulator
+// plays it: the synchronised iteration (synced_iteration.h) at those
+// speeds, each layer's all-reduce after its slowest holder. The templates, and which nodes form each pipeline, stay
+// as given. With every factor 1 the iteration time is the plan's own.
+// Throws NoPlanError when no split fits memory (speeds change no memory,
+// so only for a plan that did not fit).
 [[nodiscard]] Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds);
 // The split alone: `plan`'s nodes stay where they are and the global batch
 // is re-split as apply_node_speeds splits it (exact min-max). A re-split
@@ -52,9 +54,10 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
                                          const std::vector<std::string>& nodes, int fault_tolerance,
                                          int global_microbatches, const NodeSpeeds& speeds);
 // `plan`'s iteration time when its nodes compute at these speeds: the
-// slowest pipeline's T(m) at its nodes' speeds plus its synchronisation
-// tail (as profiled) plus its slowest optimizer step at those speeds (where
-// priced). With every factor 1 and optimizer steps not priced, the plan's own.
+// synchronised iteration of its pipelines, each ending its passes at its
+// T(m) at its nodes' speeds after its slowest optimizer step at those
+// speeds (where priced). With every factor 1 and optimizer steps not
+// priced, the plan's own.
 [[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
 
 }  // namespace oobleck
