@@ -322,9 +322,41 @@ TEST_CASE("cli: replay --recompute: recomputing templates keep f + 1 pipelines w
   };
   CHECK(pipelines_after_loss("none") == 1);
   CHECK(pipelines_after_loss("auto") == 2);
+  CHECK(pipelines_after_loss("selective") == 2);  // the attention cores alone free enough
   const Run bad = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile + " --recompute half");
   CHECK(bad.status == 2);
   CHECK(bad.err.find("--recompute") != std::string::npos);
+}
+
+TEST_CASE("cli: replay --gradient-sync: every policy plans and plays its iterations with it") {
+  Scratch s(kSim);
+  // 512 A100 nodes of GPT-3 1.3B for an hour, one loss: the gradients'
+  // all-reduces among hundreds of replicas are much of an iteration.
+  std::string trace;
+  for (int n = 0; n < 512; ++n) trace += "0,add,n" + std::to_string(n) + "\n";
+  trace += "1800000,remove,n7\n3600000,add,n7\n";
+  s.write("t.csv", trace);
+  const auto samples = [&](const std::string& sync) {
+    const Run r = s.run("replay --trace " + s.str("t.csv") + " --profile " +
+                        (kSource / "profiles/gpt3-1.3b-a100.analytic.json").string() +
+                        " --fault-tolerance 1 --global-microbatches 4096 --policy oobleck,checkpoint --gradient-sync " +
+                        sync + " --json " + s.str("r.json"));
+    REQUIRE(r.status == 0);
+    const json doc = json::parse(s.read("r.json"));
+    return std::pair{doc["policies"]["oobleck"]["samples"].get<double>(),
+                     doc["policies"]["checkpoint"]["samples"].get<double>()};
+  };
+  const auto per_layer = samples("per-layer"), after = samples("after-backward");
+  const auto whole = samples("buckets --gradient-bucket-mb 100000");
+  // Nothing overlapping the backward trains less; one all-reduce a stage
+  // (the ring's latency once) trains more than one a layer.
+  CHECK(after.first < per_layer.first);
+  CHECK(after.second < per_layer.second);
+  CHECK(whole.first > per_layer.first);
+  CHECK(whole.second > per_layer.second);
+  const Run bad = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile + " --gradient-sync never");
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("--gradient-sync") != std::string::npos);
 }
 
 TEST_CASE("cli: a generated trace with stragglers is written and replays under each handling") {

@@ -37,15 +37,18 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
   try {
     cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
-                           options.recompute);
+                           options.recompute, options.gradient_sync, options.gradient_bucket_bytes);
   } catch (const NoPlanError& e) {
     peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
                         " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
     if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
-    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute);
+    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute,
+                           options.gradient_sync, options.gradient_bucket_bytes);
   }
   cost.emplace(profile, cluster.templates.microbatches);
   cost->set_recompute(options.recompute);  // as the templates were made
+  cost->set_gradient_sync(options.gradient_sync);
+  cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
   // A slow node's optimizer step is slow too: weighing stragglers prices it,
   // as simulate_iteration does.
   cost->set_optimizer_bytes_per_s(scenario.cluster.device_memory_bytes_per_s);
@@ -131,6 +134,8 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
   if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
   IterationOptions options = extra;
   options.optimizer_bytes_per_s = job_.scenario.cluster.device_memory_bytes_per_s;
+  options.gradient_sync = job_.options.gradient_sync;
+  options.gradient_bucket_bytes = job_.options.gradient_bucket_bytes;
   const Milliseconds t = simulate_iteration(*job_.cost, plan, options).iteration_ms;
   iteration_cache_.emplace(std::move(key), t);
   return t;

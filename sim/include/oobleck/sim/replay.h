@@ -112,6 +112,10 @@ struct ReplayOptions {
   bool record_decisions = false;
   // What the templates every policy plans with may choose (oobleck-plan --recompute).
   RecomputePolicy recompute = RecomputePolicy::none;
+  // When the gradients are all-reduced, as every policy's plans assume and
+  // its iterations are played (oobleck-plan --gradient-sync).
+  GradientSync gradient_sync = GradientSync::per_layer;
+  double gradient_bucket_bytes = kDefaultGradientBucketBytes;
   // With a trace that slows nodes down: each policy is replayed once per
   // handling here that it has (mitigate: the oobleck policies only);
   // without, once, as ignore.
