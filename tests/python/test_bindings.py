@@ -55,6 +55,16 @@ def test_plan_cluster_equals_oobleck_plan_instantiate(profile, tmp_path):
     assert len(ours.pipelines) >= 2
 
 
+def test_plan_cluster_in_gradient_buckets_equals_oobleck_plan_instantiate(profile, tmp_path):
+    ours = oobleck.plan_cluster(profile, 12, 1, 64, gradient_sync="buckets", gradient_bucket_mb=400)
+    theirs = program_json(tmp_path, "oobleck-plan", "instantiate", "--profile", PROFILE, "--nodes", "12",
+                          "--fault-tolerance", "1", "--global-microbatches", "64", "--gradient-sync", "buckets",
+                          "--gradient-bucket-mb", "400")
+    assert ours.to_dict() == theirs
+    assert theirs["gradient_sync"] == "buckets"
+    assert theirs["gradient_bucket_bytes"] == 400 * 2**20
+
+
 def test_templates_then_instantiate_uses_every_node_in_f_plus_one_pipelines(profile):
     templates = oobleck.build_templates(profile, 8)
     assert templates.node_counts == sorted(templates.node_counts) and templates.node_counts[-1] <= 8
