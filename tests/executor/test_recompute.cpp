@@ -6,10 +6,14 @@
 // same plan without it.
 #include "torch_doctest.h"
 
+#include <torch/cuda.h>
+
 #include <nlohmann/json.hpp>
 
 #include "live_setup.h"
+#include "model/autocast.h"
 #include "oobleck/executor/gpt.h"
+#include "skip.h"
 
 namespace {
 
@@ -56,6 +60,41 @@ TEST_CASE("recompute: a block whose attention core runs again in the backward gi
     const auto y = block->forward(x.clone().requires_grad_(true));
     CHECK(y.grad_fn() != nullptr);
     block->set_attention_recompute(false);
+  }
+}
+
+TEST_CASE("recompute: on a GPU under bf16 autocast, the attention core runs again as its forward ran") {
+  // Autograd's backward runs on a thread of its own per GPU, where the
+  // caller's autocast is off: the core must be run again under it (its
+  // softmax in fp32), or the gradients move by bf16's rounding.
+  using namespace oobleck::executor;
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  const ModelConfig c{"test", 2, 128, 8, 97, 64};
+  const auto block = make_layer(c, 1, 7);
+  block->to(torch::Device(torch::kCUDA, 0));
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, c.seq_len, c.hidden}, options);
+  const auto upstream = torch::randn({2, c.seq_len, c.hidden}, options);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const bool again : {false, true}) {
+    block->set_attention_recompute(again);
+    block->zero_grad();
+    const auto in = x.clone().requires_grad_(true);
+    {
+      const CudaAutocast autocast(true);
+      const auto y = block->forward(in);
+      y.to(torch::kFloat32).backward(upstream);
+    }
+    std::vector<torch::Tensor> g{in.grad().clone()};
+    for (const auto& p : block->parameters()) g.push_back(p.grad().clone());
+    grads.push_back(std::move(g));
+  }
+  block->set_attention_recompute(false);
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    CAPTURE(i);
+    const double scale = grads[0][i].abs().max().item<double>();
+    CHECK((grads[0][i] - grads[1][i]).abs().max().item<double>() <= 1e-3 * scale);
   }
 }
 

@@ -10,6 +10,15 @@
 
 namespace oobleck::executor {
 
+// Whether this thread computes under CUDA autocast.
+[[nodiscard]] inline bool cuda_autocast_enabled() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+
 class CudaAutocast {
  public:
   explicit CudaAutocast(bool on) : on_(on) {

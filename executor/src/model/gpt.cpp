@@ -1,5 +1,6 @@
 #include "oobleck/executor/gpt.h"
 
+#include "autocast.h"
 #include "cross_entropy.h"
 #include "layer_parts.h"
 
@@ -207,6 +208,9 @@ struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
     // (Autograd records nothing inside a Function's forward.)
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["kernel"] = kernel;
+    // The backward runs on autograd's own thread (one per GPU), where the
+    // caller's autocast is off: it must compute as the forward did.
+    ctx->saved_data["autocast"] = cuda_autocast_enabled();
     return causal_attention(q, k, v, static_cast<AttentionKernel>(kernel));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -217,6 +221,8 @@ struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
     torch::Tensor out;
     {
       const torch::AutoGradMode with_graph(true);
+      const bool autocast = ctx->saved_data["autocast"].toBool() && !cuda_autocast_enabled();
+      const CudaAutocast as_forward(autocast);
       out = causal_attention(inputs[0], inputs[1], inputs[2],
                              static_cast<AttentionKernel>(ctx->saved_data["kernel"].toInt()));
     }
