@@ -1,8 +1,11 @@
-// Gradient all-reduces priced from a measured table.
+// All-reduces priced from a measured table: the gradients' among replicas
+// (Hardware::allreduce_table), a tensor-parallel stage's inside a node
+// (intra_node_allreduce_table).
 //
 // A ring all-reduce of b bytes among k ranks takes
 //   ring_k(b) = 2(k - 1) alpha + 2(k - 1)/k x b / beta
-// (alpha: the hardware's latency; beta: its gradient all-reduce bandwidth).
+// (alpha: the hardware's latency; beta: its gradient all-reduce bandwidth,
+// or inside a node the intra-node link's).
 // A measured table keeps what that law misses at the sizes measured:
 // protocol switches between small and large messages, buffers that fit a
 // cache or do not, a bandwidth that only large messages reach. The price of
@@ -30,13 +33,11 @@ double law_ratio(double a, double b) { return b > 0 ? a / b : 1.0; }
 
 }  // namespace
 
-Milliseconds CostModel::gradient_allreduce_ms(double bytes, int ranks) const {
-  const Hardware& hw = profile_->hardware;
-  const double beta = hw.gradient_allreduce_bytes_per_s();
+Milliseconds table_allreduce_ms(const std::vector<AllreducePoint>& table, double bytes, int ranks, double bytes_per_s,
+                                Milliseconds latency_ms) {
   if (ranks <= 1) return 0;
-  if (hw.allreduce_table.empty()) return ring_allreduce_ms(bytes, ranks, beta, hw.latency_ms);
-  const auto ring = [&](double b, int k) { return ring_allreduce_ms(b, k, beta, hw.latency_ms); };
-  const auto& table = hw.allreduce_table;
+  if (table.empty()) return ring_allreduce_ms(bytes, ranks, bytes_per_s, latency_ms);
+  const auto ring = [&](double b, int k) { return ring_allreduce_ms(b, k, bytes_per_s, latency_ms); };
   // The measured rank count: the largest at or below `ranks`, else the smallest.
   int k0 = table.front().ranks;
   for (const auto& p : table) {
@@ -56,6 +57,16 @@ Milliseconds CostModel::gradient_allreduce_ms(double bytes, int ranks) const {
     at_k0 = below->ms + w * (above->ms - below->ms);
   }
   return at_k0 * law_ratio(ring(bytes, ranks), ring(bytes, k0));
+}
+
+Milliseconds CostModel::gradient_allreduce_ms(double bytes, int ranks) const {
+  const Hardware& hw = profile_->hardware;
+  return table_allreduce_ms(hw.allreduce_table, bytes, ranks, hw.gradient_allreduce_bytes_per_s(), hw.latency_ms);
+}
+
+Milliseconds CostModel::intra_node_allreduce_ms(double bytes, int ranks) const {
+  const Hardware& hw = profile_->hardware;
+  return table_allreduce_ms(hw.intra_node_allreduce_table, bytes, ranks, hw.intra_node_bytes_per_s, hw.latency_ms);
 }
 
 }  // namespace oobleck

@@ -283,8 +283,7 @@ bool CostModel::layer_replicated(int layer, int degree) const {
 }
 
 Milliseconds CostModel::output_allreduces_ms(int layer, int degree) const {
-  return 2 * allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree,
-                          profile_->hardware.intra_node_bytes_per_s);
+  return 2 * intra_node_allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree);
 }
 
 Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {

@@ -74,6 +74,10 @@ Hardware parse_hardware(const json& hw, const FieldPath& where) {
     out.allreduce_bytes_per_s = json_input::require_number(hw, "allreduce_bytes_per_s", where, 1, kMaxBytesPerSecond);
   }
   if (hw.contains("allreduce_table")) out.allreduce_table = parse_allreduce_table(hw.at("allreduce_table"), where / "allreduce_table");
+  if (hw.contains("intra_node_allreduce_table")) {
+    out.intra_node_allreduce_table =
+        parse_allreduce_table(hw.at("intra_node_allreduce_table"), where / "intra_node_allreduce_table");
+  }
   return out;
 }
 
@@ -158,6 +162,13 @@ json hardware_to_json(const Hardware& hw) {
     json table = json::array();
     for (const auto& p : hw.allreduce_table) table.push_back({{"ranks", p.ranks}, {"bytes", p.bytes}, {"ms", p.ms}});
     out["allreduce_table"] = std::move(table);
+  }
+  if (!hw.intra_node_allreduce_table.empty()) {
+    json table = json::array();
+    for (const auto& p : hw.intra_node_allreduce_table) {
+      table.push_back({{"ranks", p.ranks}, {"bytes", p.bytes}, {"ms", p.ms}});
+    }
+    out["intra_node_allreduce_table"] = std::move(table);
   }
   return out;
 }
@@ -307,15 +318,40 @@ void note_layer_assumptions(Profile& profile, const std::filesystem::path& mb_pa
       "which is the layer's output");
 }
 
+// Measured all-reduces as a table: layers of one size and group measured
+// alike are averaged into one point, the times made never to fall.
+std::vector<AllreducePoint> table_of(const std::vector<AllreducePoint>& measured) {
+  std::map<std::pair<int, double>, std::pair<double, int>> by_size;
+  for (const auto& p : measured) {
+    auto& [sum, count] = by_size[{p.ranks, p.bytes}];
+    sum += p.ms;
+    count += 1;
+  }
+  std::vector<AllreducePoint> out;
+  for (const auto& [key, value] : by_size) out.push_back({key.first, key.second, value.first / value.second});
+  sort_never_falling(out);
+  return out;
+}
+
 // Bandwidth inside a node from allreduce_in_node.json, where it has enough
-// group sizes; returns the largest group (1 without the file).
+// group sizes, and its points as the intra-node table (they price
+// tensor-parallel all-reduces); returns the largest group (1 without the file).
 int fit_in_node_links(Profile& profile, const std::filesystem::path& in_node) {
   int largest_in_node = 1;
   if (!std::filesystem::exists(in_node)) {
     profile.notes.emplace_back("intra_node_bytes_per_s = 1.5e11 (default: no allreduce_in_node.json)");
     return largest_in_node;
   }
-  if (auto fit = fit_oobleck_allreduce(in_node, profile.layers, &largest_in_node)) {
+  std::vector<AllreducePoint> measured;
+  const auto fit = fit_oobleck_allreduce(in_node, profile.layers, &largest_in_node, &measured);
+  profile.hardware.intra_node_allreduce_table = table_of(measured);
+  if (!measured.empty()) {
+    profile.notes.push_back("intra_node_allreduce_table: " +
+                            std::to_string(profile.hardware.intra_node_allreduce_table.size()) +
+                            " points (each layer's gradient among each GPU count) from " +
+                            in_node.filename().string() + ", never falling as sizes grow");
+  }
+  if (fit) {
     profile.hardware.intra_node_bytes_per_s = fit->bytes_per_s;
     char buffer[160];
     std::snprintf(buffer, sizeof buffer, "intra_node_bytes_per_s = %.4g fitted to %zu ring all-reduce times in %s",
@@ -338,18 +374,8 @@ void fit_across_node_links(Profile& profile, const std::filesystem::path& across
   }
   std::vector<AllreducePoint> measured;
   const auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr, &measured);
-  // The points themselves price the gradient all-reduce (allreduce_table.cpp):
-  // layers of one size and group measured alike are averaged into one point.
-  std::map<std::pair<int, double>, std::pair<double, int>> by_size;
-  for (const auto& p : measured) {
-    auto& [sum, count] = by_size[{p.ranks, p.bytes}];
-    sum += p.ms;
-    count += 1;
-  }
-  for (const auto& [key, value] : by_size) {
-    profile.hardware.allreduce_table.push_back({key.first, key.second, value.first / value.second});
-  }
-  sort_never_falling(profile.hardware.allreduce_table);
+  // The points themselves price the gradient all-reduce (allreduce_table.cpp).
+  profile.hardware.allreduce_table = table_of(measured);
   if (!measured.empty()) {
     profile.notes.push_back("allreduce_table: " + std::to_string(profile.hardware.allreduce_table.size()) +
                             " points (each layer's gradient among each node count) from " +

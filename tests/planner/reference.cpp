@@ -87,7 +87,7 @@ Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double
   p.source = "test";
   p.model_name = "uniform";
   p.model_json = "{}";
-  p.hardware = {"test nodes", gpus_per_node, gpu_memory_bytes, 100e9, 10e9, 0.01, 0, {}};
+  p.hardware = {"test nodes", gpus_per_node, gpu_memory_bytes, 100e9, 10e9, 0.01, 0, {}, {}};
   for (int l = 0; l < layers; ++l) {
     LayerProfile layer;
     layer.name = "layer" + std::to_string(l);

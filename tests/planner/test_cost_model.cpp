@@ -111,6 +111,30 @@ TEST_CASE("gradient synchronisation after the backward: every layer's all-reduce
   CHECK_FALSE(gradient_sync_named("sometimes"));
 }
 
+TEST_CASE("tensor parallelism: all-reduces measured inside a node price a stage's estimate") {
+  // Four layers, 1 MiB outputs, 4 GPUs a node (intra-node 100 GB/s,
+  // latency 0.01 ms): without a table, two rings a pass.
+  Profile profile = test::uniform_profile(4, 4, 1.0, 2.0, 4000, 100, Bytes{1} << 30);
+  const double out = static_cast<double>(profile.layers[1].output_bytes);
+  const CostModel law(profile, 2);
+  const double ring2 = ring_allreduce_ms(out, 2, profile.hardware.intra_node_bytes_per_s, profile.hardware.latency_ms);
+  CHECK(law.layer_forward_allreduce_ms(1, 2) == doctest::Approx(2 * ring2));
+  // One point measured at 2 GPUs and this size, three times the law: it
+  // prices itself, and 4 GPUs the same, carried by the law.
+  Profile with_table = profile;  // (a cost model reads its profile as it goes)
+  with_table.hardware.intra_node_allreduce_table = {{2, out, 3 * ring2}};
+  const CostModel measured(with_table, 2);
+  CHECK(measured.layer_forward_allreduce_ms(1, 2) == doctest::Approx(6 * ring2));
+  CHECK(measured.layer_backward_allreduce_ms(1, 4) == doctest::Approx(3 * law.layer_backward_allreduce_ms(1, 4)));
+  CHECK(measured.layer_forward_ms(1, 2) == doctest::Approx(law.layer_forward_ms(1, 2) + 4 * ring2));
+  // The gradients' all-reduce among replicas is another table.
+  CHECK(measured.gradient_allreduce_ms(1e6, 4) == law.gradient_allreduce_ms(1e6, 4));
+  // Written and read back.
+  const Profile back = parse_profile(profile_to_json(with_table), "back.json");
+  CHECK(back.hardware.intra_node_allreduce_table == with_table.hardware.intra_node_allreduce_table);
+  CHECK(profile_fingerprint(back) != profile_fingerprint(profile));
+}
+
 TEST_CASE("gradient buckets: several layers' gradients in one all-reduce once the last of them is ready") {
   // Two stages of 3 layers, 1 ms forward and 2 ms backward each, and 1 GB
   // of weights a layer: an all-reduce among 4 replicas takes far longer

@@ -106,6 +106,14 @@ TEST_CASE("Oobleck profile folders import, with their assumptions listed") {
   CHECK(p.hardware.intra_node_bytes_per_s == doctest::Approx(100e9).epsilon(1e-6));
   CHECK(p.hardware.inter_node_bytes_per_s == doctest::Approx(10e9).epsilon(1e-6));
   CHECK(p.hardware.latency_ms == doctest::Approx(0.02).epsilon(1e-6));
+  // Its measured points inside a node (written at 100 GB/s and 0.002 ms a
+  // ring step) price tensor-parallel all-reduces: each prices itself.
+  REQUIRE(p.hardware.intra_node_allreduce_table.size() == 6);  // 3 layer sizes x 2 group sizes
+  const CostModel imported(p, 2);
+  for (const auto& point : p.hardware.intra_node_allreduce_table) {
+    CHECK(point.ms == doctest::Approx(ring_allreduce_ms(point.bytes, point.ranks, 100e9, 0.002)).epsilon(1e-6));
+    CHECK(imported.intra_node_allreduce_ms(point.bytes, point.ranks) == doctest::Approx(point.ms));
+  }
   CHECK(p.notes.size() >= 5);
   // The converted profile is a valid oobleck.profile.v1 and plans like the folder.
   const Profile converted = parse_profile(profile_to_json(p), "converted.json");

@@ -161,7 +161,7 @@ Profile tiny_profile(std::vector<std::array<Bytes, 3>> layers, Bytes gpu_memory)
   Profile p;
   p.origin = "tiny";
   p.model_json = "{}";
-  p.hardware = {"tiny", 1, gpu_memory, 1e9, 1e9, 0.01, 0, {}};
+  p.hardware = {"tiny", 1, gpu_memory, 1e9, 1e9, 0.01, 0, {}, {}};
   for (std::size_t l = 0; l < layers.size(); ++l) {
     std::string name = "l";
     name += std::to_string(l);

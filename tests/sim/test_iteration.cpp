@@ -26,7 +26,7 @@ Profile profile_of(const std::vector<LayerCost>& costs, Bytes output_bytes = 0, 
   p.origin = "test";
   p.model_name = "test";
   p.model_json = "{}";
-  p.hardware = {"test", gpus_per_node, Bytes{1} << 40, 100e9, 10e9, latency_ms, 0, {}};
+  p.hardware = {"test", gpus_per_node, Bytes{1} << 40, 100e9, 10e9, latency_ms, 0, {}, {}};
   for (std::size_t l = 0; l < costs.size(); ++l) {
     LayerProfile layer;
     layer.name = "layer" + std::to_string(l);

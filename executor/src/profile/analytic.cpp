@@ -175,7 +175,7 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
   p.model_json = model_json(c, dtype);
   p.microbatch_size = microbatch_size;
   p.hardware = {hw.name, hw.gpus_per_node, hw.gpu_memory_bytes, hw.intra_node_bytes_per_s,
-                hw.inter_node_bytes_per_s, hw.latency_ms, 0, {}};
+                hw.inter_node_bytes_per_s, hw.latency_ms, 0, {}, {}};
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
   for (int i = 0; i < pipeline_layers(c); ++i) {
     const LayerWork w = layer_work(c, i, microbatch_size, e);

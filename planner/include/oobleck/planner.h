@@ -67,6 +67,11 @@ struct Hardware {
   // plus bandwidth alone (CostModel::gradient_allreduce_ms). Sorted by
   // ranks, then bytes; each rank count's times never fall as sizes grow.
   std::vector<AllreducePoint> allreduce_table;
+  // All-reduces measured among a node's GPUs (ranks: GPUs), sorted and made
+  // never to fall alike; where there are any they price a tensor-parallel
+  // stage's all-reduces (the estimate of CostModel's layer_*_allreduce_ms)
+  // by the same rule, on the intra-node link's law.
+  std::vector<AllreducePoint> intra_node_allreduce_table;
 };
 
 struct Profile {
@@ -148,6 +153,10 @@ inline constexpr double kDefaultGradientBucketBytes = 25.0 * (1 << 20);
 // receives 2(k-1)/k of the bytes at `bytes_per_s`, in 2(k-1) rounds of
 // `latency_ms` each. 0 for one rank.
 [[nodiscard]] Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms);
+// The same priced from measured all-reduces (allreduce_table.cpp derives
+// the rule; an empty table gives the ring).
+[[nodiscard]] Milliseconds table_allreduce_ms(const std::vector<AllreducePoint>& table, double bytes, int ranks,
+                                              double bytes_per_s, Milliseconds latency_ms);
 
 // A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
 // degree) of node `node` (0-based position within its pipeline).
@@ -285,6 +294,10 @@ class CostModel {
   // hardware's measured table where it has one (allreduce_table.cpp derives
   // the rule), else the ring at gradient_allreduce_bytes_per_s().
   [[nodiscard]] Milliseconds gradient_allreduce_ms(double bytes, int ranks) const;
+  // An all-reduce of `bytes` among `ranks` GPUs of a node: from the
+  // hardware's intra-node table where it has one, else the ring on the
+  // intra-node link.
+  [[nodiscard]] Milliseconds intra_node_allreduce_ms(double bytes, int ranks) const;
 
   // T(M) of DESIGN.md for a pipeline's stages and microbatch count.
   [[nodiscard]] Milliseconds pipeline_ms(const std::vector<Stage>& stages, int microbatches) const;
