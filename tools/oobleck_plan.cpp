@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli_io.h"
+#include "gradient_sync_flags.h"
 #include "plan_tables.h"
 #include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
@@ -121,9 +122,9 @@ int run_templates(const TemplatesFlags& f) {
 
 struct InstantiateFlags {
   std::vector<std::string> profile_paths;
-  std::string json_out, hostfile, recompute = "none", gradient_sync = "per-layer";
+  std::string json_out, hostfile, recompute = "none";
+  cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
-  double gradient_bucket_mb = kDefaultGradientBucketBytes / (1 << 20);
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
 
@@ -181,14 +182,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
                   "NAME=FACTOR, repeatable: a node computing at FACTOR of the profile's speed (0.5: half as "
                   "fast); the slowest nodes take each pipeline's lightest stages and the batch is re-split");
   add_recompute_option(cmd, f.recompute);
-  cmd->add_option("--gradient-sync", f.gradient_sync,
-                  "When gradients are all-reduced across pipelines: per-layer (as the backward goes, overlapping "
-                  "it), after-backward (once it ends, as oobleck-run does) or buckets (several layers' gradients "
-                  "at once, as PyTorch DDP; --gradient-bucket-mb)")
-      ->check(CLI::IsMember({"per-layer", "after-backward", "buckets"}));
-  cmd->add_option("--gradient-bucket-mb", f.gradient_bucket_mb,
-                  "With --gradient-sync buckets: a bucket's size in MiB (DDP's bucket_cap_mb; default 25)")
-      ->check(CLI::Range(1e-6, 1e9));
+  cli::add_gradient_sync_options(cmd, f.gradient_sync);
   return cmd;
 }
 
@@ -240,8 +234,8 @@ int run_instantiate(const InstantiateFlags& f) {
     for (const auto& p : profiles) given.push_back(&p);
     const SizedClusterPlan sized =
         plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
-                                recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync),
-                                f.gradient_bucket_mb * (1 << 20));
+                                recompute_policy(f.recompute), f.gradient_sync.sync(),
+                                f.gradient_sync.bucket_bytes());
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -253,8 +247,7 @@ int run_instantiate(const InstantiateFlags& f) {
   }
   ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
-                   recompute_policy(f.recompute), *gradient_sync_named(f.gradient_sync),
-                   f.gradient_bucket_mb * (1 << 20));
+                   recompute_policy(f.recompute), f.gradient_sync.sync(), f.gradient_sync.bucket_bytes());
   if (!speeds.empty()) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "cli_io.h"
+#include "gradient_sync_flags.h"
 #include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
 #include "oobleck/planner.h"
@@ -55,8 +56,7 @@ struct ReplayFlags {
   ExperimentFlags experiment;
   int fault_tolerance = 1;
   std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers = "all";
-  std::string gradient_sync = "per-layer";
-  double gradient_bucket_mb = kDefaultGradientBucketBytes / (1 << 20);
+  cli::GradientSyncFlags gradient_sync;
 };
 
 struct SweepFlags {
@@ -158,13 +158,8 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto, "
                   "selective or full")
       ->check(CLI::IsMember({"none", "auto", "selective", "full"}));
-  cmd->add_option("--gradient-sync", flags.gradient_sync,
-                  "When gradients are all-reduced, as every policy's plans assume and its iterations are played "
-                  "(oobleck-plan --gradient-sync): per-layer, after-backward or buckets")
-      ->check(CLI::IsMember({"per-layer", "after-backward", "buckets"}));
-  cmd->add_option("--gradient-bucket-mb", flags.gradient_bucket_mb,
-                  "With --gradient-sync buckets: a bucket's size in MiB (default 25)")
-      ->check(CLI::Range(1e-6, 1e9));
+  // Every policy plans for it and plays its iterations with it.
+  cli::add_gradient_sync_options(cmd, flags.gradient_sync);
   cmd->add_option("--stragglers", flags.stragglers,
                   "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
                   "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "
@@ -364,8 +359,8 @@ int run_replay(const ReplayFlags& flags) {
   options.stragglers = parse_straggler_handlings(flags.stragglers);
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
-  options.gradient_sync = *gradient_sync_named(flags.gradient_sync);
-  options.gradient_bucket_bytes = flags.gradient_bucket_mb * (1 << 20);
+  options.gradient_sync = flags.gradient_sync.sync();
+  options.gradient_bucket_bytes = flags.gradient_sync.bucket_bytes();
   const auto runs = [&](Policy p) {
     return std::find(options.policies.begin(), options.policies.end(), p) != options.policies.end();
   };

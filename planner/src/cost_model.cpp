@@ -114,25 +114,6 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   attention_working_max_ = range_max_tables(&LayerProfile::attention_activation_bytes);
 }
 
-std::string_view gradient_sync_name(GradientSync sync) {
-  switch (sync) {
-    case GradientSync::per_layer:
-      return "per-layer";
-    case GradientSync::after_backward:
-      return "after-backward";
-    case GradientSync::buckets:
-      return "buckets";
-  }
-  return "per-layer";
-}
-
-std::optional<GradientSync> gradient_sync_named(std::string_view name) {
-  for (const auto s : {GradientSync::per_layer, GradientSync::after_backward, GradientSync::buckets}) {
-    if (gradient_sync_name(s) == name) return s;
-  }
-  return std::nullopt;
-}
-
 std::string_view recompute_name(Recompute recompute) {
   switch (recompute) {
     case Recompute::none:
@@ -200,35 +181,6 @@ void CostModel::set_recompute(RecomputePolicy policy) {
       recompute_choices_ = {Recompute::full};
       break;
   }
-}
-
-void CostModel::set_gradient_bucket_bytes(double bytes) {
-  if (!(bytes > 0) || !std::isfinite(bytes)) {
-    throw InputError("gradient bucket bytes: expected a positive number, got " + std::to_string(bytes));
-  }
-  gradient_bucket_bytes_ = bytes;
-}
-
-std::vector<int> gradient_buckets(const Profile& profile, double bucket_bytes,
-                                  const std::vector<const std::vector<Stage>*>& layouts) {
-  const int layers = static_cast<int>(profile.layers.size());
-  std::vector<char> cut(static_cast<std::size_t>(layers) + 1, 0);  // cut[l]: a stage begins at l
-  cut[0] = 1;
-  for (const auto* stages : layouts) {
-    for (const Stage& st : *stages) cut[static_cast<std::size_t>(st.layer_begin)] = 1;
-  }
-  std::vector<int> out(static_cast<std::size_t>(layers), 0);
-  int bucket = 0;
-  double bytes = 0;
-  for (int l = layers - 1; l >= 0; --l) {
-    out[static_cast<std::size_t>(l)] = bucket;
-    bytes += static_cast<double>(profile.layers[static_cast<std::size_t>(l)].param_bytes);
-    if (bytes >= bucket_bytes || cut[static_cast<std::size_t>(l)]) {
-      ++bucket;
-      bytes = 0;
-    }
-  }
-  return out;
 }
 
 Bytes CostModel::working_bytes(int begin, int end, std::size_t d, Recompute recompute) const {
@@ -429,53 +381,6 @@ int CostModel::stage_max_in_flight(int begin, int end, int degree, Recompute rec
 
 bool CostModel::stage_fits(int begin, int end, int degree, int in_flight, Recompute recompute) const {
   return stage_max_in_flight(begin, end, degree, recompute) >= in_flight;
-}
-
-Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
-  return gradient_allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes), pipelines);
-}
-
-// The synchronisation a pipeline's backward passes cannot hide. In the drain
-// of 1F1B stage 0's last backward ends at T; stage s + 1's ended before
-// stage s began its own, one transfer earlier: e_0 = T, e_{s+1} = e_s - B_s
-// - C_s (B_s: the stage's backward of one microbatch; C_s: the gradient's
-// transfer between them). A stage's backward runs from its last layer down,
-// so layer l of stage s is ready at e_s - B_s + sum_{l' >= l in s} b_l'.
-// Each of the stage's t GPUs has its own network interface and all-reduces
-// its 1/t of each layer among the `ranks` replicas, the layers in the order
-// they became ready: finish = max(finish, ready_l) + allreduce(bytes_l / t).
-// In buckets, each bucket is one all-reduce of its layers' bytes, ready
-// with its first layer (the last its stage's backward reaches).
-// The tail is the latest finish after T (0 if every all-reduce ends before
-// T). This is the pipeline alone; where pipelines of several templates run
-// side by side a layer waits for its slowest holder (synced_iteration.h,
-// as `oobleck-sim iteration` plays it).
-Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
-  if (ranks <= 1) return 0;
-  Milliseconds stage_end = 0;  // e_s - T
-  Milliseconds tail = 0;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    const Stage& st = stages[s];
-    const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-    const bool at_end = gradient_sync_ == GradientSync::after_backward;
-    const bool buckets = gradient_sync_ == GradientSync::buckets;
-    Milliseconds ready = at_end ? stage_end : stage_end - backward, finish = -std::numeric_limits<double>::infinity();
-    double bucket = 0;  // bytes in the open bucket
-    for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
-      if (!at_end) ready += layer_backward_ms(l, st.gpus, st.recompute);
-      bucket += static_cast<double>(profile_->layers[l].param_bytes);
-      if (buckets && bucket < gradient_bucket_bytes_ && l > st.layer_begin) continue;
-      finish = std::max(finish, ready) + gradient_allreduce_ms(bucket / st.gpus, ranks);
-      bucket = 0;
-    }
-    tail = std::max(tail, finish);
-    if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
-  }
-  return tail;
-}
-
-Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {
-  return gradient_allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes) / gpus_per_node(), ranks);
 }
 
 Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {
