@@ -136,6 +136,7 @@ int run_measure(const MeasureFlags& f) {
 struct AnalyticFlags {
   std::string model_name, out, dtype, hardware;
   int microbatch_size = 1, seq_len = 0;
+  bool sequence_parallel = false;
   std::vector<std::string> fit_paths;
   std::vector<std::string> fit_terms = {"compute", "memory", "overhead"};
 };
@@ -155,6 +156,9 @@ CLI::App* add_analytic(CLI::App& app, AnalyticFlags& f) {
   cmd->add_option("--fit", f.fit_paths,
                   "Measured profiles of the same device (one or more): fit the efficiencies and the "
                   "per-layer overhead to them (least squares) and report the error");
+  cmd->add_flag("--sequence-parallel", f.sequence_parallel,
+               "Tensor-parallel costs with sequence parallelism (Korthikanti et al. 2022): a block's "
+               "LayerNorms, dropouts and residuals divide among the GPUs too, in time and memory");
   cmd->add_option("--fit-terms", f.fit_terms, "With --fit: the terms it may use (compute, memory, overhead)")
       ->check(CLI::IsMember({"compute", "memory", "overhead"}));
   cmd->add_option("--out", f.out, "Profile JSON to write")->required();
@@ -190,7 +194,9 @@ int run_analytic(const AnalyticFlags& f) {
                  f.fit_paths.size(), fit->points, fit->compute_efficiency, fit->memory_efficiency,
                  fit->layer_overhead_ms, 100 * fit->rms_relative_error, 100 * fit->max_relative_error);
   }
-  const Profile profile = analytic_profile(model, hw, f.microbatch_size, type);
+  AnalyticOptions options;
+  options.sequence_parallel = f.sequence_parallel;
+  const Profile profile = analytic_profile(model, hw, f.microbatch_size, type, options);
   write_file_atomically(f.out, analytic_profile_to_json(profile, hw, fit ? &*fit : nullptr, f.fit_paths));
   const ProfileTotals totals = profile_totals(profile);
   std::printf(

@@ -10,7 +10,7 @@
 //    backward (sync_tail_ms); pipelines of several templates side by side:
 //    synced_iteration.h.
 //  * full activation recomputation (Recompute::full) keeps, per microbatch in
-//    flight, each layer's input whole on every GPU (no sequence
+//    flight, each layer's input whole on every GPU (1/t of it with sequence
 //    parallelism), plus one layer's activations while its backward runs: per
 //    GPU, state / t + in_flight x sum(inputs) + max(one layer's
 //    activations on a GPU). Both terms grow with the stage, as the
@@ -31,6 +31,29 @@
 #include "steady_period.h"
 
 namespace oobleck {
+
+namespace {
+const TensorParallelTiming* measured(const LayerProfile& layer, int degree) {
+  for (const auto& t : layer.tensor_parallel) {
+    if (t.degree == degree) return &t;
+  }
+  return nullptr;
+}
+
+// A layer whose measured passes at some degree are no faster than at degree
+// 1 was not split: every GPU computed it whole (an embedding or an LM head
+// the executor replicates), so it has no tensor-parallel all-reduce. Both
+// passes decide together, as a layer is split or not as a whole.
+bool replicated(const LayerProfile& layer, const TensorParallelTiming& timing) {
+  return timing.forward_ms >= layer.forward_ms && timing.backward_ms >= layer.backward_ms;
+}
+
+// Whether the profile records what one GPU of `degree` keeps of the layer.
+bool recorded_activation(const LayerProfile& layer, int degree) {
+  const auto* m = measured(layer, degree);
+  return m != nullptr && m->activation_bytes > 0;
+}
+}  // namespace
 
 CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profile), microbatches_(microbatches) {
   if (microbatches < 1) throw InputError("microbatches: expected at least 1, got " + std::to_string(microbatches));
@@ -63,11 +86,10 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
     }
   }
   state_prefix_.assign(count + 1, 0);
-  activation_prefix_.assign(count + 1, 0);
   attention_activation_prefix_.assign(count + 1, 0);
   replicated_state_prefix_.assign(degrees_.size(), std::vector<Bytes>(count + 1, 0));
-  replicated_activation_prefix_ = replicated_state_prefix_;
-  replicated_attention_prefix_ = replicated_state_prefix_;
+  held_activation_prefix_ = replicated_state_prefix_;
+  held_selective_activation_prefix_ = replicated_state_prefix_;
   for (int l = 0; l < count; ++l) {
     const auto& layer = profile.layers[l];
     if (layer.attention_activation_bytes > layer.activation_bytes) {
@@ -76,15 +98,21 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
                        std::to_string(layer.activation_bytes) + ")");
     }
     state_prefix_[l + 1] = state_prefix_[l] + layer.param_bytes + layer.optimizer_bytes;
-    activation_prefix_[l + 1] = activation_prefix_[l] + layer.activation_bytes;
     attention_activation_prefix_[l + 1] = attention_activation_prefix_[l] + layer.attention_activation_bytes;
     for (std::size_t d = 0; d < degrees_.size(); ++d) {
-      const bool whole = layer_replicated(l, degrees_[d]);
+      const int t = degrees_[d];
+      const bool whole = layer_replicated(l, t);
       replicated_state_prefix_[d][l + 1] =
           replicated_state_prefix_[d][l] + (whole ? layer.param_bytes + layer.optimizer_bytes : 0);
-      replicated_activation_prefix_[d][l + 1] = replicated_activation_prefix_[d][l] + (whole ? layer.activation_bytes : 0);
-      replicated_attention_prefix_[d][l + 1] =
-          replicated_attention_prefix_[d][l] + (whole ? layer.attention_activation_bytes : 0);
+      // A split layer's share unrecorded: its whole here, divided with the
+      // stage's total (stage_memory_bytes), as it always was.
+      const Bytes held = t > 1 && (whole || recorded_activation(layer, t))
+                             ? t * layer_activation_bytes(l, t)
+                             : layer.activation_bytes;
+      const Bytes attention = whole ? t * layer.attention_activation_bytes : layer.attention_activation_bytes;
+      held_activation_prefix_[d][l + 1] = held_activation_prefix_[d][l] + held;
+      held_selective_activation_prefix_[d][l + 1] =
+          held_selective_activation_prefix_[d][l] + std::max<Bytes>(0, held - attention);
     }
   }
   input_prefix_.assign(count + 1, 0);
@@ -98,6 +126,7 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
       for (int l = 0; l < count; ++l) {
         const Bytes a = profile.layers[l].*bytes;
         one[l] = layer_replicated(l, degrees_[d]) ? a : (a + t - 1) / t;
+        if (bytes == &LayerProfile::activation_bytes) one[l] = layer_activation_bytes(l, degrees_[d]);
       }
       auto& table = tables[d];
       table.push_back(std::move(one));
@@ -210,28 +239,18 @@ Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s
   return ring_allreduce_ms(bytes, ranks, bytes_per_s, profile_->hardware.latency_ms);
 }
 
-namespace {
-const TensorParallelTiming* measured(const LayerProfile& layer, int degree) {
-  for (const auto& t : layer.tensor_parallel) {
-    if (t.degree == degree) return &t;
-  }
-  return nullptr;
-}
-
-// A layer whose measured passes at some degree are no faster than at degree
-// 1 was not split: every GPU computed it whole (an embedding or an LM head
-// the executor replicates), so it has no tensor-parallel all-reduce. Both
-// passes decide together, as a layer is split or not as a whole.
-bool replicated(const LayerProfile& layer, const TensorParallelTiming& timing) {
-  return timing.forward_ms >= layer.forward_ms && timing.backward_ms >= layer.backward_ms;
-}
-}  // namespace
-
 bool CostModel::layer_replicated(int layer, int degree) const {
   if (degree == 1) return false;
   const auto& l = profile_->layers[layer];
   const auto* m = measured(l, degree);
   return m != nullptr && replicated(l, *m);
+}
+
+Bytes CostModel::layer_activation_bytes(int layer, int degree) const {
+  const auto& l = profile_->layers[layer];
+  if (degree == 1) return l.activation_bytes;
+  if (const auto* m = measured(l, degree); m != nullptr && m->activation_bytes > 0) return m->activation_bytes;
+  return layer_replicated(layer, degree) ? l.activation_bytes : (l.activation_bytes + degree - 1) / degree;
 }
 
 Milliseconds CostModel::output_allreduces_ms(int layer, int degree) const {
@@ -312,19 +331,26 @@ Milliseconds CostModel::transfer_ms(int boundary, bool same_node, int degree) co
   return bytes / bytes_per_s * 1000.0 + hw.latency_ms;
 }
 
-// Every GPU of the stage holds 1/degree of the split layers and all of the
-// replicated ones, so the GPUs together hold split + degree x replicated,
-// and each GPU that divided by degree (the same for all of them). The
-// activations are those a microbatch in flight keeps: with selective
+// Every GPU of the stage holds 1/degree of the split layers' state and all
+// of the replicated ones', so the GPUs together hold split + degree x
+// replicated, and each GPU that divided by degree (the same for all of
+// them). The activations are those a microbatch in flight keeps, held
+// alike (the constructor's held_activation_prefix_): with selective
 // recomputation, all but the attention cores'.
 std::pair<Bytes, Bytes> CostModel::stage_held_bytes(int begin, int end, int degree, Recompute recompute) const {
   const auto d = static_cast<std::size_t>(degree_index(degree));
   const auto held = [&](const std::vector<Bytes>& all, const std::vector<Bytes>& replicated) {
     return all[end] - all[begin] + (degree - 1) * (replicated[end] - replicated[begin]);
   };
-  Bytes activation = held(activation_prefix_, replicated_activation_prefix_[d]);
-  if (recompute == Recompute::selective) activation -= held(attention_activation_prefix_, replicated_attention_prefix_[d]);
-  return {held(state_prefix_, replicated_state_prefix_[d]), activation};
+  const auto& kept = recompute == Recompute::selective ? held_selective_activation_prefix_[d] : held_activation_prefix_[d];
+  return {held(state_prefix_, replicated_state_prefix_[d]), kept[end] - kept[begin]};
+}
+
+// With sequence parallelism the hidden states between layers are split
+// along the sequence, and full recomputation keeps each GPU's part.
+Bytes CostModel::inputs_per_gpu(int begin, int end, int degree) const {
+  const Bytes inputs = input_prefix_[end] - input_prefix_[begin];
+  return profile_->sequence_parallel ? (inputs + degree - 1) / degree : inputs;
 }
 
 Bytes CostModel::stage_state_bytes_per_gpu(int begin, int end, int degree) const {
@@ -341,7 +367,8 @@ Milliseconds CostModel::stage_optimizer_ms(int begin, int end, int degree) const
 // GPU while its backward runs:
 //   none and selective: ceil((state + in_flight x activations kept) / t) + W
 //     (W = 0 without recomputation);
-//   full: ceil(state / t) + in_flight x the layers' inputs (whole) + W.
+//   full: ceil(state / t) + in_flight x the layers' inputs (whole, or
+//     ceil(1/t) of them with sequence parallelism) + W.
 Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_flight, Recompute recompute) const {
   const auto [state, activation] = stage_held_bytes(begin, end, degree, recompute);
   const auto working = static_cast<long double>(
@@ -350,7 +377,7 @@ Bytes CostModel::stage_memory_bytes(int begin, int end, int degree, int in_fligh
   long double per_gpu = 0;
   if (recompute == Recompute::full) {
     per_gpu = std::ceil(static_cast<long double>(state) / degree) +
-              static_cast<long double>(in_flight) * static_cast<long double>(input_prefix_[end] - input_prefix_[begin]) +
+              static_cast<long double>(in_flight) * static_cast<long double>(inputs_per_gpu(begin, end, degree)) +
               working;
   } else {
     const long double total =
@@ -367,7 +394,7 @@ int CostModel::stage_max_in_flight(int begin, int end, int degree, Recompute rec
   if (recompute == Recompute::full) {
     const Bytes fixed = (state + degree - 1) / degree + working;
     if (fixed > memory) return 0;
-    const Bytes inputs = input_prefix_[end] - input_prefix_[begin];
+    const Bytes inputs = inputs_per_gpu(begin, end, degree);
     if (inputs == 0) return INT_MAX;
     return static_cast<int>(std::min<Bytes>(INT_MAX, (memory - fixed) / inputs));
   }

@@ -81,7 +81,8 @@ Hardware parse_hardware(const json& hw, const FieldPath& where) {
   return out;
 }
 
-std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const FieldPath& where, int gpus_per_node) {
+std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const FieldPath& where, int gpus_per_node,
+                                                        Bytes activation_bytes) {
   if (!value.is_object()) throw where.error("expected an object keyed by degree, e.g. {\"2\": {...}}");
   std::vector<TensorParallelTiming> out;
   for (const auto& [key, entry] : value.items()) {
@@ -93,8 +94,14 @@ std::vector<TensorParallelTiming> parse_tensor_parallel(const json& value, const
       throw at.error("expected a degree key that divides hardware.gpus_per_node (" +
                      std::to_string(gpus_per_node) + ") and is at least 2");
     }
-    out.push_back({degree, json_input::require_number(entry, "forward_ms", at, 0, kMaxMs),
-                   json_input::require_number(entry, "backward_ms", at, 0, kMaxMs)});
+    TensorParallelTiming timing{degree, json_input::require_number(entry, "forward_ms", at, 0, kMaxMs),
+                                json_input::require_number(entry, "backward_ms", at, 0, kMaxMs)};
+    // One GPU's share: at least 1/degree of the layer's activations, at most all of them.
+    if (auto it = entry.find("activation_bytes"); it != entry.end() && !it->is_null()) {
+      timing.activation_bytes =
+          json_input::require_integer(entry, "activation_bytes", at, activation_bytes / degree, activation_bytes);
+    }
+    out.push_back(timing);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.degree < b.degree; });
   return out;
@@ -110,7 +117,7 @@ LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per
   out.activation_bytes = json_input::require_integer(layer, "activation_bytes", where, 0, kMaxBytes);
   out.output_bytes = json_input::require_integer(layer, "output_bytes", where, 0, kMaxBytes);
   if (auto it = layer.find("tensor_parallel"); it != layer.end() && !it->is_null()) {
-    out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node);
+    out.tensor_parallel = parse_tensor_parallel(*it, where / "tensor_parallel", gpus_per_node, out.activation_bytes);
   }
   if (auto it = layer.find("attention_core"); it != layer.end() && !it->is_null()) {
     const FieldPath at = where / "attention_core";
@@ -139,6 +146,7 @@ json layer_to_json(const LayerProfile& layer) {
     json tp = json::object();
     for (const auto& t : layer.tensor_parallel) {
       tp[std::to_string(t.degree)] = {{"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}};
+      if (t.activation_bytes > 0) tp[std::to_string(t.degree)]["activation_bytes"] = t.activation_bytes;
     }
     out["tensor_parallel"] = std::move(tp);
   }
@@ -417,6 +425,10 @@ Profile parse_profile(std::string_view json_text, const std::string& origin) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     profile.layers.push_back(parse_layer(layers[i], (where / "layers")[i], profile.hardware.gpus_per_node));
   }
+  if (auto it = root.find("sequence_parallel"); it != root.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw (where / "sequence_parallel").error("expected true or false");
+    profile.sequence_parallel = it->get<bool>();
+  }
   if (auto it = root.find("notes"); it != root.end() && it->is_array()) {
     for (const auto& note : *it) {
       if (note.is_string()) profile.notes.push_back(note.get<std::string>());
@@ -483,6 +495,7 @@ std::string profile_to_json(const Profile& profile) {
               {"hardware", hardware_to_json(profile.hardware)},
               {"microbatch_size", profile.microbatch_size},
               {"layers", std::move(layers)}};
+  if (profile.sequence_parallel) out["sequence_parallel"] = true;
   if (!profile.notes.empty()) out["notes"] = profile.notes;
   return out.dump(2) + "\n";
 }
@@ -490,9 +503,11 @@ std::string profile_to_json(const Profile& profile) {
 std::string profile_fingerprint(const Profile& profile) {
   json layers = json::array();
   for (const auto& layer : profile.layers) layers.push_back(layer_to_json(layer));
-  const std::string canonical =
-      json{{"hardware", hardware_to_json(profile.hardware)}, {"microbatch_size", profile.microbatch_size}, {"layers", layers}}
-          .dump();
+  json fields = {{"hardware", hardware_to_json(profile.hardware)},
+                 {"microbatch_size", profile.microbatch_size},
+                 {"layers", layers}};
+  if (profile.sequence_parallel) fields["sequence_parallel"] = true;  // absent: fingerprints made before it stand
+  const std::string canonical = fields.dump();
   std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
   for (unsigned char c : canonical) {
     hash ^= c;

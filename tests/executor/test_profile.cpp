@@ -208,6 +208,34 @@ TEST_CASE("profile: Megatron's recomputation and sequence parallelism in analyti
   // Memory: the attention core's activations go with selective recomputation.
   CHECK(sel.layers[1].activation_bytes < p.layers[1].activation_bytes);
   CHECK(all.layers[1].activation_bytes == 2LL * c.seq_len * c.hidden * 2);
+  // One GPU's share of a block (Korthikanti's s b h (10 + 24 / t + 5 a s / (h t))
+  // without sequence parallelism, s b h (34 + 5 a s / h) / t with it), of the
+  // vocabulary-parallel head (its norm's input and output whole) and of the
+  // embedding (the token ids, whole).
+  const double sbh = 2.0 * c.seq_len * c.hidden;
+  CHECK_FALSE(p.sequence_parallel);
+  CHECK(seq.sequence_parallel);
+  for (std::size_t d = 0; d < p.layers[1].tensor_parallel.size(); ++d) {
+    const double t = p.layers[1].tensor_parallel[d].degree;
+    CAPTURE(t);
+    const double a = static_cast<double>(p.layers[1].activation_bytes);
+    CHECK(a == doctest::Approx(sbh * (34 + 5.0 * c.heads * c.seq_len / c.hidden)).epsilon(1e-6));
+    CHECK(p.layers[1].tensor_parallel[d].activation_bytes == doctest::Approx(sbh * 10 + (a - sbh * 10) / t).epsilon(1e-6));
+    CHECK(seq.layers[1].tensor_parallel[d].activation_bytes == doctest::Approx(a / t).epsilon(1e-6));
+    CHECK(all.layers[1].tensor_parallel[d].activation_bytes == all.layers[1].activation_bytes);
+    const auto& head = p.layers.back();
+    const double norm = 2.0 * 2 * c.seq_len * c.hidden * 2;  // 2 b s h at 2 bytes
+    CHECK(head.tensor_parallel[d].activation_bytes ==
+          doctest::Approx(norm + (static_cast<double>(head.activation_bytes) - norm) / t).epsilon(1e-6));
+    CHECK(p.layers[0].tensor_parallel[d].activation_bytes == p.layers[0].activation_bytes);
+  }
+  // The planner keeps what the profile says one GPU keeps: a stage of every
+  // block at degree 8, without sequence parallelism, holds 10 s b h a block
+  // more per microbatch than with it, less an eighth.
+  const CostModel cost_plain(p, 8), cost_sequence(seq, 8);
+  const int blocks_end = c.layers + 1;
+  const Bytes extra = cost_plain.stage_memory_bytes(1, blocks_end, 8, 1) - cost_sequence.stage_memory_bytes(1, blocks_end, 8, 1);
+  CHECK(static_cast<double>(extra) == doctest::Approx(c.layers * sbh * 10 * 7 / 8).epsilon(1e-4));
 }
 
 TEST_CASE("profile: the planner's selective recomputation per stage prices what the analytic profiler bakes in") {
@@ -381,6 +409,10 @@ TEST_CASE("profile: hostile model, hardware and profile files exit 2 with a shor
   s.write("deep.json", R"({"format": "oobleck.profile.v1", "microbatch_size": )" + deep + "}");
   REQUIRE(s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --out " +
                 s.str("good.json")).status == 0);
+  REQUIRE(s.run("analytic --model gpt-tiny --hardware h200 --microbatch-size 1 --seq-len 8 --sequence-parallel --out " +
+                s.str("sequence.json")).status == 0);
+  CHECK(parse_profile(s.read("sequence.json"), "sequence.json").sequence_parallel);
+  CHECK_FALSE(parse_profile(s.read("good.json"), "good.json").sequence_parallel);
   for (const auto& [measured, predicted] : {std::pair{"deep.json", "good.json"}, std::pair{"good.json", "deep.json"}}) {
     const auto run = s.run("compare --measured " + s.str(measured) + " --predicted " + s.str(predicted) +
                            " --json " + s.str("cmp.json"));
@@ -416,6 +448,12 @@ TEST_CASE("profile: a node of 2 GPUs is measured by 2 worker processes at every 
     if (i == 0 || i + 1 == p.layers.size()) {  // replicated: degree 1's work, degree 1's times
       CHECK(t.forward_ms == l.forward_ms);
       CHECK(t.backward_ms == l.backward_ms);
+      CHECK(t.activation_bytes == l.activation_bytes);
+    } else {
+      // A block's heads and MLP columns divide; its LayerNorms' inputs and
+      // the residual stream stay whole on each worker (no sequence parallelism).
+      CHECK(t.activation_bytes > l.activation_bytes / 2);
+      CHECK(t.activation_bytes < l.activation_bytes);
     }
     forward[0] += l.forward_ms;
     backward[0] += l.backward_ms;

@@ -147,6 +147,26 @@ TEST_CASE("run: plans the workers cannot run are refused before anything starts,
   CHECK(run.err.find("pipelines[0]") != std::string::npos);
   CHECK(run.err.find("expected 3") != std::string::npos);
   CHECK(three.s.processes_left() == 0);
+  // A plan priced with sequence parallelism, which the workers do not run.
+  LiveSetup two(2, 1, 4, 2);
+  auto profile = nlohmann::json::parse(two.s.read("profile.json"));
+  profile["sequence_parallel"] = true;
+  two.s.write("sequence-parallel.json", profile.dump());
+  REQUIRE(two.s.run_program(OOBLECK_PLAN_BINARY, "instantiate --profile " + two.s.str("sequence-parallel.json") +
+                                                     " --nodes 2 --fault-tolerance 1 --global-microbatches 4 --json " +
+                                                     two.s.str("sp-plan.json"))
+              .status == 0);
+  plan = nlohmann::json::parse(two.s.read("sp-plan.json"));
+  for (auto& pipeline : plan["pipelines"]) {
+    pipeline["stages"] = nlohmann::json::parse(R"([{"gpus": 2, "layers": [0, 6], "node": 0}])");
+  }
+  two.s.write("sp-plan.json", plan.dump());
+  run = two.s.run("--plan " + two.s.str("sp-plan.json") + " --profile " + two.s.str("sequence-parallel.json") +
+                  " --data " + two.s.str("tokens.bin") + " --steps 2");
+  CHECK(run.status == 2);
+  CHECK(run.err.find("stage 0: gpus (tensor-parallel degree) 2: the profile prices tensor parallelism with sequence "
+                     "parallelism (sequence_parallel: true)") != std::string::npos);
+  CHECK(two.s.processes_left() == 0);
 }
 
 TEST_CASE("run: a Llama-style model on a tensor-parallel plan loses a node and trains what one process trains") {

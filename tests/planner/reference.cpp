@@ -59,6 +59,27 @@ Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options
     total_activation += layer.activation_bytes;
     p.layers.push_back(std::move(layer));
   }
+  if (options.activation_shares_seed != 0) {
+    std::mt19937_64 shares_rng(options.activation_shares_seed);
+    for (auto& layer : p.layers) {
+      for (int t = 2; t <= p.hardware.gpus_per_node; t *= 2) {
+        auto it = std::find_if(layer.tensor_parallel.begin(), layer.tensor_parallel.end(),
+                               [t](const TensorParallelTiming& m) { return m.degree == t; });
+        if (it == layer.tensor_parallel.end()) {
+          if (unit(shares_rng) < 0.3) continue;
+          layer.tensor_parallel.push_back(
+              {t, layer.forward_ms / t * (0.7 + unit(shares_rng)), layer.backward_ms / t * (0.7 + unit(shares_rng))});
+          it = layer.tensor_parallel.end() - 1;
+        }
+        const Bytes share = (layer.activation_bytes + t - 1) / t;
+        it->activation_bytes =
+            share + static_cast<Bytes>(unit(shares_rng) * static_cast<double>(layer.activation_bytes - share));
+      }
+      std::sort(layer.tensor_parallel.begin(), layer.tensor_parallel.end(),
+                [](const auto& a, const auto& b) { return a.degree < b.degree; });
+    }
+    p.sequence_parallel = unit(shares_rng) < 0.5;
+  }
   const double scale = options.memory_bound ? 0.15 + 0.5 * unit(rng) : 1.5 + unit(rng);
   p.hardware.gpu_memory_bytes =
       std::max<Bytes>(1, static_cast<Bytes>(scale * static_cast<double>(total_state + 2 * total_activation) /
@@ -147,11 +168,25 @@ double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<d
 
 namespace {
 
+// What one GPU of `degree` keeps of layer l where the profile records it
+// (0 where it does not).
+Bytes recorded_share(const LayerProfile& layer, int degree) {
+  if (degree == 1) return 0;
+  for (const auto& m : layer.tensor_parallel) {
+    if (m.degree == degree) return m.activation_bytes;
+  }
+  return 0;
+}
+
+// Random profiles' measured times are never slower than degree 1 (no
+// replicated layers): a layer's activations divide among the GPUs unless
+// one GPU's share is recorded, which the GPUs then each keep.
 bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
   Bytes state = 0, activation = 0;
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     state += profile.layers[l].param_bytes + profile.layers[l].optimizer_bytes;
-    activation += profile.layers[l].activation_bytes;
+    const Bytes share = recorded_share(profile.layers[l], stage.gpus);
+    activation += share > 0 ? stage.gpus * share : profile.layers[l].activation_bytes;
   }
   if (stage.recompute == Recompute::none) {
     return state + in_flight * activation <= stage.gpus * profile.hardware.gpu_memory_bytes;
@@ -161,20 +196,25 @@ bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
     // layer's attention activations (on one GPU) return while its backward runs.
     Bytes kept = 0, largest = 0;
     for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-      kept += profile.layers[l].activation_bytes - profile.layers[l].attention_activation_bytes;
+      const Bytes share = recorded_share(profile.layers[l], stage.gpus);
+      const Bytes held = share > 0 ? stage.gpus * share : profile.layers[l].activation_bytes;
+      kept += std::max<Bytes>(0, held - profile.layers[l].attention_activation_bytes);
       largest = std::max(largest, (profile.layers[l].attention_activation_bytes + stage.gpus - 1) / stage.gpus);
     }
     const Bytes per_gpu = (state + in_flight * kept + stage.gpus - 1) / stage.gpus + largest;
     return per_gpu <= profile.hardware.gpu_memory_bytes;
   }
   // Per GPU: its share of the state, every microbatch's layer inputs whole
-  // (layer l's is layer l - 1's output; the first layer's, tokens, nothing),
-  // and the largest layer's activations on one GPU, one layer at a time.
+  // (layer l's is layer l - 1's output; the first layer's, tokens, nothing;
+  // 1/t of them with sequence parallelism), and the largest layer's
+  // activations on one GPU, one layer at a time.
   Bytes inputs = 0, largest = 0;
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     if (l > 0) inputs += profile.layers[l - 1].output_bytes;
-    largest = std::max(largest, (profile.layers[l].activation_bytes + stage.gpus - 1) / stage.gpus);
+    const Bytes share = recorded_share(profile.layers[l], stage.gpus);
+    largest = std::max(largest, share > 0 ? share : (profile.layers[l].activation_bytes + stage.gpus - 1) / stage.gpus);
   }
+  if (profile.sequence_parallel) inputs = (inputs + stage.gpus - 1) / stage.gpus;
   const Bytes per_gpu = (state + stage.gpus - 1) / stage.gpus + in_flight * inputs + largest;
   return per_gpu <= profile.hardware.gpu_memory_bytes;
 }

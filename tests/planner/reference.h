@@ -21,6 +21,11 @@ struct RandomProfileOptions {
   // from its own generator seeded with this (the profile's other draws stay
   // as they are).
   std::uint64_t allreduce_table_seed = 0;
+  // Nonzero: layers record one GPU's share of their activations at each
+  // tensor-parallel degree (between 1/degree and all of them), adding
+  // measured times where there were none, and the profile is sometimes
+  // sequence-parallel; drawn from a generator of their own.
+  std::uint64_t activation_shares_seed = 0;
 };
 
 [[nodiscard]] Profile random_profile(std::mt19937_64& rng, const RandomProfileOptions& options);

@@ -268,6 +268,49 @@ TEST_CASE("tensor parallelism: replicated layers are held whole by every GPU of 
   CHECK(cost.stage_max_in_flight(0, 2, 2) == 3);
 }
 
+TEST_CASE("tensor parallelism without sequence parallelism: one GPU's recorded share of a layer's activations") {
+  // Four layers, state 1000 and activations 100 bytes each, 2 GPUs per
+  // node. Layer 1 records 70 bytes per GPU at degree 2 (30 of its 100 are
+  // LayerNorm inputs and the like, kept whole), layer 2 records 50 (all
+  // divided, as with sequence parallelism); layers 0 and 3 record nothing
+  // and divide. Outputs are 1 MiB (uniform_profile).
+  Profile profile = test::uniform_profile(4, 2, 3.0, 6.0, 1000, 100, Bytes{1} << 30);
+  profile.layers[1].tensor_parallel.push_back({2, 1.6, 3.2, 70});
+  profile.layers[2].tensor_parallel.push_back({2, 1.6, 3.2, 50});
+  for (auto& layer : profile.layers) layer.attention_activation_bytes = 40;
+  CostModel cost(profile, 4);
+  CHECK(cost.layer_activation_bytes(0, 2) == 50);
+  CHECK(cost.layer_activation_bytes(1, 2) == 70);
+  CHECK(cost.layer_activation_bytes(1, 1) == 100);
+  // Layers 0-2 at degree 2, 3 in flight: (3000 + 3 x (100 + 140 + 100)) / 2.
+  CHECK(cost.stage_memory_bytes(0, 3, 2, 3) == (3000 + 3 * 340) / 2);
+  // Selective: the attention cores (40 a layer, divided) go; one layer's
+  // on one GPU (20) comes back while its backward runs.
+  CHECK(cost.stage_memory_bytes(0, 3, 2, 3, Recompute::selective) == (3000 + 3 * (340 - 120)) / 2 + 20);
+  // Full: the inputs (layers 0 and 1's outputs) whole on each GPU, and the
+  // largest one-GPU share (layer 1's 70) while its backward runs.
+  CHECK(cost.stage_memory_bytes(0, 3, 2, 3, Recompute::full) == 3000 / 2 + 3 * (Bytes{2} << 20) + 70);
+  // With sequence parallelism the hidden states between layers are split too.
+  profile.sequence_parallel = true;
+  const CostModel sequence_parallel(profile, 4);
+  CHECK(sequence_parallel.stage_memory_bytes(0, 3, 2, 3, Recompute::full) == 3000 / 2 + 3 * (Bytes{1} << 20) + 70);
+  CHECK(sequence_parallel.stage_memory_bytes(0, 3, 1, 3, Recompute::full) == 3000 + 3 * (Bytes{2} << 20) + 100);
+  // The shares travel with the profile, and a share below 1/degree or above
+  // the whole is refused by name.
+  const Profile again = parse_profile(profile_to_json(profile), "again");
+  CHECK(again.layers[1].tensor_parallel.at(0).activation_bytes == 70);
+  CHECK(again.layers[0].tensor_parallel.empty());
+  CHECK(again.sequence_parallel);
+  CHECK(profile_fingerprint(again) == profile_fingerprint(profile));
+  profile.sequence_parallel = false;
+  CHECK(profile_fingerprint(again) != profile_fingerprint(profile));
+  for (const Bytes wrong : {Bytes{49}, Bytes{101}}) {
+    profile.layers[1].tensor_parallel[0].activation_bytes = wrong;
+    CHECK_THROWS_WITH_AS(parse_profile(profile_to_json(profile), "p.json"),
+                         doctest::Contains("layers[1].tensor_parallel.2.activation_bytes"), InputError);
+  }
+}
+
 // The cost model refers to its profile: a temporary would dangle.
 static_assert(!std::is_constructible_v<CostModel, Profile&&, int>);
 static_assert(std::is_constructible_v<CostModel, const Profile&, int>);

@@ -42,6 +42,7 @@ TEST_CASE("templates minimise T(M) exactly: 1200 random instances against brute 
     options.gpus_per_node_choices = {gpus};
     options.max_layers = gpus == 4 ? 6 : 7;
     options.memory_bound = instance % 2 == 1;
+    options.activation_shares_seed = instance % 4 == 1 ? 5000 + static_cast<std::uint64_t>(instance) : 0;
     const Profile profile = test::random_profile(rng, options);
     const CostModel cost(profile, microbatches(rng));
     const int max_nodes = 4;
@@ -114,6 +115,7 @@ TEST_CASE("templates with recomputation minimise T(M) exactly: random instances 
     options.gpus_per_node_choices = {gpus};
     options.max_layers = gpus == 4 ? 5 : 6;
     options.memory_bound = true;
+    options.activation_shares_seed = instance % 2 == 0 ? 9000 + static_cast<std::uint64_t>(instance) : 0;
     const Profile profile = test::random_profile(rng, options);
     const int m = microbatches(rng);
     const RecomputePolicy policy = instance % 4 == 3   ? RecomputePolicy::full

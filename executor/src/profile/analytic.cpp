@@ -174,6 +174,7 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
   p.model_name = c.name;
   p.model_json = model_json(c, dtype);
   p.microbatch_size = microbatch_size;
+  p.sequence_parallel = options.sequence_parallel;
   p.hardware = {hw.name, hw.gpus_per_node, hw.gpu_memory_bytes, hw.intra_node_bytes_per_s,
                 hw.inter_node_bytes_per_s, hw.latency_ms, 0, {}, {}};
   const double b = microbatch_size, s = c.seq_len, h = c.hidden, a = c.heads;
@@ -244,12 +245,32 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       }
     }
     const bool embedding_or_head = i == 0 || i == c.layers + 1;
+    // What one GPU of `t` keeps for the backward. Tensor parallelism leaves
+    // a block's LayerNorm inputs and outputs, dropout masks and residuals
+    // whole on every GPU: 10 s b h of Korthikanti's 34 s b h (a Llama
+    // block's two norms, 8 s b h of its 16 s b h); with full recomputation
+    // the block keeps its input alone, whole too. Sequence parallelism
+    // divides all of it. The head split by vocabulary divides its logits
+    // and keeps its norm's input and output whole.
+    const auto activation_at = [&](int t) -> Bytes {
+      const double whole = static_cast<double>(l.activation_bytes);
+      double unsplit = whole;  // the embedding's token ids, a replicated layer's all
+      if (block) {
+        unsplit = options.recompute == AnalyticRecompute::blocks ? whole
+                                                                 : s * b * h * (is_llama(c) ? 8 : 10) * e / 2.0;
+      } else if (i == c.layers + 1) {
+        unsplit = 2 * b * s * h * e;
+      }
+      unsplit = std::min(whole, unsplit);
+      const double kept_whole = options.sequence_parallel && i != 0 ? unsplit / t : unsplit;
+      return static_cast<Bytes>(std::ceil((whole - unsplit) / t + kept_whole));
+    };
     for (int t = 2; t <= hw.gpus_per_node; ++t) {
       if (hw.gpus_per_node % t != 0 || !tensor_parallel_fits(c, t)) continue;
       if (embedding_or_head && !options.vocabulary_parallel) {
         // oobleck-run replicates the embedding and the head in a
         // tensor-parallel stage (gpt.h): at any degree they take their whole time.
-        l.tensor_parallel.push_back({t, l.forward_ms, l.backward_ms});
+        l.tensor_parallel.push_back({t, l.forward_ms, l.backward_ms, l.activation_bytes});
         continue;
       }
       const Milliseconds activation_allreduce_ms = node_allreduce_ms(b * s * h * e, t, hw);
@@ -267,8 +288,9 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
       // Sequence parallelism gathers a block's inputs again in the backward.
       if (options.sequence_parallel && block) backward_allreduces += activation_allreduce_ms;
       const Milliseconds forward_t = pass_ms(work_ms(t) + forward_allreduces, 1);
-      l.tensor_parallel.push_back(
-          {t, forward_t, pass_ms(2 * work_ms(t) + backward_allreduces, 2) + recompute_ms(t, forward_t)});
+      l.tensor_parallel.push_back({t, forward_t,
+                                   pass_ms(2 * work_ms(t) + backward_allreduces, 2) + recompute_ms(t, forward_t),
+                                   activation_at(t)});
     }
     p.layers.push_back(l);
   }

@@ -158,13 +158,17 @@ void record_node(Measurement& out, const std::vector<NodeDegreeTimes>& degrees, 
   for (const NodeDegreeTimes& d : degrees) {
     DegreeSums sums{d.degree, 0, 0};
     for (std::size_t i = 0; i < d.layers.size(); ++i) {
-      const auto [forward_ms, backward_ms] = d.layers[i];
+      const auto [forward_ms, backward_ms, activation_bytes] = d.layers[i];
       LayerProfile& layer = out.profile.layers[i];
       if (d.degree == 1) {
         layer.forward_ms = forward_ms;
         layer.backward_ms = backward_ms;
       } else {
-        layer.tensor_parallel.push_back({d.degree, forward_ms, backward_ms});
+        // One worker's share, within what a profile may say: 1/degree of the
+        // layer's activations (measured alone) at least, all of them at most.
+        const Bytes whole = layer.activation_bytes;
+        layer.tensor_parallel.push_back(
+            {d.degree, forward_ms, backward_ms, std::clamp<Bytes>(activation_bytes, whole / d.degree, whole)});
       }
       sums.forward_ms += forward_ms;
       sums.backward_ms += backward_ms;

@@ -99,7 +99,7 @@ std::vector<NodeDegreeTimes> time_as_worker(const MeasureOptions& o, int rank,
                  std::to_string(i + 1) + "/" + std::to_string(layers) + " (" + layer_name(o.model, i) + ")");
       }
       const LayerProfile measured = bench.measure_layer(i, shard, sum);
-      times.layers.push_back({measured.forward_ms, measured.backward_ms});
+      times.layers.push_back({measured.forward_ms, measured.backward_ms, measured.activation_bytes});
     }
     out.push_back(std::move(times));
   }

@@ -9,9 +9,16 @@
 
 namespace oobleck::executor {
 
+// One layer on one worker of a degree: its passes and what it kept for the backward.
+struct LayerShardCost {
+  Milliseconds forward_ms = 0;
+  Milliseconds backward_ms = 0;
+  Bytes activation_bytes = 0;
+};
+
 struct NodeDegreeTimes {
   int degree = 1;
-  std::vector<std::pair<Milliseconds, Milliseconds>> layers;  // forward, backward
+  std::vector<LayerShardCost> layers;
 };
 
 // Degrees ascending, 1 first: those that divide both the node's GPUs and

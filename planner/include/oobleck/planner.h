@@ -23,6 +23,13 @@ struct TensorParallelTiming {
   int degree = 1;
   Milliseconds forward_ms = 0;
   Milliseconds backward_ms = 0;
+  // What one GPU of the degree keeps per microbatch for the backward pass,
+  // where it was measured or derived (at most the layer's activation_bytes).
+  // Tensor parallelism alone leaves a block's LayerNorm inputs, dropout
+  // masks and residuals whole on every GPU; sequence parallelism divides
+  // them too. 0: not recorded, and a split layer's activations divide
+  // among the GPUs (as with sequence parallelism).
+  Bytes activation_bytes = 0;
 };
 
 struct LayerProfile {
@@ -83,6 +90,11 @@ struct Profile {
   int microbatch_size = 1;
   std::vector<LayerProfile> layers;
   std::vector<std::string> notes;  // assumptions made while building it
+  // Its tensor-parallel costs are with sequence parallelism (Korthikanti et
+  // al. 2022): the hidden states between layers are split along the
+  // sequence too, so full recomputation keeps 1/degree of each layer's
+  // input per GPU instead of all of it.
+  bool sequence_parallel = false;
 };
 
 [[nodiscard]] Profile parse_profile(std::string_view json_text, const std::string& origin);
@@ -264,6 +276,10 @@ class CostModel {
   // Its state and activations are not divided among the GPUs; the other
   // layers' are. Without a measurement a layer is split.
   [[nodiscard]] bool layer_replicated(int layer, int degree) const;
+  // What one GPU of a stage at `degree` keeps of the layer per microbatch
+  // in flight: the profile's per-degree activation_bytes where recorded,
+  // else all of it on a replicated layer and 1/degree on a split one.
+  [[nodiscard]] Bytes layer_activation_bytes(int layer, int degree) const;
   // Memory per GPU of a stage holding `in_flight` microbatches.
   [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight,
                                          Recompute recompute = Recompute::none) const;
@@ -324,12 +340,13 @@ class CostModel {
   static constexpr std::size_t kRecomputeKinds = 3;
   PerDegreePrefix forward_prefix_, forward_allreduce_prefix_;
   std::array<PerDegreePrefix, kRecomputeKinds> backward_prefix_, compute_prefix_, backward_allreduce_prefix_;
-  std::vector<Bytes> state_prefix_, activation_prefix_, attention_activation_prefix_;
+  std::vector<Bytes> state_prefix_, attention_activation_prefix_;
   // Full recomputation: the layers' inputs (layer l's is layer l-1's output; the
   // first layer's, tokens, counted as nothing), and per degree index a
   // sparse table of range maxima of one layer's activations on one GPU;
   // selective: the same table of one layer's attention activations.
   std::vector<Bytes> input_prefix_;
+  [[nodiscard]] Bytes inputs_per_gpu(int begin, int end, int degree) const;
   std::vector<std::vector<std::vector<Bytes>>> working_max_, attention_working_max_;
   RecomputePolicy recompute_policy_ = RecomputePolicy::none;
   std::vector<Recompute> recompute_choices_{Recompute::none};
@@ -340,11 +357,13 @@ class CostModel {
   // The most activation bytes one GPU holds for one layer of [begin, end)
   // (of the attention cores' alone: selective).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index, Recompute recompute) const;
-  // Per degree index: prefix sums of the replicated layers' state and
-  // activations, and of those attention activations (counted once more per
-  // GPU beyond the first, see below).
-  std::vector<std::vector<Bytes>> replicated_state_prefix_, replicated_activation_prefix_;
-  std::vector<std::vector<Bytes>> replicated_attention_prefix_;
+  // Per degree index: prefix sums of the replicated layers' state (counted
+  // once more per GPU beyond the first, see below), and of the activations
+  // the stage's GPUs together keep per microbatch: degree x each GPU's
+  // share where recorded or replicated, the layer's whole otherwise; the
+  // latter less the attention cores' (selective recomputation).
+  std::vector<std::vector<Bytes>> replicated_state_prefix_, held_activation_prefix_;
+  std::vector<std::vector<Bytes>> held_selective_activation_prefix_;
   [[nodiscard]] int degree_index(int degree) const;
   // A stage's state and activations as `degree` GPUs hold them together:
   // split layers once, replicated ones `degree` times.

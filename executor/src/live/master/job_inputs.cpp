@@ -30,6 +30,11 @@ void check_runnable(const Plan& plan, const Profile& profile, const std::string&
       const std::string where = origin + ": pipeline " + std::to_string(p) + ", stage " + std::to_string(s) +
                                 ": gpus (tensor-parallel degree) " + std::to_string(st.gpus);
       if (!has_block || st.gpus == 1) continue;
+      if (profile.sequence_parallel) {
+        throw InputError(where + ": the profile prices tensor parallelism with sequence parallelism "
+                                 "(sequence_parallel: true), which oobleck-run does not run; plan from a profile "
+                                 "without it (oobleck-profile measure, or analytic without --sequence-parallel)");
+      }
       if (!tensor_parallel_fits(model, st.gpus)) {
         throw InputError(where + " does not divide the model's " + tensor_parallel_limit(model));
       }
