@@ -421,14 +421,30 @@ Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) co
   return total;
 }
 
-Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
+namespace {
+// Each stage's F + B, and each boundary's transfer one way.
+std::pair<std::vector<Milliseconds>, std::vector<Milliseconds>> stage_costs(const CostModel& cost,
+                                                                            const std::vector<Stage>& stages) {
   std::vector<Milliseconds> compute, transfers;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
-    compute.push_back(stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute));
-    if (s + 1 < stages.size()) transfers.push_back(transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
+    compute.push_back(cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute));
+    if (s + 1 < stages.size()) {
+      transfers.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
+    }
   }
+  return {std::move(compute), std::move(transfers)};
+}
+}  // namespace
+
+Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
+  const auto [compute, transfers] = stage_costs(*this, stages);
   return detail::steady_period_ms(compute, transfers);
+}
+
+Milliseconds CostModel::suffix_bottleneck_ms(const std::vector<Stage>& stages) const {
+  const auto [compute, transfers] = stage_costs(*this, stages);
+  return detail::suffix_period_ms(compute, transfers);
 }
 
 Milliseconds CostModel::pipeline_ms(const std::vector<Stage>& stages, int microbatches) const {

@@ -9,13 +9,24 @@
 // and the transfers between them, and the transfer back. Over S - s
 // microbatches that cycle takes
 //   R_s = c_s + ... + c_{S-1} + 2 (C_s + ... + C_{S-2}),
-// so the period is at least R_s / (S - s) for every s. It is also at least
-// every stage's own c_s (one forward and one backward per microbatch) and
-// every link's C_s (a link carries one microbatch each way per period). The
-// period is the largest of these (the maximum cycle mean of 1F1B's
-// dependency graph; oobleck-sim plays it). With short transfers the slowest
-// stage sets it; where transfers are long beside the compute, the round trip
-// does: stage 0's R_0 / S = mean compute + 2 (S - 1) / S x mean transfer.
+// so the period is at least R_s / (S - s) for every s.
+//
+// Every run of consecutive stages s..e cycles the same way, not only the
+// suffixes: stage e runs F(j) then B(j - (S - e) + 1), and stage s runs
+// B(i) then F(i + S - s), so from stage s's F(i) the forwards to e, e's
+// next backward and the backwards back to s lead to stage s's F of
+// i + (e - s + 1): the run's compute and transfers both ways,
+//   R_{s,e} = c_s + ... + c_e + 2 (C_s + ... + C_{e-1}),
+// over e - s + 1 microbatches. The period is also at least every link's
+// C_s (a link carries one microbatch each way per period); the largest of
+// these is the maximum cycle mean of 1F1B's dependency graph, which
+// oobleck-sim plays. With short transfers the slowest stage (the run of
+// one) sets it; where transfers are long beside the compute, a long run
+// does: a run of k equal stages gives c + 2 (k - 1) / k x C.
+//
+// The exact template search bounds the suffixes' round trips alone
+// (suffix_period_ms: the bound is then one on its own programme's value,
+// templates.cpp) and prices what it finds with every run (steady_period_ms).
 #pragma once
 
 #include <algorithm>
@@ -26,7 +37,54 @@
 namespace oobleck::detail {
 
 // compute: c_0..c_{S-1}; transfers: C_0..C_{S-2} (one way, s to s + 1).
+// The run of greatest mean by Dinkelbach's method: from a mean lambda, the
+// run with the greatest sum of (its terms - lambda) (a stage inside a run
+// brings c_j + 2 C_j, its last stage c_e) is found in one pass, Kadane's;
+// while that sum is positive its mean is larger, and lambda takes it. Each
+// pass is O(S) and lambda only grows, so it ends, at the largest mean.
 inline Milliseconds steady_period_ms(const std::vector<Milliseconds>& compute,
+                                     const std::vector<Milliseconds>& transfers) {
+  Milliseconds period = 0;
+  for (Milliseconds c : transfers) period = std::max(period, c);
+  const std::size_t count = compute.size();
+  if (count == 0) return period;
+  Milliseconds lambda = *std::max_element(compute.begin(), compute.end());
+  while (true) {
+    double best = 0, open = 0;  // open: the best sum of interior terms ending at the stage before
+    std::size_t best_begin = 0, best_end = 0, open_begin = 0;
+    bool better = false, any_open = false;
+    for (std::size_t e = 0; e < count; ++e) {
+      const bool extend = any_open && open > 0;
+      const double gain = compute[e] - lambda + (extend ? open : 0.0);
+      if (gain > best) {
+        best = gain;
+        best_begin = extend ? open_begin : e;
+        best_end = e;
+        better = true;
+      }
+      if (e + 1 < count) {
+        const double inside = compute[e] + 2 * transfers[e] - lambda;
+        if (extend) {
+          open += inside;
+        } else {
+          open = inside;
+          open_begin = e;
+        }
+        any_open = true;
+      }
+    }
+    if (!better) break;
+    Milliseconds run = 0;
+    for (std::size_t j = best_begin; j <= best_end; ++j) run += compute[j] + (j < best_end ? 2 * transfers[j] : 0.0);
+    const Milliseconds mean = run / static_cast<double>(best_end - best_begin + 1);
+    if (!(mean > lambda)) break;  // rounding: no run is larger
+    lambda = mean;
+  }
+  return std::max(period, lambda);
+}
+
+// The same bound over the stages alone and the suffixes s..S-1. O(S).
+inline Milliseconds suffix_period_ms(const std::vector<Milliseconds>& compute,
                                      const std::vector<Milliseconds>& transfers) {
   Milliseconds period = 0, round_trip = 0;
   for (Milliseconds c : transfers) period = std::max(period, c);

@@ -4,10 +4,14 @@
 // ranges, each on a tensor-parallel degree t that divides G) laid out over the
 // nodes in order: a node holds consecutive stages whose degrees add up to G.
 // It minimises T(M) = sigma + (M-1) mu, where sigma = sum of stage compute plus
-// twice the transfers and mu = 1F1B's steady period (steady_period.h): the
-// largest of every stage's compute, every transfer (one way) and, for every
-// stage s of S, the round trip R_s / (S - s), R_s being the sigma of the
-// suffix of stages s..S-1.
+// twice the transfers and mu = 1F1B's steady period (steady_period.h) as
+// bounded by the suffixes: the largest of every stage's compute, every
+// transfer (one way) and, for every stage s of S, the round trip
+// R_s / (S - s), R_s being the sigma of the suffix of stages s..S-1.
+// Every layout the walk below visits is priced with 1F1B's full period
+// (every run of stages, not only the suffixes), and the fastest so priced
+// is kept: it is the fastest of all layouts wherever its price equals the
+// least T(M) over the suffixes, a lower bound on every layout's price.
 //
 // The max terms do not decompose, so the search is parametric in a bound K
 // on mu: a dynamic programme finds, for every n at once, the least sigma
@@ -384,6 +388,9 @@ class StageFloor {
 struct Walk {
   bool active = true;
   double bound = kInfinity;  // next solve: every stage strictly below this
+  // The least T(M) seen with the suffixes' period, which steers the walk,
+  // and the layout seen with the least full price, which it returns.
+  double best_suffix = kInfinity;
   double best = kInfinity;
   std::vector<Stage> stages;
 };
@@ -396,6 +403,7 @@ std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
   walk[0].active = false;
   for (int n = 1; n <= searched; ++n) {
     if (auto seed = detail::balanced_layout(cost, n)) {
+      walk[n].best_suffix = cost.first_microbatch_ms(*seed) + mult * cost.suffix_bottleneck_ms(*seed);
       walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
       walk[n].stages = std::move(*seed);
     }
@@ -413,23 +421,26 @@ bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> fou
   }
   const double mult = cost.microbatches() - 1;
   auto& [sigma, stages] = *found;
-  const double mu = cost.bottleneck_ms(stages);
-  const double t = cost.first_microbatch_ms(stages) + mult * mu;
+  const double mu = cost.suffix_bottleneck_ms(stages);
+  const double first = cost.first_microbatch_ms(stages);
+  w.best_suffix = std::min(w.best_suffix, first + mult * mu);
+  const double t = first + mult * cost.bottleneck_ms(stages);
   if (t < w.best) {
     w.best = t;
     w.stages = std::move(stages);
   }
   // Templates not yet seen have mu < this solution's mu, so they obeyed
   // this solve's bound and have sigma >= this sigma: to beat the best they
-  // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always.
-  const double slack = 1e-12 * std::fabs(w.best);
-  if (mult == 0 || sigma + mult * mu_floor >= w.best - slack) {
+  // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always. (With
+  // the suffixes' price: the walk visits what the exact search for it does.)
+  const double slack = 1e-12 * std::fabs(w.best_suffix);
+  if (mult == 0 || sigma + mult * mu_floor >= w.best_suffix - slack) {
     w.active = false;
     return false;
   }
   // (Strictly below this solve's bound too, should rounding put the
   // answer's mu, summed in another order than the programme's, on it.)
-  w.bound = std::min({mu, (w.best - sigma) / mult, std::nextafter(w.bound, 0.0)});
+  w.bound = std::min({mu, (w.best_suffix - sigma) / mult, std::nextafter(w.bound, 0.0)});
   return true;
 }
 

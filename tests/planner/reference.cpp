@@ -123,7 +123,7 @@ Profile uniform_profile(int layers, int gpus_per_node, double forward_ms, double
   return p;
 }
 
-double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches) {
+double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches, Runs runs) {
   const Profile& profile = cost.profile();
   const std::size_t count = stages.size();
   std::vector<double> stage(count, 0.0), transfer(count, 0.0);  // transfer[s]: s to s + 1, one way
@@ -151,17 +151,20 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
   // The first microbatch goes down and back; then one leaves every period.
   double first = 0;
   for (std::size_t s = 0; s < count; ++s) first += stage[s] + 2 * transfer[s];
-  return first + (microbatches - 1) * direct_period_ms(stage, transfer);
+  return first + (microbatches - 1) * direct_period_ms(stage, transfer, runs);
 }
 
-double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms) {
+double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms, Runs runs) {
   const std::size_t count = stage_ms.size();
   const auto link = [&](std::size_t s) { return s + 1 < count ? transfer_ms[s] : 0.0; };
   double period = 0;
   for (std::size_t s = 0; s < count; ++s) {
-    double round_trip = 0;
-    for (std::size_t j = s; j < count; ++j) round_trip += stage_ms[j] + 2 * link(j);
-    period = std::max({period, stage_ms[s], link(s), round_trip / static_cast<double>(count - s)});
+    period = std::max({period, stage_ms[s], link(s)});
+    for (std::size_t e = runs == Runs::every ? s : count - 1; e < count; ++e) {
+      double round_trip = 0;
+      for (std::size_t j = s; j <= e; ++j) round_trip += stage_ms[j] + (j < e ? 2 * link(j) : 0.0);
+      period = std::max(period, round_trip / static_cast<double>(e - s + 1));
+    }
   }
   return period;
 }
@@ -262,7 +265,13 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
       }
       if (valid) {
         const double t = direct_iteration_ms(cost, stages, microbatches);
-        if (!best[nodes] || t < best[nodes]->iteration_ms) best[nodes] = BruteTemplate{t, stages};
+        const double suffix_t = direct_iteration_ms(cost, stages, microbatches, Runs::suffixes);
+        if (!best[nodes]) best[nodes] = BruteTemplate{t, stages, suffix_t};
+        if (t < best[nodes]->iteration_ms) {
+          best[nodes]->iteration_ms = t;
+          best[nodes]->stages = stages;
+        }
+        best[nodes]->suffix_iteration_ms = std::min(best[nodes]->suffix_iteration_ms, suffix_t);
       }
       int digit = 0;
       while (digit < count && ++choice[digit] == static_cast<int>(kinds.size())) choice[digit++] = 0;

@@ -36,21 +36,31 @@ struct RandomProfileOptions {
                                       Bytes gpu_memory_bytes);
 
 struct BruteTemplate {
-  double iteration_ms = 0;
+  double iteration_ms = 0;  // the least T(M), its period over every run of stages
   std::vector<Stage> stages;
+  // The least T(M) with the suffixes' round trips alone in the period: what
+  // the template search minimises exactly.
+  double suffix_iteration_ms = 0;
 };
 
 // Every layout: all cut sets x all degree assignments, node placement forced
 // by filling nodes in order. T(M) summed directly. Indexed by node count.
 [[nodiscard]] std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes);
 
+// Which round trips bound 1F1B's period: those of every run of consecutive
+// stages, or of the suffixes alone.
+enum class Runs { every, suffixes };
+
 // T(M) of a layout, summed from the layers' own values.
-[[nodiscard]] double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches);
+[[nodiscard]] double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                                         Runs runs = Runs::every);
 // 1F1B's period from stage times and one-way transfers (transfer_ms[s]: s to
 // s + 1; the last ignored), counted directly: no faster than any stage or
-// link alone, nor than any stage's round trip through the stages after it,
-// taken by its S - s microbatches in flight.
-[[nodiscard]] double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms);
+// link alone, nor than any run of stages s..e's round trip (its stages' times
+// and the transfers between them, both ways) taken by its e - s + 1
+// microbatches in flight; with Runs::suffixes, only runs that end at the last stage.
+[[nodiscard]] double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms,
+                                      Runs runs = Runs::every);
 
 // The least value of the instantiation's objective over every multiset of
 // templates adding up to `nodes` that, with the pipelines of `fixed_sizes`,

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <type_traits>
 
@@ -65,6 +66,63 @@ TEST_CASE("1F1B's period: the slowest stage, the slowest link, or a round trip, 
   CHECK(long_link > 3);
   CHECK(long_links == doctest::Approx((9 + 4 * long_link) / 3));
   CHECK(long_links > long_link);
+}
+
+TEST_CASE("1F1B's period: a run of stages inside the pipeline paces it where it is the slowest cycle") {
+  // Five one-GPU stages: 1, 3, 3, 3 and 1 ms (forward 1/3, backward 2/3 of
+  // it), links of about 1 ms. The round trip of the three middle stages,
+  // (9 + 4 C) / 3, exceeds every suffix's: (7 + 4 C) / 3 from stage 2,
+  // (10 + 6 C) / 4 from stage 1, (11 + 8 C) / 5 from stage 0.
+  Profile profile = test::uniform_profile(5, 1, 1.0, 2.0, 1000, 100, 1 << 20);
+  for (int l : {0, 4}) {
+    profile.layers[l].forward_ms = 1.0 / 3;
+    profile.layers[l].backward_ms = 2.0 / 3;
+  }
+  for (auto& l : profile.layers) l.output_bytes = 10 << 20;
+  const CostModel cost(profile, 8);
+  const std::vector<Stage> stages = {{0, 1, 1, 0}, {1, 2, 1, 1}, {2, 3, 1, 2}, {3, 4, 1, 3}, {4, 5, 1, 4}};
+  const double c = cost.transfer_ms(1, false);
+  CHECK(cost.bottleneck_ms(stages) == doctest::Approx((9 + 4 * c) / 3));
+  CHECK(cost.suffix_bottleneck_ms(stages) == doctest::Approx((10 + 6 * c) / 4));
+  CHECK(cost.bottleneck_ms(stages) > cost.suffix_bottleneck_ms(stages));
+  // Against every run counted directly, on random layouts of random profiles.
+  std::mt19937_64 rng(20261128);
+  int runs_bind = 0;
+  for (int instance = 0; instance < 300; ++instance) {
+    test::RandomProfileOptions options;
+    options.max_layers = 9;
+    options.gpus_per_node_choices = {1, 2};
+    Profile random = test::random_profile(rng, options);
+    if (instance % 2 == 1) {  // links slow beside the compute, where runs pace the pipeline
+      random.hardware.inter_node_bytes_per_s /= 300;
+      random.hardware.intra_node_bytes_per_s /= 300;
+    }
+    const CostModel random_cost(random, 4);
+    std::vector<Stage> layout;
+    for (int l = 0; l < random_cost.layers(); ++l) {
+      if (layout.empty() || rng() % 2 == 0) {
+        layout.push_back({l, l + 1, 1, static_cast<int>(layout.size()) / random.hardware.gpus_per_node});
+      } else {
+        layout.back().layer_end = l + 1;
+      }
+    }
+    for (auto& st : layout) st.node = static_cast<int>(&st - layout.data()) / random.hardware.gpus_per_node;
+    std::vector<double> stage_ms, transfer_ms;
+    for (std::size_t s = 0; s < layout.size(); ++s) {
+      stage_ms.push_back(random_cost.stage_compute_ms(layout[s].layer_begin, layout[s].layer_end, 1));
+      transfer_ms.push_back(s + 1 < layout.size() ? random_cost.transfer_ms(layout[s].layer_end,
+                                                                             layout[s].node == layout[s + 1].node)
+                                                  : 0.0);
+    }
+    CAPTURE(instance);
+    const double every = test::direct_period_ms(stage_ms, transfer_ms);
+    CHECK(random_cost.bottleneck_ms(layout) == doctest::Approx(every).epsilon(1e-12));
+    CHECK(random_cost.suffix_bottleneck_ms(layout) ==
+          doctest::Approx(test::direct_period_ms(stage_ms, transfer_ms, test::Runs::suffixes)).epsilon(1e-12));
+    runs_bind += random_cost.suffix_bottleneck_ms(layout) < every * (1 - 1e-9);
+  }
+  MESSAGE(runs_bind << " of 300 random layouts paced by a run inside the pipeline");
+  CHECK(runs_bind > 10);
 }
 
 TEST_CASE("memory rule: stage s keeps min(M, S-s+1) microbatches, split over its t GPUs") {

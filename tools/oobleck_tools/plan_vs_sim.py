@@ -9,11 +9,13 @@ error, how many cases are within --tolerance, and the worst cases; with
 Each case also gets the iteration reckoned here, from the plan's stages
 and the profile's links, with each pipeline's steady state at 1F1B's
 period: the longest of the slowest stage's forward and backward, of each
-stage-to-stage transfer, and, for each stage s of S, (the forwards and
-backwards of stages s..S-1 plus both transfers between each pair of them) /
-(S - s). Stage s holds S - s microbatches in flight, and its backward of
-microbatch m waits for that whole round trip before its forward of m + S - s
-can start. The planner prices the same period (planner/src/steady_period.h),
+stage-to-stage transfer, and, for each run of consecutive stages s..e, (the
+forwards and backwards of its stages plus both transfers between each pair
+of them) / (e - s + 1). Stage s holds S - s microbatches in flight, and its
+backward of microbatch m waits for the round trip through the later stages
+before its forward of m + S - s can start; stage e's forward of m + S - s
+precedes its backward of m + e - s + 1, so every run cycles. The planner
+prices the same period (planner/src/steady_period.h),
 so the "cycle" column is a check on it written apart: it equals the
 prediction, and a planner priced at the slowest stage alone shows here how
 far that misses.
@@ -72,7 +74,12 @@ def cycle_bound_iteration_ms(plan, profile, where):
                      for i in range(len(stages) - 1)]
         first = sum(compute) + 2 * sum(transfers)
         count = len(stages)
-        cycle = max((sum(compute[s:]) + 2 * sum(transfers[s:])) / (count - s) for s in range(count))
+        cycle = 0.0
+        for s in range(count):
+            run = 0.0
+            for e in range(s, count):
+                run += compute[e] + (2 * transfers[e - 1] if e > s else 0.0)
+                cycle = max(cycle, run / (e - s + 1))
         period = max([max(compute), cycle] + transfers)
         slowest_at_period = max(slowest_at_period, first + (m - 1) * period)
     return require(plan, "iteration_ms", where) - require(plan, "pipelines_ms", where) + slowest_at_period

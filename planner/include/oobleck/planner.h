@@ -321,9 +321,14 @@ class CostModel {
   [[nodiscard]] Milliseconds first_microbatch_ms(const std::vector<Stage>& stages) const;
   // 1F1B's steady period, the `b` in T(M) = a + (M-1) b: the slowest
   // stage's F_s + B_s, or, where transfers are long beside the compute, a
-  // round trip: for every s, (F + B of stages s..S-1 plus twice the
-  // transfers between them) / (S - s) (steady_period.h derives it).
+  // round trip: for every run of consecutive stages s..e, (F + B of its
+  // stages plus twice the transfers between them) / (e - s + 1)
+  // (steady_period.h derives it).
   [[nodiscard]] Milliseconds bottleneck_ms(const std::vector<Stage>& stages) const;
+  // The same with the round trips of the suffixes alone (s..S-1, not every
+  // run of consecutive stages): what the exact template search bounds
+  // (templates.cpp); at most bottleneck_ms.
+  [[nodiscard]] Milliseconds suffix_bottleneck_ms(const std::vector<Stage>& stages) const;
   // Whether every stage fits with min(microbatches, S - s + 1) in flight.
   [[nodiscard]] bool pipeline_fits(const std::vector<Stage>& stages, int microbatches) const;
 
