@@ -357,7 +357,9 @@ class BambooPolicy final : public PolicyModel {
     }
   }
 
-  static constexpr std::size_t kSimulatedDepths = 4;
+  // The formula ranks templates without Bamboo's redundant computation, so
+  // the fastest played can rank fifth or lower (GPT-3 1.3B on 8 nodes).
+  static constexpr std::size_t kSimulatedDepths = 8;
   static constexpr double kRebalanceShare = 0.05;
   std::vector<const PipelineTemplate*> depths_;  // templates whose redundancy fits
   std::map<int, std::optional<Layout>> layouts_;

@@ -41,6 +41,8 @@ struct HardwareDescription {
 [[nodiscard]] const std::vector<HardwareDescription>& hardware_presets();
 // A preset name or a JSON file with the fields above.
 [[nodiscard]] HardwareDescription load_hardware(const std::string& name_or_path);
+// The matrix peak for `dtype`: bf16's where the description gives one, else fp32's.
+[[nodiscard]] double peak_for(const HardwareDescription& hw, const std::string& dtype);
 
 // One layer's forward work for a microbatch; backward is twice each.
 struct LayerWork {
