@@ -63,6 +63,18 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
     if (gpus % t == 0) degrees_.push_back(t);
   }
   const int count = layers();
+  // The stage sums below count replicated bytes once per GPU: within int64
+  // for any profile whose bytes, over all layers and a node's GPUs, stay
+  // under 2^62 (the parse limits alone allow more).
+  long double held_at_most = 0;
+  for (const auto& layer : profile.layers) {
+    held_at_most += static_cast<long double>(layer.param_bytes) + layer.optimizer_bytes + layer.activation_bytes +
+                    layer.output_bytes;
+  }
+  if (held_at_most * gpus >= static_cast<long double>(std::int64_t{1} << 62)) {
+    throw InputError(profile.origin + ": layers: their bytes times hardware.gpus_per_node reach 2^62; expected a "
+                                      "smaller profile");
+  }
   forward_prefix_.assign(degrees_.size(), std::vector<double>(count + 1, 0.0));
   forward_allreduce_prefix_ = forward_prefix_;
   backward_prefix_.fill(forward_prefix_);
@@ -117,17 +129,13 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   }
   input_prefix_.assign(count + 1, 0);
   for (int l = 1; l < count; ++l) input_prefix_[l + 1] = input_prefix_[l] + profile.layers[l - 1].output_bytes;
-  // Sparse tables of range maxima of one layer's bytes on one GPU.
-  const auto range_max_tables = [&](Bytes LayerProfile::*bytes) {
+  // Sparse tables of range maxima of one layer's bytes on one GPU
+  // (`on_gpu(layer, degree)`).
+  const auto range_max_tables = [&](const auto& on_gpu) {
     std::vector<std::vector<std::vector<Bytes>>> tables(degrees_.size());
     for (std::size_t d = 0; d < degrees_.size(); ++d) {
-      const Bytes t = degrees_[d];
       std::vector<Bytes> one(count);
-      for (int l = 0; l < count; ++l) {
-        const Bytes a = profile.layers[l].*bytes;
-        one[l] = layer_replicated(l, degrees_[d]) ? a : (a + t - 1) / t;
-        if (bytes == &LayerProfile::activation_bytes) one[l] = layer_activation_bytes(l, degrees_[d]);
-      }
+      for (int l = 0; l < count; ++l) one[l] = on_gpu(l, degrees_[d]);
       auto& table = tables[d];
       table.push_back(std::move(one));
       for (int width = 2; width <= count; width *= 2) {
@@ -139,8 +147,12 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
     }
     return tables;
   };
-  working_max_ = range_max_tables(&LayerProfile::activation_bytes);
-  attention_working_max_ = range_max_tables(&LayerProfile::attention_activation_bytes);
+  working_max_ = range_max_tables([&](int l, int t) { return layer_activation_bytes(l, t); });
+  // The attention core divides with the heads on a split layer.
+  attention_working_max_ = range_max_tables([&](int l, int t) {
+    const Bytes a = profile.layers[l].attention_activation_bytes;
+    return layer_replicated(l, t) ? a : (a + t - 1) / t;
+  });
 }
 
 std::string_view recompute_name(Recompute recompute) {

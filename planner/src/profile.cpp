@@ -114,7 +114,6 @@ LayerProfile parse_layer(const json& layer, const FieldPath& where, int gpus_per
   return out;
 }
 
-
 json layer_to_json(const LayerProfile& layer) {
   json out = {{"name", layer.name},
               {"forward_ms", layer.forward_ms},

@@ -2,6 +2,7 @@
 // import of Oobleck's profile folders (oobleck_import.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>

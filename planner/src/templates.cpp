@@ -1,4 +1,4 @@
-// Exact pipeline-template search.
+// Pipeline-template search, exact for the suffixes' period.
 //
 // For n nodes of G GPUs, a template is a sequence of stages (contiguous layer
 // ranges, each on a tensor-parallel degree t that divides G) laid out over the
@@ -47,11 +47,15 @@
 #include <optional>
 #include <sstream>
 
-#include "balanced_layout.h"
 #include "oobleck/planner.h"
+#include "template_walk.h"
 
 namespace oobleck {
 namespace {
+
+using detail::seeded_walks;
+using detail::step_down;
+using detail::Walk;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
@@ -383,66 +387,6 @@ class StageFloor {
   int gpus_;
   double layer_floor_ = 0, gpu_time_ = 0;
 };
-
-// One node count's walk down the Pareto front of (sigma, mu).
-struct Walk {
-  bool active = true;
-  double bound = kInfinity;  // next solve: every stage strictly below this
-  // The least T(M) seen with the suffixes' period, which steers the walk,
-  // and the layout seen with the least full price, which it returns.
-  double best_suffix = kInfinity;
-  double best = kInfinity;
-  std::vector<Stage> stages;
-};
-
-// A walk per node count 0..searched (0 never active), each with the balanced
-// layout as its best so far.
-std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
-  const double mult = cost.microbatches() - 1;
-  std::vector<Walk> walk(searched + 1);
-  walk[0].active = false;
-  for (int n = 1; n <= searched; ++n) {
-    if (auto seed = detail::balanced_layout(cost, n)) {
-      walk[n].best_suffix = cost.first_microbatch_ms(*seed) + mult * cost.suffix_bottleneck_ms(*seed);
-      walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
-      walk[n].stages = std::move(*seed);
-    }
-  }
-  return walk;
-}
-
-// Takes a solve's answer for the walk's node count: keeps it when it beats
-// the best, then ends the walk or lowers its bound. Whether it goes on.
-bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> found, const CostModel& cost,
-               double mu_floor) {
-  if (!found) {
-    w.active = false;
-    return false;
-  }
-  const double mult = cost.microbatches() - 1;
-  auto& [sigma, stages] = *found;
-  const double mu = cost.suffix_bottleneck_ms(stages);
-  const double first = cost.first_microbatch_ms(stages);
-  w.best_suffix = std::min(w.best_suffix, first + mult * mu);
-  const double t = first + mult * cost.bottleneck_ms(stages);
-  if (t < w.best) {
-    w.best = t;
-    w.stages = std::move(stages);
-  }
-  // Templates not yet seen have mu < this solution's mu, so they obeyed
-  // this solve's bound and have sigma >= this sigma: to beat the best they
-  // need mu < (best - sigma) / (M - 1), and mu >= mu_floor always. (With
-  // the suffixes' price: the walk visits what the exact search for it does.)
-  const double slack = 1e-12 * std::fabs(w.best_suffix);
-  if (mult == 0 || sigma + mult * mu_floor >= w.best_suffix - slack) {
-    w.active = false;
-    return false;
-  }
-  // (Strictly below this solve's bound too, should rounding put the
-  // answer's mu, summed in another order than the programme's, on it.)
-  w.bound = std::min({mu, (w.best_suffix - sigma) / mult, std::nextafter(w.bound, 0.0)});
-  return true;
-}
 
 }  // namespace
 

@@ -57,8 +57,8 @@ enum class Runs { every, suffixes };
 // 1F1B's period from stage times and one-way transfers (transfer_ms[s]: s to
 // s + 1; the last ignored), counted directly: no faster than any stage or
 // link alone, nor than any run of stages s..e's round trip (its stages' times
-// and the transfers between them, both ways) taken by its e - s + 1
-// microbatches in flight; with Runs::suffixes, only runs that end at the last stage.
+// and the transfers between them, both ways) over the e - s + 1 microbatches
+// its cycle advances; with Runs::suffixes, only runs that end at the last stage.
 [[nodiscard]] double direct_period_ms(const std::vector<double>& stage_ms, const std::vector<double>& transfer_ms,
                                       Runs runs = Runs::every);
 

@@ -369,6 +369,14 @@ TEST_CASE("tensor parallelism without sequence parallelism: one GPU's recorded s
   }
 }
 
+TEST_CASE("a profile whose bytes over its layers and a node's GPUs reach 2^62 is refused by name") {
+  // Within every field's limit (2^46), but the sums a stage forms would overflow.
+  Profile profile = test::uniform_profile(300, 1024, 1.0, 2.0, Bytes{1} << 46, Bytes{1} << 45, Bytes{1} << 40);
+  CHECK_THROWS_WITH_AS(CostModel(profile, 4), doctest::Contains("hardware.gpus_per_node reach 2^62"), InputError);
+  profile.hardware.gpus_per_node = 8;
+  CHECK_NOTHROW(CostModel(profile, 4));
+}
+
 // The cost model refers to its profile: a temporary would dangle.
 static_assert(!std::is_constructible_v<CostModel, Profile&&, int>);
 static_assert(std::is_constructible_v<CostModel, const Profile&, int>);

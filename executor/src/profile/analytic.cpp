@@ -248,7 +248,7 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
     // and keeps its norm's input and output whole.
     const auto activation_at = [&](int t) -> Bytes {
       const double whole = static_cast<double>(l.activation_bytes);
-      double unsplit = whole;  // the embedding's token ids, a replicated layer's all
+      double unsplit = whole;  // the embedding's token ids
       if (block) {
         unsplit = options.recompute == AnalyticRecompute::blocks ? whole
                                                                  : s * b * h * (is_llama(c) ? 8 : 10) * e / 2.0;
@@ -256,8 +256,8 @@ Profile analytic_profile(const ModelConfig& c, const HardwareDescription& hw, in
         unsplit = 2 * b * s * h * e;
       }
       unsplit = std::min(whole, unsplit);
-      const double kept_whole = options.sequence_parallel && i != 0 ? unsplit / t : unsplit;
-      return static_cast<Bytes>(std::ceil((whole - unsplit) / t + kept_whole));
+      const double unsplit_share = options.sequence_parallel && i != 0 ? unsplit / t : unsplit;
+      return static_cast<Bytes>(std::ceil((whole - unsplit) / t + unsplit_share));
     };
     for (int t = 2; t <= hw.gpus_per_node; ++t) {
       if (hw.gpus_per_node % t != 0 || !tensor_parallel_fits(c, t)) continue;

@@ -1,0 +1,37 @@
+// The walk down the Pareto front of (sigma, mu) that the template search
+// (templates.cpp) takes for each node count: where it starts, and how each
+// solve's answer lowers its bound or ends it.
+#pragma once
+
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::detail {
+
+inline constexpr double kNoBound = std::numeric_limits<double>::infinity();
+
+// One node count's walk down the Pareto front of (sigma, mu).
+struct Walk {
+  bool active = true;
+  double bound = kNoBound;  // next solve: every stage strictly below this
+  // The least T(M) seen with the suffixes' period, which steers the walk,
+  // and the layout seen with the least full price, which it returns.
+  double best_suffix = kNoBound;
+  double best = kNoBound;
+  std::vector<Stage> stages;
+};
+
+// A walk per node count 0..searched (0 never active), each with the balanced
+// layout as its best so far.
+std::vector<Walk> seeded_walks(const CostModel& cost, int searched);
+
+// Takes a solve's answer for the walk's node count: keeps it when it beats
+// the best, then ends the walk or lowers its bound. Whether it goes on.
+bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> found, const CostModel& cost,
+               double mu_floor);
+
+}  // namespace oobleck::detail
