@@ -1,5 +1,5 @@
 // A slow node live: its agent throttles its worker's CPU (--inject
-// ...,slow,node1,0.4), the master's detector flags it from measured compute
+// ...,slow,node1,0.25), the master's detector flags it from measured compute
 // times alone, the controller re-splits the batch so that its pipeline
 // trains fewer microbatches, and once the slowdown ends the node gets its
 // full share back. The losses stay the single-process run's, bit for bit:
@@ -7,8 +7,11 @@
 //
 // What the step times come to under each choice is a benchmark's to
 // measure (tools/bench-stragglers.sh); this test asserts the decisions and
-// the losses. The slowdown is large (0.4 against a threshold of 0.6), so
-// that the detector's outcome does not hinge on this machine's noise.
+// the losses. The slowdown is large (0.25 against a threshold of 0.6), so
+// that the detector's outcome does not hinge on this machine's noise: the
+// agent stops and continues its worker in turn, and on a machine whose
+// cores the nodes share, 0.4 of the wall time measured as little as 0.6 of
+// the others' speed.
 #include "torch_doctest.h"
 
 #include "live_setup.h"
@@ -50,12 +53,12 @@ std::vector<json> speed_generations(const LiveSetup& setup) {
 
 }  // namespace
 
-TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its full share again, bit for bit") {
+TEST_CASE("stragglers: a node slowed to 0.25 trains fewer microbatches, then its full share again, bit for bit") {
   LiveSetup setup(LiveSetup::SetUp{"mini", one_node_pipelines(2)});
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines"].size() == 3);
   REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
-  setup.s.write("inject.csv", "step:3,slow,node1,0.4\nstep:12,slow,node1,1\n");
+  setup.s.write("inject.csv", "step:3,slow,node1,0.25\nstep:12,slow,node1,1\n");
   const int steps = 26;
   const auto run = setup.live(steps, 3, "live.jsonl",
                               "--inject " + setup.s.str("inject.csv") +
@@ -100,7 +103,7 @@ TEST_CASE("stragglers: a node slowed to 0.4 trains fewer microbatches, then its 
 
 TEST_CASE("stragglers: a slow node dropped as a spare, taken back after its probation, bit for bit") {
   // Three one-node pipelines, f = 1, so that two are enough: node1 slowed to
-  // 0.4 is dropped (its pipeline's microbatches go to the other two, no
+  // 0.25 is dropped (its pipeline's microbatches go to the other two, no
   // state moves), sits out a probation of 4 steps as a spare that trains
   // nothing, and is then readmitted as a join: the whole model copied to
   // it from a replica, and every pipeline its full share again.
@@ -108,7 +111,7 @@ TEST_CASE("stragglers: a slow node dropped as a spare, taken back after its prob
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines"].size() == 3);
   REQUIRE(plan["pipelines"][1]["nodes"] == json::array({"node1"}));
-  setup.s.write("inject.csv", "step:3,slow,node1,0.4\nstep:9,slow,node1,1\n");
+  setup.s.write("inject.csv", "step:3,slow,node1,0.25\nstep:9,slow,node1,1\n");
   const int steps = 22;
   const auto run = setup.live(steps, 3, "live.jsonl",
                               "--inject " + setup.s.str("inject.csv") +
