@@ -3,15 +3,18 @@
 # report, measured on this machine's CUDA GPU in one go, most important
 # first, each part given what is left of DEADLINE_S seconds:
 #   1. builds with tools/build-cuda.sh (only what changed, where BUILD_DIR was built before);
-#   2. the model's GPU tests: fused against plain attention, the fused AdamW step;
+#   2. the model's GPU tests: fused against plain attention, the padded head,
+#      the fused AdamW step, the norms;
 #   3. tools/bench-train-efficiency.sh: GPT-3 1.3B (2048 tokens) and GPT-2 XL
 #      (1024 tokens), one process, bf16, against eager PyTorch (and GPT-3
 #      1.3B against torch.compile);
-#   4. oobleck on GPT-3 1.3B with OOBLECK_PLAIN_KERNELS=1, to show what the
-#      fused kernels bring;
-#   5. per-layer profiles (tools/measure-gpu.sh) for refitting the analytic model;
-#   6. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the simulator;
-#   7. GPT-2 XL under torch.compile (its compilation takes longest).
+#   4. the per-layer profile of GPT-3 1.3B (tools/measure-gpu.sh), for
+#      refitting the analytic model;
+#   5. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the simulator;
+#   6. GPT-2 XL's per-layer profile;
+#   7. GPT-2 XL under torch.compile (its compilation takes longest);
+#   8. oobleck on GPT-3 1.3B with OOBLECK_PLAIN_KERNELS=1, to show what the
+#      fused kernels bring.
 # Logs and results land in OUT_DIR; each part's log is OUT_DIR/NN-part.log.
 #
 #   tools/measure-gpu-efficiency.sh [BUILD_DIR] [OUT_DIR]     DEADLINE_S=540 PEAK_TFLOPS=989
@@ -50,16 +53,16 @@ part() {
 TARGETS="oobleck-run oobleck-profile oobleck-plan oobleck-sim executor_tests" part 01-build tools/build-cuda.sh "$build" ||
   exit 2
 part 02-tests "$build/bin/executor_tests" -tc="model:*,communicator: NCCL*"
-# torch.compile of GPT-2 XL's 48 blocks takes longest: it goes last.
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
   part 03-efficiency-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt3-1.3b" gpt3-1.3b:2048:4:4
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak COMPILE=0 \
   part 03-efficiency-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt2-xl" gpt2-xl:1024:8:4
-OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
-  part 04-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
-part 05-profiles tools/measure-gpu.sh "$build" "$out/profiles" "$tag" \
-  gpt3-1.3b:2048:4:bf16 gpt2-xl:1024:8:bf16
-STEPS=8 part 06-live-run tools/run-gpu.sh "$build" "$out/live-run"
+part 04-profile-gpt3-1.3b tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt3-1.3b:2048:4:bf16
+STEPS=8 part 05-live-run tools/run-gpu.sh "$build" "$out/live-run"
+part 06-profile-gpt2-xl tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt2-xl:1024:8:bf16
+# torch.compile of GPT-2 XL's 48 blocks takes longest: it goes late.
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
   part 07-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
+OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
+  part 08-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
 echo "measure-gpu-efficiency: done in $SECONDS s" >&2

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "model/autocast.h"
 #include "model/layer_state.h"
 #include "model/train_common.h"
 #include "oobleck/executor/gpt.h"
@@ -105,6 +106,69 @@ TEST_CASE("model: the loss and its gradient bit for bit as PyTorch's cross-entro
   (loss / 3).backward();
   CHECK(loss.item<float>() == reference.item<float>());
   CHECK(torch::equal(logits.grad(), reference_logits.grad()));
+}
+
+// The padded product is the plain one: the same logits (a view of the real
+// columns) and the same gradients for the input and every real row of the
+// weight, to float32 rounding (the BLAS blocks a wider product differently).
+TEST_CASE("model: the head's logits padded to a multiple of 64 rows equal the plain product") {
+  torch::manual_seed(5);
+  for (const int64_t vocabulary : {97, 128, 50257}) {
+    CAPTURE(vocabulary);
+    const auto x = torch::randn({2, 3, 16}).requires_grad_();
+    const auto weight = torch::randn({vocabulary, 16}).requires_grad_();
+    const auto x2 = x.detach().clone().requires_grad_(), weight2 = weight.detach().clone().requires_grad_();
+    const auto plain = vocabulary_logits(x, weight, false);
+    const auto padded = vocabulary_logits(x2, weight2, true);
+    REQUIRE(padded.sizes() == plain.sizes());
+    CHECK(torch::allclose(padded, plain, 1e-5, 1e-6));
+    const auto targets = torch::randint(vocabulary, {2, 3}, torch::kLong);
+    language_model_loss(plain, targets).backward();
+    language_model_loss(padded, targets).backward();
+    REQUIRE(weight2.grad().sizes() == weight.sizes());
+    CHECK(torch::allclose(x2.grad(), x.grad(), 1e-5, 1e-7));
+    CHECK(torch::allclose(weight2.grad(), weight.grad(), 1e-5, 1e-7));
+  }
+}
+
+// On a GPU under bf16 autocast, as the head runs there: within bf16's rounding.
+TEST_CASE("model: the head's padded logits agree with the plain product on a GPU under autocast") {
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  torch::manual_seed(6);
+  const auto options = torch::TensorOptions().device(torch::kCUDA);
+  const int64_t vocabulary = 50257;
+  const auto x = torch::randn({4, 256, 512}, options).requires_grad_();
+  const auto weight = (torch::randn({vocabulary, 512}, options) * 0.02).requires_grad_();
+  const auto x2 = x.detach().clone().requires_grad_(), weight2 = weight.detach().clone().requires_grad_();
+  const auto targets = torch::randint(vocabulary, {4, 256}, options.dtype(torch::kLong));
+  torch::Tensor plain_loss, padded_loss;
+  {
+    const CudaAutocast autocast(true);
+    plain_loss = language_model_loss(vocabulary_logits(x, weight, false), targets);
+    padded_loss = language_model_loss(vocabulary_logits(x2, weight2, true), targets);
+  }
+  plain_loss.backward();
+  padded_loss.backward();
+  CHECK(std::abs(padded_loss.item<double>() - plain_loss.item<double>()) <= 1e-3 * plain_loss.item<double>());
+  const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a - b).abs().max().item<double>() <= 0.02 * b.abs().max().item<double>();
+  };
+  CHECK(close(x2.grad(), x.grad()));
+  CHECK(close(weight2.grad(), weight.grad()));
+}
+
+// A GPU's float64 norm of a float32 gradient against the float64 squares
+// the CPU adds: the same number to double rounding.
+TEST_CASE("model: squared gradient norms on a GPU equal the CPU's float64 sums") {
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  torch::manual_seed(7);
+  const std::vector<torch::Tensor> cpu = {torch::randn({1000, 33}), torch::randn({7}),
+                                          torch::randn({64, 64}).narrow(1, 3, 40)};
+  std::vector<torch::Tensor> gpu;
+  for (const auto& t : cpu) gpu.push_back(t.to(torch::kCUDA));
+  const auto on_cpu = squared_norms(cpu), on_gpu = squared_norms(gpu);
+  REQUIRE(on_gpu.size() == on_cpu.size());
+  for (std::size_t i = 0; i < on_cpu.size(); ++i) CHECK(on_gpu[i] == doctest::Approx(on_cpu[i]).epsilon(1e-12));
 }
 
 TEST_CASE("model: weights depend only on the seed and the layer") {

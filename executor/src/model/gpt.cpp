@@ -101,7 +101,7 @@ class HeadLayer final : public GptLayer {
   }
   torch::Tensor forward(const torch::Tensor& x) override { return project(x, weight_); }
   [[nodiscard]] torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
-    return torch::matmul(ln_->forward(x), weight.t());
+    return vocabulary_logits(ln_->forward(x), weight, use_fused_kernels(x.device()));
   }
   [[nodiscard]] std::vector<torch::Tensor> norm_parameters() { return ln_->parameters(); }
 
@@ -237,6 +237,17 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                AttentionKernel kernel, bool recompute) {
   if (!recompute || !torch::GradMode::is_enabled()) return causal_attention(q, k, v, kernel);
   return RecomputedAttention::apply(q, k, v, static_cast<std::int64_t>(kernel));
+}
+
+torch::Tensor vocabulary_logits(const torch::Tensor& x, const torch::Tensor& weight, bool padded) {
+  const std::int64_t vocabulary = weight.size(0);
+  const std::int64_t pad = (kVocabularyPadding - vocabulary % kVocabularyPadding) % kVocabularyPadding;
+  if (!padded || pad == 0) return torch::matmul(x, weight.t());
+  // Under autocast the weight is cast first, so that the pad copies bf16
+  // and the product takes it as it is.
+  const bool cast = cuda_autocast_enabled() && weight.scalar_type() == torch::kFloat32;
+  const torch::Tensor rows = cast ? weight.to(torch::kBFloat16) : weight;
+  return torch::matmul(x, torch::constant_pad_nd(rows, {0, 0, 0, pad}).t()).narrow(-1, 0, vocabulary);
 }
 
 bool use_fused_kernels(const torch::Device& device) {

@@ -137,25 +137,39 @@ inline void write_gradients(std::vector<GradientSlot>& slots, const torch::Tenso
   }
 }
 
+// Each tensor's squared L2 norm in float64, brought to the host with one
+// copy: on a GPU each .item() would wait for the device. A GPU's norm
+// kernel reads a float32 gradient once and adds in float64; a float64 copy
+// of it, squared and summed, would write and read twice its size again.
+// The CPU adds the float64 squares as it always has.
+[[nodiscard]] inline std::vector<double> squared_norms(const std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return {};
+  std::vector<torch::Tensor> squares;
+  squares.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    squares.push_back(t.is_cuda() ? at::linalg_vector_norm(t, 2, /*dim=*/{}, /*keepdim=*/false, torch::kFloat64).square()
+                                  : t.to(torch::kFloat64).pow(2).sum());
+  }
+  const auto host = torch::stack(squares).to(torch::kCPU).contiguous();
+  return {host.data_ptr<double>(), host.data_ptr<double>() + host.numel()};
+}
+
 // Squared norms by label (index label + 1: the tied weight first), of the
 // labels `counted` picks, each label's tied copies counted once.
 [[nodiscard]] inline std::vector<double> label_norms(const std::vector<GradientSlot>& slots, int last_layer,
                                                      const std::function<bool(int)>& counted) {
   std::vector<double> out(static_cast<std::size_t>(last_layer) + 2, 0.0);
   std::vector<int> labels;
-  std::vector<torch::Tensor> squares;
+  std::vector<torch::Tensor> gradients;
   bool tied_done = false;
   for (const auto& s : slots) {
     if (!counted(s.label) || (s.label == kTied && tied_done)) continue;
     tied_done = tied_done || s.label == kTied;
     labels.push_back(s.label);
-    squares.push_back(s.parameter.grad().to(torch::kFloat64).pow(2).sum());
+    gradients.push_back(s.parameter.grad());
   }
-  if (squares.empty()) return out;
-  // One copy to the host for all of them: on a GPU each .item() would wait
-  // for the device. Added on the host in slot order, as before.
-  const auto host = torch::stack(squares).to(torch::kCPU).contiguous();
-  const double* values = host.data_ptr<double>();
+  // Added on the host in slot order.
+  const std::vector<double> values = squared_norms(gradients);
   for (std::size_t i = 0; i < labels.size(); ++i) out[static_cast<std::size_t>(labels[i] + 1)] += values[i];
   return out;
 }

@@ -115,6 +115,17 @@ enum class AttentionKernel { plain, fused };
 // CPU results do not depend on the libtorch version.
 [[nodiscard]] bool use_fused_kernels(const torch::Device& device);
 
+// The head's logits x W^T for a vocabulary of V rows of W. cuBLAS's fast
+// kernels want every row of a matrix to start 16 bytes after the last; a
+// row of V = 50,257 logits (GPT-2's vocabulary) does not, and the product
+// and its two gradients then run several times slower. `padded` multiplies
+// by W with zero rows added up to a multiple of kVocabularyPadding and
+// returns the V real columns as a view: the same logits within rounding,
+// and the same gradients (the added rows get none). The head pads where
+// fused kernels are used (use_fused_kernels); the CPU keeps the plain product.
+inline constexpr std::int64_t kVocabularyPadding = 64;
+[[nodiscard]] torch::Tensor vocabulary_logits(const torch::Tensor& x, const torch::Tensor& weight, bool padded);
+
 // Cross-entropy of logits (B, S, V) against targets (B, S), in float32.
 [[nodiscard]] torch::Tensor language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 

@@ -140,16 +140,24 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
   write_gradients(slots, tied);
   // Squared norms by label (index label + 1: the tied weight first).
   std::vector<double> norms(static_cast<std::size_t>(last_layer) + 2, 0.0);
+  std::vector<std::size_t> labels;
+  std::vector<torch::Tensor> counted;
   for (const auto& part : plan.parts) {
     if (!part.counted) continue;
     const GradientSlot& s = slots[part.slot];
-    norms[static_cast<std::size_t>(s.label + 1)] +=
-        part.region.of(s.parameter.grad()).to(torch::kFloat64).pow(2).sum().item<double>();
+    labels.push_back(static_cast<std::size_t>(s.label + 1));
+    counted.push_back(part.region.of(s.parameter.grad()));
   }
   if (plan.tied_counted) {
     const auto first = std::find_if(slots.begin(), slots.end(), [](const auto& s) { return s.label == kTied; });
-    if (first != slots.end()) norms[0] += first->parameter.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    if (first != slots.end()) {
+      labels.push_back(0);
+      counted.push_back(first->parameter.grad());
+    }
   }
+  // Added on the host in the order above.
+  const std::vector<double> squares = squared_norms(counted);
+  for (std::size_t i = 0; i < labels.size(); ++i) norms[labels[i]] += squares[i];
   // An owning tensor: an abandoned all-reduce may still write into it.
   auto reduced = torch::tensor(norms, torch::kFloat64);
   groups.trainers().allreduce_sum(reduced);
