@@ -14,7 +14,9 @@
 #   6. GPT-2 XL's per-layer profile;
 #   7. GPT-2 XL under torch.compile (its compilation takes longest);
 #   8. oobleck on GPT-3 1.3B with OOBLECK_PLAIN_KERNELS=1, to show what the
-#      fused kernels bring.
+#      fused kernels bring;
+#   9. eager PyTorch's and torch.compile's steps on GPT-3 1.3B, operator by
+#      operator (tools/pytorch_gpt_reference.py --kernel-table).
 # Logs and results land in OUT_DIR; each part's log is OUT_DIR/NN-part.log.
 #
 #   tools/measure-gpu-efficiency.sh [BUILD_DIR] [OUT_DIR]     DEADLINE_S=540 PEAK_TFLOPS=989
@@ -65,4 +67,14 @@ DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
   part 07-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
 OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
   part 08-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
+# Where eager PyTorch and torch.compile spend the step, operator by operator,
+# on the profile and plan of part 3.
+spec=$out/efficiency-gpt3-1.3b/gpt3-1.3b-s2048-mb4-x4
+for mode in eager compile; do
+  flags=()
+  if [ "$mode" = compile ]; then flags=(--compile); fi
+  part "09-kernels-$mode-gpt3-1.3b" python3 tools/pytorch_gpt_reference.py --profile "$spec.profile.json" \
+    --plan "$spec.plan.json" --data "$out/efficiency-gpt3-1.3b/tokens.bin" --steps 3 --device cuda --threads 8 \
+    "${flags[@]}" --kernel-table "$out/kernels-$mode-gpt3-1.3b.txt"
+done
 echo "measure-gpu-efficiency: done in $SECONDS s" >&2

@@ -8,6 +8,7 @@ the reference oobleck's own speed is measured against
 
   python3 tools/pytorch_gpt_reference.py --profile PROFILE.json --plan PLAN.json --data tokens.bin \\
       [--steps K] [--device cpu|cuda] [--attention plain|sdpa] [--compile] [--threads N] [--json OUT]
+      [--kernel-table FILE]
 
 The model, its initial weights and the data order are oobleck's
 (tools/torchrun_gpt_ddp.py builds them), so step 0's loss equals
@@ -17,7 +18,9 @@ on CUDA, AdamW is PyTorch's fused one and attention is
 F.scaled_dot_product_attention unless --attention plain. --compile wraps the
 model in torch.compile (PyTorch 2). Prints one line per step and, with
 --json, writes {"steps": [{"step", "loss", "step_ms"}], "tokens_per_step",
-"threads", "device", "attention", "compiled", "torch"}.
+"threads", "device", "attention", "compiled", "torch"}. --kernel-table profiles
+the last step with torch.profiler and writes its operators and kernels, the
+costliest on the device first.
 """
 import argparse
 import json
@@ -42,6 +45,20 @@ def write_atomically(path, text):
     os.replace(temporary, path)
 
 
+def write_kernel_table(path, profiler, device):
+    """The profiled step's operators and kernels, the costliest on the device first."""
+    averages = profiler.key_averages()
+    table = None
+    keys = ("self_device_time_total", "self_cuda_time_total") if device == "cuda" else ("self_cpu_time_total",)
+    for key in keys:
+        try:
+            table = averages.table(sort_by=key, row_limit=60)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    write_atomically(path, (table or averages.table(row_limit=60)) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description="oobleck's GPT trained by plain PyTorch, one process")
     parser.add_argument("--profile", required=True, help="oobleck-profile output: the model and microbatch size")
@@ -55,6 +72,9 @@ def main():
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default: 1)")
     parser.add_argument("--json", help="write the steps' times and losses here")
+    parser.add_argument("--kernel-table", metavar="FILE",
+                        help="profile the last step (torch.profiler) and write its operators and kernels, "
+                             "by time on the device, to FILE")
     args = parser.parse_args()
     if args.steps < 1:
         fail("--steps must be at least 1")
@@ -82,6 +102,13 @@ def main():
 
     steps = []
     for step in range(args.steps):
+        profiler = None
+        if args.kernel_table and step == args.steps - 1:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if args.device == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
         began = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         batches = [step_sequences(tokens, args.seed, step, m * microbatch, microbatch, seq_len)
@@ -101,6 +128,9 @@ def main():
         optimizer.step()
         loss_value = float(torch.stack(losses).double().sum())  # waits for the device
         step_ms = (time.perf_counter() - began) * 1000
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            write_kernel_table(args.kernel_table, profiler, args.device)
         steps.append({"step": step, "loss": loss_value, "step_ms": step_ms})
         print(f"step {step:3d}  loss {loss_value:.6f}  {step_ms:.1f} ms", flush=True)
     if args.json:

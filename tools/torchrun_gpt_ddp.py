@@ -113,7 +113,7 @@ class Block(nn.Module):
         batch, length, hidden = x.shape
         head_dim = hidden // self.heads
         qkv = self.qkv(self.ln1(x)).view(batch, length, 3, self.heads, head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         if self.attention == "sdpa":
             attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:

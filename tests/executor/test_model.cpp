@@ -279,6 +279,15 @@ TEST_CASE("model: a float32 gradient added into its float64 sum equals aten's pr
   expected.add_(grad);
   add_widened(sum, grad);
   CHECK(torch::equal(sum, expected));
+  // A step's first gradient, written over whatever the sum held: 0 + g,
+  // negative zeros made positive as the add makes them.
+  auto signed_zeros = grad.clone();
+  signed_zeros.narrow(0, 0, 10).fill_(-0.0);
+  auto first = torch::randn({1000, 37}, gen, torch::TensorOptions().dtype(torch::kFloat64));
+  const auto added = torch::zeros_like(first).add_(signed_zeros);
+  add_widened(first, signed_zeros, /*first=*/true);
+  CHECK(torch::equal(first, added));
+  CHECK(torch::equal(torch::signbit(first), torch::signbit(added)));
 }
 
 TEST_CASE("model: the plain attention is the causal softmax(q k^T / sqrt(d)) v, position by position") {

@@ -63,7 +63,10 @@ class Block final : public GptLayer {
     const auto B = x.size(0), S = x.size(1), H = x.size(2);
     const auto d = H / (heads_ * shard_.degree);
     // Causal self-attention over this shard's heads.
-    auto qkv = qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4});
+    // Unbound, not indexed: the backward stacks the three gradients into
+    // one tensor instead of zero-filling the whole of qkv for each and adding.
+    const auto qkv =
+        qkv_->forward(shared_input(ln1_->forward(x))).view({B, S, 3, heads_, d}).permute({2, 0, 3, 1, 4}).unbind(0);
     const auto kernel = use_fused_kernels(x.device()) ? AttentionKernel::fused : AttentionKernel::plain;
     auto attended = causal_attention(qkv[0], qkv[1], qkv[2], kernel, attention_recompute_)
                         .permute({0, 2, 1, 3})

@@ -58,7 +58,7 @@ std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& 
   std::vector<StepMetrics> out;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = Clock::now();
-    zero_sums(slots);
+    begin_sums(slots);
     // The step's tokens go to the device first, and the losses come back
     // once at the end: a GPU then never waits for the host between
     // microbatches (a copy from pageable memory, or .item(), would wait).
@@ -79,6 +79,7 @@ std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& 
         losses.push_back(loss.detach());
       }
     }
+    settle_sums(slots);
     write_gradients(slots, tied_sum(slots));
     clip_by_global_norm(slots, label_norms(slots, last_layer, [](int) { return true; }), o.clip_norm);
     step_optimizers(model, 0, layers);

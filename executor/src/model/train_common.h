@@ -53,8 +53,9 @@ inline constexpr int kTied = -1;
 struct GradientSlot {
   int label = 0;
   torch::Tensor parameter;
-  torch::Tensor sum;  // float64
+  torch::Tensor sum;  // float64; holds this step's sum only where `summed`
   std::string name;   // the parameter's, within its layer
+  bool summed = false;
 };
 
 // The slots of layers [begin, end) of `layers`, in layer and parameter order.
@@ -79,30 +80,49 @@ struct GradientSlot {
 // A step starts from nothing: no sums, and no gradient left from the last step.
 // A parameter's gradient is left undefined between microbatches, so that
 // autograd hands over each microbatch's gradient instead of adding it to a
-// zeroed one (the same values, one pass over memory fewer).
-inline void zero_sums(std::vector<GradientSlot>& slots) {
-  torch::NoGradGuard no_grad;
+// zeroed one (the same values, one pass over memory fewer). The sums are not
+// zeroed: the first microbatch's gradient is written into them, and
+// settle_sums zeroes those no microbatch reached, before they are read.
+inline void begin_sums(std::vector<GradientSlot>& slots) {
   for (auto& s : slots) {
-    s.sum.zero_();
+    s.summed = false;
     s.parameter.mutable_grad() = torch::Tensor();
   }
 }
 
-// sum += grad, a float32 gradient into a float64 sum. On the CPU, aten
-// would first copy the gradient to float64 (its CPU kernels do not widen as
-// they go); a loop widens element by element instead, the same sums bit for
-// bit (sum + double(g) is what the promoted add computes).
-inline void add_widened(torch::Tensor& sum, const torch::Tensor& grad) {
+inline void settle_sums(std::vector<GradientSlot>& slots) {
+  torch::NoGradGuard no_grad;
+  for (auto& s : slots) {
+    if (!s.summed) s.sum.zero_();
+    s.summed = true;
+  }
+}
+
+// sum += grad (or sum = 0 + grad, `first`), a float32 gradient into a
+// float64 sum. On the CPU, aten would first copy the gradient to float64
+// (its CPU kernels do not widen as they go); a loop widens element by
+// element instead, the same sums bit for bit (sum + double(g) is what the
+// promoted add computes). On a GPU the first gradient is copied, widened:
+// 0 + g but for the sign of a zero, which no later step can tell apart.
+inline void add_widened(torch::Tensor& sum, const torch::Tensor& grad, bool first = false) {
   if (!sum.is_cpu() || !grad.is_cpu() || sum.scalar_type() != torch::kFloat64 ||
       grad.scalar_type() != torch::kFloat32 || !sum.is_contiguous() || !grad.is_contiguous() ||
       sum.numel() != grad.numel()) {
-    sum.add_(grad);
+    if (first) {
+      sum.copy_(grad);
+    } else {
+      sum.add_(grad);
+    }
     return;
   }
   double* out = sum.data_ptr<double>();
   const float* in = grad.data_ptr<float>();
   at::parallel_for(0, sum.numel(), 1 << 15, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) out[i] += static_cast<double>(in[i]);
+    if (first) {
+      for (std::int64_t i = begin; i < end; ++i) out[i] = 0.0 + static_cast<double>(in[i]);
+    } else {
+      for (std::int64_t i = begin; i < end; ++i) out[i] += static_cast<double>(in[i]);
+    }
   });
 }
 
@@ -112,7 +132,8 @@ inline void add_microbatch(std::vector<GradientSlot>& slots) {
   for (auto& s : slots) {
     auto& grad = s.parameter.mutable_grad();
     if (!grad.defined()) continue;  // no part in this microbatch's loss
-    add_widened(s.sum, grad);
+    add_widened(s.sum, grad, !s.summed);
+    s.summed = true;
     grad = torch::Tensor();
   }
 }

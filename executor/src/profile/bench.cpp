@@ -177,7 +177,7 @@ struct Bench::State {
     Bytes activation = 0, output = 0;
     auto slots = float64_sums(layer->parameters());
     const auto [forward_ms, backward_ms] = mean_runs([&] {
-      zero_sums(slots);
+      begin_sums(slots);
       torch::Tensor input, y;
       sync();
       const std::int64_t before = live_bytes();
@@ -250,7 +250,7 @@ struct Bench::State {
       whole.to(device_, kWeights);
       auto slots = float64_sums(whole.parameters());
       std::tie(out.whole_forward_ms, out.whole_backward_ms) = mean_runs([&] {
-        zero_sums(slots);
+        begin_sums(slots);
         torch::Tensor loss;
         const Milliseconds f = timer_.time([&] {
           loss = language_model_loss(whole.forward(tokens_), targets_);

@@ -108,6 +108,7 @@ std::set<std::vector<int>> gradient_groups(const std::vector<recovery::WorkerSea
 void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan& plan, GenerationGroups& groups,
                            int last_layer, double clip_norm) {
   torch::NoGradGuard no_grad;
+  settle_sums(slots);
   for (std::size_t i : plan.copies) slots[i].sum.zero_();
   std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
   for (const auto& part : plan.parts) by_set[part.holders].push_back(part.region.of(slots[part.slot].sum));

@@ -22,7 +22,7 @@ double PipelineStep::run(int step, bool record) {
   timeline_ = {};
   if (recording_) groups_.trainers().barrier();
   timeline_.step_start_ms = now_ms();
-  zero_sums(slots_);
+  begin_sums(slots_);
   double loss = 0;
   {
     const CudaAutocast autocast(o_.bf16);
