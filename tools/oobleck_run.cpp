@@ -50,6 +50,9 @@ void add_data_flags(CLI::App& app, RunFlags& f) {
                  "cpu, or cuda: every worker on the first visible GPU, mixed precision when the profile is "
                  "bf16; stages exchange tensors through host memory with Gloo")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--deterministic", o.deterministic,
+               "On cuda: kernels that give the same bits every run (fused attention's backward is otherwise "
+               "not), so that losses equal the one process's bit for bit, as on the CPU; somewhat slower");
   app.add_option("--metrics", o.metrics_path,
                  "JSON lines, written as training goes, each with a kind: run, generation, step, "
                  "reconfiguration, speeds, no_plan");
@@ -228,6 +231,7 @@ int run_single_process(const MasterOptions& o) {
   const Plan plan = parse_plan(read_text_file(o.plan_path), o.plan_path, profile);
   TrainOptions options;
   apply_profile(options, profile, o.device);
+  if (o.deterministic && options.device == "cuda") use_deterministic_kernels();
   options.steps = o.steps;
   options.seed = o.seed;
   options.learning_rate = o.learning_rate;

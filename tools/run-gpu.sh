@@ -7,8 +7,10 @@
 # one process on the GPU, and compares: losses, and iteration and per-stage
 # times against `oobleck-sim iteration` on the same profile and plan, both as
 # planned (a GPU per node) and as run (one shared GPU). The same for a
-# 1-node and a 2-node plan. Everything lands in OUT_DIR. Exits 1 when the
-# losses differ from the one process's by more than 1e-4 (relative).
+# 1-node and a 2-node plan. Everything lands in OUT_DIR. Every run asks for
+# deterministic kernels (oobleck-run --deterministic), without which fused
+# attention's backward differs in its last bits from run to run. Exits 1
+# when the losses differ from the one process's by more than 1e-4 (relative).
 #
 #   tools/run-gpu.sh [BUILD_DIR] [OUT_DIR]     MODEL=gpt2-small SEQ=1024 MB=4 STEPS=12 DEVICE=cuda DTYPE=bf16
 set -euo pipefail
@@ -39,7 +41,7 @@ for run in 5node 2node 1node; do
   if [ "$run" = 1node ]; then profile=$out/profile-1node.json; fi
   echo "== $run: oobleck-run on $device" >&2
   "$bin/oobleck-run" --plan "$plan" --profile "$profile" --data "$out/tokens.bin" --steps "$steps" \
-    --device "$device" --metrics "$out/run-$run.jsonl" --chrome-trace "$out/run-$run-trace.json" \
+    --device "$device" --deterministic --metrics "$out/run-$run.jsonl" --chrome-trace "$out/run-$run-trace.json" \
     > "$out/run-$run.txt"
   # As planned (every node its own GPU), and as this run is: one GPU shared
   # by every worker, float64 gradient sums (twice the fp32 bytes), and the
@@ -58,5 +60,5 @@ done
 
 echo "== the same steps in one process on $device" >&2
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" \
-  --device "$device" --single-process --metrics "$out/single.jsonl" > /dev/null
+  --device "$device" --deterministic --single-process --metrics "$out/single.jsonl" > /dev/null
 tools/oobleck-tools compare-losses "$out/run-5node.jsonl" "$out/single.jsonl" --table --json "$out/losses.json"

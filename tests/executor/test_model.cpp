@@ -91,7 +91,7 @@ TEST_CASE("model: the chain of separately built layers gives the whole model's l
   CHECK(std::abs(loss - std::log(static_cast<double>(c.vocab))) < 0.5);
 }
 
-TEST_CASE("model: the loss and its gradient bit for bit as PyTorch's cross-entropy computes them") {
+TEST_CASE("model: the loss and its gradient as PyTorch's cross-entropy computes them, bit for bit on libtorch 1.x") {
   // GPT-2's vocabulary, a scale that makes some rows confident, a gradient
   // scale other than 1 (the loss is divided by the batch's microbatches).
   torch::manual_seed(3);
@@ -105,7 +105,13 @@ TEST_CASE("model: the loss and its gradient bit for bit as PyTorch's cross-entro
   const auto loss = language_model_loss(logits, targets);
   (loss / 3).backward();
   CHECK(loss.item<float>() == reference.item<float>());
+#if TORCH_VERSION_MAJOR < 2
   CHECK(torch::equal(logits.grad(), reference_logits.grad()));
+#else
+  // libtorch 2's CPU log-softmax backward rounds its gradient differently
+  // (seen with 2.11 on an H200's host): the same to float32 rounding.
+  CHECK(torch::allclose(logits.grad(), reference_logits.grad(), 1e-6, 1e-12));
+#endif
 }
 
 // The padded product is the plain one: the same logits (a view of the real
@@ -338,6 +344,29 @@ TEST_CASE("model: fused and plain attention agree within bf16 tolerance on a GPU
     for (int i = 0; i < 3; ++i)
       CHECK(close(fused_grads[static_cast<std::size_t>(i)], plain_grads[static_cast<std::size_t>(i)]));
   }
+}
+
+// Fused attention's backward adds its parts in a different order each run
+// unless deterministic kernels are asked for (use_deterministic_kernels):
+// then the same inputs give the same gradients, bit for bit.
+TEST_CASE("model: with deterministic kernels fused attention's backward repeats bit for bit on a GPU") {
+  if (!torch::cuda::is_available()) OOBLECK_SKIP("no CUDA GPU");
+  if (!fused_attention_available()) OOBLECK_SKIP("libtorch " TORCH_VERSION " has no fused attention");
+  use_deterministic_kernels();
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto gradients = [&] {
+    torch::manual_seed(8);
+    const auto make = [&] { return torch::randn({4, 12, 1024, 64}, options).requires_grad_(); };
+    auto q = make(), k = make(), v = make();
+    const auto out = causal_attention(q, k, v, AttentionKernel::fused);
+    return torch::autograd::grad({out}, {q, k, v}, {torch::randn_like(out)});
+  };
+  const auto first = gradients();
+  for (int run = 0; run < 4; ++run) {
+    const auto again = gradients();
+    for (std::size_t i = 0; i < 3; ++i) CHECK(torch::equal(again[i], first[i]));
+  }
+  at::globalContext().setDeterministicAlgorithms(false, false);
 }
 
 // On a GPU with libtorch 2: the fused AdamW step makes the update

@@ -20,7 +20,9 @@ TEST_CASE("run: pipelines of 3 and 2 nodes train what one process trains") {
   std::multiset<std::size_t> sizes = {plan["pipelines"][0]["nodes"].size(), plan["pipelines"][1]["nodes"].size()};
   REQUIRE(sizes == std::multiset<std::size_t>{2, 3});
 
-  const auto live = setup.live(12, 3, "live.jsonl");
+  // --deterministic reaches every worker (on the CPU, whose kernels are
+  // deterministic already, it changes nothing).
+  const auto live = setup.live(12, 3, "live.jsonl", "--deterministic");
   REQUIRE(live.status == 0);
   const auto steps = setup.steps("live.jsonl");
   oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 3));

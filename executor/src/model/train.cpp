@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,11 @@ void apply_profile(TrainOptions& options, const Profile& profile, const std::str
   const auto model = nlohmann::json::parse(profile.model_json, nullptr, false);
   const auto dtype = model.is_object() ? model.find("dtype") : model.end();
   options.bf16 = device == "cuda" && dtype != model.end() && *dtype == "bf16";
+}
+
+void use_deterministic_kernels() {
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 }
 
 std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens, const TrainOptions& o,

@@ -41,13 +41,15 @@ const std::vector<HardwareDescription>& hardware_presets() {
        "both ways); NDR InfiniBand 400 Gb/s per GPU",
        8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.5, 0.8, 360e9, 50e9, 0.01},
       // The H200 as oobleck's own executor drives it (libtorch 2.11 eager,
-      // fused attention and AdamW): compute efficiency and per-layer
-      // overhead fitted by `oobleck-profile analytic --fit --fit-terms
-      // compute overhead` to profiles/gpt3-1.3b-h200-mb4-bf16.measured.json.
+      // fused attention and AdamW, the head's product padded): compute
+      // efficiency and per-layer overhead fitted by `oobleck-profile analytic
+      // --fit --fit-terms compute overhead` to
+      // profiles/gpt3-1.3b-h200-mb4-bf16.measured.json and
+      // profiles/gpt2-xl-h200-mb8-bf16.measured.json together.
       {"h200-libtorch", "8x NVIDIA H200-SXM-141GB running libtorch 2.11 eager, bf16 autocast, fused attention",
-       "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to GPT-3 1.3B (microbatch 4 x 2048, "
-       "bf16) measured on an H200 with oobleck-profile",
-       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.476, 0, 360e9, 50e9, 0.01, 0.336},
+       "NVIDIA H200 datasheet peaks; efficiency and per-layer overhead fitted to GPT-3 1.3B (microbatch 4 x 2048) "
+       "and GPT-2 XL (microbatch 8 x 1024), bf16, measured on an H200 with oobleck-profile",
+       8, Bytes{141} * 1000 * 1000 * 1000, 67e12, 989e12, 4.8e12, 0.423, 0, 360e9, 50e9, 0.01, 0.212},
   };
   return presets;
 }

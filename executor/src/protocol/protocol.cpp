@@ -128,7 +128,8 @@ void to_json(Json& j, const Welcome& m) {
        {"seed", m.seed},
        {"comm_timeout_ms", m.comm_timeout_ms},
        {"learning_rate", m.learning_rate},
-       {"snapshot_every", m.snapshot_every}};
+       {"snapshot_every", m.snapshot_every},
+       {"deterministic", m.deterministic}};
 }
 void from_json(const Json& j, Welcome& m) {
   m.profile = field<std::string>(j, "profile");
@@ -142,6 +143,7 @@ void from_json(const Json& j, Welcome& m) {
   m.comm_timeout_ms = field<std::int64_t>(j, "comm_timeout_ms");
   m.learning_rate = field<double>(j, "learning_rate");
   m.snapshot_every = field<int>(j, "snapshot_every");
+  m.deterministic = field<bool>(j, "deterministic");
 }
 
 void to_json(Json& j, const LayerCopy& m) {

@@ -87,6 +87,7 @@ struct Welcome {
   std::int64_t comm_timeout_ms = 0;
   double learning_rate = 3e-3;
   int snapshot_every = 0;  // steps between snapshots in the agent's memory (0: none)
+  bool deterministic = false;  // use_deterministic_kernels on a GPU
 };
 
 // One shard of a layer's state (shard from_shard of from_degree) sent from

@@ -85,6 +85,7 @@ struct MasterOptions {
   double learning_rate = 3e-3;       // AdamW's (TrainOptions::learning_rate)
   int threads = 1;                   // intra-op threads per worker
   std::string device = "cpu";        // cpu, or cuda (TrainOptions::device)
+  bool deterministic = false;        // on cuda: use_deterministic_kernels in every worker
   std::string metrics_path;          // JSON lines: one per step, one per reconfiguration
   std::string chrome_trace_path;     // the last step's schedule
   std::string hostfile;              // node names are hosts; others are reached over SSH

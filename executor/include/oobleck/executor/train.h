@@ -40,6 +40,15 @@ struct StepMetrics {
 [[nodiscard]] std::vector<StepMetrics> train_single_process(const std::vector<std::uint16_t>& tokens,
                                                             const TrainOptions& options, int global_microbatches);
 
+// From here on this process's CUDA kernels give the same bits every run, as
+// the CPU's always do (libtorch's deterministic algorithms, cuBLAS with a
+// fixed workspace). Without it, fused attention's backward adds its parts
+// in a different order each run (its flash, memory-efficient and cuDNN
+// kernels alike, seen on an H200 with libtorch 2.11), and losses agree
+// between splits of the batch only to rounding. Call before the process
+// first uses the GPU: cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it starts.
+void use_deterministic_kernels();
+
 // The model, the microbatch size and the precision from `profile`, trained
 // on `device` (cpu or cuda). Throws InputError for another device, or for
 // cuda where this libtorch sees no GPU.

@@ -102,7 +102,8 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
               o_.seed,
               static_cast<std::int64_t>(o_.comm_timeout_s * 1000),
               o_.learning_rate,
-              o_.snapshot_every};
+              o_.snapshot_every,
+              o_.deterministic};
   // (o_.state_dir stays as the job was started: empty for the default
   // folder, which goes when the job ends by itself, whichever master ends it.)
   state_dir_ = kept_ ? options.resume_master_dir : o_.state_dir;

@@ -29,6 +29,7 @@ ordered_json options_json(const MasterOptions& o) {
           {"learning_rate", o.learning_rate},
           {"threads", o.threads},
           {"device", o.device},
+          {"deterministic", o.deterministic},
           {"metrics", o.metrics_path},
           {"chrome_trace", o.chrome_trace_path},
           {"hostfile", o.hostfile},
@@ -85,6 +86,11 @@ MasterOptions parse_options(const json& j, const FieldPath& where) {
     if (t.size() != 2) throw (where / "straggler_thresholds").error("expected [slow, recovered]");
     o.straggler_slow_below = as_number(t[0], (where / "straggler_thresholds")[0], 0.01, 1);
     o.straggler_recovered_above = as_number(t[1], (where / "straggler_thresholds")[1], 0.01, 1);
+  }
+  if (j.contains("deterministic")) {  // (states kept before it existed lack it)
+    const json& deterministic = j.at("deterministic");
+    if (!deterministic.is_boolean()) throw (where / "deterministic").error("expected true or false");
+    o.deterministic = deterministic.get<bool>();
   }
   if (j.contains("straggler_probation_steps")) {  // (states kept before it existed lack it)
     o.straggler_probation_steps =

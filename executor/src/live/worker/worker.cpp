@@ -93,6 +93,7 @@ class LiveWorker {
   void configure(const protocol::Welcome& welcome) {
     profile_ = parse_profile(welcome.profile, welcome.profile_origin);
     apply_profile(o_, profile_, welcome.device);
+    if (welcome.deterministic && o_.device == "cuda") use_deterministic_kernels();
     o_.cuda_device = gpu_;
     gpus_ = profile_.hardware.gpus_per_node;
     o_.steps = welcome.steps;
