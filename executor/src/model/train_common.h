@@ -168,8 +168,9 @@ inline void write_gradients(std::vector<GradientSlot>& slots, const torch::Tenso
   std::vector<torch::Tensor> squares;
   squares.reserve(tensors.size());
   for (const auto& t : tensors) {
-    squares.push_back(t.is_cuda() ? at::linalg_vector_norm(t, 2, /*dim=*/{}, /*keepdim=*/false, torch::kFloat64).square()
-                                  : t.to(torch::kFloat64).pow(2).sum());
+    squares.push_back(t.is_cuda()
+                          ? at::linalg_vector_norm(t, 2, /*dim=*/{}, /*keepdim=*/false, torch::kFloat64).square()
+                          : t.to(torch::kFloat64).pow(2).sum());
   }
   const auto host = torch::stack(squares).to(torch::kCPU).contiguous();
   return {host.data_ptr<double>(), host.data_ptr<double>() + host.numel()};
