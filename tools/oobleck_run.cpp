@@ -52,7 +52,8 @@ void add_data_flags(CLI::App& app, RunFlags& f) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--deterministic", o.deterministic,
                "On cuda: kernels that give the same bits every run (fused attention's backward is otherwise "
-               "not), so that losses equal the one process's bit for bit, as on the CPU; somewhat slower");
+               "not), so that losses equal the one process's bit for bit, as on the CPU; attention then runs "
+               "1.7-2.6x slower (measured on an H200)");
   app.add_option("--metrics", o.metrics_path,
                  "JSON lines, written as training goes, each with a kind: run, generation, step, "
                  "reconfiguration, speeds, no_plan");

@@ -90,6 +90,7 @@ inline void begin_sums(std::vector<GradientSlot>& slots) {
   }
 }
 
+// Before the sums are read: those no microbatch of the step reached are zeroed.
 inline void settle_sums(std::vector<GradientSlot>& slots) {
   torch::NoGradGuard no_grad;
   for (auto& s : slots) {
