@@ -109,6 +109,28 @@ def test_run_vs_sim(tmp_path):
     assert run_tools("run-vs-sim", paths["plan"], paths["sim"], metrics, "--max-error", "0.1").returncode == 1
 
 
+def test_run_vs_sim_cores_worth(tmp_path):
+    # One process takes 160 ms a step; the 2-node run 100 ms: 0.8 of a core
+    # per core. Stages of 30 and 40 ms a microbatch, 8 microbatches: at most
+    # 70 / (2 * 40 * 9 / 8) = 0.778 from this plan, 8 / 9 balanced.
+    paths, metrics = inputs(tmp_path, predicted_ms=100.0)
+    paths["plan"].write_text(json.dumps({"iteration_ms": 90.0, "pipelines": [
+        {"nodes": [0, 1], "microbatches": 8, "stages": [{"forward_ms": 10, "backward_ms": 20},
+                                                        {"forward_ms": 15, "backward_ms": 25}]}]}))
+    single = write_lines(tmp_path / "single.jsonl",
+                         [step_line(s, 3.0, iteration_ms=ms) for s, ms in enumerate([500.0, 400.0, 159.0, 160.0, 170.0])])
+    result = run_tools("run-vs-sim", paths["plan"], paths["sim"], metrics, "--single", single)
+    assert result.returncode == 0, result.stderr
+    assert "one process (median of the same steps):                160.00 ms" in result.stdout
+    assert "cores' worth: one process / (2 cores x the run): 0.800" in result.stdout
+    assert "what the plan's stages allow, as profiled:        0.778" in result.stdout
+    assert "the most balanced stages would:                   0.889" in result.stdout
+    (tmp_path / "empty.jsonl").write_text("")
+    bad = run_tools("run-vs-sim", paths["plan"], paths["sim"], metrics, "--single", tmp_path / "empty.jsonl")
+    assert bad.returncode == 2
+    assert_no_traceback(bad)
+
+
 def test_sim_scenario(tmp_path):
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"measured": {"copy_bytes_per_s": 1.5e10, "gemm_flops_per_s": 1e11}}))
