@@ -10,13 +10,14 @@
 #      1.3B against torch.compile);
 #   4. the per-layer profile of GPT-3 1.3B (tools/measure-gpu.sh), for
 #      refitting the analytic model;
-#   5. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the simulator;
-#   6. GPT-2 XL's per-layer profile;
-#   7. GPT-2 XL under torch.compile (its compilation takes longest);
+#   5. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the
+#      simulator, with deterministic kernels (losses bit for bit);
+#   6. eager PyTorch's and torch.compile's steps on GPT-3 1.3B, operator by
+#      operator (tools/pytorch_gpt_reference.py --kernel-table);
+#   7. GPT-2 XL's per-layer profile;
 #   8. oobleck on GPT-3 1.3B with OOBLECK_PLAIN_KERNELS=1, to show what the
 #      fused kernels bring;
-#   9. eager PyTorch's and torch.compile's steps on GPT-3 1.3B, operator by
-#      operator (tools/pytorch_gpt_reference.py --kernel-table).
+#   9. GPT-2 XL under torch.compile (its compilation takes longest).
 # Logs and results land in OUT_DIR; each part's log is OUT_DIR/NN-part.log.
 #
 #   tools/measure-gpu-efficiency.sh [BUILD_DIR] [OUT_DIR]     DEADLINE_S=540 PEAK_TFLOPS=989
@@ -60,21 +61,22 @@ DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak COMPILE=0 \
   part 03-efficiency-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt2-xl" gpt2-xl:1024:8:4
 part 04-profile-gpt3-1.3b tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt3-1.3b:2048:4:bf16
-STEPS=8 part 05-live-run tools/run-gpu.sh "$build" "$out/live-run"
-part 06-profile-gpt2-xl tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt2-xl:1024:8:bf16
-# torch.compile of GPT-2 XL's 48 blocks takes longest: it goes late.
-DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
-  part 07-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
-OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
-  part 08-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
+STEPS=12 part 05-live-run tools/run-gpu.sh "$build" "$out/live-run"
 # Where eager PyTorch and torch.compile spend the step, operator by operator,
 # on the profile and plan of part 3.
 spec=$out/efficiency-gpt3-1.3b/gpt3-1.3b-s2048-mb4-x4
 for mode in eager compile; do
   flags=()
   if [ "$mode" = compile ]; then flags=(--compile); fi
-  part "09-kernels-$mode-gpt3-1.3b" python3 tools/pytorch_gpt_reference.py --profile "$spec.profile.json" \
+  part "06-kernels-$mode-gpt3-1.3b" python3 tools/pytorch_gpt_reference.py --profile "$spec.profile.json" \
     --plan "$spec.plan.json" --data "$out/efficiency-gpt3-1.3b/tokens.bin" --steps 3 --device cuda --threads 8 \
     "${flags[@]}" --kernel-table "$out/kernels-$mode-gpt3-1.3b.txt"
 done
+part 07-profile-gpt2-xl tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt2-xl:1024:8:bf16
+OOBLECK_PLAIN_KERNELS=1 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=4 WARMUP=2 PEAK_TFLOPS=$peak REFERENCES=none \
+  part 08-plain-kernels-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/plain-gpt3-1.3b" gpt3-1.3b:2048:4:4
+# torch.compile of GPT-2 XL's 48 blocks takes longest (more than the minute
+# left on 2026-11-27 and 11-28): it goes last.
+DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
+  part 09-compiled-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/compiled-gpt2-xl" gpt2-xl:1024:8:4
 echo "measure-gpu-efficiency: done in $SECONDS s" >&2
