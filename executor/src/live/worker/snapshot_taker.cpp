@@ -21,7 +21,10 @@ struct SnapshotTaker::MappedSlot {
   MappedSlot(const std::string& path, std::size_t size) : bytes(size) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot open the agent's memory " + path);
-    address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Populated now, on this background thread: a copy from a GPU into pages
+    // that fault in as it goes ran at 1 GB/s on an H200, against 10 GB/s into
+    // pages already there, and such a copy holds the GPU's stream throughout.
+    address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     ::close(fd);
     if (address == MAP_FAILED) throw std::runtime_error("cannot map the agent's memory " + path);
   }
