@@ -27,7 +27,7 @@ def add_arguments(parser):
     add_measured_iteration_options(parser)
 
 
-def cores_worth(plan, path, pipelines, single_ms, measured):
+def cores_worth(path, pipelines, single_ms, measured):
     """Prints one process's step over the run's cores, and the bounds of a one-pipeline plan."""
     nodes = sum(len(p["nodes"]) for p in pipelines)
     print(f"one process (median of the same steps):             {single_ms:9.2f} ms")
@@ -75,7 +75,7 @@ def run(args):
         same = [s["iteration_ms"] for s in single if first_step <= s["step"] <= last_step]
         if not same:
             raise InputError(f"{args.single}: no steps {first_step}..{last_step}")
-        cores_worth(plan, args.plan, pipelines, statistics.median(same), measured)
+        cores_worth(args.plan, pipelines, statistics.median(same), measured)
     error = relative_error(predicted, measured)
     if args.max_error is not None and abs(error) > args.max_error:
         print(f"run-vs-sim: the prediction is off by {100 * error:+.1f} %, more than {100 * args.max_error:g} %",
