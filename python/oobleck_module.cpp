@@ -102,6 +102,7 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
   // to the most nodes the new plan can use.
   auto cost = std::make_shared<CostModel>(*current.profile, current.plan.template_microbatches);
   cost->set_recompute(current.plan.recompute);
+  cost->set_tensor_parallel_nodes(current.plan.tensor_parallel_nodes);
   cost->set_gradient_sync(current.plan.gradient_sync);
   cost->set_gradient_bucket_bytes(current.plan.gradient_bucket_bytes);
   auto templates = std::make_shared<Templates>(

@@ -87,9 +87,17 @@ void add_recompute_option(CLI::App* cmd, std::string& policy) {
 
 RecomputePolicy recompute_policy(const std::string& name) { return *recompute_policy_named(name); }
 
+// --tensor-parallel-nodes: how many whole nodes one stage may span.
+void add_tensor_parallel_nodes_option(CLI::App* cmd, int& nodes) {
+  cmd->add_option("--tensor-parallel-nodes", nodes,
+                  "Let a stage span up to this many whole nodes, tensor-parallel over all their GPUs (default 1: "
+                  "a stage stays inside a node)")
+      ->check(CLI::Range(1, kMaxTensorParallelNodes));
+}
+
 struct TemplatesFlags {
   std::string profile_path, json_out, recompute = "none";
-  int max_nodes = 0, microbatches = 0;
+  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1;
 };
 
 CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
@@ -103,6 +111,7 @@ CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--json", f.json_out, "Write JSON here ('-' for stdout)");
   add_recompute_option(cmd, f.recompute);
+  add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
   return cmd;
 }
 
@@ -111,6 +120,7 @@ int run_templates(const TemplatesFlags& f) {
   const int m = f.microbatches > 0 ? f.microbatches : default_template_microbatches(profile, f.max_nodes);
   CostModel cost(profile, m);
   cost.set_recompute(recompute_policy(f.recompute));
+  cost.set_tensor_parallel_nodes(f.tensor_parallel_nodes);
   const TemplateSet templates = timed_templates(cost, f.max_nodes);
   if (emit_json(f.json_out, templates_to_json(templates, profile))) return 0;
   print_profile_header(profile);
@@ -125,6 +135,7 @@ struct InstantiateFlags {
   std::string json_out, hostfile, recompute = "none";
   cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
+  int tensor_parallel_nodes = 1;
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
 
@@ -183,6 +194,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
                   "fast); the slowest nodes take each pipeline's lightest stages and the batch is re-split");
   add_recompute_option(cmd, f.recompute);
   cli::add_gradient_sync_options(cmd, f.gradient_sync);
+  add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
   return cmd;
 }
 
@@ -235,7 +247,7 @@ int run_instantiate(const InstantiateFlags& f) {
     const SizedClusterPlan sized =
         plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
                                 recompute_policy(f.recompute), f.gradient_sync.sync(),
-                                f.gradient_sync.bucket_bytes());
+                                f.gradient_sync.bucket_bytes(), f.tensor_parallel_nodes);
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -247,10 +259,12 @@ int run_instantiate(const InstantiateFlags& f) {
   }
   ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
-                   recompute_policy(f.recompute), f.gradient_sync.sync(), f.gradient_sync.bucket_bytes());
+                   recompute_policy(f.recompute), f.gradient_sync.sync(), f.gradient_sync.bucket_bytes(),
+                   f.tensor_parallel_nodes);
   if (!speeds.empty()) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);
+    cost.set_tensor_parallel_nodes(result.plan.tensor_parallel_nodes);
     cost.set_gradient_sync(result.plan.gradient_sync);
     cost.set_gradient_bucket_bytes(result.plan.gradient_bucket_bytes);
     result.plan = instantiate_at_speeds(cost, result.templates, names, f.fault_tolerance, f.global_microbatches, speeds);
@@ -299,6 +313,7 @@ int run_reconfigure(const ReconfigureFlags& f) {
   const auto added_nodes = split_list(f.added);
   CostModel cost(profile, current.template_microbatches);
   cost.set_recompute(current.recompute);  // as the plan's templates could choose
+  cost.set_tensor_parallel_nodes(current.tensor_parallel_nodes);
   cost.set_gradient_sync(current.gradient_sync);
   cost.set_gradient_bucket_bytes(current.gradient_bucket_bytes);
   const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));

@@ -11,7 +11,8 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-// A balanced layout: j stages of G/j GPUs on every node, layers split by
+// A balanced layout: j stages of G/j GPUs on every node (or one stage on
+// every k nodes, at degree k G), layers split by
 // min-max bisection with a greedy that respects memory. Not optimal; it seeds
 // the exact search with an upper bound whose slowest stage is near the least
 // possible, so the walk down the Pareto front can start near its bottom.
@@ -24,8 +25,10 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
   // nothing here: the seed recomputes only when every stage must.
   const Recompute r = cost.recompute_choices().front();
   for (int t : cost.degrees()) {
-    const int per_node = gpus / t;
-    const int count = nodes * per_node;
+    const int span = t > gpus ? t / gpus : 1;  // nodes a stage takes
+    if (nodes % span != 0) continue;
+    const int per_node = t > gpus ? 1 : gpus / t;
+    const int count = nodes / span * per_node;
     if (count > layers) continue;
     auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
       std::vector<Stage> stages;
@@ -42,7 +45,7 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
           ++end;
         }
         if (s == count - 1 && end != layers) return std::nullopt;
-        stages.push_back({begin, end, t, s / per_node, r});
+        stages.push_back({begin, end, t, s / per_node * span, r, span});
         begin = end;
       }
       return stages;

@@ -5,6 +5,11 @@
 //    (Megatron-style: after attention and after the MLP). The all-reduce
 //    part is kept apart as well, so the simulator can show it as ops of its
 //    own while the totals the planner optimises stay the same;
+//  * a tensor-parallel group over k whole nodes all-reduces hierarchically
+//    (hierarchical_allreduce_ms: inside each node, then the shards across
+//    the nodes on every GPU's card at once); unmeasured at its degree, a
+//    layer's compute measured at a whole node divides further, and a layer
+//    replicated there is replicated on the k nodes too;
 //  * the gradient synchronisation of pipelines of one template ending
 //    together: what of their layers' all-reduces runs after the last
 //    backward (sync_tail_ms); pipelines of several templates side by side:
@@ -62,35 +67,38 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   for (int t = 1; t <= gpus; ++t) {
     if (gpus % t == 0) degrees_.push_back(t);
   }
+  priced_degrees_ = degrees_;
+  for (int k = 2; k <= kMaxTensorParallelNodes; ++k) priced_degrees_.push_back(k * gpus);
   const int count = layers();
   // The stage sums below count replicated bytes once per GPU: within int64
-  // for any profile whose bytes, over all layers and a node's GPUs, stay
-  // under 2^62 (the parse limits alone allow more).
+  // for any profile whose bytes, over all layers and the GPUs of the most
+  // nodes a stage may span, stay under 2^62 (the parse limits alone allow
+  // more).
   long double held_at_most = 0;
   for (const auto& layer : profile.layers) {
     held_at_most += static_cast<long double>(layer.param_bytes) + layer.optimizer_bytes + layer.activation_bytes +
                     layer.output_bytes;
   }
-  if (held_at_most * gpus >= static_cast<long double>(std::int64_t{1} << 62)) {
-    throw InputError(profile.origin + ": layers: their bytes times hardware.gpus_per_node reach 2^62; expected a "
-                                      "smaller profile");
+  if (held_at_most * gpus * kMaxTensorParallelNodes >= static_cast<long double>(std::int64_t{1} << 62)) {
+    throw InputError(profile.origin + ": layers: their bytes times " + std::to_string(kMaxTensorParallelNodes) +
+                     " x hardware.gpus_per_node reach 2^62; expected a smaller profile");
   }
-  forward_prefix_.assign(degrees_.size(), std::vector<double>(count + 1, 0.0));
+  forward_prefix_.assign(priced_degrees_.size(), std::vector<double>(count + 1, 0.0));
   forward_allreduce_prefix_ = forward_prefix_;
   backward_prefix_.fill(forward_prefix_);
   compute_prefix_.fill(forward_prefix_);
   backward_allreduce_prefix_.fill(forward_prefix_);
   constexpr std::array kinds{Recompute::none, Recompute::selective, Recompute::full};
-  for (std::size_t d = 0; d < degrees_.size(); ++d) {
+  for (std::size_t d = 0; d < priced_degrees_.size(); ++d) {
     for (int l = 0; l < count; ++l) {
-      const double f = layer_forward_ms(l, degrees_[d]);
-      const double fa = layer_forward_allreduce_ms(l, degrees_[d]);
+      const double f = layer_forward_ms(l, priced_degrees_[d]);
+      const double fa = layer_forward_allreduce_ms(l, priced_degrees_[d]);
       forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
       forward_allreduce_prefix_[d][l + 1] = forward_allreduce_prefix_[d][l] + fa;
       for (std::size_t r = 0; r < kRecomputeKinds; ++r) {
-        const double b = layer_backward_ms(l, degrees_[d], kinds[r]);
+        const double b = layer_backward_ms(l, priced_degrees_[d], kinds[r]);
         // The forward run again brings its own all-reduces; the attention core has none.
-        const double ba = layer_backward_allreduce_ms(l, degrees_[d]) + (kinds[r] == Recompute::full ? fa : 0.0);
+        const double ba = layer_backward_allreduce_ms(l, priced_degrees_[d]) + (kinds[r] == Recompute::full ? fa : 0.0);
         backward_prefix_[r][d][l + 1] = backward_prefix_[r][d][l] + b;
         compute_prefix_[r][d][l + 1] = compute_prefix_[r][d][l] + (f + b);
         backward_allreduce_prefix_[r][d][l + 1] = backward_allreduce_prefix_[r][d][l] + ba;
@@ -99,7 +107,7 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   }
   state_prefix_.assign(count + 1, 0);
   attention_activation_prefix_.assign(count + 1, 0);
-  replicated_state_prefix_.assign(degrees_.size(), std::vector<Bytes>(count + 1, 0));
+  replicated_state_prefix_.assign(priced_degrees_.size(), std::vector<Bytes>(count + 1, 0));
   held_activation_prefix_ = replicated_state_prefix_;
   held_selective_activation_prefix_ = replicated_state_prefix_;
   for (int l = 0; l < count; ++l) {
@@ -111,8 +119,8 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
     }
     state_prefix_[l + 1] = state_prefix_[l] + layer.param_bytes + layer.optimizer_bytes;
     attention_activation_prefix_[l + 1] = attention_activation_prefix_[l] + layer.attention_activation_bytes;
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
-      const int t = degrees_[d];
+    for (std::size_t d = 0; d < priced_degrees_.size(); ++d) {
+      const int t = priced_degrees_[d];
       const bool whole = layer_replicated(l, t);
       replicated_state_prefix_[d][l + 1] =
           replicated_state_prefix_[d][l] + (whole ? layer.param_bytes + layer.optimizer_bytes : 0);
@@ -132,10 +140,10 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   // Sparse tables of range maxima of one layer's bytes on one GPU
   // (`on_gpu(layer, degree)`).
   const auto range_max_tables = [&](const auto& on_gpu) {
-    std::vector<std::vector<std::vector<Bytes>>> tables(degrees_.size());
-    for (std::size_t d = 0; d < degrees_.size(); ++d) {
+    std::vector<std::vector<std::vector<Bytes>>> tables(priced_degrees_.size());
+    for (std::size_t d = 0; d < priced_degrees_.size(); ++d) {
       std::vector<Bytes> one(count);
-      for (int l = 0; l < count; ++l) one[l] = on_gpu(l, degrees_[d]);
+      for (int l = 0; l < count; ++l) one[l] = on_gpu(l, priced_degrees_[d]);
       auto& table = tables[d];
       table.push_back(std::move(one));
       for (int width = 2; width <= count; width *= 2) {
@@ -232,13 +240,39 @@ Bytes CostModel::working_bytes(int begin, int end, std::size_t d, Recompute reco
   return std::max(table[level][begin], table[level][end - (1 << level)]);
 }
 
-int CostModel::degree_index(int degree) const {
-  auto it = std::lower_bound(degrees_.begin(), degrees_.end(), degree);
-  if (it == degrees_.end() || *it != degree) {
-    throw InputError("tensor-parallel degree " + std::to_string(degree) + " does not divide gpus_per_node " +
-                     std::to_string(gpus_per_node()));
+void CostModel::set_tensor_parallel_nodes(int nodes) {
+  if (nodes < 1 || nodes > kMaxTensorParallelNodes) {
+    throw InputError("tensor-parallel nodes: expected 1 to " + std::to_string(kMaxTensorParallelNodes) + ", got " +
+                     std::to_string(nodes));
   }
-  return static_cast<int>(it - degrees_.begin());
+  tensor_parallel_nodes_ = nodes;
+  degrees_.clear();
+  for (int t : priced_degrees_) {
+    if (t <= nodes * gpus_per_node()) degrees_.push_back(t);
+  }
+}
+
+int CostModel::degree_index(int degree) const {
+  auto it = std::lower_bound(priced_degrees_.begin(), priced_degrees_.end(), degree);
+  if (it == priced_degrees_.end() || *it != degree) {
+    throw InputError("tensor-parallel degree " + std::to_string(degree) + " neither divides gpus_per_node " +
+                     std::to_string(gpus_per_node()) + " nor is a multiple of it on at most " +
+                     std::to_string(kMaxTensorParallelNodes) + " nodes");
+  }
+  return static_cast<int>(it - priced_degrees_.begin());
+}
+
+Milliseconds hierarchical_allreduce_ms(double bytes, int nodes, int gpus_per_node, Milliseconds intra_node_ms,
+                                       double inter_node_bytes_per_s, Milliseconds latency_ms) {
+  return intra_node_ms + ring_allreduce_ms(bytes / gpus_per_node, nodes, inter_node_bytes_per_s, latency_ms);
+}
+
+Milliseconds CostModel::tensor_allreduce_ms(double bytes, int degree) const {
+  const int gpus = gpus_per_node();
+  if (degree <= gpus) return intra_node_allreduce_ms(bytes, degree);
+  const auto& hw = profile_->hardware;
+  return hierarchical_allreduce_ms(bytes, degree / gpus, gpus, intra_node_allreduce_ms(bytes, gpus),
+                                   hw.inter_node_bytes_per_s, hw.latency_ms);
 }
 
 Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms) {
@@ -251,11 +285,35 @@ Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s
   return ring_allreduce_ms(bytes, ranks, bytes_per_s, profile_->hardware.latency_ms);
 }
 
+// Beyond a node without a measurement at the degree, a layer is priced
+// from what was measured at a whole node (else at degree 1): replicated
+// there, replicated here; split, its compute there divided further, and
+// its all-reduces over the nodes.
+const TensorParallelTiming* CostModel::node_measurement(int layer, int degree) const {
+  const int gpus = gpus_per_node();
+  if (degree <= gpus || gpus == 1) return nullptr;
+  return measured(profile_->layers[layer], gpus);
+}
+
 bool CostModel::layer_replicated(int layer, int degree) const {
   if (degree == 1) return false;
   const auto& l = profile_->layers[layer];
-  const auto* m = measured(l, degree);
-  return m != nullptr && replicated(l, *m);
+  if (const auto* m = measured(l, degree)) return replicated(l, *m);
+  const auto* node = node_measurement(layer, degree);
+  return node != nullptr && replicated(l, *node);
+}
+
+Milliseconds CostModel::estimated_pass_ms(int layer, int degree, bool forward) const {
+  const auto& l = profile_->layers[layer];
+  const Milliseconds whole = forward ? l.forward_ms : l.backward_ms;
+  if (const auto* node = node_measurement(layer, degree)) {
+    const Milliseconds at_node = forward ? node->forward_ms : node->backward_ms;
+    if (replicated(l, *node)) return whole;
+    const int gpus = gpus_per_node();
+    const Milliseconds compute = at_node - std::min(output_allreduces_ms(layer, gpus), at_node);
+    return compute * gpus / degree + output_allreduces_ms(layer, degree);
+  }
+  return whole / degree + output_allreduces_ms(layer, degree);
 }
 
 Bytes CostModel::layer_activation_bytes(int layer, int degree) const {
@@ -266,14 +324,14 @@ Bytes CostModel::layer_activation_bytes(int layer, int degree) const {
 }
 
 Milliseconds CostModel::output_allreduces_ms(int layer, int degree) const {
-  return 2 * intra_node_allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree);
+  return 2 * tensor_allreduce_ms(static_cast<double>(profile_->layers[layer].output_bytes), degree);
 }
 
 Milliseconds CostModel::layer_forward_ms(int layer, int degree) const {
   const auto& l = profile_->layers[layer];
   if (degree == 1) return l.forward_ms;
   if (const auto* m = measured(l, degree)) return m->forward_ms;
-  return l.forward_ms / degree + output_allreduces_ms(layer, degree);
+  return estimated_pass_ms(layer, degree, true);
 }
 
 Milliseconds CostModel::layer_attention_forward_ms(int layer, int degree) const {
@@ -288,7 +346,7 @@ Milliseconds CostModel::layer_backward_ms(int layer, int degree, Recompute recom
   const auto& l = profile_->layers[layer];
   if (degree == 1) return again + l.backward_ms;
   if (const auto* m = measured(l, degree)) return again + m->backward_ms;
-  return again + l.backward_ms / degree + output_allreduces_ms(layer, degree);
+  return again + estimated_pass_ms(layer, degree, false);
 }
 
 // Measured totals include the all-reduces but do not say how much of them:
@@ -299,7 +357,7 @@ Milliseconds CostModel::layer_forward_allreduce_ms(int layer, int degree) const 
   if (const auto* m = measured(l, degree)) {
     return replicated(l, *m) ? 0 : std::min(output_allreduces_ms(layer, degree), m->forward_ms);
   }
-  return output_allreduces_ms(layer, degree);
+  return layer_replicated(layer, degree) ? 0 : output_allreduces_ms(layer, degree);
 }
 
 Milliseconds CostModel::layer_backward_allreduce_ms(int layer, int degree) const {
@@ -308,7 +366,7 @@ Milliseconds CostModel::layer_backward_allreduce_ms(int layer, int degree) const
   if (const auto* m = measured(l, degree)) {
     return replicated(l, *m) ? 0 : std::min(output_allreduces_ms(layer, degree), m->backward_ms);
   }
-  return output_allreduces_ms(layer, degree);
+  return layer_replicated(layer, degree) ? 0 : output_allreduces_ms(layer, degree);
 }
 
 Milliseconds CostModel::stage_compute_ms(int begin, int end, int degree, Recompute recompute) const {
@@ -339,7 +397,10 @@ Milliseconds CostModel::stage_backward_allreduce_ms(int begin, int end, int degr
 Milliseconds CostModel::transfer_ms(int boundary, bool same_node, int degree) const {
   const auto& hw = profile_->hardware;
   const double bytes = static_cast<double>(profile_->layers[boundary - 1].output_bytes);
-  const double bytes_per_s = same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s * std::max(1, degree);
+  // A stage over several nodes sends on one node's cards: the stage after
+  // it may be on one node, which receives on no more.
+  const int cards = std::clamp(degree, 1, gpus_per_node());
+  const double bytes_per_s = same_node ? hw.intra_node_bytes_per_s : hw.inter_node_bytes_per_s * cards;
   return bytes / bytes_per_s * 1000.0 + hw.latency_ms;
 }
 

@@ -25,6 +25,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
   Plan plan;
   plan.recompute = cost.recompute_policy();
   plan.gradient_sync = cost.gradient_sync();
+  plan.tensor_parallel_nodes = cost.tensor_parallel_nodes();
   plan.gradient_bucket_bytes = cost.gradient_bucket_bytes();
   plan.fault_tolerance = fault_tolerance;
   int total = 0;
@@ -110,7 +111,8 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
 
 ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
                          int global_microbatches, int microbatches, const Progress& progress,
-                         RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes) {
+                         RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
+                         int tensor_parallel_nodes) {
   if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
   const int max_nodes = static_cast<int>(nodes.size());
   int searches = 0;
@@ -120,6 +122,7 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
     cost.set_recompute(recompute);
     cost.set_gradient_sync(gradient_sync);
     cost.set_gradient_bucket_bytes(gradient_bucket_bytes);
+    cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
     ClusterPlan out;
     out.templates = build_templates(cost, max_nodes, progress);
     ++searches;

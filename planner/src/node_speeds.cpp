@@ -57,12 +57,24 @@ double speed_of(const NodeSpeeds& speeds, const std::string& node) {
   return it == speeds.end() ? 1.0 : it->second;
 }
 
+// A stage runs at its slowest node's speed (a stage over several nodes
+// waits for each of them).
+double stage_speed(const NodeSpeeds& speeds, const Pipeline& p, const Stage& st) {
+  double speed = speed_of(speeds, p.nodes.at(static_cast<std::size_t>(st.node)));
+  for (int n = st.node + 1; n < st.node + st.node_span; ++n) {
+    speed = std::min(speed, speed_of(speeds, p.nodes.at(static_cast<std::size_t>(n))));
+  }
+  return speed;
+}
+
 // The compute time of each node position (its slowest stage), as profiled.
 std::vector<Milliseconds> position_weights(const CostModel& cost, const Pipeline& p) {
   std::vector<Milliseconds> out(p.nodes.size(), 0);
   for (const auto& s : p.stages) {
-    out.at(static_cast<std::size_t>(s.node)) =
-        std::max(out[static_cast<std::size_t>(s.node)], cost.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute));
+    for (int n = s.node; n < s.node + s.node_span; ++n) {
+      out.at(static_cast<std::size_t>(n)) =
+          std::max(out[static_cast<std::size_t>(n)], cost.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute));
+    }
   }
   return out;
 }
@@ -80,7 +92,7 @@ SpeedTimes times_at_speeds(const CostModel& cost, const Pipeline& p, const NodeS
   std::vector<Milliseconds> compute, transfers;
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     const Stage& st = p.stages[s];
-    const double speed = speed_of(speeds, p.nodes.at(static_cast<std::size_t>(st.node)));
+    const double speed = stage_speed(speeds, p, st);
     compute.push_back(cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed);
     t.first_ms += compute.back();
     t.optimizer_ms = std::max(t.optimizer_ms, cost.stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus) / speed);
@@ -113,7 +125,7 @@ Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const Nod
   for (std::size_t p = 0; p < count; ++p) {
     const Pipeline& pipe = plan.pipelines[p];
     for (const Stage& st : pipe.stages) {
-      stage_speeds[p].push_back(speed_of(speeds, pipe.nodes.at(static_cast<std::size_t>(st.node))));
+      stage_speeds[p].push_back(stage_speed(speeds, pipe, st));
     }
     runs.push_back({&pipe.stages, times[p].optimizer_ms + times[p].at(pipe.microbatches), &stage_speeds[p]});
   }

@@ -86,6 +86,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
   if (plan.recompute != RecomputePolicy::none) out["recompute"] = recompute_policy_name(plan.recompute);
   if (plan.gradient_sync != GradientSync::per_layer) out["gradient_sync"] = gradient_sync_name(plan.gradient_sync);
   if (plan.gradient_sync == GradientSync::buckets) out["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
+  if (plan.tensor_parallel_nodes > 1) out["tensor_parallel_nodes"] = plan.tensor_parallel_nodes;
   return out;
 }
 
@@ -128,7 +129,7 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
   Stage stage;
   stage.layer_begin = static_cast<int>(json_input::as_integer(range[0], (at / "layers")[0], 0, layers));
   stage.layer_end = static_cast<int>(json_input::as_integer(range[1], (at / "layers")[1], 0, layers));
-  stage.gpus = static_cast<int>(json_input::require_integer(value, "gpus", at, 1, gpus));
+  stage.gpus = static_cast<int>(json_input::require_integer(value, "gpus", at, 1, gpus * kMaxTensorParallelNodes));
   stage.node = static_cast<int>(json_input::require_integer(value, "node", at, 0, nodes - 1));
   const auto recompute = recompute_named(json_input::optional_string(value, "recompute", at, "none"));
   if (!recompute) throw (at / "recompute").error("expected none, selective or full");
@@ -148,18 +149,26 @@ std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const
   int next_layer = 0, last_node = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const FieldPath sat = (at / "stages")[s];
-    const Stage stage = parse_stage(stages[s], sat, layers, gpus, nodes);
+    Stage stage = parse_stage(stages[s], sat, layers, gpus, nodes);
     if (stage.layer_begin != next_layer || stage.layer_end <= stage.layer_begin) {
       throw (sat / "layers")
           .error("expected a non-empty range starting at layer " + std::to_string(next_layer) +
                  " (stages cover the layers in order)");
     }
-    if (gpus % stage.gpus != 0) {
-      throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) + ")");
+    if (gpus % stage.gpus != 0 && stage.gpus % gpus != 0) {
+      throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) +
+                                 ") or a multiple of it (whole nodes)");
     }
     if (stage.node < last_node) throw (sat / "node").error("expected stages in node order");
-    last_node = stage.node;
-    gpus_on_node[stage.node] += stage.gpus;
+    const int span = stage.gpus > gpus ? stage.gpus / gpus : 1;
+    stage.node_span = span;
+    if (stage.node + span > nodes) {
+      throw (sat / "node")
+          .error("a stage on " + std::to_string(span) + " nodes from node " + std::to_string(stage.node) +
+                 " needs more than the pipeline's " + std::to_string(nodes));
+    }
+    last_node = stage.node + span - 1;
+    for (int n = stage.node; n < stage.node + span; ++n) gpus_on_node[n] += std::min(stage.gpus, gpus);
     next_layer = stage.layer_end;
     out.push_back(stage);
   }
@@ -286,6 +295,17 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
     }
   }
   if (auto it = root.find("iteration_ms"); it != root.end() && it->is_number()) plan.iteration_ms = it->get<double>();
+  // The most nodes its stages may span when it is re-planned: what it says,
+  // at least its widest stage's.
+  int widest = 1;
+  for (const auto& p : plan.pipelines) {
+    for (const auto& st : p.stages) widest = std::max(widest, st.node_span);
+  }
+  plan.tensor_parallel_nodes = widest;
+  if (root.contains("tensor_parallel_nodes")) {
+    plan.tensor_parallel_nodes = static_cast<int>(
+        json_input::require_integer(root, "tensor_parallel_nodes", where, widest, kMaxTensorParallelNodes));
+  }
   return plan;
 }
 

@@ -23,7 +23,7 @@ namespace {
 std::set<int> layers_at(const Pipeline& p, int position) {
   std::set<int> out;
   for (const auto& s : p.stages) {
-    if (s.node != position) continue;
+    if (!stage_on_node(s, position)) continue;
     for (int l = s.layer_begin; l < s.layer_end; ++l) out.insert(l);
   }
   return out;
@@ -63,7 +63,9 @@ Reconfiguration rearrangement(const CostModel& cost, const Plan& from, const Pla
   std::map<int, std::vector<std::string_view>> holders;  // layer -> nodes holding it in `from`, in plan order
   for (const auto& p : from.pipelines) {
     for (const auto& s : p.stages) {
-      for (int l = s.layer_begin; l < s.layer_end; ++l) holders[l].push_back(p.nodes.at(static_cast<std::size_t>(s.node)));
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        for (int n = s.node; n < s.node + s.node_span; ++n) holders[l].push_back(p.nodes.at(static_cast<std::size_t>(n)));
+      }
     }
   }
   // In the order of a node by name, then its layers, as a full pass over

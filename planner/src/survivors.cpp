@@ -33,7 +33,7 @@ Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const 
     Survivor s{name, std::vector<char>(layers, 0), std::vector<Bytes>(layers + 1, 0)};
     if (stages) {
       for (const auto& stage : *stages) {
-        if (stage.node != position) continue;
+        if (!stage_on_node(stage, position)) continue;
         for (int l = stage.layer_begin; l < stage.layer_end; ++l) s.holds[l] = 1;
       }
     }
@@ -129,7 +129,7 @@ std::vector<Survivors::Slot> Survivors::slots_of(const Composition& composition,
     for (int r = 0; r < t->nodes; ++r) {
       Slot slot{j, r, {}};
       for (const auto& stage : t->stages) {
-        if (stage.node == r) slot.ranges.emplace_back(stage.layer_begin, stage.layer_end);
+        if (stage_on_node(stage, r)) slot.ranges.emplace_back(stage.layer_begin, stage.layer_end);
       }
       slots.push_back(std::move(slot));
     }
@@ -241,7 +241,7 @@ Reconfiguration Survivors::with_copies(Plan plan) const {
     for (std::size_t r = 0; r < pipeline.nodes.size(); ++r) {
       const int to = index_.at(pipeline.nodes[r]);
       for (const auto& stage : pipeline.stages) {
-        if (stage.node != static_cast<int>(r)) continue;
+        if (!stage_on_node(stage, static_cast<int>(r))) continue;
         for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
           if (survivors_[to].holds[l]) continue;
           int from = -1;

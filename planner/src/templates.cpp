@@ -1,8 +1,10 @@
 // Pipeline-template search, exact for the suffixes' period.
 //
 // For n nodes of G GPUs, a template is a sequence of stages (contiguous layer
-// ranges, each on a tensor-parallel degree t that divides G) laid out over the
-// nodes in order: a node holds consecutive stages whose degrees add up to G.
+// ranges, each on a tensor-parallel degree t that divides G, or where the
+// cost model allows it a multiple k G: k whole nodes) laid out over the
+// nodes in order: a node holds consecutive stages whose degrees add up to G,
+// or is one of the k nodes of one stage.
 // It minimises T(M) = sigma + (M-1) mu, where sigma = sum of stage compute plus
 // twice the transfers and mu = 1F1B's steady period (steady_period.h) as
 // bounded by the suffixes: the largest of every stage's compute, every
@@ -36,7 +38,9 @@
 // "layers [l, L) on the last U GPUs in m stages". m matters through memory
 // (the first stage of the suffix keeps min(M, m) microbatches in flight)
 // and through the round trip (R / m). A suffix of m stages uses at most
-// m G GPUs, which bounds the rows of each m. For fixed (m, U, t) the best
+// m times the largest degree's GPUs, which bounds the rows of each m. A
+// stage over k nodes starts where a node does (U a multiple of G). For
+// fixed (m, U, t) the best
 // successor boundary e of a
 // stage starting at l is a sliding-window minimum over e in
 // [l+1, hi(l)], with hi non-decreasing in l, so every state costs O(1).
@@ -67,6 +71,7 @@ class TemplateSearch {
     for (int t : cost.degrees()) {
       for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
     }
+    const int widest = std::max(gpus_, cost.degrees().back());
     const std::size_t degree_count = variants_.size();
     prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
     for (std::size_t d = 0; d < degree_count; ++d) {
@@ -109,7 +114,7 @@ class TemplateSearch {
     std::size_t rows = 0;
     for (int m = 1; m <= max_stages_; ++m) {
       u_lo_[m] = m;
-      u_hi_[m] = std::min(gpus_ * m, max_gpus_);  // m stages hold at most m nodes' GPUs
+      u_hi_[m] = std::min(widest * m, max_gpus_);  // m stages hold at most m of the widest
       row_base_[m] = rows;
       if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
     }
@@ -191,7 +196,12 @@ class TemplateSearch {
                static_cast<std::size_t>(layers_ + 1) +
            static_cast<std::size_t>(l);
   }
-  [[nodiscard]] bool fits_in_node(int u, int t) const { return (u - 1) / gpus_ == (u - t) / gpus_; }
+  // A stage on the GPUs (u - t, u] from the end: inside one node, or on
+  // whole nodes.
+  [[nodiscard]] bool fits_in_node(int u, int t) const {
+    if (t <= gpus_) return (u - 1) / gpus_ == (u - t) / gpus_;
+    return t % gpus_ == 0 && u % gpus_ == 0 && u >= t;
+  }
   [[nodiscard]] std::ptrdiff_t row_index(int m, int u) const {
     if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
@@ -288,7 +298,7 @@ class TemplateSearch {
         const double* prefix = prefix_[d].data();
         const int hi = hi_[window_index(d, m, l)];
         if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
-          stages.push_back({l, layers_, t, node, recompute(d)});
+          stages.push_back({l, layers_, t, node, recompute(d), span(t)});
           return stages;
         }
         const int u_next = u - t;
@@ -301,7 +311,7 @@ class TemplateSearch {
           if (!(transfer[e] < 2 * bound_)) continue;
           const double r = rest[e];
           if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
-          stages.push_back({l, e, t, node, recompute(d)});
+          stages.push_back({l, e, t, node, recompute(d), span(t)});
           --m;
           u = u_next;
           l = e;
@@ -320,6 +330,7 @@ class TemplateSearch {
     Recompute recompute;
   };
   [[nodiscard]] int degree(std::size_t d) const { return variants_[d].degree; }
+  [[nodiscard]] int span(int t) const { return t > gpus_ ? t / gpus_ : 1; }
   [[nodiscard]] Recompute recompute(std::size_t d) const { return variants_[d].recompute; }
 
   int layers_;
@@ -401,8 +412,9 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   TemplateSet set;
   set.microbatches = cost.microbatches();
   set.max_nodes = max_nodes;
-  // Every node holds at least one stage of at least one layer.
-  const int searched = std::min(max_nodes, cost.layers());
+  // Every stage holds at least one layer on at most tensor_parallel_nodes() nodes.
+  const int searched = static_cast<int>(
+      std::min<std::int64_t>(max_nodes, std::int64_t{cost.layers()} * cost.tensor_parallel_nodes()));
   const int gpus = cost.gpus_per_node();
   const StageFloor mu_floors(cost);
   TemplateSearch search(cost, searched);

@@ -12,7 +12,7 @@ std::vector<Seat> seats_of(const Plan& plan) {
     for (std::size_t r = 0; r < pipeline.nodes.size(); ++r) {
       Seat s{static_cast<int>(p), static_cast<int>(r), INT_MAX, -1};
       for (const auto& st : pipeline.stages) {
-        if (st.node != static_cast<int>(r)) continue;
+        if (!stage_on_node(st, static_cast<int>(r))) continue;
         s.layer_begin = std::min(s.layer_begin, st.layer_begin);
         s.layer_end = std::max(s.layer_end, st.layer_end);
       }

@@ -18,9 +18,13 @@ std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node) {
       int gpu = 0;
       for (int s = 0; s < stages; ++s) {
         const Stage& st = pipeline.stages[static_cast<std::size_t>(s)];
-        if (st.node != static_cast<int>(position)) continue;
-        const int first_rank = node_rank * gpus_per_node + gpu;
-        for (int shard = 0; shard < st.gpus && gpu < gpus_per_node; ++shard, ++gpu) {
+        if (!stage_on_node(st, static_cast<int>(position))) continue;
+        // A stage over several nodes: this node's GPUs hold its shards from
+        // `before`, and its ranks start on its first node.
+        const int earlier_nodes = static_cast<int>(position) - st.node;
+        const int before = earlier_nodes * gpus_per_node;
+        const int first_rank = (node_rank - earlier_nodes) * gpus_per_node + gpu;
+        for (int shard = before; shard < st.gpus && gpu < gpus_per_node; ++shard, ++gpu) {
           out.push_back({static_cast<int>(p), s, stages, static_cast<int>(position), gpu, st.layer_begin,
                          st.layer_end, st.gpus, shard, first_rank});
         }

@@ -141,9 +141,11 @@ double direct_iteration_ms(const CostModel& cost, const std::vector<Stage>& stag
     }
     if (s + 1 < count) {
       const bool same = stages[s].node == stages[s + 1].node;
-      // Between nodes, over the cards of the stage's GPUs, one each.
+      // Between nodes, over the cards of the stage's GPUs, one each, on
+      // one node at most (a stage over several sends from its last).
+      const int cards = std::min(stages[s].gpus, profile.hardware.gpus_per_node);
       const double bandwidth =
-          same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s * stages[s].gpus;
+          same ? profile.hardware.intra_node_bytes_per_s : profile.hardware.inter_node_bytes_per_s * cards;
       transfer[s] = static_cast<double>(profile.layers[stages[s].layer_end - 1].output_bytes) / bandwidth * 1000.0 +
                     profile.hardware.latency_ms;
     }
@@ -254,8 +256,10 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
       bool valid = true;
       for (int s = 0; s < count && valid; ++s) {
         const auto [t, r] = kinds[choice[s]];
-        if (used / gpus != (used + t - 1) / gpus) valid = false;
-        stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus, r});
+        // Inside one node, or (a degree of k nodes) on k whole nodes.
+        const bool spans = t > gpus;
+        if (spans ? used % gpus != 0 || t % gpus != 0 : used / gpus != (used + t - 1) / gpus) valid = false;
+        stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus, r, spans ? t / gpus : 1});
         used += t;
       }
       const int nodes = used / gpus;

@@ -17,16 +17,18 @@ void check_layout(const CostModel& cost, const PipelineTemplate& t) {
   for (const auto& s : t.stages) {
     REQUIRE(s.layer_begin == next);
     REQUIRE(s.layer_end > s.layer_begin);
-    REQUIRE(gpus % s.gpus == 0);
+    // A divisor of the node's GPUs, or k whole nodes.
+    REQUIRE((gpus % s.gpus == 0 ? s.node_span == 1 : s.gpus % gpus == 0 && s.node_span == s.gpus / gpus));
+    REQUIRE(s.node_span <= cost.tensor_parallel_nodes());
     REQUIRE(s.node >= 0);
-    REQUIRE(s.node < t.nodes);
-    on_node[s.node] += s.gpus;
+    REQUIRE(s.node + s.node_span <= t.nodes);
+    for (int n = s.node; n < s.node + s.node_span; ++n) on_node[n] += std::min(s.gpus, gpus);
     next = s.layer_end;
   }
   CHECK(next == cost.layers());
   for (int n = 0; n < t.nodes; ++n) CHECK(on_node[n] == gpus);
   CHECK(cost.pipeline_fits(t.stages, t.microbatches));
-  if (gpus == 1) CHECK(static_cast<int>(t.stages.size()) == t.nodes);
+  if (gpus == 1 && cost.tensor_parallel_nodes() == 1) CHECK(static_cast<int>(t.stages.size()) == t.nodes);
   CHECK(t.iteration_ms == doctest::Approx(test::direct_iteration_ms(cost, t.stages, t.microbatches)).epsilon(1e-9));
 }
 
@@ -103,6 +105,89 @@ TEST_CASE("templates against brute force, 1200 random instances: the least T(M) 
   CHECK(optimality.worst_gap < 0.1);
   CHECK(infeasible > 200);
   CHECK(non_monotone > 0);
+}
+
+TEST_CASE("stages over whole nodes against brute force, 600 random instances: the least T(M) wherever the suffixes' bound certifies it") {
+  std::mt19937_64 rng(20261128);
+  std::uniform_int_distribution<int> microbatches(1, 8);
+  int compared = 0, spanning = 0, only_by_spanning = 0, faster_by_spanning = 0;
+  Optimality optimality;
+  for (int instance = 0; instance < 600; ++instance) {
+    const int gpus = std::array{1, 2}[instance % 2];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 2 ? 5 : 6;
+    options.memory_bound = instance % 3 != 0;
+    options.activation_shares_seed = instance % 4 == 1 ? 7000 + static_cast<std::uint64_t>(instance) : 0;
+    Profile profile = test::random_profile(rng, options);
+    if (instance % 5 == 4) profile.hardware.inter_node_bytes_per_s /= 300;
+    CostModel cost(profile, microbatches(rng));
+    const TemplateSet within = build_templates(cost, 4);
+    cost.set_tensor_parallel_nodes(2 + instance % 3);
+    const TemplateSet set = build_templates(cost, 4);
+    const auto brute = test::brute_force_templates(cost, 4);
+    for (int n = 1; n <= 4; ++n) {
+      const PipelineTemplate* t = set.find(n);
+      CAPTURE(instance);
+      CAPTURE(n);
+      REQUIRE(static_cast<bool>(t) == brute[n].has_value());
+      if (!t) {
+        CHECK(within.find(n) == nullptr);  // more choices never lose a node count
+        continue;
+      }
+      ++compared;
+      optimality.check(*t, *brute[n]);
+      check_layout(cost, *t);
+      const bool spans = std::any_of(t->stages.begin(), t->stages.end(), [](const Stage& s) { return s.node_span > 1; });
+      spanning += spans;
+      const PipelineTemplate* inside = within.find(n);
+      only_by_spanning += inside == nullptr;
+      if (inside) {
+        CHECK(brute[n]->iteration_ms <= inside->iteration_ms * (1 + 1e-9));  // more choices, never slower
+        faster_by_spanning += spans && t->iteration_ms < inside->iteration_ms * (1 - 1e-9);
+      }
+    }
+  }
+  MESSAGE("compared " << compared << " templates; " << spanning << " with a stage over several nodes, "
+                      << only_by_spanning << " node counts feasible only so, " << faster_by_spanning
+                      << " faster so; " << optimality.least << " the least T(M) over every run ("
+                      << optimality.certified << " certified), the others at most " << 100 * optimality.worst_gap
+                      << " % above it");
+  CHECK(compared > 1400);
+  CHECK(spanning > 1000);
+  CHECK(only_by_spanning > 500);
+  CHECK(faster_by_spanning > 300);
+  CHECK(optimality.least >= optimality.compared * 99 / 100);
+  CHECK(optimality.worst_gap < 0.1);
+}
+
+TEST_CASE("layers too large for one node: no template within nodes, templates whose stages span two or three") {
+  // One GPU per node holds 1000 bytes; each of two layers' state is 1500:
+  // a layer needs a stage over two nodes (750 bytes each), both layers
+  // over four (and four is more than three nodes allow).
+  const Profile profile = test::uniform_profile(2, 1, 1.0, 2.0, 1500, 10, 1000);
+  CostModel cost(profile, 4);
+  CHECK(build_templates(cost, 8).templates.empty());
+  cost.set_tensor_parallel_nodes(2);
+  const TemplateSet two = build_templates(cost, 8);
+  REQUIRE(two.templates.size() == 1);
+  const PipelineTemplate& four = two.templates.front();
+  CHECK(four.nodes == 4);
+  CHECK(four.stages == std::vector<Stage>{{0, 1, 2, 0, Recompute::none, 2}, {1, 2, 2, 2, Recompute::none, 2}});
+  check_layout(cost, four);
+  cost.set_tensor_parallel_nodes(3);
+  const TemplateSet three = build_templates(cost, 8);
+  for (int n = 1; n <= 8; ++n) {
+    CAPTURE(n);
+    const PipelineTemplate* t = three.find(n);
+    CHECK(static_cast<bool>(t) == (n >= 4 && n <= 6));
+    if (!t) continue;
+    check_layout(cost, *t);
+    REQUIRE(t->stages.size() == 2);
+    CHECK(t->stages[0].node_span + t->stages[1].node_span == n);
+  }
+  CHECK_THROWS_AS(cost.set_tensor_parallel_nodes(0), InputError);
+  CHECK_THROWS_AS(cost.set_tensor_parallel_nodes(kMaxTensorParallelNodes + 1), InputError);
 }
 
 TEST_CASE("one GPU per node: a template for n nodes has exactly n stages, and more layers than nodes are needed") {

@@ -55,6 +55,29 @@ TEST_CASE("worker seats: a node's stages take its GPUs in order, each GPU one sh
   CHECK(seats[4].stages == 1);
 }
 
+TEST_CASE("worker seats: a stage over two nodes takes both nodes' GPUs, its shards in node order, its ranks from its first node") {
+  Plan plan;
+  // Layers 0-2 at degree 4 on nodes a and b; layers 3-4 at degree 2 on c.
+  plan.pipelines = {pipeline({"a", "b", "c"}, {{0, 3, 4, 0, Recompute::none, 2}, {3, 5, 2, 2}})};
+  const auto seats = worker_seats(plan, 2);
+  REQUIRE(seats.size() == 6);
+  const std::vector<std::vector<int>> expected = {{0, 0, 0, 0, 0, 3, 4, 0, 0}, {0, 0, 0, 1, 0, 3, 4, 1, 0},
+                                                  {0, 0, 1, 0, 0, 3, 4, 2, 0}, {0, 0, 1, 1, 0, 3, 4, 3, 0},
+                                                  {0, 1, 2, 0, 3, 5, 2, 0, 4}, {0, 1, 2, 1, 3, 5, 2, 1, 4}};
+  for (std::size_t r = 0; r < seats.size(); ++r) {
+    const auto& s = seats[r];
+    CAPTURE(r);
+    CHECK(std::vector<int>{s.pipeline, s.stage, s.node_position, s.gpu, s.layer_begin, s.layer_end, s.degree,
+                           s.shard, s.first_rank} == expected[r]);
+  }
+  // Node seats: a and b both hold layers 0-2.
+  const auto nodes = seats_of(plan);
+  REQUIRE(nodes.size() == 3);
+  CHECK(std::pair{nodes[0].layer_begin, nodes[0].layer_end} == std::pair{0, 3});
+  CHECK(std::pair{nodes[1].layer_begin, nodes[1].layer_end} == std::pair{0, 3});
+  CHECK(std::pair{nodes[2].layer_begin, nodes[2].layer_end} == std::pair{3, 5});
+}
+
 TEST_CASE("worker seats: stages that do not fill a node are refused, naming the pipeline and node") {
   Plan plan;
   plan.pipelines = {pipeline({"a", "b"}, {{0, 2, 2, 0}, {2, 5, 1, 1}})};

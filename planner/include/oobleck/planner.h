@@ -161,6 +161,19 @@ enum class GradientSync : std::uint8_t { per_layer, after_backward, buckets };
 inline constexpr double kDefaultGradientBucketBytes = 25.0 * (1 << 20);
 
 
+// Tensor-parallel groups may span at most this many nodes.
+inline constexpr int kMaxTensorParallelNodes = 8;
+
+// An all-reduce of `bytes` among k nodes' G GPUs each, as NCCL runs one
+// over nodes whose GPUs each have a network card: a reduce-scatter inside
+// each node, the G shards all-reduced across the nodes at once (a ring of
+// k, one card each), an all-gather inside each node. `intra_node_ms` is
+// the all-reduce of `bytes` among one node's G GPUs (the reduce-scatter
+// and the all-gather together move what it moves).
+[[nodiscard]] Milliseconds hierarchical_allreduce_ms(double bytes, int nodes, int gpus_per_node,
+                                                     Milliseconds intra_node_ms, double inter_node_bytes_per_s,
+                                                     Milliseconds latency_ms);
+
 // A ring all-reduce of `bytes` over `ranks` ranks: each rank sends and
 // receives 2(k-1)/k of the bytes at `bytes_per_s`, in 2(k-1) rounds of
 // `latency_ms` each. 0 for one rank.
@@ -171,15 +184,23 @@ inline constexpr double kDefaultGradientBucketBytes = 25.0 * (1 << 20);
                                               double bytes_per_s, Milliseconds latency_ms);
 
 // A stage: layers [layer_begin, layer_end) on `gpus` GPUs (the tensor-parallel
-// degree) of node `node` (0-based position within its pipeline).
+// degree) of node `node` (0-based position within its pipeline). A degree
+// above the GPUs per node G is a whole number of nodes, node_span = gpus /
+// G: the stage holds nodes node .. node + node_span - 1, all of their GPUs.
 struct Stage {
   int layer_begin = 0;
   int layer_end = 0;
   int gpus = 1;
   int node = 0;
   Recompute recompute = Recompute::none;
+  int node_span = 1;
   friend bool operator==(const Stage&, const Stage&) = default;
 };
+
+// Whether the stage is on its pipeline's node at `position`.
+[[nodiscard]] inline bool stage_on_node(const Stage& stage, int position) {
+  return position >= stage.node && position < stage.node + stage.node_span;
+}
 
 // The buckets of GradientSync::buckets, as DDP fills them: from the last
 // layer down, a bucket closes once its layers' gradients (param_bytes,
@@ -202,8 +223,16 @@ class CostModel {
   [[nodiscard]] int layers() const { return static_cast<int>(profile_->layers.size()); }
   [[nodiscard]] int gpus_per_node() const { return profile_->hardware.gpus_per_node; }
   [[nodiscard]] int microbatches() const { return microbatches_; }
-  // Tensor-parallel degrees a stage may use: the divisors of gpus_per_node.
+  // Tensor-parallel degrees a template's stage may use: the divisors of
+  // gpus_per_node, and with set_tensor_parallel_nodes(K) the multiples of
+  // it up to K nodes. Every cost below prices those multiples up to
+  // kMaxTensorParallelNodes nodes in any case (a plan read from a file may
+  // hold them).
   [[nodiscard]] const std::vector<int>& degrees() const { return degrees_; }
+  // Lets templates put one stage on up to `nodes` whole nodes (1, the
+  // default: a stage within a node; InputError outside 1..kMaxTensorParallelNodes).
+  void set_tensor_parallel_nodes(int nodes);
+  [[nodiscard]] int tensor_parallel_nodes() const { return tensor_parallel_nodes_; }
   // What templates may choose for their stages (none by default). Selective
   // recomputation needs a profile that records attention cores: asked for
   // on one that records none, set_recompute throws InputError.
@@ -251,8 +280,8 @@ class CostModel {
                                                Recompute recompute = Recompute::none) const;
   // The tensor-parallel all-reduce part of layer_forward_ms / layer_backward_ms
   // at `degree`; the rest of the pass (total minus this) is compute. The
-  // estimate is two ring all-reduces of the layer's output among the degree's
-  // GPUs over the intra-node link (after attention and after the MLP). With a
+  // estimate is two all-reduces of the layer's output among the degree's
+  // GPUs (after attention and after the MLP): tensor_allreduce_ms. With a
   // measured timing at `degree` it is capped at the measured total, and it is
   // 0 when neither measured pass is faster than at degree 1: such a layer is
   // replicated, not split (every GPU computes it whole, nothing to reduce).
@@ -314,6 +343,10 @@ class CostModel {
   // hardware's intra-node table where it has one, else the ring on the
   // intra-node link.
   [[nodiscard]] Milliseconds intra_node_allreduce_ms(double bytes, int ranks) const;
+  // A tensor-parallel group's all-reduce of `bytes` among `degree` GPUs:
+  // inside a node, intra_node_allreduce_ms; over k whole nodes,
+  // hierarchical_allreduce_ms (below) on the hardware's links.
+  [[nodiscard]] Milliseconds tensor_allreduce_ms(double bytes, int degree) const;
 
   // T(M) of DESIGN.md for a pipeline's stages and microbatch count.
   [[nodiscard]] Milliseconds pipeline_ms(const std::vector<Stage>& stages, int microbatches) const;
@@ -335,7 +368,9 @@ class CostModel {
  private:
   const Profile* profile_;
   int microbatches_;
-  std::vector<int> degrees_;
+  std::vector<int> degrees_;         // what templates may choose
+  std::vector<int> priced_degrees_;  // what the tables below hold, by index
+  int tensor_parallel_nodes_ = 1;
   // Per degree index: prefix sums over layers of forward, backward, both,
   // and of the tensor-parallel all-reduce parts of forward and backward.
   // The backward ones per recomputation (index: Recompute), each kept as
@@ -373,8 +408,13 @@ class CostModel {
   // A stage's state and activations as `degree` GPUs hold them together:
   // split layers once, replicated ones `degree` times.
   [[nodiscard]] std::pair<Bytes, Bytes> stage_held_bytes(int begin, int end, int degree, Recompute recompute) const;
-  // The analytic estimate: two all-reduces of the layer's output in the node.
+  // The analytic estimate: two all-reduces of the layer's output among the degree's GPUs.
   [[nodiscard]] Milliseconds output_allreduces_ms(int layer, int degree) const;
+  // A stage over several nodes without a measurement at its degree: the
+  // layer's timing at a whole node, where the profile has one.
+  [[nodiscard]] const TensorParallelTiming* node_measurement(int layer, int degree) const;
+  // A pass at `degree` that the profile does not record (cost_model.cpp).
+  [[nodiscard]] Milliseconds estimated_pass_ms(int layer, int degree, bool forward) const;
 };
 
 // ---------------------------------------------------------------- templates
@@ -434,6 +474,7 @@ struct Plan {
   RecomputePolicy recompute = RecomputePolicy::none;  // what its templates could choose
   GradientSync gradient_sync = GradientSync::per_layer;  // what its iteration time assumes
   double gradient_bucket_bytes = kDefaultGradientBucketBytes;  // with GradientSync::buckets
+  int tensor_parallel_nodes = 1;  // the most nodes its templates' stages could span
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -495,7 +536,8 @@ struct ClusterPlan {
                                        const Progress& progress = {},
                                        RecomputePolicy recompute = RecomputePolicy::none,
                                        GradientSync gradient_sync = GradientSync::per_layer,
-                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes);
+                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes,
+                                       int tensor_parallel_nodes = 1);
 
 // The microbatch size as a planning choice. `profiles` are one model on one
 // kind of node profiled at different microbatch sizes (checked: the same
@@ -522,7 +564,8 @@ struct SizedClusterPlan {
                                                        int global_batch_samples, const Progress& progress = {},
                                                        RecomputePolicy recompute = RecomputePolicy::none,
                                                        GradientSync gradient_sync = GradientSync::per_layer,
-                                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes);
+                                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes,
+                                                       int tensor_parallel_nodes = 1);
 
 // Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
 // long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).

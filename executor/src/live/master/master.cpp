@@ -84,6 +84,7 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
   stragglers_ = recovery::StragglerDetector({o_.straggler_slow_below, o_.straggler_recovered_above});
   // Recoveries plan as the plan's templates could: recomputing where it chose to.
   cost_.set_recompute(in_.initial_plan.recompute);
+  cost_.set_tensor_parallel_nodes(in_.initial_plan.tensor_parallel_nodes);
   cost_.set_gradient_sync(in_.initial_plan.gradient_sync);
   cost_.set_gradient_bucket_bytes(in_.initial_plan.gradient_bucket_bytes);
   // Gloo on CPU nodes: the all-reduces are the nodes' own work, at their speed.
