@@ -80,12 +80,13 @@ struct PlanObject {
 };
 
 Templates make_templates(const ProfilePtr& profile, int max_nodes, int microbatches, const std::string& recompute,
-                         const std::string& gradient_sync) {
+                         const std::string& gradient_sync, int tensor_parallel_nodes) {
   if (max_nodes < 1) throw InputError("max_nodes: expected at least 1, got " + std::to_string(max_nodes));
   const int m = microbatches > 0 ? microbatches : default_template_microbatches(*profile, max_nodes);
   auto cost = std::make_shared<CostModel>(*profile, m);
   cost->set_recompute(recompute_policy_or_throw(recompute));
   cost->set_gradient_sync(gradient_sync_from(gradient_sync));
+  cost->set_tensor_parallel_nodes(tensor_parallel_nodes);
   TemplateSet set = build_templates(*cost, max_nodes);
   return {profile, std::move(cost), std::move(set)};
 }
@@ -198,12 +199,14 @@ PYBIND11_MODULE(oobleck, m) {
   m.def(
       "build_templates",
       [](const ProfilePtr& profile, int max_nodes, int microbatches, const std::string& recompute,
-         const std::string& gradient_sync) {
-        return std::make_shared<Templates>(make_templates(profile, max_nodes, microbatches, recompute, gradient_sync));
+         const std::string& gradient_sync, int tensor_parallel_nodes) {
+        return std::make_shared<Templates>(
+            make_templates(profile, max_nodes, microbatches, recompute, gradient_sync, tensor_parallel_nodes));
       },
       py::arg("profile"), py::arg("max_nodes"), py::arg("microbatches") = 0, py::arg("recompute") = "none",
-      py::arg("gradient_sync") = "per-layer",
-      "Templates for 1..max_nodes nodes, optimised for `microbatches` (0: the default M)",
+      py::arg("gradient_sync") = "per-layer", py::arg("tensor_parallel_nodes") = 1,
+      "Templates for 1..max_nodes nodes, optimised for `microbatches` (0: the default M); a stage may span up to "
+      "`tensor_parallel_nodes` whole nodes",
       py::call_guard<py::gil_scoped_release>());
 
   py::class_<PlanObject, std::shared_ptr<PlanObject>>(m, "Plan",
@@ -238,16 +241,18 @@ PYBIND11_MODULE(oobleck, m) {
   m.def(
       "plan_cluster",
       [](const ProfilePtr& profile, const Nodes& nodes, int fault_tolerance, int global_microbatches, int microbatches,
-         const std::string& recompute, const std::string& gradient_sync, double gradient_bucket_mb) {
+         const std::string& recompute, const std::string& gradient_sync, double gradient_bucket_mb,
+         int tensor_parallel_nodes) {
         const auto names = node_names(nodes);
         const auto policy = recompute_policy_or_throw(recompute);
         const auto sync = gradient_sync_from(gradient_sync);
         const double bucket_bytes = gradient_bucket_mb * (1 << 20);
         py::gil_scoped_release unlocked;
         ClusterPlan cluster = plan_cluster(*profile, names, fault_tolerance, global_microbatches, microbatches, {},
-                                           policy, sync, bucket_bytes);
+                                           policy, sync, bucket_bytes, tensor_parallel_nodes);
         auto cost = std::make_shared<CostModel>(*profile, cluster.templates.microbatches);
         cost->set_recompute(policy);
+        cost->set_tensor_parallel_nodes(tensor_parallel_nodes);
         cost->set_gradient_sync(sync);
         cost->set_gradient_bucket_bytes(bucket_bytes);
         auto templates = std::make_shared<Templates>(Templates{profile, cost, std::move(cluster.templates)});
@@ -255,7 +260,7 @@ PYBIND11_MODULE(oobleck, m) {
       },
       py::arg("profile"), py::arg("nodes"), py::arg("fault_tolerance"), py::arg("global_microbatches"),
       py::arg("microbatches") = 0, py::arg("recompute") = "none", py::arg("gradient_sync") = "per-layer",
-      py::arg("gradient_bucket_mb") = kDefaultGradientBucketBytes / (1 << 20),
+      py::arg("gradient_bucket_mb") = kDefaultGradientBucketBytes / (1 << 20), py::arg("tensor_parallel_nodes") = 1,
       "Templates and instantiation together, the template M searched when `microbatches` is 0 "
       "(oobleck-plan instantiate)");
   m.def(
@@ -300,12 +305,13 @@ PYBIND11_MODULE(oobleck, m) {
       "replay",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, int fault_tolerance,
          int global_microbatches, const std::string& policies, const py::object& scenario, const std::string& recompute,
-         bool timeline) {
+         bool timeline, int tensor_parallel_nodes) {
         sim::ReplayOptions options;
         options.fault_tolerance = fault_tolerance;
         options.global_microbatches = global_microbatches;
         options.policies = sim::parse_policies(policies);
         options.recompute = recompute_policy_or_throw(recompute);
+        options.tensor_parallel_nodes = tensor_parallel_nodes;
         const sim::Scenario parsed = scenario_from(scenario);
         sim::ReplayResult result;
         {
@@ -330,7 +336,7 @@ PYBIND11_MODULE(oobleck, m) {
       },
       py::arg("profile"), py::arg("trace"), py::arg("fault_tolerance") = 1, py::arg("global_microbatches") = 1,
       py::arg("policies") = "all", py::arg("scenario") = py::none(), py::arg("recompute") = "none",
-      py::arg("timeline") = false,
+      py::arg("timeline") = false, py::arg("tensor_parallel_nodes") = 1,
       "Replays the trace under each policy (oobleck-sim replay) into its JSON document as a dict; the scenario "
       "is a dict or a file's path. timeline=True adds \"timeline\": {policy: [(time_s, nodes, pipelines, "
       "samples_per_s), ...]}");

@@ -57,6 +57,7 @@ struct ReplayFlags {
   int fault_tolerance = 1;
   std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers = "all";
   cli::GradientSyncFlags gradient_sync;
+  int tensor_parallel_nodes = 1;
 };
 
 struct SweepFlags {
@@ -158,6 +159,9 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "Activation recomputation the templates may choose, as oobleck-plan --recompute: none, auto, "
                   "selective or full")
       ->check(CLI::IsMember({"none", "auto", "selective", "full"}));
+  cmd->add_option("--tensor-parallel-nodes", flags.tensor_parallel_nodes,
+                  "How many whole nodes one stage may span, as oobleck-plan --tensor-parallel-nodes (default 1)")
+      ->check(CLI::Range(1, kMaxTensorParallelNodes));
   // Every policy plans for it and plays its iterations with it.
   cli::add_gradient_sync_options(cmd, flags.gradient_sync);
   cmd->add_option("--stragglers", flags.stragglers,
@@ -359,6 +363,7 @@ int run_replay(const ReplayFlags& flags) {
   options.stragglers = parse_straggler_handlings(flags.stragglers);
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
+  options.tensor_parallel_nodes = flags.tensor_parallel_nodes;
   options.gradient_sync = flags.gradient_sync.sync();
   options.gradient_bucket_bytes = flags.gradient_sync.bucket_bytes();
   const auto runs = [&](Policy p) {

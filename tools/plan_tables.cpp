@@ -31,45 +31,54 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
-// "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8". Long pipelines compress runs of
-// nodes laid out alike: "n2-n40 [9,48) 1x8 each" (layers x GPUs per stage).
-// A stage that recomputes its activations is marked "r" (its attention
-// cores alone: "s").
+// "n0 [0,13)x4 [13,20)x4 | n1 [20,26)x8"; a stage over several nodes:
+// "n2-n3 [26,32)x16". Long pipelines compress runs of nodes laid out
+// alike: "n2-n40 [9,48) 1x8 each" (layers x GPUs per stage; "each 2
+// nodes" where a stage spans two). A stage that recomputes its activations
+// is marked "r" (its attention cores alone: "s").
 std::string layout(const std::vector<Stage>& stages) {
   std::ostringstream out;
-  const int nodes = stages.empty() ? 0 : stages.back().node + 1;
+  const int nodes = stages.empty() ? 0 : stages.back().node + stages.back().node_span;
   if (nodes <= 8) {
     int node = -1;
     for (const auto& s : stages) {
       if (s.node != node) {
         out << (node < 0 ? "" : " | ") << "n" << s.node;
+        if (s.node_span > 1) out << "-n" << s.node + s.node_span - 1;
         node = s.node;
       }
       out << " [" << s.layer_begin << "," << s.layer_end << ")x" << s.gpus << recompute_mark(s.recompute);
     }
     return out.str();
   }
-  struct NodeShape {
+  // Units: a node, or the nodes of one stage over several.
+  struct UnitShape {
+    int first_node = 0, span = 1;
     int first_layer = 0, end_layer = 0;
     std::string shape;  // "2x4+3x4"
   };
-  std::vector<NodeShape> shapes(nodes);
+  std::vector<UnitShape> units;
   for (const auto& s : stages) {
-    auto& n = shapes[s.node];
-    if (n.shape.empty()) n.first_layer = s.layer_begin;
+    if (units.empty() || units.back().first_node != s.node) {
+      units.push_back({s.node, s.node_span, s.layer_begin, s.layer_end, ""});
+    }
+    auto& n = units.back();
     n.end_layer = s.layer_end;
     // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "+" + to_string(...).
     if (!n.shape.empty()) n.shape += '+';
     n.shape.append(std::to_string(s.layer_end - s.layer_begin)).append("x").append(std::to_string(s.gpus));
     n.shape += recompute_mark(s.recompute);
   }
-  for (int a = 0; a < nodes;) {
-    int b = a;
-    while (b + 1 < nodes && shapes[b + 1].shape == shapes[a].shape) ++b;
-    out << (a ? " | " : "") << "n" << a;
-    if (b > a) out << "-n" << b;
-    out << " [" << shapes[a].first_layer << "," << shapes[b].end_layer << ") " << shapes[a].shape
-        << (b > a ? " each" : "");
+  const auto count = units.size();
+  for (std::size_t a = 0; a < count;) {
+    std::size_t b = a;
+    while (b + 1 < count && units[b + 1].shape == units[a].shape && units[b + 1].span == units[a].span) ++b;
+    const int last_node = units[b].first_node + units[b].span - 1;
+    out << (a ? " | " : "") << "n" << units[a].first_node;
+    if (last_node > units[a].first_node) out << "-n" << last_node;
+    out << " [" << units[a].first_layer << "," << units[b].end_layer << ") " << units[a].shape;
+    if (b > a) out << " each";
+    if (b > a && units[a].span > 1) out << " " << units[a].span << " nodes";
     a = b + 1;
   }
   return out.str();

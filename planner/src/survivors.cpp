@@ -13,7 +13,13 @@ namespace oobleck::detail {
 
 Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const Plan& current,
                      const std::vector<std::string>& lost_nodes, const std::vector<std::string>& added_nodes)
-    : cost_(cost), templates_(templates), current_(current), lost_(lost_nodes), added_(added_nodes) {
+    : cost_(cost),
+      templates_(templates),
+      current_(current),
+      lost_(lost_nodes),
+      added_(added_nodes),
+      holders_(current, cost.layers(), [lost = std::set<std::string>(lost_nodes.begin(), lost_nodes.end())](
+                                           const std::string& node) { return !lost.count(node); }) {
   check_node_names(lost_, "lost");
   check_node_names(added_, "added");
   std::set<std::string> known;
@@ -33,7 +39,7 @@ Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const 
     Survivor s{name, std::vector<char>(layers, 0), std::vector<Bytes>(layers + 1, 0)};
     if (stages) {
       for (const auto& stage : *stages) {
-        if (!stage_on_node(stage, position)) continue;
+        if (stage.node != position || stage.node_span > 1) continue;
         for (int l = stage.layer_begin; l < stage.layer_end; ++l) s.holds[l] = 1;
       }
     }
@@ -57,9 +63,7 @@ void Survivors::check_state_survives() const {
   const int layers = cost_.layers();
   std::vector<int> orphaned;
   for (int l = 0; l < layers; ++l) {
-    bool held = false;
-    for (const auto& s : survivors_) held = held || s.holds[l];
-    if (!held) orphaned.push_back(l);
+    if (!holders_.survives(l)) orphaned.push_back(l);
   }
   if (orphaned.empty()) return;
   std::ostringstream why;
@@ -76,7 +80,8 @@ void Survivors::check_state_survives() const {
   std::set<std::string> holders;
   for (const auto& p : current_.pipelines) {
     for (const auto& stage : p.stages) {
-      if (stage.layer_begin <= orphaned.front() && orphaned.front() < stage.layer_end) holders.insert(p.nodes[stage.node]);
+      if (stage.layer_begin > orphaned.front() || orphaned.front() >= stage.layer_end) continue;
+      for (int n = stage.node; n < stage.node + stage.node_span; ++n) holders.insert(p.nodes[n]);
     }
   }
   why << " (" << cost_.profile().layers[orphaned.front()].name << (orphaned.size() > 1 ? ", ..." : "")
@@ -243,16 +248,16 @@ Reconfiguration Survivors::with_copies(Plan plan) const {
       for (const auto& stage : pipeline.stages) {
         if (!stage_on_node(stage, static_cast<int>(r))) continue;
         for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-          if (survivors_[to].holds[l]) continue;
-          int from = -1;
-          for (std::size_t i = 0; i < survivors_.size(); ++i) {
-            if (survivors_[i].holds[l] && (from < 0 || sent[i] < sent[from])) from = static_cast<int>(i);
+          if (survivors_[to].holds[l] || holders_.kept(pipeline, static_cast<int>(r), l)) continue;
+          const auto sources = holders_.sources(l, cost_.layer_state_bytes(l), survivors_[to].name,
+                                                [&](const std::string& n) { return sent[index_.at(n)]; });
+          if (sources.empty()) throw NoPlanError("layer " + std::to_string(l) + " has no surviving replica");
+          for (const auto& [name, bytes] : sources) {
+            sent[index_.at(name)] += bytes;
+            received[to] += bytes;
+            out.copy_bytes += bytes;
+            out.transfers.push_back({l, name, survivors_[to].name, bytes});
           }
-          const Bytes bytes = cost_.layer_state_bytes(l);
-          sent[from] += bytes;
-          received[to] += bytes;
-          out.copy_bytes += bytes;
-          out.transfers.push_back({l, survivors_[from].name, survivors_[to].name, bytes});
         }
       }
     }

@@ -80,37 +80,49 @@ std::vector<ShardCopy> shard_copies(const Plan& base, const Plan& next, const st
   const auto next_nodes = ranked_nodes(next);
   std::map<std::string, int> node_rank;
   for (std::size_t i = 0; i < next_nodes.size(); ++i) node_rank[next_nodes[i]] = static_cast<int>(i);
-  std::map<std::pair<int, std::string>, std::string> sender;  // (layer, receiving node) -> sending node
-  for (const auto& t : transfers) sender[{t.layer, t.to_node}] = t.from_node;
+  // (layer, receiving node) -> sending nodes: one holding it whole, or the
+  // nodes of a stage over several, each holding a part.
+  std::map<std::pair<int, std::string>, std::vector<std::string>> senders;
+  for (const auto& t : transfers) senders[{t.layer, t.to_node}].push_back(t.from_node);
 
   std::vector<ShardCopy> out;
   for (std::size_t r = 0; r < next_seats.size(); ++r) {
     const WorkerSeat& me = next_seats[r];
     const std::string& node = next_nodes[r / static_cast<std::size_t>(G)];
     for (int l = me.layer_begin; l < me.layer_end; ++l) {
-      const auto from = sender.find({l, node});
-      const std::string& source = from == sender.end() ? node : from->second;
-      if (!node_rank.count(source)) throw std::logic_error("shard_copies: node " + source + " is not in the next plan");
-      std::vector<std::pair<int, WorkerSeat>> sources;  // (GPU, seat) holding layer l
-      for (int g = 0; g < G; ++g) {
-        const auto it = held.find({source, g});
-        if (it != held.end() && it->second.holds(l)) sources.emplace_back(g, it->second);
+      const auto from = senders.find({l, node});
+      // Its own GPUs first: what it kept, or its part of a stage over several nodes.
+      std::vector<std::string> nodes{node};
+      if (from != senders.end()) nodes.insert(nodes.end(), from->second.begin(), from->second.end());
+      struct Source {
+        int rank;
+        WorkerSeat seat;
+      };
+      std::vector<Source> sources;  // the GPUs holding layer l
+      for (const auto& source : nodes) {
+        if (!node_rank.count(source)) throw std::logic_error("shard_copies: node " + source + " is not in the next plan");
+        for (int g = 0; g < G; ++g) {
+          const auto it = held.find({source, g});
+          if (it != held.end() && it->second.holds(l)) sources.push_back({node_rank.at(source) * G + g, it->second});
+        }
       }
       if (sources.empty()) {
-        throw std::logic_error("shard_copies: node " + source + " held no shard of layer " + std::to_string(l));
+        throw std::logic_error("shard_copies: node " + node + " has no source of layer " + std::to_string(l));
       }
-      const auto same = [&](const std::pair<int, WorkerSeat>& s) {
-        return s.second.degree == me.degree && s.second.shard == me.shard;
-      };
-      if (source == node && std::any_of(sources.begin(), sources.end(),
-                                         [&](const auto& s) { return s.first == me.gpu && same(s); })) {
+      const auto same = [&](const Source& s) { return s.seat.degree == me.degree && s.seat.shard == me.shard; };
+      if (std::any_of(sources.begin(), sources.end(),
+                      [&](const Source& s) { return s.rank == static_cast<int>(r) && same(s); })) {
         continue;  // kept where it is
       }
+      // One source of exactly its shard, else every one that overlaps it
+      // (of a whole holder, where there is one).
       const auto exact = std::find_if(sources.begin(), sources.end(), same);
-      for (const auto& [g, seat] : sources) {
-        const bool wanted = exact != sources.end() ? g == exact->first
-                                                   : shards_overlap(seat.degree, seat.shard, me.degree, me.shard);
-        if (wanted) out.push_back({l, node_rank.at(source) * G + g, static_cast<int>(r), seat.degree, seat.shard});
+      const auto whole = std::find_if(sources.begin(), sources.end(), [](const Source& s) { return s.seat.degree == 1; });
+      for (const Source& s : sources) {
+        const bool wanted = exact != sources.end()   ? &s == &*exact
+                            : whole != sources.end() ? &s == &*whole
+                                                     : shards_overlap(s.seat.degree, s.seat.shard, me.degree, me.shard);
+        if (wanted) out.push_back({l, s.rank, static_cast<int>(r), s.seat.degree, s.seat.shard});
       }
     }
   }

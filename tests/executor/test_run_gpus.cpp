@@ -128,6 +128,37 @@ TEST_CASE("run: a tensor-parallel plan loses a node in step 10 and gains one in 
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("run: a stage over two nodes (degree 4 on 2-GPU nodes) trains what one process trains, and loses one of them") {
+  LiveSetup setup(4, 1, 12, 2);
+  // Layers 0-2 at degree 4 on node0 and node1; node2 holds two stages of
+  // one GPU each; pipeline 1 on node3 holds every layer at degree 1.
+  auto plan = setup.plan();
+  plan["pipelines"] = nlohmann::json::parse(R"([
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0", "node1", "node2"], "template_nodes": 3,
+     "stages": [{"gpus": 4, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 5], "node": 2},
+                {"gpus": 1, "layers": [5, 6], "node": 2}]},
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node3"], "template_nodes": 1,
+     "stages": [{"gpus": 1, "layers": [0, 3], "node": 0}, {"gpus": 1, "layers": [3, 6], "node": 0}]}])");
+  setup.s.write("plan.json", plan.dump());
+  // node1 (half of the degree-4 stage) is lost in step 6: its shards of
+  // layers 0-2 are gone, node0's half and node3's whole copy remain.
+  setup.s.write("inject.csv", "step:6,remove,node1\n");
+  const auto run = setup.live(12, 3, "live.jsonl", kSmooth + " --inject " + setup.s.str("inject.csv") +
+                                                       " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 3, kSmooth), kTensorParallelTolerance);
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+  const auto generations = setup.of_kind("live.jsonl", "generation");
+  REQUIRE(generations.size() == 2);
+  CHECK(generations[1]["lost"] == nlohmann::json::array({"node1"}));
+  CHECK(generations[1]["resume_step"] == 6);
+  CHECK(generations[1]["copy_bytes"].get<std::int64_t>() > 0);
+  // The per-stage summary of the first generation had four shards of stage 0 on two nodes.
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("run: plans the workers cannot run are refused before anything starts, naming the stage") {
   // gpt-tiny has 4 attention heads: degree 3 (on 3-GPU nodes) cannot split them.
   LiveSetup three(2, 1, 4, 3);

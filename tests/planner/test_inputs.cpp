@@ -166,3 +166,44 @@ TEST_CASE("plans round-trip through JSON, and bad plans are refused") {
         "plan.json: format: expected \"oobleck.plan.v1\", got \"other\"");
   CHECK(plan_error(replace(text, "\"a\"", "\"b\""), profile).find("appears twice") != std::string::npos);
 }
+
+TEST_CASE("plans with stages over whole nodes round-trip; a stage may not outrun its pipeline or the plan's span") {
+  // Two layers of 1500 bytes' state on GPUs of 1000, one per node: each
+  // layer needs a stage over two or three nodes.
+  const Profile profile = test::uniform_profile(2, 1, 1.0, 2.0, 1500, 10, 1000);
+  CostModel cost(profile, 4);
+  cost.set_tensor_parallel_nodes(3);
+  const TemplateSet templates = build_templates(cost, 6);
+  const Plan plan = instantiate(cost, templates, {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}, 1, 8);
+  REQUIRE(plan.pipelines.size() == 2);
+  CHECK(plan.tensor_parallel_nodes == 3);
+  const std::string text = plan_to_json(plan, templates, profile);
+  const Plan back = parse_plan(text, "plan.json", profile);
+  REQUIRE(back.pipelines.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(back.pipelines[i].stages == plan.pipelines[i].stages);
+    for (const auto& s : back.pipelines[i].stages) CHECK(s.node_span == s.gpus);
+  }
+  CHECK(back.tensor_parallel_nodes == 3);
+  // Without the field, the widest stage's span; below it, refused.
+  const std::string field = "\"tensor_parallel_nodes\": 3";
+  REQUIRE(text.find(field) != std::string::npos);
+  CHECK(parse_plan(replace(text, ",\n  " + field, ""), "plan.json", profile).tensor_parallel_nodes == 3);
+  CHECK(plan_error(replace(text, field, "\"tensor_parallel_nodes\": 2"), profile).find("tensor_parallel_nodes") !=
+        std::string::npos);
+  CHECK(plan_error(replace(text, field, "\"tensor_parallel_nodes\": 9"), profile).find("tensor_parallel_nodes") !=
+        std::string::npos);
+  // The 6-node pipeline's second stage moved to its last node: three nodes from there are more than it has.
+  const std::string error = plan_error(replace(text, "\"node\": 3", "\"node\": 5"), profile);
+  CHECK(error.find("stages[1].node") != std::string::npos);
+  CHECK(error.find("needs more than the pipeline's 6") != std::string::npos);
+  // A degree neither dividing a node's GPUs nor whole nodes of them.
+  const Profile two = test::uniform_profile(2, 2, 1.0, 2.0, 100, 10, 1 << 20);
+  CostModel two_cost(two, 2);
+  two_cost.set_tensor_parallel_nodes(2);
+  const TemplateSet two_templates = build_templates(two_cost, 2);
+  const std::string two_text = plan_to_json(instantiate(two_cost, two_templates, {"a", "b"}, 0, 2), two_templates, two);
+  CHECK(parse_plan(two_text, "plan.json", two).pipelines.size() >= 1);
+  CHECK(plan_error(replace(two_text, "\"gpus\": 2", "\"gpus\": 3"), two).find("or a multiple of it") != std::string::npos);
+}
+

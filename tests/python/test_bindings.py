@@ -65,6 +65,16 @@ def test_plan_cluster_in_gradient_buckets_equals_oobleck_plan_instantiate(profil
     assert theirs["gradient_bucket_bytes"] == 400 * 2**20
 
 
+def test_plan_cluster_with_stages_over_nodes_equals_oobleck_plan_instantiate(tmp_path):
+    path = os.path.join(ROOT, "profiles", "llama3-70b-h100.analytic.json")
+    ours = oobleck.plan_cluster(oobleck.load_profile(path), 64, 1, 512, tensor_parallel_nodes=2)
+    theirs = program_json(tmp_path, "oobleck-plan", "instantiate", "--profile", path, "--nodes", "64",
+                          "--fault-tolerance", "1", "--global-microbatches", "512", "--tensor-parallel-nodes", "2")
+    assert ours.to_dict() == theirs
+    assert theirs["tensor_parallel_nodes"] == 2
+    assert any(s["gpus"] == 16 for p in theirs["pipelines"] for s in p["stages"])
+
+
 def test_templates_then_instantiate_uses_every_node_in_f_plus_one_pipelines(profile):
     templates = oobleck.build_templates(profile, 8)
     assert templates.node_counts == sorted(templates.node_counts) and templates.node_counts[-1] <= 8

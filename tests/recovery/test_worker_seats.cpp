@@ -8,6 +8,7 @@
 
 #include "oobleck/recovery/seats.h"
 #include "oobleck/recovery/worker_seats.h"
+#include "reference.h"
 
 namespace {
 
@@ -187,3 +188,63 @@ TEST_CASE("shard copies: a worker that keeps its shard copies nothing") {
   next.pipelines.pop_back();  // c leaves; pipeline 0 is as it was
   CHECK(shard_copies(base_plan(), next, {}, 2).empty());
 }
+
+TEST_CASE("shard copies after a loss in a stage over two nodes: each part gathered from a living group, every shard covered") {
+  // Two layers whose state needs two GPUs: only a stage over two 1-GPU
+  // nodes holds one, so nothing holds a layer whole.
+  const Profile profile = test::uniform_profile(2, 1, 1.0, 2.0, 1500, 10, 1000);
+  CostModel cost(profile, 4);
+  cost.set_tensor_parallel_nodes(2);
+  const TemplateSet templates = build_templates(cost, 8);
+  const Plan base = instantiate(cost, templates, {"a", "b", "c", "d", "e", "f", "g", "h"}, 1, 8);
+  REQUIRE(base.pipelines.size() == 2);
+  const auto& p0 = base.pipelines[0].nodes;
+  const auto& p1 = base.pipelines[1].nodes;
+  REQUIRE(base.pipelines[0].stages.front().node_span == 2);
+  // p0's first node leaves and a fresh one joins: layer 0's group on p0 is
+  // broken, so whoever holds layer 0 anew gathers it from p1's group.
+  const Reconfiguration r = reconfigure(cost, templates, base, {p0[0]}, {"fresh"});
+  REQUIRE(r.plan.pipelines.size() == 2);
+  const std::set<std::string> group{p1[0], p1[1]};
+  int gathered = 0;
+  for (const auto& t : r.transfers) {
+    CHECK(t.from_node != p0[0]);
+    if (t.layer != 0) continue;
+    CHECK(group.count(t.from_node) == 1);
+    CHECK(t.bytes == cost.layer_state_bytes(0) / 2);
+    ++gathered;
+  }
+  CHECK(gathered >= 2);
+  const auto copies = shard_copies(base, r.plan, r.transfers, 1);
+  const auto seats = worker_seats(r.plan, 1);
+  const auto old_seats = seats_by_node(base, 1);
+  const auto nodes = ranked_nodes(r.plan);
+  for (std::size_t w = 0; w < seats.size(); ++w) {
+    for (int l = seats[w].layer_begin; l < seats[w].layer_end; ++l) {
+      CAPTURE(w);
+      CAPTURE(l);
+      std::vector<bool> covered(kUnits, false);
+      const auto mine = old_seats.find({nodes[w], 0});
+      if (mine != old_seats.end() && mine->second.holds(l) && mine->second.degree == seats[w].degree &&
+          mine->second.shard == seats[w].shard) {
+        continue;  // kept
+      }
+      for (const auto& c : copies) {
+        if (c.to != static_cast<int>(w) || c.layer != l) continue;
+        const auto& from = old_seats.at({nodes[static_cast<std::size_t>(c.from)], 0});
+        CHECK(nodes[static_cast<std::size_t>(c.from)] != p0[0]);
+        CHECK(from.holds(l));
+        CHECK(from.degree == c.from_degree);
+        CHECK(from.shard == c.from_shard);
+        const auto [u0, u1] = interval(c.from_degree, c.from_shard);
+        for (int u = u0; u < u1; ++u) covered[static_cast<std::size_t>(u)] = true;
+      }
+      const auto [m0, m1] = interval(seats[w].degree, seats[w].shard);
+      for (int u = m0; u < m1; ++u) CHECK(covered[static_cast<std::size_t>(u)]);
+    }
+  }
+  // Both groups of layer 0 broken: nothing holds it, whatever the parts left.
+  CHECK_THROWS_WITH_AS((void)reconfigure(cost, templates, base, {p0[0], p1[1]}, {}),
+                       doctest::Contains("no surviving replica"), NoPlanError);
+}
+

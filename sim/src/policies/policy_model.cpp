@@ -37,16 +37,18 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
   try {
     cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
-                           options.recompute, options.gradient_sync, options.gradient_bucket_bytes);
+                           options.recompute, options.gradient_sync, options.gradient_bucket_bytes,
+                           options.tensor_parallel_nodes);
   } catch (const NoPlanError& e) {
     peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
                         " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
     if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
     cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute,
-                           options.gradient_sync, options.gradient_bucket_bytes);
+                           options.gradient_sync, options.gradient_bucket_bytes, options.tensor_parallel_nodes);
   }
   cost.emplace(profile, cluster.templates.microbatches);
   cost->set_recompute(options.recompute);  // as the templates were made
+  cost->set_tensor_parallel_nodes(options.tensor_parallel_nodes);
   cost->set_gradient_sync(options.gradient_sync);
   cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
   // A slow node's optimizer step is slow too: weighing stragglers prices it,

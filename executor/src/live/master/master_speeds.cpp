@@ -31,8 +31,10 @@ std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
     for (const auto& s : p.stages) {
       const Milliseconds ms =
           p.microbatches * cost_.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus, s.recompute);
-      auto& node = out[p.nodes.at(static_cast<std::size_t>(s.node))];
-      node = std::max(node, ms);
+      for (int n = s.node; n < s.node + s.node_span; ++n) {
+        auto& node = out[p.nodes.at(static_cast<std::size_t>(n))];
+        node = std::max(node, ms);
+      }
     }
   }
   return out;
@@ -86,8 +88,10 @@ void Master::price_optimizer(const std::map<std::string, NodeWork>& measured, do
   std::map<std::string, Bytes> state;  // per GPU, the node's largest stage
   for (const auto& p : generation_->plan.pipelines) {
     for (const auto& s : p.stages) {
-      auto& bytes = state[p.nodes.at(static_cast<std::size_t>(s.node))];
-      bytes = std::max(bytes, cost_.stage_state_bytes_per_gpu(s.layer_begin, s.layer_end, s.gpus));
+      for (int n = s.node; n < s.node + s.node_span; ++n) {
+        auto& bytes = state[p.nodes.at(static_cast<std::size_t>(n))];
+        bytes = std::max(bytes, cost_.stage_state_bytes_per_gpu(s.layer_begin, s.layer_end, s.gpus));
+      }
     }
   }
   std::vector<double> rates;

@@ -112,6 +112,8 @@ struct ReplayOptions {
   bool record_decisions = false;
   // What the templates every policy plans with may choose (oobleck-plan --recompute).
   RecomputePolicy recompute = RecomputePolicy::none;
+  // How many whole nodes one stage may span (oobleck-plan --tensor-parallel-nodes).
+  int tensor_parallel_nodes = 1;
   // When the gradients are all-reduced, as every policy's plans assume and
   // its iterations are played (oobleck-plan --gradient-sync).
   GradientSync gradient_sync = GradientSync::per_layer;
