@@ -88,6 +88,9 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
   backward_prefix_.fill(forward_prefix_);
   compute_prefix_.fill(forward_prefix_);
   backward_allreduce_prefix_.fill(forward_prefix_);
+  layer_backward_.fill(PerDegreePrefix(priced_degrees_.size(), std::vector<double>(count, 0.0)));
+  degree_slot_.assign(static_cast<std::size_t>(priced_degrees_.back()) + 1, -1);
+  for (std::size_t d = 0; d < priced_degrees_.size(); ++d) degree_slot_[priced_degrees_[d]] = static_cast<int>(d);
   constexpr std::array kinds{Recompute::none, Recompute::selective, Recompute::full};
   for (std::size_t d = 0; d < priced_degrees_.size(); ++d) {
     for (int l = 0; l < count; ++l) {
@@ -96,7 +99,8 @@ CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profi
       forward_prefix_[d][l + 1] = forward_prefix_[d][l] + f;
       forward_allreduce_prefix_[d][l + 1] = forward_allreduce_prefix_[d][l] + fa;
       for (std::size_t r = 0; r < kRecomputeKinds; ++r) {
-        const double b = layer_backward_ms(l, priced_degrees_[d], kinds[r]);
+        const double b = computed_backward_ms(l, priced_degrees_[d], kinds[r]);
+        layer_backward_[r][d][l] = b;
         // The forward run again brings its own all-reduces; the attention core has none.
         const double ba = layer_backward_allreduce_ms(l, priced_degrees_[d]) + (kinds[r] == Recompute::full ? fa : 0.0);
         backward_prefix_[r][d][l + 1] = backward_prefix_[r][d][l] + b;
@@ -253,13 +257,12 @@ void CostModel::set_tensor_parallel_nodes(int nodes) {
 }
 
 int CostModel::degree_index(int degree) const {
-  auto it = std::lower_bound(priced_degrees_.begin(), priced_degrees_.end(), degree);
-  if (it == priced_degrees_.end() || *it != degree) {
-    throw InputError("tensor-parallel degree " + std::to_string(degree) + " neither divides gpus_per_node " +
-                     std::to_string(gpus_per_node()) + " nor is a multiple of it on at most " +
-                     std::to_string(kMaxTensorParallelNodes) + " nodes");
+  if (degree >= 1 && degree < static_cast<int>(degree_slot_.size()) && degree_slot_[degree] >= 0) {
+    return degree_slot_[degree];
   }
-  return static_cast<int>(it - priced_degrees_.begin());
+  throw InputError("tensor-parallel degree " + std::to_string(degree) + " neither divides gpus_per_node " +
+                   std::to_string(gpus_per_node()) + " nor is a multiple of it on at most " +
+                   std::to_string(kMaxTensorParallelNodes) + " nodes");
 }
 
 Milliseconds hierarchical_allreduce_ms(double bytes, int nodes, int gpus_per_node, Milliseconds intra_node_ms,
@@ -340,6 +343,13 @@ Milliseconds CostModel::layer_attention_forward_ms(int layer, int degree) const 
 }
 
 Milliseconds CostModel::layer_backward_ms(int layer, int degree, Recompute recompute) const {
+  if (degree >= 1 && degree < static_cast<int>(degree_slot_.size()) && degree_slot_[degree] >= 0) {
+    return layer_backward_[static_cast<std::size_t>(recompute)][degree_slot_[degree]][layer];
+  }
+  return computed_backward_ms(layer, degree, recompute);
+}
+
+Milliseconds CostModel::computed_backward_ms(int layer, int degree, Recompute recompute) const {
   const double again = recompute == Recompute::full        ? layer_forward_ms(layer, degree)
                        : recompute == Recompute::selective ? layer_attention_forward_ms(layer, degree)
                                                            : 0.0;

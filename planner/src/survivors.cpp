@@ -18,7 +18,7 @@ Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const 
       current_(current),
       lost_(lost_nodes),
       added_(added_nodes),
-      holders_(current, cost.layers(), [lost = std::set<std::string>(lost_nodes.begin(), lost_nodes.end())](
+      parts_(current, cost.layers(), [lost = std::set<std::string>(lost_nodes.begin(), lost_nodes.end())](
                                            const std::string& node) { return !lost.count(node); }) {
   check_node_names(lost_, "lost");
   check_node_names(added_, "added");
@@ -63,7 +63,9 @@ void Survivors::check_state_survives() const {
   const int layers = cost_.layers();
   std::vector<int> orphaned;
   for (int l = 0; l < layers; ++l) {
-    if (!holders_.survives(l)) orphaned.push_back(l);
+    bool held = parts_.has_group(l);
+    for (const auto& s : survivors_) held = held || s.holds[l];
+    if (!held) orphaned.push_back(l);
   }
   if (orphaned.empty()) return;
   std::ostringstream why;
@@ -248,16 +250,27 @@ Reconfiguration Survivors::with_copies(Plan plan) const {
       for (const auto& stage : pipeline.stages) {
         if (!stage_on_node(stage, static_cast<int>(r))) continue;
         for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-          if (survivors_[to].holds[l] || holders_.kept(pipeline, static_cast<int>(r), l)) continue;
-          const auto sources = holders_.sources(l, cost_.layer_state_bytes(l), survivors_[to].name,
-                                                [&](const std::string& n) { return sent[index_.at(n)]; });
-          if (sources.empty()) throw NoPlanError("layer " + std::to_string(l) + " has no surviving replica");
-          for (const auto& [name, bytes] : sources) {
-            sent[index_.at(name)] += bytes;
+          if (survivors_[to].holds[l] || parts_.kept(pipeline, static_cast<int>(r), l)) continue;
+          int from = -1;
+          for (std::size_t i = 0; i < survivors_.size(); ++i) {
+            if (survivors_[i].holds[l] && (from < 0 || sent[i] < sent[from])) from = static_cast<int>(i);
+          }
+          const auto copy = [&](int source, Bytes bytes) {
+            sent[source] += bytes;
             received[to] += bytes;
             out.copy_bytes += bytes;
-            out.transfers.push_back({l, name, survivors_[to].name, bytes});
+            out.transfers.push_back({l, survivors_[source].name, survivors_[to].name, bytes});
+          };
+          // From the survivor holding it whole that has sent least, else
+          // gathered from a living group's parts.
+          if (from >= 0) {
+            copy(from, cost_.layer_state_bytes(l));
+            continue;
           }
+          const auto sources = parts_.sources(l, cost_.layer_state_bytes(l), survivors_[to].name,
+                                              [&](std::string_view n) { return sent[index_.at(std::string(n))]; });
+          if (sources.empty()) throw NoPlanError("layer " + std::to_string(l) + " has no surviving replica");
+          for (const auto& [name, bytes] : sources) copy(index_.at(std::string(name)), bytes);
         }
       }
     }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "composition.h"
-#include "layer_holders.h"
+#include "layer_parts.h"
 #include "oobleck/planner.h"
 
 namespace oobleck::detail {
@@ -46,7 +46,7 @@ class Survivors {
  private:
   struct Survivor {
     std::string name;
-    std::vector<char> holds;         // per layer, whole (stages over several nodes hold parts: holders_)
+    std::vector<char> holds;         // per layer, whole (stages over several nodes hold parts: parts_)
     std::vector<Bytes> held_prefix;  // state bytes held in layers [0, l)
   };
   struct Slot {
@@ -72,7 +72,7 @@ class Survivors {
   const std::vector<std::string>& added_;
   std::vector<Survivor> survivors_;
   std::map<std::string, int> index_;
-  LayerHolders holders_;  // of the current plan's layers, among the survivors
+  LayerParts parts_;  // of the current plan's stages over several nodes, among the survivors
 };
 
 }  // namespace oobleck::detail

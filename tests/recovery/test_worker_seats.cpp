@@ -37,21 +37,26 @@ Plan base_plan() {
 constexpr int kUnits = 24;
 std::pair<int, int> interval(int degree, int shard) { return {shard * kUnits / degree, (shard + 1) * kUnits / degree}; }
 
-}  // namespace
-
-TEST_CASE("worker seats: a node's stages take its GPUs in order, each GPU one shard") {
-  const auto seats = worker_seats(base_plan(), 2);
-  REQUIRE(seats.size() == 6);
-  // rank: pipeline, stage, node position, GPU, layers, degree, shard, first rank
-  const std::vector<std::vector<int>> expected = {{0, 0, 0, 0, 0, 2, 2, 0, 0}, {0, 0, 0, 1, 0, 2, 2, 1, 0},
-                                                  {0, 1, 1, 0, 2, 3, 1, 0, 2}, {0, 2, 1, 1, 3, 5, 1, 0, 3},
-                                                  {1, 0, 0, 0, 0, 5, 2, 0, 4}, {1, 0, 0, 1, 0, 5, 2, 1, 4}};
+// Each rank's seat: pipeline, stage, node position, GPU, layers, degree,
+// shard, first rank.
+void check_seats(const std::vector<WorkerSeat>& seats, const std::vector<std::vector<int>>& expected) {
+  REQUIRE(seats.size() == expected.size());
   for (std::size_t r = 0; r < seats.size(); ++r) {
     const auto& s = seats[r];
     CAPTURE(r);
     CHECK(std::vector<int>{s.pipeline, s.stage, s.node_position, s.gpu, s.layer_begin, s.layer_end, s.degree,
                            s.shard, s.first_rank} == expected[r]);
   }
+}
+
+}  // namespace
+
+TEST_CASE("worker seats: a node's stages take its GPUs in order, each GPU one shard") {
+  const auto seats = worker_seats(base_plan(), 2);
+  const std::vector<std::vector<int>> expected = {{0, 0, 0, 0, 0, 2, 2, 0, 0}, {0, 0, 0, 1, 0, 2, 2, 1, 0},
+                                                  {0, 1, 1, 0, 2, 3, 1, 0, 2}, {0, 2, 1, 1, 3, 5, 1, 0, 3},
+                                                  {1, 0, 0, 0, 0, 5, 2, 0, 4}, {1, 0, 0, 1, 0, 5, 2, 1, 4}};
+  check_seats(seats, expected);
   CHECK(seats[2].stages == 3);
   CHECK(seats[4].stages == 1);
 }
@@ -61,16 +66,10 @@ TEST_CASE("worker seats: a stage over two nodes takes both nodes' GPUs, its shar
   // Layers 0-2 at degree 4 on nodes a and b; layers 3-4 at degree 2 on c.
   plan.pipelines = {pipeline({"a", "b", "c"}, {{0, 3, 4, 0, Recompute::none, 2}, {3, 5, 2, 2}})};
   const auto seats = worker_seats(plan, 2);
-  REQUIRE(seats.size() == 6);
   const std::vector<std::vector<int>> expected = {{0, 0, 0, 0, 0, 3, 4, 0, 0}, {0, 0, 0, 1, 0, 3, 4, 1, 0},
                                                   {0, 0, 1, 0, 0, 3, 4, 2, 0}, {0, 0, 1, 1, 0, 3, 4, 3, 0},
                                                   {0, 1, 2, 0, 3, 5, 2, 0, 4}, {0, 1, 2, 1, 3, 5, 2, 1, 4}};
-  for (std::size_t r = 0; r < seats.size(); ++r) {
-    const auto& s = seats[r];
-    CAPTURE(r);
-    CHECK(std::vector<int>{s.pipeline, s.stage, s.node_position, s.gpu, s.layer_begin, s.layer_end, s.degree,
-                           s.shard, s.first_rank} == expected[r]);
-  }
+  check_seats(seats, expected);
   // Node seats: a and b both hold layers 0-2.
   const auto nodes = seats_of(plan);
   REQUIRE(nodes.size() == 3);

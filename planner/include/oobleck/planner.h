@@ -380,6 +380,12 @@ class CostModel {
   static constexpr std::size_t kRecomputeKinds = 3;
   PerDegreePrefix forward_prefix_, forward_allreduce_prefix_;
   std::array<PerDegreePrefix, kRecomputeKinds> backward_prefix_, compute_prefix_, backward_allreduce_prefix_;
+  // Each layer's backward itself (layer_backward_ms, which the
+  // synchronisation tail asks for layer by layer), and each priced
+  // degree's index by degree (-1: not priced).
+  std::array<PerDegreePrefix, kRecomputeKinds> layer_backward_;
+  std::vector<int> degree_slot_;
+  [[nodiscard]] Milliseconds computed_backward_ms(int layer, int degree, Recompute recompute) const;
   std::vector<Bytes> state_prefix_, attention_activation_prefix_;
   // Full recomputation: the layers' inputs (layer l's is layer l-1's output; the
   // first layer's, tokens, counted as nothing), and per degree index a

@@ -1,20 +1,14 @@
-#include "layer_holders.h"
+#include "layer_parts.h"
 
 #include <algorithm>
 
 namespace oobleck::detail {
 
-LayerHolders::LayerHolders(const Plan& plan, int layers, const std::function<bool(const std::string&)>& alive)
-    : whole_(layers), groups_(layers) {
+LayerParts::LayerParts(const Plan& plan, int layers, const std::function<bool(const std::string&)>& alive) {
   for (const auto& p : plan.pipelines) {
     for (const auto& stage : p.stages) {
-      if (stage.node_span == 1) {
-        const std::string& node = p.nodes.at(static_cast<std::size_t>(stage.node));
-        if (!alive(node)) continue;
-        whole_ranges_[node].emplace_back(stage.layer_begin, stage.layer_end);
-        for (int l = stage.layer_begin; l < stage.layer_end; ++l) whole_[l].push_back(node);
-        continue;
-      }
+      if (stage.node_span == 1) continue;
+      if (groups_.empty()) groups_.resize(static_cast<std::size_t>(layers));
       std::vector<std::string_view> group;
       bool living = true;
       for (int n = stage.node; n < stage.node + stage.node_span; ++n) {
@@ -32,16 +26,8 @@ LayerHolders::LayerHolders(const Plan& plan, int layers, const std::function<boo
   }
 }
 
-bool LayerHolders::survives(int layer) const { return !whole_[layer].empty() || !groups_[layer].empty(); }
-
-bool LayerHolders::kept(const Pipeline& pipeline, int position, int layer) const {
-  const std::string& node = pipeline.nodes.at(static_cast<std::size_t>(position));
-  if (const auto it = whole_ranges_.find(node); it != whole_ranges_.end()) {
-    for (const auto& [begin, end] : it->second) {
-      if (begin <= layer && layer < end) return true;  // any new seat is cut from it
-    }
-  }
-  const auto it = parts_.find(node);
+bool LayerParts::kept(const Pipeline& pipeline, int position, int layer) const {
+  const auto it = parts_.find(pipeline.nodes.at(static_cast<std::size_t>(position)));
   if (it == parts_.end()) return false;
   const Stage* now = nullptr;
   for (const auto& stage : pipeline.stages) {
@@ -64,35 +50,24 @@ bool LayerHolders::kept(const Pipeline& pipeline, int position, int layer) const
   return false;
 }
 
-std::vector<std::pair<std::string, Bytes>> LayerHolders::sources(
-    int layer, Bytes layer_bytes, const std::string& receiver,
-    const std::function<Bytes(const std::string&)>& sent_by, Ties ties) const {
-  const auto& whole = whole_[layer];
-  if (!whole.empty()) {
-    std::string best(whole.front());
-    Bytes least = sent_by(best);
-    for (const auto& view : whole) {
-      const std::string n(view);
-      const Bytes a = sent_by(n);
-      if (a < least || (ties == Ties::by_name && a == least && n < best)) best = n, least = a;
-    }
-    return {{best, layer_bytes}};
-  }
+std::vector<std::pair<std::string_view, Bytes>> LayerParts::sources(
+    int layer, Bytes layer_bytes, std::string_view receiver,
+    const std::function<Bytes(std::string_view)>& sent_by) const {
+  if (!has_group(layer)) return {};
   const auto& groups = groups_[layer];
-  if (groups.empty()) return {};
   const auto load = [&](const std::vector<std::string_view>& g) {
     Bytes most = 0;
-    for (const auto& n : g) most = std::max(most, sent_by(std::string(n)));
+    for (const auto& n : g) most = std::max(most, sent_by(n));
     return most;
   };
   const std::vector<std::string_view>* best = &groups.front();
   for (const auto& g : groups) {
     if (load(g) < load(*best)) best = &g;
   }
-  std::vector<std::pair<std::string, Bytes>> out;
+  std::vector<std::pair<std::string_view, Bytes>> out;
   const Bytes part = layer_bytes / static_cast<Bytes>(best->size());
   for (const auto& n : *best) {
-    if (n != receiver) out.emplace_back(std::string(n), part);
+    if (n != receiver) out.emplace_back(n, part);
   }
   return out;
 }
