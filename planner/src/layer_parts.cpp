@@ -55,14 +55,16 @@ std::vector<std::pair<std::string_view, Bytes>> LayerParts::sources(
     const std::function<Bytes(std::string_view)>& sent_by) const {
   if (!has_group(layer)) return {};
   const auto& groups = groups_[layer];
-  const auto load = [&](const std::vector<std::string_view>& g) {
+  // Fewest parts to move (a group the receiver is in sends one fewer),
+  // then the least loaded.
+  const auto key = [&](const std::vector<std::string_view>& g) {
     Bytes most = 0;
     for (const auto& n : g) most = std::max(most, sent_by(n));
-    return most;
+    return std::pair{std::count_if(g.begin(), g.end(), [&](std::string_view n) { return n != receiver; }), most};
   };
   const std::vector<std::string_view>* best = &groups.front();
   for (const auto& g : groups) {
-    if (load(g) < load(*best)) best = &g;
+    if (key(g) < key(*best)) best = &g;
   }
   std::vector<std::pair<std::string_view, Bytes>> out;
   const Bytes part = layer_bytes / static_cast<Bytes>(best->size());

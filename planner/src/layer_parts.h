@@ -32,9 +32,10 @@ class LayerParts {
   // degree over the same nodes.
   [[nodiscard]] bool kept(const Pipeline& pipeline, int position, int layer) const;
   // The group to gather `layer` from, with the bytes each member sends (of
-  // `layer_bytes`; names viewed in the plan): the living group whose
-  // busiest member has sent least (ties: the first in the plan), `receiver`
-  // left out (it reads its own part). Empty without a living group.
+  // `layer_bytes`; names viewed in the plan): the living group with the
+  // fewest parts to send (`receiver` reads its own part), then the one
+  // whose busiest member has sent least (ties: the first in the plan).
+  // Empty without a living group.
   [[nodiscard]] std::vector<std::pair<std::string_view, Bytes>> sources(
       int layer, Bytes layer_bytes, std::string_view receiver,
       const std::function<Bytes(std::string_view)>& sent_by) const;

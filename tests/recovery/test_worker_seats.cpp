@@ -49,6 +49,40 @@ void check_seats(const std::vector<WorkerSeat>& seats, const std::vector<std::ve
   }
 }
 
+// Every shard of `next` (1-GPU nodes) is kept or covered by its copies,
+// each from a worker of `base` that held the layer at that degree and
+// shard, none on `lost`.
+void check_shards_covered(const Plan& base, const Plan& next, const std::vector<ShardCopy>& copies,
+                          const std::string& lost) {
+  const auto seats = worker_seats(next, 1);
+  const auto old_seats = seats_by_node(base, 1);
+  const auto nodes = ranked_nodes(next);
+  for (std::size_t w = 0; w < seats.size(); ++w) {
+    for (int l = seats[w].layer_begin; l < seats[w].layer_end; ++l) {
+      CAPTURE(w);
+      CAPTURE(l);
+      const auto mine = old_seats.find({nodes[w], 0});
+      if (mine != old_seats.end() && mine->second.holds(l) && mine->second.degree == seats[w].degree &&
+          mine->second.shard == seats[w].shard) {
+        continue;  // kept
+      }
+      std::vector<bool> covered(kUnits, false);
+      for (const auto& c : copies) {
+        if (c.to != static_cast<int>(w) || c.layer != l) continue;
+        const auto& from = old_seats.at({nodes[static_cast<std::size_t>(c.from)], 0});
+        CHECK(nodes[static_cast<std::size_t>(c.from)] != lost);
+        CHECK(from.holds(l));
+        CHECK(from.degree == c.from_degree);
+        CHECK(from.shard == c.from_shard);
+        const auto [u0, u1] = interval(c.from_degree, c.from_shard);
+        for (int u = u0; u < u1; ++u) covered[static_cast<std::size_t>(u)] = true;
+      }
+      const auto [m0, m1] = interval(seats[w].degree, seats[w].shard);
+      for (int u = m0; u < m1; ++u) CHECK(covered[static_cast<std::size_t>(u)]);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("worker seats: a node's stages take its GPUs in order, each GPU one shard") {
@@ -214,34 +248,19 @@ TEST_CASE("shard copies after a loss in a stage over two nodes: each part gather
     ++gathered;
   }
   CHECK(gathered >= 2);
-  const auto copies = shard_copies(base, r.plan, r.transfers, 1);
-  const auto seats = worker_seats(r.plan, 1);
-  const auto old_seats = seats_by_node(base, 1);
-  const auto nodes = ranked_nodes(r.plan);
-  for (std::size_t w = 0; w < seats.size(); ++w) {
-    for (int l = seats[w].layer_begin; l < seats[w].layer_end; ++l) {
-      CAPTURE(w);
-      CAPTURE(l);
-      std::vector<bool> covered(kUnits, false);
-      const auto mine = old_seats.find({nodes[w], 0});
-      if (mine != old_seats.end() && mine->second.holds(l) && mine->second.degree == seats[w].degree &&
-          mine->second.shard == seats[w].shard) {
-        continue;  // kept
-      }
-      for (const auto& c : copies) {
-        if (c.to != static_cast<int>(w) || c.layer != l) continue;
-        const auto& from = old_seats.at({nodes[static_cast<std::size_t>(c.from)], 0});
-        CHECK(nodes[static_cast<std::size_t>(c.from)] != p0[0]);
-        CHECK(from.holds(l));
-        CHECK(from.degree == c.from_degree);
-        CHECK(from.shard == c.from_shard);
-        const auto [u0, u1] = interval(c.from_degree, c.from_shard);
-        for (int u = u0; u < u1; ++u) covered[static_cast<std::size_t>(u)] = true;
-      }
-      const auto [m0, m1] = interval(seats[w].degree, seats[w].shard);
-      for (int u = m0; u < m1; ++u) CHECK(covered[static_cast<std::size_t>(u)]);
-    }
+  check_shards_covered(base, r.plan, shard_copies(base, r.plan, r.transfers, 1), p0[0]);
+  // The same nodes, p0's first two swapped: each holds the other's part
+  // now, which it gathers from the other (no one holds layer 0 whole).
+  Plan swapped = base;
+  std::swap(swapped.pipelines[0].nodes[0], swapped.pipelines[0].nodes[1]);
+  const Reconfiguration moved = rearrangement(cost, base, swapped);
+  REQUIRE(moved.transfers.size() == 2);
+  for (const auto& t : moved.transfers) {
+    CHECK(t.layer == 0);
+    CHECK(t.bytes == cost.layer_state_bytes(0) / 2);
+    CHECK(t.from_node != t.to_node);
   }
+  check_shards_covered(base, swapped, shard_copies(base, swapped, moved.transfers, 1), "");
   // Both groups of layer 0 broken: nothing holds it, whatever the parts left.
   CHECK_THROWS_WITH_AS((void)reconfigure(cost, templates, base, {p0[0], p1[1]}, {}),
                        doctest::Contains("no surviving replica"), NoPlanError);
