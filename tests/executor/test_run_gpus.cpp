@@ -159,6 +159,40 @@ TEST_CASE("run: a stage over two nodes (degree 4 on 2-GPU nodes) trains what one
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("run: a checkpoint of a stage over two nodes resumes on a plan within nodes, cut to its degrees") {
+  LiveSetup setup(4, 1, 12, 2);
+  const auto within = setup.plan();
+  auto plan = within;
+  // Every layer at degree 4 on node0 and node1, and whole on node2 and node3.
+  plan["pipelines"] = nlohmann::json::parse(R"([
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node0", "node1"], "template_nodes": 2,
+     "stages": [{"gpus": 4, "layers": [0, 6], "node": 0}]},
+    {"iteration_ms": 0, "microbatches": 6, "nodes": ["node2", "node3"], "template_nodes": 2,
+     "stages": [{"gpus": 2, "layers": [0, 3], "node": 0}, {"gpus": 2, "layers": [3, 6], "node": 1}]}])");
+  setup.s.write("plan.json", plan.dump());
+  const std::string folder = setup.s.str("checkpoints");
+  const auto first = setup.live(4, 3, "first.jsonl", kSmooth + " --checkpoint " + folder + " --checkpoint-every 4");
+  INFO(first.err);
+  REQUIRE(first.status == 0);
+  // The files of layers 0-5 are shards of degree 4 (the other pipeline's of degree 2).
+  CHECK(std::filesystem::exists(setup.s.path("checkpoints/step-3")));
+  setup.s.write("plan.json", within.dump());
+  const auto resumed = setup.live(8, 3, "resumed.jsonl", kSmooth + " --resume " + folder);
+  INFO(resumed.err);
+  REQUIRE(resumed.status == 0);
+  const auto reference = setup.reference_losses(8, 3, kSmooth);
+  const auto steps = setup.steps("resumed.jsonl");
+  REQUIRE(steps.size() == 4);
+  for (const auto& step : steps) {
+    const int k = step["step"].get<int>();
+    CAPTURE(k);
+    REQUIRE(k >= 4);
+    CHECK(std::abs(step["loss"].get<double>() - reference[static_cast<std::size_t>(k)]) <=
+          kTensorParallelTolerance * std::abs(reference[static_cast<std::size_t>(k)]));
+  }
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("run: plans the workers cannot run are refused before anything starts, naming the stage") {
   // gpt-tiny has 4 attention heads: degree 3 (on 3-GPU nodes) cannot split them.
   LiveSetup three(2, 1, 4, 3);

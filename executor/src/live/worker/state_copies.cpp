@@ -95,8 +95,10 @@ void load_stored_layers(int begin, int end, TensorShard shard, std::map<int, Hel
 
 void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
                             std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node) {
+  // Written at a degree of one node's GPUs, or of up to
+  // kMaxTensorParallelNodes nodes' (a stage over several).
   const auto degree_of = [&](int l) {
-    for (int t = 1; t <= gpus_per_node; ++t) {
+    for (int t = 1; t <= gpus_per_node * kMaxTensorParallelNodes; ++t) {
       if (std::filesystem::exists(layer_file(folder, l, {t, 0}))) return t;
     }
     throw std::runtime_error(folder + ": no file of layer " + std::to_string(l));
