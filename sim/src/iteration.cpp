@@ -345,7 +345,7 @@ class IterationModel {
     const Milliseconds start = std::max(engine_.now(), link);
     link = start + duration;
     record(activation ? OpKind::send_activation : OpKind::send_gradient, a.pipeline, a.index, microbatch, start, link);
-    engine_.schedule_at(link + delay_of(a.node), [this, to, activation, microbatch] {
+    engine_.schedule_at(link + delay_of(a), [this, to, activation, microbatch] {
       auto& arrived = activation ? stages_[to].activation_arrived : stages_[to].gradient_arrived;
       arrived[microbatch] = 1;
       try_start(to);
@@ -373,7 +373,7 @@ class IterationModel {
       nic = begin + cost_.gradient_allreduce_ms(r.bytes / stages_[h].stage.gpus, ranks);
       start = std::max(start, begin);
       end = std::max(end, nic);
-      slowest = std::max(slowest, delay_of(stages_[h].node));
+      slowest = std::max(slowest, delay_of(stages_[h]));
     }
     end += 2 * (ranks - 1) * slowest;
     record(OpKind::allreduce, -1, -1, layer, start, end);
@@ -394,6 +394,16 @@ class IterationModel {
     const auto it = options_.node_send_delay_ms.find(node);
     return it == options_.node_send_delay_ms.end() ? 0.0 : it->second;
   }
+  // A stage's: its slowest node's (a stage over several nodes waits for each).
+  Milliseconds delay_of(const StageState& stage) const {
+    if (options_.node_send_delay_ms.empty()) return 0.0;
+    const auto& nodes = plan_.pipelines[static_cast<std::size_t>(stage.pipeline)].nodes;
+    Milliseconds most = delay_of(stage.node);
+    for (int n = stage.stage.node + 1; n < stage.stage.node + stage.stage.node_span; ++n) {
+      if (n < static_cast<int>(nodes.size())) most = std::max(most, delay_of(nodes[static_cast<std::size_t>(n)]));
+    }
+    return most;
+  }
 
   void maybe_step(int id) {
     StageState& st = stages_[id];
@@ -406,7 +416,7 @@ class IterationModel {
       Milliseconds slowest = 0;
       for (const auto& s : stages_) {
         trainers += s.stage.gpus * copies_[s.pipeline];
-        slowest = std::max(slowest, delay_of(s.node));
+        slowest = std::max(slowest, delay_of(s));
       }
       const Milliseconds norm_ms =
           trainers > 1 ? cost_.gradient_allreduce_ms(8, trainers) +

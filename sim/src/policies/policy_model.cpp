@@ -424,4 +424,18 @@ void PolicyModel::record_point() {
   }
 }
 
+Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
+  Bytes most = 0;
+  for (const auto& p : plan.pipelines) {
+    std::map<int, Bytes> per_node;
+    for (const auto& s : p.stages) {
+      for (int n = s.node; n < s.node + s.node_span; ++n) {
+        per_node[n] += cost.state_bytes(s.layer_begin, s.layer_end) / s.node_span;
+      }
+    }
+    for (const auto& [node, bytes] : per_node) most = std::max(most, bytes);
+  }
+  return most;
+}
+
 }  // namespace oobleck::sim::detail

@@ -149,6 +149,10 @@ class PolicyModel {
   EventId detection_event_;
 };
 
+// State bytes of the most loaded node of a plan: what one node saves,
+// restores or receives (a node of a stage over k nodes holds 1/k of it).
+[[nodiscard]] Bytes largest_node_state(const CostModel& cost, const Plan& plan);
+
 // One runner per policy, each in its own file.
 [[nodiscard]] PolicyResult run_oobleck(const Job& job, StragglerHandling stragglers);
 [[nodiscard]] PolicyResult run_checkpoint(const Job& job, StragglerHandling stragglers);

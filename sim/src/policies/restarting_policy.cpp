@@ -11,23 +11,6 @@ std::vector<std::string> placeholder_names(int count) {
   return names;
 }
 
-// State bytes of the most loaded node of a plan: what one node saves,
-// restores or receives.
-Bytes largest_node_state(const CostModel& cost, const Plan& plan) {
-  Bytes most = 0;
-  for (const auto& p : plan.pipelines) {
-    std::map<int, Bytes> per_node;
-    for (const auto& s : p.stages) {
-      // A stage over several nodes: each holds its share.
-      for (int n = s.node; n < s.node + s.node_span; ++n) {
-        per_node[n] += cost.state_bytes(s.layer_begin, s.layer_end) / s.node_span;
-      }
-    }
-    for (const auto& [node, bytes] : per_node) most = std::max(most, bytes);
-  }
-  return most;
-}
-
 }  // namespace
 
 const RestartingPolicy::CountPlan& RestartingPolicy::plan_for(int count) {

@@ -196,13 +196,7 @@ class SnapshotsPolicy final : public OobleckPolicy {
 
   // The state of the most loaded node of `plan`, and how long its GPUs take
   // to copy it between device and host.
-  [[nodiscard]] Bytes node_state_bytes(const Plan& plan) const {
-    Bytes most = 0;
-    for (const auto& [node, range] : recovery::node_layers(plan)) {
-      most = std::max(most, job_.cost->state_bytes(range.first, range.second));
-    }
-    return most;
-  }
+  [[nodiscard]] Bytes node_state_bytes(const Plan& plan) const { return largest_node_state(*job_.cost, plan); }
   [[nodiscard]] Milliseconds host_copy_ms(const Plan& plan) const {
     const Cluster& c = job_.scenario.cluster;
     return static_cast<double>(node_state_bytes(plan)) /
