@@ -66,6 +66,34 @@ std::string describe_sizes(const TemplateSet& templates) {
 
 }  // namespace detail
 
+namespace {
+
+// Where a layer alone needs more nodes' GPUs than stages may span: how many
+// the widest such layer needs, as a hint (empty otherwise, or where some
+// layer fits on no number of nodes).
+std::string wider_stages_hint(const CostModel& cost) {
+  const int gpus = cost.gpus_per_node();
+  int needed = 1, widest = 0;
+  for (int l = 0; l < cost.layers(); ++l) {
+    const auto fits_on = [&](int degree) {
+      for (Recompute r : cost.recompute_choices()) {
+        if (cost.stage_max_in_flight(l, l + 1, degree, r) > 0) return true;
+      }
+      return false;
+    };
+    int k = 1;
+    while (k <= kMaxTensorParallelNodes && !fits_on(k * gpus)) ++k;
+    if (k > kMaxTensorParallelNodes) return "";
+    if (k > needed) needed = k, widest = l;
+  }
+  if (needed <= cost.tensor_parallel_nodes()) return "";
+  return "; layer " + std::to_string(widest) + " (" + cost.profile().layers[widest].name +
+         ") alone needs the GPUs of " + std::to_string(needed) + " nodes: let a stage span them (--tensor-parallel-nodes " +
+         std::to_string(needed) + ")";
+}
+
+}  // namespace
+
 Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
                  int fault_tolerance, int global_microbatches) {
   detail::check_node_names(nodes, "nodes");
@@ -79,7 +107,7 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
   }
   if (templates.templates.empty()) {
     throw NoPlanError("no pipeline template fits in memory on up to " + std::to_string(templates.max_nodes) +
-                      " nodes, so no plan exists");
+                      " nodes, so no plan exists" + wider_stages_hint(cost));
   }
   const int needed = fault_tolerance + 1;
   const auto composition = detail::best_composition_on_most_nodes(cost, templates, count, needed, global_microbatches);

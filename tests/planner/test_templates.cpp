@@ -167,7 +167,13 @@ TEST_CASE("layers too large for one node: no template within nodes, templates wh
   // over four (and four is more than three nodes allow).
   const Profile profile = test::uniform_profile(2, 1, 1.0, 2.0, 1500, 10, 1000);
   CostModel cost(profile, 4);
-  CHECK(build_templates(cost, 8).templates.empty());
+  const TemplateSet none = build_templates(cost, 8);
+  CHECK(none.templates.empty());
+  // The planner says what would help.
+  CHECK_THROWS_WITH_AS((void)instantiate(cost, none, {"a", "b", "c", "d"}, 0, 4),
+                       doctest::Contains("alone needs the GPUs of 2 nodes: let a stage span them "
+                                         "(--tensor-parallel-nodes 2)"),
+                       NoPlanError);
   cost.set_tensor_parallel_nodes(2);
   const TemplateSet two = build_templates(cost, 8);
   REQUIRE(two.templates.size() == 1);
