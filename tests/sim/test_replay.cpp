@@ -54,6 +54,28 @@ TEST_CASE("replay: every policy's time adds up to the trace's duration, on the b
   }
 }
 
+TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministic, and oobleck trains faster") {
+  // Llama 3 70B on the p3 trace's H100 nodes: stages over two nodes let
+  // every re-plan choose 16-GPU stages where they are faster.
+  const Profile profile = load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json");
+  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 256;
+  options.policies = {Policy::oobleck, Policy::checkpoint, Policy::oobleck_snapshots};
+  const ReplayResult within = replay(profile, trace, options);
+  options.tensor_parallel_nodes = 2;
+  const ReplayResult spanning = replay(profile, trace, options);
+  check_books(spanning);
+  options.parallel = false;
+  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(spanning));
+  for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
+    CAPTURE(policy_name(spanning.policies[i].policy));
+    CHECK(spanning.policies[i].runnable);
+    CHECK(spanning.policies[i].samples_per_s > within.policies[i].samples_per_s);
+  }
+}
+
 TEST_CASE("replay: same inputs, byte-identical outputs, in parallel or not") {
   const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
   ReplayOptions options;
