@@ -314,13 +314,16 @@ int run_iteration(const IterationFlags& flags) {
   for (const auto& s : result.stages) {
     const Stage& st = plan.pipelines[s.pipeline].stages[s.stage];
     const std::string layers = "[" + std::to_string(st.layer_begin) + "," + std::to_string(st.layer_end) + ")";
-    std::printf("  %-8d %-5d %-12s %4d %-10s %3d %12.2f %12.2f %12.2f %12.2f\n", s.pipeline, s.stage, s.node.c_str(),
+    // A stage over several nodes: "node0+2" (its first node and how many more).
+    const std::string node = st.node_span > 1 ? s.node + "+" + std::to_string(st.node_span - 1) : s.node;
+    std::printf("  %-8d %-5d %-12s %4d %-10s %3d %12.2f %12.2f %12.2f %12.2f\n", s.pipeline, s.stage, node.c_str(),
                 s.node_index, layers.c_str(), s.gpus, s.compute_ms, s.tp_allreduce_ms, s.optimizer_ms, s.idle_ms);
   }
   const bool tensor_parallel =
       std::any_of(result.stages.begin(), result.stages.end(), [](const StageTimes& s) { return s.gpus > 1; });
   if (tensor_parallel) {
-    std::printf("  (TP AR: the tensor-parallel all-reduces inside the node, 2 per split layer and pass)\n");
+    std::printf("  (TP AR: the tensor-parallel all-reduces inside the node, or over the nodes of a stage that spans "
+                "several, 2 per split layer and pass)\n");
   }
   if (!flags.chrome_out.empty()) {
     std::printf("Chrome trace: %s (open it in https://ui.perfetto.dev)\n", flags.chrome_out.c_str());

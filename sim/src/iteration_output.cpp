@@ -54,7 +54,10 @@ void name_pipeline_threads(ChromeTrace& trace, const Pipeline& pipeline, int pid
   const int S = static_cast<int>(pipeline.stages.size());
   for (int s = 0; s < S; ++s) {
     const Stage& st = pipeline.stages[s];
-    const std::string node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
+    std::string node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
+    if (st.node_span > 1 && st.node + st.node_span <= static_cast<int>(pipeline.nodes.size())) {
+      node += "-" + pipeline.nodes[st.node + st.node_span - 1];
+    }
     trace.name_thread(pid, s,
                       "stage " + std::to_string(s) + ": layers " + std::to_string(st.layer_begin) + "-" +
                           std::to_string(st.layer_end - 1) + " on " + node + " (" + std::to_string(st.gpus) + " GPUs)");
