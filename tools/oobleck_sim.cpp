@@ -291,7 +291,7 @@ int run_iteration(const IterationFlags& flags) {
   const Plan plan = parse_plan(read_text_file(flags.plan_path), flags.plan_path, in.profile);
   const CostModel cost(in.profile, std::max(1, plan.template_microbatches));
   IterationOptions options;
-  options.optimizer_bytes_per_s = in.scenario.cluster.device_memory_bytes_per_s;
+  options.optimizer_bytes_per_s = device_memory_bytes_per_s(in.scenario.cluster, in.profile.hardware);
   options.record_ops = !flags.chrome_out.empty();
   options.gradient_scale = flags.gradient_scale;
   options.shared_device = flags.shared_device;

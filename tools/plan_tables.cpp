@@ -151,7 +151,7 @@ void print_plan(const Plan& plan) {
   if (!plan.spare_nodes.empty()) {
     std::printf("Spare (no template combination uses them): %zu nodes\n", plan.spare_nodes.size());
   }
-  std::printf("Iteration %s ms = slowest pipeline %s ms + gradient synchronisation %s ms\n",
+  std::printf("Iteration %s ms = slowest pipeline %s ms + gradient synchronisation and optimizer steps %s ms\n",
               format_ms(plan.iteration_ms).c_str(), format_ms(plan.pipelines_ms).c_str(),
               format_ms(plan.sync_ms).c_str());
   if (static_cast<int>(plan.pipelines.size()) < plan.fault_tolerance + 1) {

@@ -5,9 +5,10 @@
 // all-reduce waits for the slowest pipeline (synced_iteration.h): a pipeline
 // that finishes early gains nothing. The search therefore minimises
 //   max over pipelines of T(q)  +  max over the templates used of s_n(p),
-// the slowest pipeline plus the longest synchronisation tail among the
-// templates used (CostModel::sync_tail_ms, among the p pipelines), and the
-// plan is then priced at its synchronised iteration, which for one template
+// the slowest pipeline plus the longest tail among the templates used
+// (gradient synchronisation and optimizer steps after the passes:
+// CostModel::iteration_tail_ms, among the p pipelines), and the plan is
+// then priced at its synchronised iteration, which for one template
 // is exactly this. A planner that instead gave each template its own tail
 // (max of T_n(q) + s_n(p)) would hand the templates with long tails fewer
 // microbatches and mix in deep templates with short tails, a saving that the
@@ -302,7 +303,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       double floor = 0;  // the fixed pipelines' tails are there regardless
       for (std::size_t i = 0; i < kinds.size(); ++i) {
         const bool usable = fixed[i] > 0 || kinds[i].nodes <= nodes;
-        t.of_kind.push_back(usable ? cost.sync_tail_ms(templates.find(kinds[i].nodes)->stages, c.pool + fixed_count)
+        t.of_kind.push_back(usable ? cost.iteration_tail_ms(templates.find(kinds[i].nodes)->stages, c.pool + fixed_count)
                                    : kInfinity);
         if (fixed[i] > 0) floor = std::max(floor, t.of_kind.back());
       }

@@ -60,7 +60,8 @@ bool recorded_activation(const LayerProfile& layer, int degree) {
 }
 }  // namespace
 
-CostModel::CostModel(const Profile& profile, int microbatches) : profile_(&profile), microbatches_(microbatches) {
+CostModel::CostModel(const Profile& profile, int microbatches)
+    : profile_(&profile), microbatches_(microbatches), optimizer_bytes_per_s_(profile.hardware.memory_bytes_per_s) {
   if (microbatches < 1) throw InputError("microbatches: expected at least 1, got " + std::to_string(microbatches));
   const int gpus = profile.hardware.gpus_per_node;
   if (gpus < 1) throw InputError(profile.origin + ": hardware.gpus_per_node: expected at least 1");

@@ -79,8 +79,13 @@ Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
 // T). This is the pipeline alone; where pipelines of several templates run
 // side by side a layer waits for its slowest holder (synced_iteration.h,
 // as `oobleck-sim iteration` plays it).
-Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
-  if (ranks <= 1) return 0;
+//
+// With optimizer steps, stage s steps once both its backward and its
+// all-reduces are done, at max(e_s, finish_s) + O_s, and the iteration's
+// tail is the latest of these after T.
+Milliseconds CostModel::tail_ms(const std::vector<Stage>& stages, int ranks, bool with_optimizer) const {
+  with_optimizer = with_optimizer && optimizer_bytes_per_s_ > 0;
+  if (ranks <= 1 && !with_optimizer) return 0;
   Milliseconds stage_end = 0;  // e_s - T
   Milliseconds tail = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
@@ -90,17 +95,26 @@ Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks
     const bool buckets = gradient_sync_ == GradientSync::buckets;
     Milliseconds ready = at_end ? stage_end : stage_end - backward, finish = -std::numeric_limits<double>::infinity();
     double bucket = 0;  // bytes in the open bucket
-    for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
+    for (int l = st.layer_end - 1; ranks > 1 && l >= st.layer_begin; --l) {
       if (!at_end) ready += layer_backward_ms(l, st.gpus, st.recompute);
       bucket += static_cast<double>(profile_->layers[l].param_bytes);
       if (buckets && bucket < gradient_bucket_bytes_ && l > st.layer_begin) continue;
       finish = std::max(finish, ready) + gradient_allreduce_ms(bucket / st.gpus, ranks);
       bucket = 0;
     }
+    if (with_optimizer) finish = std::max(finish, stage_end) + stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus);
     tail = std::max(tail, finish);
     if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
   }
   return tail;
+}
+
+Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
+  return tail_ms(stages, ranks, false);
+}
+
+Milliseconds CostModel::iteration_tail_ms(const std::vector<Stage>& stages, int ranks) const {
+  return tail_ms(stages, ranks, true);
 }
 
 Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {

@@ -16,9 +16,10 @@
 // Split. A pipeline with m microbatches takes T_p(m) = F_p + (m - 1) K_p
 // (first microbatch, steady period, both at its nodes' speeds) plus O_p,
 // the slowest optimizer step among its nodes at their speeds (where the
-// cost model prices it): each node steps after the commit of one iteration
-// and before its passes of the next, so a slow node's step delays its own
-// pipeline, which the split then gives fewer microbatches. Plus its own
+// cost model prices it): each stage steps after its backward and its
+// all-reduces, so a slow node's step ends the iteration late unless its
+// pipeline's passes end early, which the split then gives fewer
+// microbatches. Plus its own
 // synchronisation tail as profiled: a layer's all-reduce cannot start
 // before its own pipeline has the gradient ready, so the pipeline whose own
 // tail is longest gains most from ending early (in the controller's test
@@ -30,8 +31,9 @@
 //
 // Synchronisation, priced after the split as the simulator plays it: the
 // synchronised iteration (synced_iteration.h) of the pipelines, each ending
-// its passes at O_p + T_p(m_p), each stage's backward at its node's speed,
-// so that a layer's all-reduce waits for its slowest holder. Its
+// its passes at T_p(m_p), each stage's backward and optimizer step at its
+// node's speed, so that a layer's all-reduce waits for its slowest holder
+// and a stage steps after its own all-reduces. Its
 // all-reduces take their profiled time, but where the cost model says the
 // nodes' own processors run the collectives (CPU nodes): then a ring runs at
 // its slowest member, and every layer has a replica in every pipeline, so
@@ -127,7 +129,7 @@ Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const Nod
     for (const Stage& st : pipe.stages) {
       stage_speeds[p].push_back(stage_speed(speeds, pipe, st));
     }
-    runs.push_back({&pipe.stages, times[p].optimizer_ms + times[p].at(pipe.microbatches), &stage_speeds[p]});
+    runs.push_back({&pipe.stages, times[p].at(pipe.microbatches), &stage_speeds[p]});
   }
   return detail::synced_iteration_ms(cost, runs, static_cast<int>(count), collective_speed(cost, plan, speeds));
 }

@@ -64,6 +64,9 @@ Hardware parse_hardware(const json& hw, const FieldPath& where) {
     out.intra_node_allreduce_table =
         parse_allreduce_table(hw.at("intra_node_allreduce_table"), where / "intra_node_allreduce_table");
   }
+  if (hw.contains("memory_bytes_per_s")) {
+    out.memory_bytes_per_s = json_input::require_number(hw, "memory_bytes_per_s", where, 1, kMaxBytesPerSecond);
+  }
   return out;
 }
 
@@ -146,6 +149,7 @@ json hardware_to_json(const Hardware& hw) {
               {"inter_node_bytes_per_s", hw.inter_node_bytes_per_s},
               {"latency_ms", hw.latency_ms}};
   if (hw.allreduce_bytes_per_s > 0) out["allreduce_bytes_per_s"] = hw.allreduce_bytes_per_s;
+  if (hw.memory_bytes_per_s > 0) out["memory_bytes_per_s"] = hw.memory_bytes_per_s;  // absent: fingerprints stand
   if (!hw.allreduce_table.empty()) {
     json table = json::array();
     for (const auto& p : hw.allreduce_table) table.push_back({{"ranks", p.ranks}, {"bytes", p.bytes}, {"ms", p.ms}});

@@ -10,15 +10,19 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
                                  double allreduce_speed) {
   Milliseconds slowest = 0;
   for (const auto& run : runs) slowest = std::max(slowest, run.pipeline_ms);
-  if (ranks <= 1) return slowest;
+  const bool steps = cost.optimizer_bytes_per_s() > 0;
+  if (ranks <= 1 && !steps) return slowest;
   const bool at_end = cost.gradient_sync() == GradientSync::after_backward;
   std::vector<Milliseconds> ready(static_cast<std::size_t>(cost.layers()), -std::numeric_limits<double>::infinity());
-  for (const auto& run : runs) {
+  std::vector<std::vector<Milliseconds>> backward_end(runs.size());  // per run and stage
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const auto& run = runs[k];
     const auto& stages = *run.stages;
     Milliseconds stage_end = run.pipeline_ms;
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const Stage& st = stages[s];
       const double speed = run.stage_speeds ? (*run.stage_speeds)[s] : 1.0;
+      backward_end[k].push_back(stage_end);
       const Milliseconds backward = cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
       Milliseconds t = at_end ? stage_end : stage_end - backward;
       for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
@@ -48,8 +52,10 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
   }
   Milliseconds end = slowest;
   std::vector<int> order;
-  for (const auto& run : runs) {
-    for (const Stage& st : *run.stages) {
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const auto& run = runs[k];
+    for (std::size_t s = 0; s < run.stages->size(); ++s) {
+      const Stage& st = (*run.stages)[s];
       // The stage's all-reduces (a bucket never crosses a stage), in the order they become ready.
       order.clear();
       for (int l = st.layer_begin; l < st.layer_end; ++l) {
@@ -59,9 +65,14 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return reduce_ready[a] < reduce_ready[b]; });
       Milliseconds finish = -std::numeric_limits<double>::infinity();
       for (int r : order) {
+        if (ranks <= 1) break;
         const auto i = static_cast<std::size_t>(r);
         finish = std::max(finish, reduce_ready[i]) +
                  cost.gradient_allreduce_ms(reduce_bytes[i] / st.gpus, ranks) / allreduce_speed;
+      }
+      if (steps) {  // the stage steps once its backward and its all-reduces are done
+        const double speed = run.stage_speeds ? (*run.stage_speeds)[s] : 1.0;
+        finish = std::max(finish, backward_end[k][s]) + cost.stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus) / speed;
       }
       end = std::max(end, finish);
     }

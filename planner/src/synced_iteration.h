@@ -19,7 +19,12 @@
 // a bucket is one all-reduce of its layers' bytes, ready at the latest of
 // its layers' r_l.
 //
-// For pipelines of one template ending together this is T + sync_tail_ms.
+// Where optimizer steps are priced, each stage then steps once its own
+// backward and all-reduces are done, at max(e_s, finish_s) + O_s / speed,
+// and the iteration ends with the last step.
+//
+// For pipelines of one template ending together this is T +
+// iteration_tail_ms.
 // With several templates it is more: a layer held by a stage that ends its
 // backward early waits for the pipelines where the same layer is final
 // last, and a pipeline given fewer microbatches because its own tail is long
@@ -45,7 +50,8 @@ struct TemplateRun {
 };
 
 // The iteration of `runs` with `ranks` pipelines in all: the last gradient
-// all-reduce's end, and never less than the slowest pipeline. Each
+// all-reduce's end, or where optimizer steps are priced the last stage's
+// step, and never less than the slowest pipeline. Each
 // all-reduce takes its time divided by `allreduce_speed` (node_speeds.h:
 // collectives run by the nodes, at the slowest one's speed).
 [[nodiscard]] Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<TemplateRun>& runs, int ranks,

@@ -247,4 +247,9 @@ Scenario parse_scenario(std::string_view json_text, const std::string& origin) {
   return scenario;
 }
 
+double device_memory_bytes_per_s(const Cluster& cluster, const Hardware& hardware) {
+  if (cluster.device_memory_bytes_per_s) return *cluster.device_memory_bytes_per_s;
+  return hardware.memory_bytes_per_s > 0 ? hardware.memory_bytes_per_s : kDefaultDeviceMemoryBytesPerS;
+}
+
 }  // namespace oobleck::sim

@@ -310,7 +310,7 @@ std::optional<double> brute_force_instantiation(const CostModel& cost, const Tem
       const int p = static_cast<int>(chosen.size());
       if (p < min_pipelines || p > global_microbatches) return;
       double tail = 0;
-      for (const auto* t : chosen) tail = std::max(tail, cost.sync_tail_ms(t->stages, p));
+      for (const auto* t : chosen) tail = std::max(tail, cost.iteration_tail_ms(t->stages, p));
       best = std::min(best, split(0, global_microbatches, 0) + tail);
       return;
     }
@@ -331,7 +331,7 @@ double plan_objective_ms(const CostModel& cost, const Plan& plan) {
   double slowest = 0, tail = 0;
   for (const auto& p : plan.pipelines) {
     slowest = std::max(slowest, cost.pipeline_ms(p.stages, p.microbatches));
-    tail = std::max(tail, cost.sync_tail_ms(p.stages, ranks));
+    tail = std::max(tail, cost.iteration_tail_ms(p.stages, ranks));
   }
   return slowest + tail;
 }
@@ -340,12 +340,11 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
   const int ranks = static_cast<int>(plan.pipelines.size());
   const bool at_end = cost.gradient_sync() == GradientSync::after_backward;
   const auto speed_of = [&](const std::string& node) { return speeds.count(node) ? speeds.at(node) : 1.0; };
-  // Each pipeline's passes end at its slowest optimizer step (before them)
-  // plus T(m), stage by stage at its nodes' speeds.
+  // Each pipeline's passes end at T(m), stage by stage at its nodes' speeds.
   std::vector<double> ends;
   for (const auto& p : plan.pipelines) {
     std::vector<double> stage_ms, transfer_ms;
-    double first = 0, optimizer = 0;
+    double first = 0;
     for (std::size_t s = 0; s < p.stages.size(); ++s) {
       const Stage& st = p.stages[s];
       const double speed = speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
@@ -358,16 +357,18 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
                                 ? cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus)
                                 : 0.0);
       first += stage_ms.back() + 2 * transfer_ms.back();
-      if (cost.optimizer_bytes_per_s() > 0) {
-        const double bytes = 2.0 * static_cast<double>(cost.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus));
-        optimizer = std::max(optimizer, bytes / cost.optimizer_bytes_per_s() * 1000.0 / speed);
-      }
     }
-    ends.push_back(optimizer + first + (p.microbatches - 1) * direct_period_ms(stage_ms, transfer_ms));
+    ends.push_back(first + (p.microbatches - 1) * direct_period_ms(stage_ms, transfer_ms));
   }
   double slowest = 0;
   for (double e : ends) slowest = std::max(slowest, e);
-  if (ranks <= 1) return slowest;
+  // A stage's optimizer step reads and writes its state once per GPU, at
+  // its node's speed, after its last backward and its all-reduces.
+  const auto step_ms = [&](const Pipeline& p, const Stage& st) {
+    if (cost.optimizer_bytes_per_s() <= 0) return 0.0;
+    const double bytes = 2.0 * static_cast<double>(cost.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus));
+    return bytes / cost.optimizer_bytes_per_s() * 1000.0 / speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
+  };
   // Where the nodes run the collectives, a ring runs at its slowest member.
   double ring_speed = 1;
   if (cost.collectives_at_node_speed()) {
@@ -378,6 +379,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
   }
   // Every layer's final gradient, per pipeline, from the cool-down.
   std::vector<double> start(static_cast<std::size_t>(cost.layers()), -std::numeric_limits<double>::infinity());
+  std::vector<std::vector<double>> last_backward(plan.pipelines.size());  // per pipeline and stage
   for (std::size_t k = 0; k < plan.pipelines.size(); ++k) {
     const Pipeline& p = plan.pipelines[k];
     const std::size_t S = p.stages.size();
@@ -399,6 +401,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
     for (std::size_t s = 0; s < S; ++s) {
       const Stage& st = p.stages[s];
       double done = end[s] + shift;
+      last_backward[k].push_back(done);
       for (int l = st.layer_begin; l < st.layer_end; ++l) {
         start[l] = std::max(start[l], done);
         if (!at_end) done -= backward_of(st, l);
@@ -435,10 +438,12 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
     it->second.second += static_cast<double>(cost.profile().layers[l].param_bytes);
   }
   double out = slowest;
-  for (const auto& p : plan.pipelines) {
-    for (const Stage& st : p.stages) {
+  for (std::size_t k = 0; k < plan.pipelines.size(); ++k) {
+    const Pipeline& p = plan.pipelines[k];
+    for (std::size_t s = 0; s < p.stages.size(); ++s) {
+      const Stage& st = p.stages[s];
       std::vector<std::pair<double, int>> queue;
-      for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      for (int l = st.layer_begin; ranks > 1 && l < st.layer_end; ++l) {
         if (first_of[l] == l) queue.emplace_back(reduction.at(l).first, l);
       }
       std::sort(queue.begin(), queue.end());
@@ -446,7 +451,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
       for (const auto& [at, l] : queue) {
         nic = std::max(nic, at) + cost.gradient_allreduce_ms(reduction.at(l).second / st.gpus, ranks) / ring_speed;
       }
-      out = std::max(out, nic);
+      out = std::max(out, std::max(nic, last_backward[k][s]) + step_ms(p, st));
     }
   }
   return out;

@@ -65,8 +65,8 @@ enum class Runs { every, suffixes };
 // The least value of the instantiation's objective over every multiset of
 // templates adding up to `nodes` that, with the pipelines of `fixed_sizes`,
 // makes at least `min_pipelines` pipelines, and every integer batch split:
-// the slowest pipeline's T(q) plus the longest synchronisation tail among
-// the templates used (CostModel::sync_tail_ms, among all the pipelines).
+// the slowest pipeline's T(q) plus the longest tail among the templates
+// used (CostModel::iteration_tail_ms, among all the pipelines).
 [[nodiscard]] std::optional<double> brute_force_instantiation(const CostModel& cost, const TemplateSet& templates,
                                                               int nodes, int min_pipelines, int global_microbatches,
                                                               const std::vector<int>& fixed_sizes = {});
@@ -79,10 +79,11 @@ enum class Runs { every, suffixes };
 // a layer's gradient is final once that pass has gone through it (or at its
 // end, with GradientSync::after_backward); its all-reduce among all the
 // pipelines starts when the last pipeline's is final; each pipeline's stage
-// carries its layers' shards one at a time in the order they start.
-// At node speeds (node_speeds.h): each stage's passes at its node's speed,
-// each pipeline's passes after its slowest optimizer step (where priced),
-// the all-reduces at the slowest node's speed where the nodes run them.
+// carries its layers' shards one at a time in the order they start; a
+// stage steps (where optimizer steps are priced) after its last backward
+// and its all-reduces. At node speeds (node_speeds.h): each stage's passes
+// and step at its node's speed, the all-reduces at the slowest node's
+// speed where the nodes run them.
 [[nodiscard]] double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds = {});
 
 }  // namespace oobleck::test

@@ -37,7 +37,7 @@ Agreement plan_and_play(const Profile& profile, int nodes, int f, int B,
                                            bucket_bytes, tensor_parallel_nodes);
   const CostModel cost(profile, cluster.templates.microbatches);
   IterationOptions options;
-  options.optimizer_bytes_per_s = 1.5e12;  // as oobleck-sim's default cluster
+  options.optimizer_bytes_per_s = cost.optimizer_bytes_per_s();  // the profile's, as oobleck-sim plays it
   options.gradient_sync = cluster.plan.gradient_sync;
   options.gradient_bucket_bytes = cluster.plan.gradient_bucket_bytes;
   return {cluster.plan, simulate_iteration(cost, cluster.plan, options)};
@@ -67,13 +67,14 @@ TEST_CASE("planner and simulator: the synchronisation tail of one-template plans
     // (plans of two templates are not compared)
     if (!one_template) continue;
     ++compared;
-    CHECK(a.plan.sync_ms == doctest::Approx(a.played.sync_exposed_ms).epsilon(0.01));
+    // What follows the last backward: the all-reduces, then each stage's optimizer step.
+    CHECK(a.plan.sync_ms == doctest::Approx(a.played.iteration_ms - a.played.last_backward_ms).epsilon(0.01));
    }
   }
   CHECK(compared >= 10);
 }
 
-TEST_CASE("planner and simulator: the predicted iteration against the played one on every bundled profile, 8 to 2048 nodes") {
+TEST_CASE("planner and simulator: the predicted iteration against the played one on every bundled profile, 8 to 2048 nodes, B = 512 and 4096") {
   // Every pipeline holds every layer, so each layer's all-reduce waits for
   // the slowest pipeline: the planner prices the synchronised iteration
   // (planner/src/synced_iteration.h) and chooses its plans for the slowest
@@ -86,39 +87,56 @@ TEST_CASE("planner and simulator: the predicted iteration against the played one
   }
   std::sort(files.begin(), files.end());
   REQUIRE(files.size() >= 30);
-  int cases = 0, within = 0;
+  int cases = 0, within = 0, unsteady = 0;
   double error_sum = 0, worst = 0;
   for (const auto& file : files) {
     const Profile profile = load_profile(file);
-    for (const int nodes : {8, 64, 512, 2048}) {
+    // Small batches leave the optimizer step a larger share of the iteration.
+    for (const int B : {512, 4096}) {
+     for (const int nodes : {8, 64, 512, 2048}) {
       std::size_t pipelines_at_f0 = 0;
       for (const int f : {0, 4}) {
         // A plan of f + 1 pipelines or more at f = 0 is also the plan at f.
         if (f > 0 && pipelines_at_f0 >= static_cast<std::size_t>(f + 1)) continue;
         CAPTURE(file.filename().string());
+        CAPTURE(B);
         CAPTURE(nodes);
         CAPTURE(f);
         Agreement a;
         try {
-          a = plan_and_play(profile, nodes, f, 4096);
+          a = plan_and_play(profile, nodes, f, B);
         } catch (const NoPlanError&) {
           continue;  // too few nodes for f + 1 pipelines of this model
         }
         if (f == 0) pipelines_at_f0 = a.plan.pipelines.size();
-        const double error = std::abs(a.plan.iteration_ms / a.played.iteration_ms - 1);
-        CHECK(error <= 0.05);
+        const double signed_error = a.plan.iteration_ms / a.played.iteration_ms - 1;
+        const double error = std::abs(signed_error);
+        // A pipeline of S stages given M <= S microbatches never reaches
+        // 1F1B's steady state: T(M) = F + (M - 1) K over-counts its
+        // drain, so the planner errs long there (not short).
+        bool steady = true;
+        for (const auto& p : a.plan.pipelines) steady &= p.microbatches > static_cast<int>(p.stages.size());
+        if (steady) {
+          CHECK(error <= 0.05);
+        } else {
+          CHECK(signed_error >= -0.05);
+          CHECK(signed_error <= 0.10);
+          if (signed_error > 0.05) MESSAGE("M <= S: planned " << 100 * signed_error << " % long");
+        }
         ++cases;
         within += error <= 0.05;
+        unsteady += !steady;
         error_sum += error;
         worst = std::max(worst, error);
       }
+     }
     }
   }
   MESSAGE(cases << " plans: mean error " << 100 * error_sum / cases << " %, " << within << " within 5 %, worst "
-                << 100 * worst << " %");
-  CHECK(cases >= 150);
+                << 100 * worst << " %; " << unsteady << " with a pipeline of no more microbatches than stages");
+  CHECK(cases >= 300);
   CHECK(error_sum / cases <= 0.01);
-  CHECK(within == cases);
+  CHECK(within >= cases - unsteady);
 }
 
 TEST_CASE("planner and simulator: where transfers are long, 1F1B's round trip paces both") {
@@ -152,7 +170,7 @@ TEST_CASE("planner and simulator: a measured gradient all-reduce table prices bo
     // The same plan without the table synchronises faster.
     const CostModel by_law(lawful, a.plan.template_microbatches);
     IterationOptions options;
-    options.optimizer_bytes_per_s = 1.5e12;
+    options.optimizer_bytes_per_s = by_law.optimizer_bytes_per_s();
     const IterationResult without = simulate_iteration(by_law, a.plan, options);
     CHECK(a.played.sync_exposed_ms > without.sync_exposed_ms);
   }

@@ -15,10 +15,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "model/layer_state.h"
 #include "model/train_common.h"
 #include "oobleck/executor/gpt.h"
 
@@ -290,6 +292,41 @@ struct Bench::State {
     out.stream_bytes_per_s = 2.0 * static_cast<double>(big.numel()) * 4 / (copy_ms / 1000.0);
   }
 
+  // The optimizer step as workers take it (step_optimizers: the fused
+  // AdamW on a GPU), over every layer at once with gradients in place: a
+  // whole model's weights, gradients and both moments, `state_bytes` of
+  // them, read and written once. False where they do not fit the device.
+  bool time_optimizer_step(Measurement& out, double state_bytes) {
+    bool fits = true;
+    try {
+      TrainOptions train;
+      train.model = options_.model;
+      train.seed = options_.seed;
+      train.device = options_.device;
+      train.bf16 = options_.dtype == "bf16";
+      std::map<int, HeldLayer> layers;
+      const int count = pipeline_layers(options_.model);
+      for (int i = 0; i < count; ++i) {
+        HeldLayer& held = layers.emplace(i, initial_layer(train, i)).first->second;
+        for (auto& p : held.module->parameters()) p.mutable_grad() = torch::full_like(p, 1e-3);
+      }
+      step_optimizers(layers, 0, count);  // the first step makes the moments
+      const Milliseconds ms = median_time([&] {
+        step_optimizers(layers, 0, count);
+        sync();
+      });
+      out.optimizer_step_ms = ms;
+      out.optimizer_bytes_per_s = 2.0 * state_bytes / (ms / 1000.0);
+    } catch (const c10::Error& e) {
+      if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
+      fits = false;
+    }
+#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
+    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    return fits;
+  }
+
   void sync() const {
 #ifdef OOBLECK_WITH_CUDA
     if (cuda_) cudaDeviceSynchronize();
@@ -343,5 +380,8 @@ LayerProfile Bench::measure_layer(int index, TensorShard shard, const ShardSum& 
 }
 bool Bench::time_whole_model(Measurement& out) { return state_->time_whole_model(out); }
 void Bench::time_device_peak(Measurement& out) { state_->time_device_peak(out); }
+bool Bench::time_optimizer_step(Measurement& out, double state_bytes) {
+  return state_->time_optimizer_step(out, state_bytes);
+}
 
 }  // namespace oobleck::executor

@@ -26,6 +26,10 @@ class Bench {
   bool time_whole_model(Measurement& out);
   // The device's practical peak: a 1024x1024 matrix product and a 256 MiB copy.
   void time_device_peak(Measurement& out);
+  // The whole model's optimizer step as workers take it, its weights and
+  // optimizer state being `state_bytes`: the rate it streams them at
+  // (read and written once). False where they do not fit the device.
+  bool time_optimizer_step(Measurement& out, double state_bytes);
 
  private:
   struct State;

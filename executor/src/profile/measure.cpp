@@ -227,6 +227,14 @@ Measurement measure_profile(const MeasureOptions& given, const Progress& progres
   }
   report("device peak");
   bench.time_device_peak(out);
+  report("optimizer step");
+  double state_bytes = 0;
+  for (const auto& layer : profile.layers) state_bytes += static_cast<double>(layer.param_bytes + layer.optimizer_bytes);
+  if (bench.time_optimizer_step(out, state_bytes)) {
+    profile.hardware.memory_bytes_per_s = out.optimizer_bytes_per_s;
+  } else {
+    profile.notes.push_back("optimizer step: the whole model's state does not fit on the device; not timed");
+  }
   if (!options.program.empty() && options.measure_links) {
     record_links(out, measure_local_links(options.program, progress));
   }
@@ -263,6 +271,9 @@ std::string measurement_to_json(const Measurement& m) {
   }
   if (whole > 0) doc["gap"] = layers_gap(m);
   doc["measured"] = {{"gemm_flops_per_s", m.gemm_flops_per_s}, {"copy_bytes_per_s", m.stream_bytes_per_s}};
+  if (m.optimizer_step_ms > 0) {
+    doc["measured"]["optimizer_step"] = {{"ms", m.optimizer_step_ms}, {"bytes_per_s", m.optimizer_bytes_per_s}};
+  }
   if (m.links_measured) {
     doc["measured"]["links"] = {
         {"communicator", "gloo (libtorch c10d), two local processes"},

@@ -29,10 +29,11 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
 // per node), and the global batch is re-split among the pipelines, exactly,
 // to minimise the slowest one's time at those speeds plus its own
 // synchronisation tail plus its slowest optimizer step at those speeds,
-// where the cost model prices optimizer steps (then the plan's sync_ms
-// counts that step too). The iteration is then priced as the simulator
-// plays it: the synchronised iteration (synced_iteration.h) at those
-// speeds, each layer's all-reduce after its slowest holder. The templates, and which nodes form each pipeline, stay
+// where the cost model prices optimizer steps. The iteration is then
+// priced as the simulator plays it: the synchronised iteration
+// (synced_iteration.h) at those speeds, each layer's all-reduce after its
+// slowest holder, each stage's optimizer step after its all-reduces (the
+// plan's sync_ms counts these steps too). The templates, and which nodes form each pipeline, stay
 // as given. With every factor 1 the iteration time is the plan's own.
 // Throws NoPlanError when no split fits memory (speeds change no memory,
 // so only for a plan that did not fit).
@@ -55,9 +56,9 @@ void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>&
                                          int global_microbatches, const NodeSpeeds& speeds);
 // `plan`'s iteration time when its nodes compute at these speeds: the
 // synchronised iteration of its pipelines, each ending its passes at its
-// T(m) at its nodes' speeds after its slowest optimizer step at those
-// speeds (where priced). With every factor 1 and optimizer steps not
-// priced, the plan's own.
+// T(m) at its nodes' speeds, each stage stepping after its all-reduces at
+// its node's speed (where optimizer steps are priced). With every factor 1,
+// the plan's own.
 [[nodiscard]] Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds);
 
 }  // namespace oobleck

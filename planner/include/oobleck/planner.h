@@ -79,6 +79,10 @@ struct Hardware {
   // stage's all-reduces (the estimate of CostModel's layer_*_allreduce_ms)
   // by the same rule, on the intra-node link's law.
   std::vector<AllreducePoint> intra_node_allreduce_table;
+  // The rate a GPU streams its weights and optimizer state through the
+  // optimizer step (device memory, at what an AdamW step reaches); 0: not
+  // recorded, and the step is not priced.
+  double memory_bytes_per_s = 0;
 };
 
 struct Profile {
@@ -248,10 +252,11 @@ class CostModel {
   [[nodiscard]] double gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
   // The optimizer step's rate: each GPU reads and writes its stages'
   // weights and optimizer state once per iteration, at this many bytes a
-  // second (0, the default: not priced). Plans' own iteration times leave
-  // it out, as the template search does; the times at node speeds
-  // (node_speeds.h) count it, each node's at its speed, because a slow
-  // node's optimizer step delays its pipeline's next iteration.
+  // second (by default the profile's hardware.memory_bytes_per_s; 0: not
+  // priced). A stage steps once its last backward pass and its gradients'
+  // all-reduces are done: iteration_tail_ms, plans' iteration times and
+  // the times at node speeds (node_speeds.h, each node's at its speed)
+  // count it.
   void set_optimizer_bytes_per_s(double bytes_per_s) { optimizer_bytes_per_s_ = bytes_per_s; }
   [[nodiscard]] double optimizer_bytes_per_s() const { return optimizer_bytes_per_s_; }
   // The optimizer step of a stage at `degree` (0 when not priced).
@@ -330,6 +335,10 @@ class CostModel {
   // cost_model.cpp), with the model's gradient_sync(): the iteration of such
   // pipelines takes T(M) plus this.
   [[nodiscard]] Milliseconds sync_tail_ms(const std::vector<Stage>& stages, int ranks) const;
+  // What of the iteration runs after T(M): each stage's optimizer step
+  // after its last backward pass and its all-reduces (sync_tail_ms without
+  // optimizer steps priced). Pipelines of one template take T(M) plus this.
+  [[nodiscard]] Milliseconds iteration_tail_ms(const std::vector<Stage>& stages, int ranks) const;
   // A lower bound on sync_tail_ms for any stages: layer 0's all-reduce, its
   // gradient the last one ready, sharded over a whole node's GPUs.
   [[nodiscard]] Milliseconds sync_tail_lower_bound_ms(int ranks) const;
@@ -366,6 +375,9 @@ class CostModel {
   [[nodiscard]] bool pipeline_fits(const std::vector<Stage>& stages, int microbatches) const;
 
  private:
+  // sync_tail_ms, and with optimizer steps iteration_tail_ms.
+  [[nodiscard]] Milliseconds tail_ms(const std::vector<Stage>& stages, int ranks, bool with_optimizer) const;
+
   const Profile* profile_;
   int microbatches_;
   std::vector<int> degrees_;         // what templates may choose
@@ -484,9 +496,9 @@ struct Plan {
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
-  Milliseconds iteration_ms = 0;  // slowest pipeline plus gradient synchronisation
+  Milliseconds iteration_ms = 0;  // slowest pipeline plus gradient synchronisation and optimizer steps
   Milliseconds pipelines_ms = 0;  // slowest pipeline
-  Milliseconds sync_ms = 0;
+  Milliseconds sync_ms = 0;       // the rest: iteration_ms - pipelines_ms
   std::vector<Pipeline> pipelines;
   std::vector<std::string> spare_nodes;  // nodes no template combination could use
   std::string profile_fingerprint;       // of the profile it was made from

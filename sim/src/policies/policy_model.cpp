@@ -23,6 +23,7 @@ namespace oobleck::sim::detail {
 Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& options_in, const Scenario& scenario_in,
          const Progress& progress_in)
     : profile(profile_in), trace(trace_in), options(options_in), scenario(scenario_in), progress(progress_in) {
+  profile.hardware.memory_bytes_per_s = device_memory_bytes_per_s(scenario.cluster, profile_in.hardware);
   if (trace.events.size() >= kNoEvent) throw InputError(trace.origin + ": too many events to replay");
   node_of_event.reserve(trace.events.size());
   std::unordered_map<std::string_view, std::uint32_t> number;  // views into the trace, which outlives the job
@@ -51,9 +52,8 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   cost->set_tensor_parallel_nodes(options.tensor_parallel_nodes);
   cost->set_gradient_sync(options.gradient_sync);
   cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
-  // A slow node's optimizer step is slow too: weighing stragglers prices it,
-  // as simulate_iteration does.
-  cost->set_optimizer_bytes_per_s(scenario.cluster.device_memory_bytes_per_s);
+  // (The cost model prices optimizer steps at the profile's rate, set above,
+  // as simulate_iteration plays them.)
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
   for (int l = 0; l < static_cast<int>(profile.layers.size()); ++l) model_state_bytes += cost->layer_state_bytes(l);
 }
@@ -135,7 +135,7 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
   }
   if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
   IterationOptions options = extra;
-  options.optimizer_bytes_per_s = job_.scenario.cluster.device_memory_bytes_per_s;
+  options.optimizer_bytes_per_s = job_.profile.hardware.memory_bytes_per_s;
   options.gradient_sync = job_.options.gradient_sync;
   options.gradient_bucket_bytes = job_.options.gradient_bucket_bytes;
   const Milliseconds t = simulate_iteration(*job_.cost, plan, options).iteration_ms;

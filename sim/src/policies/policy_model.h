@@ -21,7 +21,9 @@ namespace oobleck::sim::detail {
 struct Job {
   Job(const Profile& profile, const Trace& trace, const ReplayOptions& options, const Scenario& scenario,
       const Progress& progress);
-  const Profile& profile;
+  // The profile as given, with the optimizer steps' rate the simulator
+  // plays (device_memory_bytes_per_s), so that the planner prices them alike.
+  Profile profile;
   const Trace& trace;
   const ReplayOptions& options;
   const Scenario& scenario;

@@ -56,6 +56,10 @@ struct Measurement {
   int threads = 0;
   double gemm_flops_per_s = 0;  // a large fp32 matrix product: this device's practical peak
   double stream_bytes_per_s = 0;  // a large copy: its practical memory bandwidth
+  // The whole model's optimizer step, and the rate it streams weights and
+  // optimizer state at (2 x their bytes per step): hardware.memory_bytes_per_s.
+  Milliseconds optimizer_step_ms = 0;
+  double optimizer_bytes_per_s = 0;
   bool links_measured = false;
   double p2p_bytes_per_s = 0, allreduce_bytes_per_s = 0;
   Milliseconds p2p_latency_ms = 0, allreduce_latency_ms = 0;

@@ -49,10 +49,21 @@ struct Cluster {
   Milliseconds restart_ms = 90'000;         // relaunching every process
   Milliseconds communicator_ms = 5'000;     // building the collective communicators
   double host_copy_bytes_per_s = 20e9;      // device to host, per GPU (each over its own PCIe link)
-  double device_memory_bytes_per_s = 1.5e12;  // streams the optimizer state
+  // The optimizer step streams the state at this (0: not played); unset:
+  // device_memory_bytes_per_s() below.
+  std::optional<double> device_memory_bytes_per_s;
   double network_bytes_per_s = 25e9;        // per node, host memory to another node's (snapshot mirrors)
   Milliseconds straggler_detection_ms = 30'000;  // a slow node is flagged after this (evict, mitigate)
 };
+
+// Without a profile's rate, an A100-class GPU's (HBM2e at what an AdamW
+// step reaches).
+inline constexpr double kDefaultDeviceMemoryBytesPerS = 1.5e12;
+// The rate simulated optimizer steps stream weights and optimizer state at:
+// the cluster's where a scenario sets it, else the profile's
+// hardware.memory_bytes_per_s (what the planner prices), else
+// kDefaultDeviceMemoryBytesPerS.
+[[nodiscard]] double device_memory_bytes_per_s(const Cluster& cluster, const Hardware& hardware);
 
 // The live executor's defaults (oobleck-run --snapshot-every, --mirror-every).
 inline constexpr int kDefaultSnapshotEveryIterations = 1;
