@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -321,6 +322,35 @@ TEST_CASE("recovery: a checkpoint saved by one run resumes in another with the s
   steps.insert(steps.end(), resumed.begin(), resumed.end());
   oobleck::test::check_losses_equal(steps, reference);
   CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: a checkpoint whose layer file is missing or truncated ends the run with exit 2 naming it") {
+  LiveSetup setup(5, 1, 8);
+  REQUIRE(setup.live(4, 4, "first.jsonl", "--checkpoint " + setup.s.str("ck") + " --checkpoint-every 3").status == 0);
+  const std::string folder = nlohmann::json::parse(setup.s.read("ck/latest.json"))["folder"];
+  namespace fs = std::filesystem;
+  REQUIRE(fs::exists(setup.s.path("ck/" + folder + "/layer-2.pt")));
+  struct Damage {
+    std::string what, copy, expected;
+  };
+  for (const Damage& d : {Damage{"removed", "gone", "layer-2.pt: missing"},
+                          Damage{"truncated", "cut", "layer-2.pt: does not read back into layer 2"}}) {
+    CAPTURE(d.what);
+    fs::copy(setup.s.path("ck"), setup.s.path(d.copy), fs::copy_options::recursive);
+    const fs::path file = setup.s.path(d.copy + "/" + folder + "/layer-2.pt");
+    if (d.what == "removed") {
+      fs::remove(file);
+    } else {
+      fs::resize_file(file, fs::file_size(file) / 2);
+    }
+    // Every node would fail alike: no waiting for joins (--wait-for-nodes-s), no exit 3.
+    const auto run = setup.live(8, 4, d.copy + ".jsonl", "--resume " + setup.s.str(d.copy) + " --wait-for-nodes-s 120");
+    INFO(run.err);
+    CHECK(run.status == 2);
+    CHECK(run.err.find(d.expected) != std::string::npos);
+    CHECK(run.err.find(setup.s.str(d.copy)) != std::string::npos);
+    CHECK(setup.s.processes_left() == 0);
+  }
 }
 
 TEST_CASE("recovery: malformed injections are refused before anything starts") {

@@ -14,11 +14,11 @@ namespace {
 using Json = nlohmann::json;
 
 // The wire names, in the order of Message's alternatives.
-constexpr std::array<std::string_view, 21> kTypeNames = {
+constexpr std::array<std::string_view, 22> kTypeNames = {
     "hello",  "heartbeat",        "worker_exit",     "kill",     "hang",  "welcome",    "generation",
     "commit", "finish",           "recovering",      "recovered", "started", "ready",   "comm_error",
     "saved",  "done",             "crash",           "worker_restarted", "snapshot_stored", "mirror_to",
-    "slow"};
+    "slow",   "restore_failed"};
 static_assert(kTypeNames.size() == std::variant_size_v<Message>);
 
 template <typename T>
@@ -254,6 +254,12 @@ void from_json(const Json& j, CommunicationFailed& m) {
     m.missing_snapshot_step = field<int>(j, "missing_snapshot_step");
     m.missing_snapshot_port = field<int>(j, "missing_snapshot_port");
   }
+}
+
+void to_json(Json& j, const RestoreFailed& m) { j = {{"generation", m.generation}, {"what", m.what}}; }
+void from_json(const Json& j, RestoreFailed& m) {
+  m.generation = field<int>(j, "generation");
+  m.what = field<std::string>(j, "what");
 }
 
 void to_json(Json& j, const Saved& m) { j = {{"generation", m.generation}, {"step", m.step}}; }

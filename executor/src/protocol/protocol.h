@@ -7,7 +7,7 @@
 //   master -> agent   Kill, Hang, Crash, Slow (failure injection),
 //                     MirrorTo
 //   worker -> master  Hello, Recovering, Recovered, Started, Ready,
-//                     CommunicationFailed, Saved, Done
+//                     CommunicationFailed, RestoreFailed, Saved, Done
 //   master -> worker  Welcome, NewGeneration, Commit, Finish
 #pragma once
 
@@ -177,6 +177,12 @@ struct CommunicationFailed {
   int missing_snapshot_step = -1;
   int missing_snapshot_port = 0;
 };
+// The checkpoint the generation restores from does not read back (a file
+// missing, truncated or of another model): `what` names the file.
+struct RestoreFailed {
+  int generation = 0;
+  std::string what;
+};
 struct Saved {
   int generation = 0, step = 0;
 };
@@ -201,7 +207,7 @@ struct Done {
 
 using Message = std::variant<Hello, Heartbeat, WorkerExit, Kill, Hang, Welcome, NewGeneration, Commit, Finish,
                              Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done, Crash,
-                             WorkerRestarted, SnapshotStored, MirrorTo, Slow>;
+                             WorkerRestarted, SnapshotStored, MirrorTo, Slow, RestoreFailed>;
 
 // A line that is not a message of this protocol.
 class ProtocolError : public std::runtime_error {

@@ -297,6 +297,8 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     on_recovering();
   } else if (const auto* d = std::get_if<protocol::Recovered>(&m); d && d->generation == current) {
     on_recovered(*d);
+  } else if (const auto* failed = std::get_if<protocol::RestoreFailed>(&m); failed && failed->generation == current) {
+    throw InputError("the checkpoint cannot be restored: " + failed->what);
   } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == current) {
     last_comm_error_ = node + ": " + f->what;
     if (f->missing_snapshot_step >= 0) forget_missing_snapshot(f->missing_snapshot_step, f->missing_snapshot_port);

@@ -97,14 +97,32 @@ void load_checkpoint_layers(const std::string& folder, int begin, int end, Tenso
                             std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node) {
   // Written at a degree of one node's GPUs, or of up to
   // kMaxTensorParallelNodes nodes' (a stage over several).
+  const int most = gpus_per_node * kMaxTensorParallelNodes;
   const auto degree_of = [&](int l) {
-    for (int t = 1; t <= gpus_per_node * kMaxTensorParallelNodes; ++t) {
+    for (int t = 1; t <= most; ++t) {
       if (std::filesystem::exists(layer_file(folder, l, {t, 0}))) return t;
     }
-    throw std::runtime_error(folder + ": no file of layer " + std::to_string(l));
+    throw CheckpointUnreadable(layer_file(folder, l, {}) + ": missing (nor a shard of it at a degree up to " +
+                               std::to_string(most) + ")");
   };
-  const auto bytes_of = [&](int l, TensorShard from) { return read_text_file(layer_file(folder, l, from)); };
-  load_stored_layers(begin, end, shard, held, options, degree_of, bytes_of);
+  std::string reading;  // the file whose bytes are being restored, and its layer
+  int reading_layer = begin;
+  const auto bytes_of = [&](int l, TensorShard from) {
+    reading = layer_file(folder, l, from);
+    reading_layer = l;
+    if (!std::filesystem::exists(reading)) throw CheckpointUnreadable(reading + ": missing");
+    return read_text_file(reading);
+  };
+  try {
+    load_stored_layers(begin, end, shard, held, options, degree_of, bytes_of);
+  } catch (const CheckpointUnreadable&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));  // libtorch appends its backtrace
+    throw CheckpointUnreadable(reading + ": does not read back into layer " + std::to_string(reading_layer) + ": " +
+                               why.substr(0, 200));
+  }
 }
 
 void load_snapshot_layers(const std::vector<protocol::SnapshotSource>& sources, int step, int begin, int end,

@@ -26,6 +26,13 @@ struct SnapshotMissing : std::runtime_error {
   int step, port;
 };
 
+// A checkpoint's file that cannot be read back into the layer it holds
+// (missing, truncated, another model's): no worker can restore from it, so
+// the master ends the run naming it rather than losing the node.
+struct CheckpointUnreadable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The copies of the generation, by ranks of `world`: every sender posts
 // its sends, then every receiver receives, so no order of the list can
 // deadlock. Layer l of this worker becomes shard `shard` of it, made of
@@ -36,7 +43,8 @@ std::int64_t copy_layers(Communicator& world, const std::vector<protocol::LayerC
                          std::map<int, HeldLayer>& held, const TrainOptions& options);
 
 // Shard `shard` of layers [begin, end) from a checkpoint's folder, whatever
-// degree the checkpoint was written at.
+// degree the checkpoint was written at. Throws CheckpointUnreadable naming
+// the file that is missing or does not read back.
 void load_checkpoint_layers(const std::string& folder, int begin, int end, TensorShard shard,
                             std::map<int, HeldLayer>& held, const TrainOptions& options, int gpus_per_node);
 

@@ -84,6 +84,11 @@ class LiveWorker {
       inbox_.send(protocol::CommunicationFailed{number_, missing->what(), missing->step, missing->port});
       return true;
     }
+    if (dynamic_cast<const CheckpointUnreadable*>(&e)) {
+      // Every worker would fail alike: the master ends the run, naming the file.
+      inbox_.send(protocol::RestoreFailed{number_, std::string(e.what()).substr(0, 500)});
+      return true;
+    }
     std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
     step_.reset();
     groups_.release(true);
