@@ -1,0 +1,128 @@
+// Plans: pipelines instantiated from templates on named nodes, and the batch split among them.
+// Part of the planner's vocabulary: include "oobleck/planner.h".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "oobleck/common.h"  // Milliseconds, Bytes, InputError, NoPlanError, Progress
+#include "oobleck/planner/templates.h"
+
+namespace oobleck {
+
+struct Pipeline {
+  int template_nodes = 0;
+  std::vector<std::string> nodes;
+  int microbatches = 0;
+  Milliseconds iteration_ms = 0;  // T(microbatches) of its own stages
+  std::vector<Stage> stages;
+};
+
+struct Plan {
+  RecomputePolicy recompute = RecomputePolicy::none;  // what its templates could choose
+  GradientSync gradient_sync = GradientSync::per_layer;  // what its iteration time assumes
+  double gradient_bucket_bytes = kDefaultGradientBucketBytes;  // with GradientSync::buckets
+  int tensor_parallel_nodes = 1;  // the most nodes its templates' stages could span
+  int fault_tolerance = 0;
+  int global_microbatches = 0;
+  int template_microbatches = 0;
+  Milliseconds iteration_ms = 0;  // slowest pipeline plus gradient synchronisation and optimizer steps
+  Milliseconds pipelines_ms = 0;  // slowest pipeline
+  Milliseconds sync_ms = 0;       // the rest: iteration_ms - pipelines_ms
+  std::vector<Pipeline> pipelines;
+  std::vector<std::string> spare_nodes;  // nodes no template combination could use
+  std::string profile_fingerprint;       // of the profile it was made from
+  // Feasibility tests the composition search made for this plan (work, for
+  // the benchmarks; not part of the plan's file).
+  std::int64_t composition_tests = 0;
+};
+
+// Uses all nodes in at least f+1 pipelines (fewer nodes only when no
+// combination of templates adds up to all of them) and splits B microbatches.
+[[nodiscard]] Plan instantiate(const CostModel& cost, const TemplateSet& templates,
+                               const std::vector<std::string>& nodes, int fault_tolerance,
+                               int global_microbatches);
+
+// node0 .. node{count-1}: names for a cluster given by its size alone.
+[[nodiscard]] std::vector<std::string> numbered_nodes(int count);
+
+// Nodes a plan names: its pipelines' and the spare ones.
+[[nodiscard]] int plan_node_count(const Plan& plan);
+
+// The template sizes (node counts) a plan's pipelines use.
+[[nodiscard]] std::set<int> template_sizes_used(const Plan& plan);
+
+// Pipelines alike in template size and microbatches: one row of a large
+// plan's summary.
+struct PipelineGroup {
+  int template_nodes = 0;
+  int microbatches = 0;
+  int count = 0;
+  Milliseconds iteration_ms = 0;  // of the group's last pipeline in plan order
+};
+
+// By decreasing template size, then decreasing microbatches.
+[[nodiscard]] std::vector<PipelineGroup> group_pipelines(const Plan& plan);
+
+struct ClusterPlan {
+  TemplateSet templates;
+  Plan plan;
+  // Every template search the M search ran, the ones it discarded included
+  // (work, for the benchmarks).
+  int template_searches = 0;
+  std::int64_t template_states = 0;
+};
+
+// Templates and instantiation together. With `microbatches` > 0 the templates
+// are optimised for that M. With 0, M starts at ceil(B / (f+1)), halved while
+// no plan exists (a large M keeps more microbatches in flight than memory
+// allows), then follows the largest microbatch count the plan gives a
+// pipeline, re-planning while that changes and the plan improves (at most
+// four rounds); the best plan wins.
+[[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
+                                       int fault_tolerance, int global_microbatches, int microbatches = 0,
+                                       const Progress& progress = {},
+                                       RecomputePolicy recompute = RecomputePolicy::none,
+                                       GradientSync gradient_sync = GradientSync::per_layer,
+                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes,
+                                       int tensor_parallel_nodes = 1);
+
+// The microbatch size as a planning choice. `profiles` are one model on one
+// kind of node profiled at different microbatch sizes (checked: the same
+// model, layer names, GPUs per node; sizes all different); the global batch
+// is `global_batch_samples` sequences. Every size that divides it is
+// planned with plan_cluster (B = samples / size, M searched as there); the
+// plan with the shortest iteration wins, the first given on a tie. Throws
+// NoPlanError when no size gives a plan (naming each size's reason), and
+// InputError when no size divides the batch.
+struct MicrobatchSizeChoice {
+  int microbatch_size = 0;
+  int global_microbatches = 0;  // 0: the size does not divide the batch
+  bool planned = false;
+  Milliseconds iteration_ms = 0;
+  std::string problem;  // why there is no plan, when none
+};
+struct SizedClusterPlan {
+  std::size_t chosen = 0;  // index into the profiles
+  ClusterPlan cluster;
+  std::vector<MicrobatchSizeChoice> choices;  // one per profile, in their order
+};
+[[nodiscard]] SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& profiles,
+                                                       const std::vector<std::string>& nodes, int fault_tolerance,
+                                                       int global_batch_samples, const Progress& progress = {},
+                                                       RecomputePolicy recompute = RecomputePolicy::none,
+                                                       GradientSync gradient_sync = GradientSync::per_layer,
+                                                       double gradient_bucket_bytes = kDefaultGradientBucketBytes,
+                                                       int tensor_parallel_nodes = 1);
+
+// Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
+// long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).
+using NodeSpeeds = std::map<std::string, double>;
+
+// False when the plan records the fingerprint of a profile with other costs.
+[[nodiscard]] bool plan_matches_profile(const Plan& plan, const Profile& profile);
+
+}  // namespace oobleck

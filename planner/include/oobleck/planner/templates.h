@@ -1,0 +1,55 @@
+// Pipeline templates: the fastest layout of the model on each node count.
+// Part of the planner's vocabulary: include "oobleck/planner.h".
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "oobleck/common.h"  // Milliseconds, Bytes, InputError, NoPlanError, Progress
+#include "oobleck/planner/cost_model.h"
+
+namespace oobleck {
+
+struct PipelineTemplate {
+  int nodes = 0;
+  int microbatches = 0;               // M the template was optimised for
+  Milliseconds iteration_ms = 0;      // T(M)
+  Milliseconds first_microbatch_ms = 0;
+  Milliseconds bottleneck_ms = 0;
+  int max_microbatches = 0;           // memory limit on microbatches; 0 = none
+  std::vector<Stage> stages;
+
+  [[nodiscard]] Milliseconds iteration_ms_for(int microbatches_given) const {
+    return first_microbatch_ms + (microbatches_given - 1) * bottleneck_ms;
+  }
+};
+
+struct TemplateSet {
+  int microbatches = 0;
+  int max_nodes = 0;                      // node counts 1..max_nodes were searched
+  std::vector<PipelineTemplate> templates;  // feasible ones, by increasing nodes
+  // The work the search did, counted so that the benchmarks can tell a
+  // slower search apart from a noisy machine: its dynamic-programme runs (one
+  // per stage bound) and the states they swept.
+  std::int64_t search_solves = 0;
+  std::int64_t search_states = 0;
+  [[nodiscard]] const PipelineTemplate* find(int nodes) const;
+  [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
+};
+
+// For every node count 1..max_nodes, the template minimising T(M) exactly;
+// counts with no feasible template are absent.
+[[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
+                                          const Progress& progress = {});
+
+// The M to optimise templates for when none is given: the most stages a
+// template on up to `max_nodes` nodes can have, min(layers, max_nodes x
+// gpus_per_node), so that every stage holds its full 1F1B load.
+[[nodiscard]] int default_template_microbatches(const Profile& profile, int max_nodes);
+
+// Node counts in 1..max_nodes with no template, as inclusive ranges
+// [first, last] in increasing order.
+[[nodiscard]] std::vector<std::pair<int, int>> nodes_without_template(const TemplateSet& templates);
+
+}  // namespace oobleck
