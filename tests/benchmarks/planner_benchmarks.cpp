@@ -5,6 +5,7 @@
 //   BM_TemplatesAnalytic{,Recomputing}/256: the analytic 175B profile, which
 //     records attention cores, without recomputation and choosing among
 //     none, selective and full (three times the stage kinds)
+//   BM_TemplatesOverNodes/256: the same with stages over up to two nodes
 //   BM_Instantiate/2048: 2048 nodes, f = 16, B = 4096, templates given (< 0.5 s)
 //   BM_PlanCluster/2048: the same with templates and the default M search
 //   BM_Reconfigure/2048: two nodes of different pipelines lost in a 2048-node
@@ -41,12 +42,14 @@ std::vector<std::string> names(int count) {
   return out;
 }
 
-void templates(benchmark::State& state, RecomputePolicy recompute, const Profile& profile = gpt3_175b()) {
+void templates(benchmark::State& state, RecomputePolicy recompute, const Profile& profile = gpt3_175b(),
+               int tensor_parallel_nodes = 1) {
   const int max_nodes = static_cast<int>(state.range(0));
   // The CLI's default M: the largest stage count any template can have.
   const int microbatches = std::min<int>(static_cast<int>(profile.layers.size()), max_nodes * profile.hardware.gpus_per_node);
   CostModel cost(profile, microbatches);
   cost.set_recompute(recompute);
+  cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
   TemplateSet set;
   for (auto _ : state) {
     set = build_templates(cost, max_nodes);
@@ -69,6 +72,11 @@ BENCHMARK(BM_Templates)->Arg(32)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TemplatesRecomputing)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TemplatesAnalytic)->Arg(256)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TemplatesAnalyticRecomputing)->Arg(256)->Unit(benchmark::kMillisecond);
+// Stages over up to two whole nodes (--tensor-parallel-nodes 2).
+void BM_TemplatesOverNodes(benchmark::State& state) {
+  templates(state, RecomputePolicy::none, gpt3_175b_analytic(), 2);
+}
+BENCHMARK(BM_TemplatesOverNodes)->Arg(256)->Unit(benchmark::kMillisecond);
 
 void BM_Instantiate(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
