@@ -287,8 +287,11 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     done_ranks_.insert(rank);
     if (done->timeline) timelines_[rank] = *done->timeline;
   }
-  const int current = wire_;
-  // Messages about a generation that is over are moot.
+  // Messages about a generation that is over are moot, and so is every one
+  // a resumed master gets before it issues a generation of its own: the
+  // workers are still in its predecessor's (whose number it kept), which it
+  // replaces as soon as every node is back.
+  const int current = generation_ ? wire_ : -1;
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
     on_ready(node, gpu, *r);
   } else if (const auto* s = std::get_if<protocol::Started>(&m); s && s->generation == current) {
