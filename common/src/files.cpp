@@ -41,20 +41,56 @@ std::string read_text_file(const std::filesystem::path& path) {
   return std::move(text).str();
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, unsigned mode) {
+namespace {
+
+// A device, a pipe or a socket (/dev/null, /dev/stdout, a shell's process
+// substitution): no file to replace, so the bytes go straight in. Renaming
+// over it would put a regular file in the device's place.
+void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path.string() + ": cannot write (" + system_reason() + ")");
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = system_reason();
+      ::close(fd);
+      throw InputError(path.string() + ": cannot write (" + why + ")");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& given, std::string_view bytes, unsigned mode) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(given, ec);  // through links
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) &&
+      !std::filesystem::is_directory(status)) {
+    write_in_place(given, bytes);
+    return;
+  }
+  // Through a link to a file, the file is replaced and the link kept.
+  std::filesystem::path path = given;
+  if (std::filesystem::is_symlink(given, ec)) {
+    if (auto target = std::filesystem::weakly_canonical(given, ec); !ec) path = target;
+  }
   const auto folder = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::string name = ".";  // (appended, not "." + ...: GCC 12 warns falsely on that)
   name.append(path.filename().string()).append(".tmp").append(std::to_string(::getpid()));
   const auto temporary = folder / name;
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
-  if (fd < 0) throw InputError(path.string() + ": cannot write (" + system_reason() + ")");
+  if (fd < 0) throw InputError(given.string() + ": cannot write (" + system_reason() + ")");
   const bool written = write_and_flush(fd, bytes);
   const std::string reason = written ? "" : system_reason();
   ::close(fd);
   if (!written || ::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string why = written ? system_reason() : reason;
     ::unlink(temporary.c_str());
-    throw InputError(path.string() + ": cannot write (" + why + ")");
+    throw InputError(given.string() + ": cannot write (" + why + ")");
   }
   sync_folder(folder);
 }

@@ -1,7 +1,10 @@
 // The shared vocabulary: the event-line format of traces and injections,
 // atomic outputs, the Chrome trace writer and the 1F1B order.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -84,6 +87,39 @@ TEST_CASE("files: an atomic write replaces the file whole and leaves nothing beh
   CHECK(entries() == std::set<std::string>{"out.json", "folder"});
   CHECK_THROWS_WITH_AS((void)read_text_file(s.path("folder")), doctest::Contains("is a folder"), InputError);
   CHECK_THROWS_WITH_AS((void)read_text_file(s.path("none")), doctest::Contains("none: cannot read"), InputError);
+}
+
+TEST_CASE("files: an atomic write goes through links and into devices and pipes without replacing them") {
+  namespace fs = std::filesystem;
+  test::Scratch s("");
+  // A link to a file: the file is replaced, the link stays a link.
+  write_file_atomically(s.path("real.json"), "old");
+  fs::create_symlink(s.path("real.json"), s.path("link.json"));
+  write_file_atomically(s.path("link.json"), "new");
+  CHECK(fs::is_symlink(s.path("link.json")));
+  CHECK(read_text_file(s.path("real.json")) == "new");
+  // A pipe: written in place, read at the other end, still a pipe.
+  // (Its read end opened first, without waiting: the write cannot block.)
+  REQUIRE(::mkfifo(s.str("pipe").c_str(), 0600) == 0);
+  const int read_end = ::open(s.str("pipe").c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(read_end >= 0);
+  write_file_atomically(s.path("pipe"), "through the pipe");
+  char received[64] = {};
+  CHECK(::read(read_end, received, sizeof received - 1) == 16);
+  ::close(read_end);
+  CHECK(std::string(received) == "through the pipe");
+  CHECK(fs::is_fifo(s.path("pipe")));
+  // A character device (a null device of our own, where we may make one).
+  if (::mknod(s.str("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    write_file_atomically(s.path("null"), "gone");
+    CHECK(fs::is_character_file(s.path("null")));
+  } else {
+    MESSAGE("no device node made here (not root): that part is skipped");
+  }
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(s.path(""))) names.insert(e.path().filename());
+  names.erase("null");
+  CHECK(names == std::set<std::string>{"real.json", "link.json", "pipe"});
 }
 
 TEST_CASE("files: outputs are checked before any work starts") {

@@ -113,3 +113,26 @@ def test_bench_recovery_with_no_failure_is_bad_input(tmp_path):
     assert result.returncode == 2
     assert f"{live}: no reconfiguration after a failure" in result.stderr
     assert_no_traceback(result)
+
+
+def test_outputs_go_through_links_and_into_pipes_without_replacing_them(tmp_path):
+    import os
+
+    from oobleck_tools.common import write_text
+
+    real = tmp_path / "real.json"
+    write_text(real, "old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read_end = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # first, so the write cannot block
+    try:
+        write_text(pipe, "through the pipe")
+        assert os.read(read_end, 64) == b"through the pipe"
+    finally:
+        os.close(read_end)
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "pipe", "real.json"]

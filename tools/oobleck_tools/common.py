@@ -215,9 +215,15 @@ def _umask():
 @contextlib.contextmanager
 def atomic_output(path):
     """Yields a temporary path beside PATH; renamed to PATH when the block
-    ends normally, removed otherwise, so PATH is never half-written."""
+    ends normally, removed otherwise, so PATH is never half-written. Through
+    a symbolic link the file it points at is replaced, the link kept; a
+    device, pipe or socket (/dev/null, /dev/stdout) is written in place, not
+    replaced."""
     path = os.fspath(path)
-    folder = os.path.dirname(path) or "."
+    special = os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+    if os.path.islink(path) and os.path.isfile(path):
+        path = os.path.realpath(path)
+    folder = tempfile.gettempdir() if special else os.path.dirname(path) or "."
     try:
         descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except FileNotFoundError:
@@ -228,7 +234,12 @@ def atomic_output(path):
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # as open() would create it; mkstemp makes it private
         yield temporary
-        os.replace(temporary, path)
+        if special:
+            with open(temporary, "rb") as source, open(path, "wb") as target:
+                shutil.copyfileobj(source, target)
+            os.remove(temporary)
+        else:
+            os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temporary)

@@ -14,7 +14,9 @@ namespace oobleck {
 [[nodiscard]] std::string read_text_file(const std::filesystem::path& path);
 
 // Atomic and durable; throws InputError naming `path` when it cannot.
-// `mode`: the new file's permissions (before the umask).
+// `mode`: the new file's permissions (before the umask). Through a symbolic
+// link the file it points at is replaced, the link kept; a device, pipe or
+// socket (/dev/null, /dev/stdout) is written in place, never replaced.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, unsigned mode = 0644);
 
 // Flushes a folder's entries (new names, renames) to the disk; best effort.
