@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "composition.h"
+#include "played_pipeline.h"
 #include "pipeline_kinds.h"
 #include "synced_iteration.h"
 
@@ -83,14 +84,21 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
     out.iteration_ms = kInfinity;
     return out;
   }
-  std::map<const PipelineTemplate*, Milliseconds> longest;  // per template, its slowest pipeline
+  // The search weighs T(q) = first + (q - 1) x period; the plan is priced
+  // as its pipelines play (played_pipeline.h), each template's by its
+  // pipeline of the most microbatches, the last to end.
+  std::map<std::pair<const PipelineTemplate*, int>, PlayedPipeline> played;
+  std::map<const PipelineTemplate*, const PlayedPipeline*> longest;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
-    const Milliseconds t = chosen[i]->iteration_ms_for(out.microbatches[i]);
-    out.pipelines_ms = std::max(out.pipelines_ms, t);
-    longest[chosen[i]] = std::max(longest[chosen[i]], t);
+    auto [it, fresh] = played.try_emplace({chosen[i], out.microbatches[i]});
+    if (fresh) it->second = play_pipeline(cost, chosen[i]->stages, out.microbatches[i]);
+    out.pipeline_ms.push_back(it->second.end_ms);
+    out.pipelines_ms = std::max(out.pipelines_ms, it->second.end_ms);
+    const PlayedPipeline*& most = longest[chosen[i]];
+    if (!most || it->second.end_ms > most->end_ms) most = &it->second;
   }
   std::vector<TemplateRun> runs;
-  for (const auto& [t, ms] : longest) runs.push_back({&t->stages, ms});
+  for (const auto& [t, run] : longest) runs.push_back({&t->stages, run->end_ms, nullptr, &run->last_backward_ms});
   out.iteration_ms = synced_iteration_ms(cost, runs, static_cast<int>(chosen.size()));
   out.sync_ms = out.iteration_ms - out.pipelines_ms;
   return out;

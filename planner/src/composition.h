@@ -14,7 +14,8 @@ namespace oobleck::detail {
 struct Composition {
   std::vector<int> template_nodes;  // by decreasing size
   std::vector<int> microbatches;
-  Milliseconds pipelines_ms = 0;  // slowest pipeline: max T(q)
+  Milliseconds pipelines_ms = 0;  // slowest pipeline, played (played_pipeline.h)
+  std::vector<Milliseconds> pipeline_ms;  // each pipeline's passes, played
   Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
   Milliseconds iteration_ms = 0;  // the synchronised iteration (synced_iteration.h)
   std::int64_t tests = 0;         // the search's relaxed bounds and feasibility tests (work)

@@ -44,7 +44,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
     pipeline.template_nodes = t->nodes;
     pipeline.nodes = pipeline_nodes[i];
     pipeline.microbatches = composition.microbatches[i];
-    pipeline.iteration_ms = t->iteration_ms_for(pipeline.microbatches);
+    pipeline.iteration_ms = composition.pipeline_ms[i];
     pipeline.stages = t->stages;
     plan.pipelines.push_back(std::move(pipeline));
   }

@@ -48,6 +48,7 @@
 #include <sstream>
 
 #include "oobleck/planner.h"
+#include "played_pipeline.h"
 #include "steady_period.h"
 #include "synced_iteration.h"
 
@@ -118,18 +119,24 @@ double collective_speed(const CostModel& cost, const Plan& plan, const NodeSpeed
 }
 
 // The synchronised iteration of `plan` (its pipelines' microbatches as
-// given) at these speeds, `times` being each pipeline's at them.
+// given) at these speeds, each pipeline played at them
+// (played_pipeline.h); `played`, if given, gets each pipeline's passes.
 Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds,
-                              const std::vector<SpeedTimes>& times) {
+                              std::vector<Milliseconds>* played = nullptr) {
   const std::size_t count = plan.pipelines.size();
   std::vector<std::vector<double>> stage_speeds(count);
+  std::vector<detail::PlayedPipeline> runs_played(count);
   std::vector<detail::TemplateRun> runs;
   for (std::size_t p = 0; p < count; ++p) {
     const Pipeline& pipe = plan.pipelines[p];
     for (const Stage& st : pipe.stages) {
       stage_speeds[p].push_back(stage_speed(speeds, pipe, st));
     }
-    runs.push_back({&pipe.stages, times[p].at(pipe.microbatches), &stage_speeds[p]});
+    runs_played[p] = detail::play_pipeline(cost, pipe.stages, pipe.microbatches, &stage_speeds[p]);
+    if (played) played->push_back(runs_played[p].end_ms);
+  }
+  for (std::size_t p = 0; p < count; ++p) {
+    runs.push_back({&plan.pipelines[p].stages, runs_played[p].end_ms, &stage_speeds[p], &runs_played[p].last_backward_ms});
   }
   return detail::synced_iteration_ms(cost, runs, static_cast<int>(count), collective_speed(cost, plan, speeds));
 }
@@ -212,22 +219,21 @@ Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds)
     given[static_cast<std::size_t>(p)] += 1;
     offer(p);
   }
+  for (int p = 0; p < count; ++p) plan.pipelines[static_cast<std::size_t>(p)].microbatches = given[static_cast<std::size_t>(p)];
+  std::vector<Milliseconds> played;
+  plan.iteration_ms = synced_at_speeds(cost, plan, speeds, &played);
   plan.pipelines_ms = 0;
   for (int p = 0; p < count; ++p) {
     auto& pipe = plan.pipelines[static_cast<std::size_t>(p)];
-    pipe.microbatches = given[static_cast<std::size_t>(p)];
-    pipe.iteration_ms = times[static_cast<std::size_t>(p)].at(pipe.microbatches);
+    pipe.iteration_ms = played[static_cast<std::size_t>(p)];
     plan.pipelines_ms = std::max(plan.pipelines_ms, pipe.iteration_ms);
   }
-  plan.iteration_ms = synced_at_speeds(cost, plan, speeds, times);
   plan.sync_ms = plan.iteration_ms - plan.pipelines_ms;
   return plan;
 }
 
 Milliseconds iteration_ms_at_speeds(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
-  std::vector<SpeedTimes> times;
-  for (const auto& p : plan.pipelines) times.push_back(times_at_speeds(cost, p, speeds));
-  return synced_at_speeds(cost, plan, speeds, times);
+  return synced_at_speeds(cost, plan, speeds);
 }
 
 }  // namespace oobleck

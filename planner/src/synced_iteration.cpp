@@ -22,6 +22,7 @@ Milliseconds synced_iteration_ms(const CostModel& cost, const std::vector<Templa
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const Stage& st = stages[s];
       const double speed = run.stage_speeds ? (*run.stage_speeds)[s] : 1.0;
+      if (run.last_backward_ms) stage_end = (*run.last_backward_ms)[s];
       backward_end[k].push_back(stage_end);
       const Milliseconds backward = cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) / speed;
       Milliseconds t = at_end ? stage_end : stage_end - backward;

@@ -4,7 +4,8 @@
 //
 // Each pipeline holds every layer, so layer l's all-reduce among the p
 // pipelines starts only once every pipeline has finished its last backward
-// over l:
+// over l (each stage's last backward as the pipeline is played, where
+// given; else:)
 //   r_l = max over pipelines of (T_pipeline - the layer's offset from it),
 // where, in 1F1B's cool-down, stage s ends its last backward
 // (backward + transfer) of each earlier stage before its pipeline's end, and
@@ -47,6 +48,9 @@ struct TemplateRun {
   // Per stage, the speed its node computes at (node_speeds.h): its backward
   // passes take their profiled time divided by it. Null: all at 1.
   const std::vector<double>* stage_speeds = nullptr;
+  // Per stage, when its last backward ends, as the pipeline is played
+  // (played_pipeline.h). Null: from pipeline_ms back through the drain.
+  const std::vector<Milliseconds>* last_backward_ms = nullptr;
 };
 
 // The iteration of `runs` with `ranks` pipelines in all: the last gradient

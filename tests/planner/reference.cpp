@@ -5,7 +5,11 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
+#include <tuple>
+
+#include "oobleck/common/one_f_one_b.h"
 
 namespace oobleck::test {
 
@@ -336,32 +340,95 @@ double plan_objective_ms(const CostModel& cost, const Plan& plan) {
   return slowest + tail;
 }
 
+Played play_1f1b(const std::vector<double>& forward_ms, const std::vector<double>& backward_ms,
+                 const std::vector<double>& transfer_ms, int microbatches) {
+  const int S = static_cast<int>(forward_ms.size());
+  const int M = microbatches;
+  Played out;
+  out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
+  std::vector<std::vector<PipelinePass>> order(S);
+  for (int s = 0; s < S; ++s) order[s] = one_f_one_b(s, S, M);
+  std::vector<std::vector<char>> activation(S, std::vector<char>(M, 0)), gradient(S, std::vector<char>(M, 0));
+  for (int m = 0; m < M; ++m) activation[0][m] = 1;
+  std::vector<std::size_t> next(S, 0);
+  std::vector<char> busy(S, 0);
+  std::vector<double> forward_link(S, 0.0), backward_link(S, 0.0);
+  // Events in time order, then in the order they were made: (time, seq, kind, stage, microbatch).
+  enum Kind { kDone, kActivation, kGradient };
+  using Event = std::tuple<double, long, int, int, int>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  long seq = 0;
+  const auto try_start = [&](int s, double now) {
+    if (busy[s] || next[s] == order[s].size()) return;
+    const PipelinePass pass = order[s][next[s]];
+    if (!(pass.forward ? activation[s][pass.microbatch] : gradient[s][pass.microbatch])) return;
+    busy[s] = 1;
+    events.emplace(now + (pass.forward ? forward_ms[s] : backward_ms[s]), seq++, kDone, s, pass.microbatch);
+  };
+  for (int s = 0; s < S; ++s) try_start(s, 0);
+  while (!events.empty()) {
+    const auto [now, unused, kind, s, m] = events.top();
+    events.pop();
+    if (kind == kActivation) {
+      activation[s][m] = 1;
+    } else if (kind == kGradient) {
+      gradient[s][m] = 1;
+    } else {
+      const bool forward = order[s][next[s]].forward;
+      busy[s] = 0;
+      ++next[s];
+      out.end_ms = std::max(out.end_ms, now);
+      if (forward && s + 1 < S) {
+        forward_link[s] = std::max(now, forward_link[s]) + transfer_ms[s];
+        events.emplace(forward_link[s], seq++, kActivation, s + 1, m);
+      } else if (forward) {
+        gradient[s][m] = 1;
+      } else {
+        out.last_backward_ms[s] = now;
+        if (s > 0) {
+          backward_link[s] = std::max(now, backward_link[s]) + transfer_ms[s - 1];
+          events.emplace(backward_link[s], seq++, kGradient, s - 1, m);
+        }
+      }
+    }
+    try_start(s, now);
+  }
+  return out;
+}
+
+Played play_1f1b(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                 const std::vector<double>& stage_speeds) {
+  std::vector<double> forward_ms, backward_ms, transfer_ms;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const Stage& st = stages[s];
+    const double speed = stage_speeds.empty() ? 1.0 : stage_speeds[s];
+    double f = 0, b = 0;
+    for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      f += cost.layer_forward_ms(l, st.gpus);
+      b += cost.layer_backward_ms(l, st.gpus, st.recompute);
+    }
+    forward_ms.push_back(f / speed);
+    backward_ms.push_back(b / speed);
+    if (s + 1 < stages.size()) {
+      transfer_ms.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
+    }
+  }
+  return play_1f1b(forward_ms, backward_ms, transfer_ms, microbatches);
+}
+
 double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
   const int ranks = static_cast<int>(plan.pipelines.size());
   const bool at_end = cost.gradient_sync() == GradientSync::after_backward;
   const auto speed_of = [&](const std::string& node) { return speeds.count(node) ? speeds.at(node) : 1.0; };
-  // Each pipeline's passes end at T(m), stage by stage at its nodes' speeds.
-  std::vector<double> ends;
+  // Each pipeline played pass by pass, stage by stage at its nodes' speeds.
+  std::vector<Played> played;
   for (const auto& p : plan.pipelines) {
-    std::vector<double> stage_ms, transfer_ms;
-    double first = 0;
-    for (std::size_t s = 0; s < p.stages.size(); ++s) {
-      const Stage& st = p.stages[s];
-      const double speed = speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
-      double t = 0;
-      for (int l = st.layer_begin; l < st.layer_end; ++l) {
-        t += cost.layer_forward_ms(l, st.gpus) + cost.layer_backward_ms(l, st.gpus, st.recompute);
-      }
-      stage_ms.push_back(t / speed);
-      transfer_ms.push_back(s + 1 < p.stages.size()
-                                ? cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus)
-                                : 0.0);
-      first += stage_ms.back() + 2 * transfer_ms.back();
-    }
-    ends.push_back(first + (p.microbatches - 1) * direct_period_ms(stage_ms, transfer_ms));
+    std::vector<double> stage_speeds;
+    for (const Stage& st : p.stages) stage_speeds.push_back(speed_of(p.nodes.at(static_cast<std::size_t>(st.node))));
+    played.push_back(play_1f1b(cost, p.stages, p.microbatches, stage_speeds));
   }
   double slowest = 0;
-  for (double e : ends) slowest = std::max(slowest, e);
+  for (const auto& p : played) slowest = std::max(slowest, p.end_ms);
   // A stage's optimizer step reads and writes its state once per GPU, at
   // its node's speed, after its last backward and its all-reduces.
   const auto step_ms = [&](const Pipeline& p, const Stage& st) {
@@ -377,7 +444,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
       for (const auto& n : p.nodes) ring_speed = std::min(ring_speed, speed_of(n));
     }
   }
-  // Every layer's final gradient, per pipeline, from the cool-down.
+  // Every layer's final gradient, per pipeline, from each stage's last backward.
   std::vector<double> start(static_cast<std::size_t>(cost.layers()), -std::numeric_limits<double>::infinity());
   std::vector<std::vector<double>> last_backward(plan.pipelines.size());  // per pipeline and stage
   for (std::size_t k = 0; k < plan.pipelines.size(); ++k) {
@@ -386,21 +453,9 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
     const auto backward_of = [&](const Stage& st, int l) {
       return cost.layer_backward_ms(l, st.gpus, st.recompute) / speed_of(p.nodes.at(static_cast<std::size_t>(st.node)));
     };
-    std::vector<double> end(S);  // each stage's last backward, the last stage's at 0
-    for (std::size_t s = S; s-- > 0;) {
-      if (s + 1 == S) {
-        end[s] = 0;
-      } else {
-        const Stage& st = p.stages[s];
-        double backward = 0;
-        for (int l = st.layer_begin; l < st.layer_end; ++l) backward += backward_of(st, l);
-        end[s] = end[s + 1] + cost.transfer_ms(st.layer_end, st.node == p.stages[s + 1].node, st.gpus) + backward;
-      }
-    }
-    const double shift = ends[k] - end[0];  // stage 0 ends the pipeline
     for (std::size_t s = 0; s < S; ++s) {
       const Stage& st = p.stages[s];
-      double done = end[s] + shift;
+      double done = played[k].last_backward_ms[s];
       last_backward[k].push_back(done);
       for (int l = st.layer_begin; l < st.layer_end; ++l) {
         start[l] = std::max(start[l], done);

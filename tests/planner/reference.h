@@ -74,8 +74,21 @@ enum class Runs { every, suffixes };
 // That objective for a plan's own pipelines and split.
 [[nodiscard]] double plan_objective_ms(const CostModel& cost, const Plan& plan);
 
-// A plan's iteration counted pipeline by pipeline: each stage's last backward
-// ends, in 1F1B's cool-down, after the next stage's and the transfer back;
+// One pipeline's passes played in 1F1B order by events in time order, as
+// the simulator plays them: each stage one pass at a time once its input
+// has arrived, each link one transfer at a time per direction.
+struct Played {
+  double end_ms = 0;
+  std::vector<double> last_backward_ms;  // per stage
+};
+[[nodiscard]] Played play_1f1b(const std::vector<double>& forward_ms, const std::vector<double>& backward_ms,
+                               const std::vector<double>& transfer_ms, int microbatches);
+// `stages` at speed 1, each stage's passes summed layer by layer.
+[[nodiscard]] Played play_1f1b(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                               const std::vector<double>& stage_speeds = {});
+
+// A plan's iteration counted pipeline by pipeline: each pipeline played
+// (play_1f1b), each stage's last backward where it ends there;
 // a layer's gradient is final once that pass has gone through it (or at its
 // end, with GradientSync::after_backward); its all-reduce among all the
 // pipelines starts when the last pipeline's is final; each pipeline's stage

@@ -34,7 +34,9 @@ void check_plan(const CostModel& cost, const TemplateSet& templates, const Plan&
     seen.insert(p.nodes.begin(), p.nodes.end());
     CHECK(p.microbatches >= 1);
     if (t->max_microbatches > 0) CHECK(p.microbatches <= t->max_microbatches);
-    CHECK(p.iteration_ms == doctest::Approx(cost.pipeline_ms(p.stages, p.microbatches)).epsilon(1e-12));
+    // Priced as the pipeline plays (an event-by-event count), not as
+    // first + (M - 1) x period, what the search weighs.
+    CHECK(p.iteration_ms == doctest::Approx(test::play_1f1b(cost, p.stages, p.microbatches).end_ms).epsilon(1e-12));
     total += p.microbatches;
     slowest = std::max(slowest, p.iteration_ms);
   }

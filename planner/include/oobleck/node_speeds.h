@@ -20,7 +20,9 @@ inline constexpr double kMinNodeSpeed = 0.01, kMaxNodeSpeed = 100;
 // outside [kMinNodeSpeed, kMaxNodeSpeed].
 void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>& nodes, std::string_view what);
 
-// T(m) of a pipeline whose stages compute at their nodes' speeds.
+// T(m) = first + (m - 1) x period of a pipeline whose stages compute at
+// their nodes' speeds: what the split weighs (a plan's pipelines are priced
+// as they play, planner/src/played_pipeline.h).
 [[nodiscard]] Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeline,
                                                  const NodeSpeeds& speeds, int microbatches);
 

@@ -1,0 +1,48 @@
+// One pipeline's passes played in 1F1B order, as `oobleck-sim iteration`
+// plays them: what a plan's price rests on, where T(M) = first + (M - 1) x
+// period (steady_period.h, what the template and composition searches
+// weigh) only bounds it.
+//
+// Stage s runs its passes one at a time in the order of one_f_one_b(s, S,
+// M), each once its input is there: a forward once the activation has
+// arrived from s - 1 (stage 0: at once), a backward once the gradient has
+// arrived from s + 1 (the last stage: after its own forward, which comes
+// first in its order). Each boundary has a link per direction that carries
+// one transfer at a time, in the order the sending stage finished its
+// passes: a transfer leaves at max(the pass's end, the link's last
+// arrival) and arrives C later. Every start is the latest of what it waits
+// for, so one sweep per direction, repeated until no pass can start,
+// computes the whole schedule; nothing waits on a later sweep's guess.
+//
+// With one microbatch this is first_microbatch_ms; as M grows its
+// increments settle on the steady period. It is mostly shorter than first
+// + (M - 1) x period: the first microbatches' round trip through the later
+// stages overlaps passes that the formula counts one after another
+// (GPT-mini's four stages of 50-86 ms: 30 ms shorter from M = 2 on). Where
+// links are slow it can be a little longer: a link carries one transfer at
+// a time, and the formula's period does not queue them.
+#pragma once
+
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::detail {
+
+struct PlayedPipeline {
+  Milliseconds end_ms = 0;                     // the last pass ends
+  std::vector<Milliseconds> last_backward_ms;  // per stage, its last backward's end
+};
+
+// forward_ms, backward_ms: per stage, one microbatch's pass; transfer_ms:
+// per boundary s | s + 1, one way (S - 1 of them).
+[[nodiscard]] PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms,
+                                           const std::vector<Milliseconds>& backward_ms,
+                                           const std::vector<Milliseconds>& transfer_ms, int microbatches);
+
+// `stages` as the cost model prices them, each stage's passes divided by
+// its speed (null: all at 1).
+[[nodiscard]] PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                                           const std::vector<double>* stage_speeds = nullptr);
+
+}  // namespace oobleck::detail
