@@ -20,13 +20,17 @@ def test_a_plan_the_planner_prices_right_passes(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["format"] == "oobleck.plan-vs-sim.v1"
     [case] = doc["cases"]
-    assert abs(case["error"]) <= 0.05
     assert case["error"] == pytest.approx(case["predicted_ms"] / case["played_ms"] - 1)
-    # The period reckoned here from the plan's stages is the planner's own.
-    assert case["cycle_bound_ms"] == pytest.approx(case["predicted_ms"], rel=1e-9)
-    # Not to the microsecond (1 ms in 46 s): beyond a tolerance of 1e-9 the tool says so.
-    strict = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "8", "--fault-tolerance", "0", "--tolerance", "1e-9",
-                       PROFILES / "gpt3-1.3b-a100.analytic.json")
+    # The planner prices each pipeline as it plays: the simulator's time.
+    assert abs(case["error"]) <= 1e-9
+    # The period reckoned here, what the searches weigh, is 1 ms longer in 46 s.
+    assert case["cycle_bound_ms"] == pytest.approx(case["predicted_ms"], rel=1e-4)
+    assert case["cycle_bound_ms"] != pytest.approx(case["predicted_ms"], rel=1e-9)
+    # A hand-written profile records no memory bandwidth: the planner leaves
+    # the optimizer step out, which the simulator plays at 1.5 TB/s (0.5 %
+    # on 512 nodes). Beyond a tolerance of 1e-3 the tool says so.
+    strict = run_tools("plan-vs-sim", "--bin", BIN, "--nodes", "512", "--fault-tolerance", "0", "--tolerance", "1e-3",
+                       PROFILES / "gpt3-1.3b-a100.handwritten.json")
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert "0 of 1" in strict.stdout
 

@@ -15,10 +15,11 @@ of them) / (e - s + 1). Stage s holds S - s microbatches in flight, and its
 backward of microbatch m waits for the round trip through the later stages
 before its forward of m + S - s can start; stage e's forward of m + S - s
 precedes its backward of m + e - s + 1, so every run cycles. The planner
-prices the same period (planner/src/steady_period.h),
-so the "cycle" column is a check on it written apart: it equals the
-prediction, and a planner priced at the slowest stage alone shows here how
-far that misses.
+weighs the same period in its searches (planner/src/steady_period.h), so
+the "cycle" column is a check on it written apart; the prediction itself
+plays each pipeline's passes in 1F1B order (planner/src/played_pipeline.h),
+and a planner priced at the slowest stage alone shows here how far that
+misses.
 
   oobleck-tools plan-vs-sim [--bin build/bin] [--nodes 8 64 512 2048]
       [--fault-tolerance 0 4] [--global-microbatches 4096] [--tolerance 0.05]
