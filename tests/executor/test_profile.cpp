@@ -64,10 +64,16 @@ TEST_CASE("profile: a measured CPU profile has every layer, sized from the model
   CHECK(p.layers.back().attention_forward_ms == 0);
   CHECK(m.whole_forward_ms > 0);
   CHECK(m.whole_backward_ms > 0);
+  // The whole model's optimizer step timed: its rate streams every layer's
+  // weights and optimizer state in and out once in that time.
+  REQUIRE(m.optimizer_step_ms > 0);
+  const double state = static_cast<double>(sum(p, &LayerProfile::param_bytes) + sum(p, &LayerProfile::optimizer_bytes));
+  CHECK(p.hardware.memory_bytes_per_s == doctest::Approx(2 * state / (m.optimizer_step_ms / 1000)));
   // The file reads back as a profile and carries the whole-model run.
   const std::string text = measurement_to_json(m);
   const Profile back = parse_profile(text, "measured.json");
   CHECK(back.layers.size() == 4);
+  CHECK(back.hardware.memory_bytes_per_s == p.hardware.memory_bytes_per_s);
   const auto doc = nlohmann::json::parse(text);
   CHECK(doc["model"]["parameters"] == model_parameters(small()));
   CHECK(doc["model"]["dtype"] == "fp32");

@@ -246,8 +246,7 @@ struct Bench::State {
   // A check of the per-layer times, where the whole model fits on the device
   // with one microbatch's activations; false where it does not.
   bool time_whole_model(Measurement& out) {
-    bool fits = true;
-    try {
+    return unless_out_of_memory([&] {
       Gpt whole(options_.model, options_.seed);
       whole.to(device_, kWeights);
       auto slots = float64_sums(whole.parameters());
@@ -265,14 +264,7 @@ struct Bench::State {
         });
         return std::make_pair(f, b);
       });
-    } catch (const c10::Error& e) {
-      if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
-      fits = false;
-    }
-#ifdef OOBLECK_CUDA_ALLOCATOR_STATS
-    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
-    return fits;
+    });
   }
 
   // The device's practical peak: a 1024x1024 matrix product and a 256 MiB copy.
@@ -297,8 +289,7 @@ struct Bench::State {
   // whole model's weights, gradients and both moments, `state_bytes` of
   // them, read and written once. False where they do not fit the device.
   bool time_optimizer_step(Measurement& out, double state_bytes) {
-    bool fits = true;
-    try {
+    return unless_out_of_memory([&] {
       TrainOptions train;
       train.model = options_.model;
       train.seed = options_.seed;
@@ -317,6 +308,16 @@ struct Bench::State {
       });
       out.optimizer_step_ms = ms;
       out.optimizer_bytes_per_s = 2.0 * state_bytes / (ms / 1000.0);
+    });
+  }
+
+  // Runs `body`; false where the device ran out of memory in it (its cache
+  // emptied either way, for what comes next).
+  template <typename Body>
+  bool unless_out_of_memory(Body&& body) {
+    bool fits = true;
+    try {
+      body();
     } catch (const c10::Error& e) {
       if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
       fits = false;
