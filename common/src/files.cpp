@@ -16,8 +16,8 @@ namespace {
 
 std::string system_reason() { return std::strerror(errno); }
 
-// Writes every byte and flushes it to the disk; false (errno set) otherwise.
-bool write_and_flush(int fd, std::string_view bytes) {
+// Writes every byte; false (errno set) otherwise.
+bool write_all(int fd, std::string_view bytes) {
   std::size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -25,8 +25,11 @@ bool write_and_flush(int fd, std::string_view bytes) {
     if (n <= 0) return false;
     written += static_cast<std::size_t>(n);
   }
-  return ::fsync(fd) == 0;
+  return true;
 }
+
+// Writes every byte and flushes it to the disk; false (errno set) otherwise.
+bool write_and_flush(int fd, std::string_view bytes) { return write_all(fd, bytes) && ::fsync(fd) == 0; }
 
 }  // namespace
 
@@ -49,18 +52,10 @@ namespace {
 void write_in_place(const std::filesystem::path& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(path.string() + ": cannot write (" + system_reason() + ")");
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = system_reason();
-      ::close(fd);
-      throw InputError(path.string() + ": cannot write (" + why + ")");
-    }
-    written += static_cast<std::size_t>(n);
-  }
+  const bool written = write_all(fd, bytes);
+  const std::string why = written ? "" : system_reason();
   ::close(fd);
+  if (!written) throw InputError(path.string() + ": cannot write (" + why + ")");
 }
 
 }  // namespace

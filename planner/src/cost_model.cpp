@@ -12,8 +12,9 @@
 //    replicated there is replicated on the k nodes too;
 //  * the gradient synchronisation of pipelines of one template ending
 //    together: what of their layers' all-reduces runs after the last
-//    backward (sync_tail_ms); pipelines of several templates side by side:
-//    synced_iteration.h.
+//    backward (sync_tail_ms, gradient_sync.cpp); pipelines of several
+//    templates side by side: synced_iteration.h; a whole pipeline's T(M)
+//    and memory fit: pipeline_costs.cpp.
 //  * full activation recomputation (Recompute::full) keeps, per microbatch in
 //    flight, each layer's input whole on every GPU (1/t of it with sequence
 //    parallelism), plus one layer's activations while its backward runs: per
@@ -33,7 +34,6 @@
 #include <string_view>
 
 #include "oobleck/planner.h"
-#include "steady_period.h"
 
 namespace oobleck {
 
@@ -492,57 +492,6 @@ int CostModel::stage_max_in_flight(int begin, int end, int degree, Recompute rec
 
 bool CostModel::stage_fits(int begin, int end, int degree, int in_flight, Recompute recompute) const {
   return stage_max_in_flight(begin, end, degree, recompute) >= in_flight;
-}
-
-Milliseconds CostModel::first_microbatch_ms(const std::vector<Stage>& stages) const {
-  double total = 0;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    total += stage_compute_ms(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, stages[s].recompute);
-    if (s + 1 < stages.size()) {
-      total += 2 * transfer_ms(stages[s].layer_end, stages[s].node == stages[s + 1].node, stages[s].gpus);
-    }
-  }
-  return total;
-}
-
-namespace {
-// Each stage's F + B, and each boundary's transfer one way.
-std::pair<std::vector<Milliseconds>, std::vector<Milliseconds>> stage_costs(const CostModel& cost,
-                                                                            const std::vector<Stage>& stages) {
-  std::vector<Milliseconds> compute, transfers;
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    const Stage& st = stages[s];
-    compute.push_back(cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute));
-    if (s + 1 < stages.size()) {
-      transfers.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
-    }
-  }
-  return {std::move(compute), std::move(transfers)};
-}
-}  // namespace
-
-Milliseconds CostModel::bottleneck_ms(const std::vector<Stage>& stages) const {
-  const auto [compute, transfers] = stage_costs(*this, stages);
-  return detail::steady_period_ms(compute, transfers);
-}
-
-Milliseconds CostModel::suffix_bottleneck_ms(const std::vector<Stage>& stages) const {
-  const auto [compute, transfers] = stage_costs(*this, stages);
-  return detail::suffix_period_ms(compute, transfers);
-}
-
-Milliseconds CostModel::pipeline_ms(const std::vector<Stage>& stages, int microbatches) const {
-  return first_microbatch_ms(stages) + (microbatches - 1) * bottleneck_ms(stages);
-}
-
-bool CostModel::pipeline_fits(const std::vector<Stage>& stages, int microbatches) const {
-  const int count = static_cast<int>(stages.size());
-  for (int s = 0; s < count; ++s) {
-    const int in_flight = std::min(microbatches, count - s);
-    if (!stage_fits(stages[s].layer_begin, stages[s].layer_end, stages[s].gpus, in_flight, stages[s].recompute))
-      return false;
-  }
-  return true;
 }
 
 }  // namespace oobleck

@@ -134,9 +134,7 @@ Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const Nod
     }
     runs_played[p] = detail::play_pipeline(cost, pipe.stages, pipe.microbatches, &stage_speeds[p]);
     if (played) played->push_back(runs_played[p].end_ms);
-  }
-  for (std::size_t p = 0; p < count; ++p) {
-    runs.push_back({&plan.pipelines[p].stages, runs_played[p].end_ms, &stage_speeds[p], &runs_played[p].last_backward_ms});
+    runs.push_back({&pipe.stages, runs_played[p].end_ms, &stage_speeds[p], &runs_played[p].last_backward_ms});
   }
   return detail::synced_iteration_ms(cost, runs, static_cast<int>(count), collective_speed(cost, plan, speeds));
 }
