@@ -136,8 +136,21 @@ struct InstantiateFlags {
   cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
   int tensor_parallel_nodes = 1;
+  std::string pipelines_per_node = "1";
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
+
+// --pipelines-per-node: a divisor of the GPUs per node, or auto (0).
+int parse_pipelines_per_node(const std::string& given, int gpus_per_node) {
+  if (given == "auto") return 0;
+  char* end = nullptr;
+  const long r = std::strtol(given.c_str(), &end, 10);
+  if (given.empty() || *end != '\0' || r < 1 || gpus_per_node % r != 0) {
+    throw InputError("--pipelines-per-node " + quoted_excerpt(given) + ": expected auto or a divisor of the " +
+                     std::to_string(gpus_per_node) + " GPUs per node");
+  }
+  return static_cast<int>(r);
+}
 
 // --node-speed NAME=FACTOR, each; InputError naming the bad one.
 NodeSpeeds parse_node_speeds(const std::vector<std::string>& given) {
@@ -195,6 +208,9 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   add_recompute_option(cmd, f.recompute);
   cli::add_gradient_sync_options(cmd, f.gradient_sync);
   add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
+  cmd->add_option("--pipelines-per-node", f.pipelines_per_node,
+                  "R: pipelines sharing each node, each on G/R of its GPUs, for models that fit on part of a "
+                  "node (default 1: every pipeline on whole nodes); auto plans every R and keeps the fastest");
   return cmd;
 }
 
@@ -237,6 +253,12 @@ int run_instantiate(const InstantiateFlags& f) {
   };
   const NodeSpeeds speeds = parse_node_speeds(f.node_speeds);
   check_node_speeds(speeds, names, "--node-speed");
+  const int pipelines_per_node = parse_pipelines_per_node(f.pipelines_per_node, profile.hardware.gpus_per_node);
+  if (pipelines_per_node != 1 && !speeds.empty()) {
+    std::cerr << "oobleck-plan instantiate: --node-speed plans pipelines on whole nodes: leave out "
+                 "--pipelines-per-node\n";
+    return kExitBadInput;
+  }
   if (f.global_batch > 0 && !speeds.empty()) {
     std::cerr << "oobleck-plan instantiate: --node-speed takes --global-microbatches B, not --global-batch\n";
     return kExitBadInput;
@@ -247,7 +269,7 @@ int run_instantiate(const InstantiateFlags& f) {
     const SizedClusterPlan sized =
         plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
                                 recompute_policy(f.recompute), f.gradient_sync.sync(),
-                                f.gradient_sync.bucket_bytes(), f.tensor_parallel_nodes);
+                                f.gradient_sync.bucket_bytes(), f.tensor_parallel_nodes, pipelines_per_node);
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -260,7 +282,7 @@ int run_instantiate(const InstantiateFlags& f) {
   ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
                    recompute_policy(f.recompute), f.gradient_sync.sync(), f.gradient_sync.bucket_bytes(),
-                   f.tensor_parallel_nodes);
+                   f.tensor_parallel_nodes, pipelines_per_node);
   if (!speeds.empty()) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);
@@ -316,7 +338,17 @@ int run_reconfigure(const ReconfigureFlags& f) {
   cost.set_tensor_parallel_nodes(current.tensor_parallel_nodes);
   cost.set_gradient_sync(current.gradient_sync);
   cost.set_gradient_bucket_bytes(current.gradient_bucket_bytes);
-  const TemplateSet templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
+  cost.set_pipelines_per_node(current.pipelines_per_node);
+  TemplateSet templates;
+  if (current.pipelines_per_node > 1) {
+    // Pipelines that share nodes keep their one template (on G / r GPUs).
+    templates.microbatches = current.template_microbatches;
+    templates.max_nodes = 1;
+    const int gpus = profile.hardware.gpus_per_node / current.pipelines_per_node;
+    if (auto shared = build_shared_node_template(cost, gpus)) templates.templates.push_back(std::move(*shared));
+  } else {
+    templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
+  }
   ReconfigureOptions options;
   options.replan_all = f.replan_all;
   options.node_speeds = parse_node_speeds(f.node_speeds);

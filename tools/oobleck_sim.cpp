@@ -289,7 +289,8 @@ int run_iteration(const IterationFlags& flags) {
   require_output_path("--chrome-trace", flags.chrome_out);
   const Inputs in = load_inputs(flags.profile_path, flags.scenario_path);
   const Plan plan = parse_plan(read_text_file(flags.plan_path), flags.plan_path, in.profile);
-  const CostModel cost(in.profile, std::max(1, plan.template_microbatches));
+  CostModel cost(in.profile, std::max(1, plan.template_microbatches));
+  cost.set_pipelines_per_node(plan.pipelines_per_node);
   IterationOptions options;
   options.optimizer_bytes_per_s = device_memory_bytes_per_s(in.scenario.cluster, in.profile.hardware);
   options.record_ops = !flags.chrome_out.empty();

@@ -148,13 +148,24 @@ void print_plan(const Plan& plan) {
     std::printf("%9zu %6d %13d %13s  %s\n", i, p.template_nodes, p.microbatches, format_ms(p.iteration_ms).c_str(),
                 names.c_str());
   }
+  if (plan.pipelines_per_node > 1 && !plan.pipelines.empty()) {
+    int gpus = 0;
+    for (const auto& st : plan.pipelines.front().stages) gpus += st.gpus;
+    std::printf("Pipelines share nodes: %d on each node, each on %d of its GPUs\n", plan.pipelines_per_node, gpus);
+  }
   if (!plan.spare_nodes.empty()) {
     std::printf("Spare (no template combination uses them): %zu nodes\n", plan.spare_nodes.size());
   }
   std::printf("Iteration %s ms = slowest pipeline %s ms + gradient synchronisation and optimizer steps %s ms\n",
               format_ms(plan.iteration_ms).c_str(), format_ms(plan.pipelines_ms).c_str(),
               format_ms(plan.sync_ms).c_str());
-  if (static_cast<int>(plan.pipelines.size()) < plan.fault_tolerance + 1) {
+  if (plan.pipelines_per_node > 1) {
+    const int nodes = plan_node_count(plan) - static_cast<int>(plan.spare_nodes.size());
+    if (nodes < plan.fault_tolerance + 1) {
+      std::printf("Warning: pipelines on only %d nodes: the plan survives %d more node failures, not f = %d\n", nodes,
+                  nodes - 1, plan.fault_tolerance);
+    }
+  } else if (static_cast<int>(plan.pipelines.size()) < plan.fault_tolerance + 1) {
     std::printf("Warning: only %zu pipelines: the plan survives %zu more node failures, not f = %d\n",
                 plan.pipelines.size(), plan.pipelines.size() - 1, plan.fault_tolerance);
   }

@@ -61,7 +61,16 @@ Milliseconds table_allreduce_ms(const std::vector<AllreducePoint>& table, double
 
 Milliseconds CostModel::gradient_allreduce_ms(double bytes, int ranks) const {
   const Hardware& hw = profile_->hardware;
-  return table_allreduce_ms(hw.allreduce_table, bytes, ranks, hw.gradient_allreduce_bytes_per_s(), hw.latency_ms);
+  if (pipelines_per_node_ == 1 || ranks <= 1) {
+    return table_allreduce_ms(hw.allreduce_table, bytes, ranks, hw.gradient_allreduce_bytes_per_s(), hw.latency_ms);
+  }
+  // Reduce-scatter among a node's replicas, the shards across the nodes,
+  // all-gather inside: the two inside move what one all-reduce there does.
+  const int sharing = std::min(pipelines_per_node_, ranks);
+  const int nodes = (ranks + pipelines_per_node_ - 1) / pipelines_per_node_;
+  return intra_node_allreduce_ms(bytes, sharing) +
+         table_allreduce_ms(hw.allreduce_table, bytes / sharing, nodes, hw.gradient_allreduce_bytes_per_s(),
+                            hw.latency_ms);
 }
 
 Milliseconds CostModel::intra_node_allreduce_ms(double bytes, int ranks) const {

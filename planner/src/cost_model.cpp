@@ -257,6 +257,14 @@ void CostModel::set_tensor_parallel_nodes(int nodes) {
   }
 }
 
+void CostModel::set_pipelines_per_node(int pipelines) {
+  if (pipelines < 1 || gpus_per_node() % pipelines != 0) {
+    throw InputError("pipelines per node: expected a divisor of the " + std::to_string(gpus_per_node()) +
+                     " GPUs per node, got " + std::to_string(pipelines));
+  }
+  pipelines_per_node_ = pipelines;
+}
+
 int CostModel::degree_index(int degree) const {
   if (degree >= 1 && degree < static_cast<int>(degree_slot_.size()) && degree_slot_[degree] >= 0) {
     return degree_slot_[degree];

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -137,11 +138,73 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
   return detail::plan_from(cost, templates, *composition, groups, std::move(spare), fault_tolerance);
 }
 
+namespace {
+
+// plan_cluster with r > 1 pipelines on every node.
+ClusterPlan plan_sharing_nodes(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
+                               int global_microbatches, int microbatches, RecomputePolicy recompute,
+                               GradientSync gradient_sync, double gradient_bucket_bytes, int pipelines_per_node) {
+  detail::check_node_names(nodes, "nodes");
+  const int r = pipelines_per_node;
+  const int used = std::min(static_cast<int>(nodes.size()), global_microbatches / r);
+  // Each pipeline runs ceil(B / pipelines) microbatches at most.
+  const int m = microbatches > 0 ? microbatches : (used < 1 ? 1 : (global_microbatches + used * r - 1) / (used * r));
+  CostModel cost(profile, m);
+  cost.set_recompute(recompute);
+  cost.set_gradient_sync(gradient_sync);
+  cost.set_gradient_bucket_bytes(gradient_bucket_bytes);
+  cost.set_pipelines_per_node(r);
+  const int gpus = cost.gpus_per_node() / r;
+  ClusterPlan out;
+  out.template_searches = 1;
+  out.templates.microbatches = m;
+  out.templates.max_nodes = 1;
+  auto shared = build_shared_node_template(cost, gpus);
+  if (!shared) {
+    throw NoPlanError("no pipeline template fits in memory on " + std::to_string(gpus) + " GPU" +
+                      (gpus == 1 ? "" : "s") + " (" + std::to_string(r) + " pipelines a node)");
+  }
+  out.templates.templates = {*shared};
+  out.plan = instantiate_sharing_nodes(cost, *shared, nodes, fault_tolerance, global_microbatches);
+  return out;
+}
+
+}  // namespace
+
 ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
                          int global_microbatches, int microbatches, const Progress& progress,
                          RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
-                         int tensor_parallel_nodes) {
+                         int tensor_parallel_nodes, int pipelines_per_node) {
   if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
+  const int per_node = profile.hardware.gpus_per_node;
+  if (pipelines_per_node < 0 || (pipelines_per_node > 0 && per_node % pipelines_per_node != 0)) {
+    throw InputError("pipelines per node: expected a divisor of the " + std::to_string(per_node) +
+                     " GPUs per node, or 0 to choose, got " + std::to_string(pipelines_per_node));
+  }
+  if (pipelines_per_node > 1) {
+    return plan_sharing_nodes(profile, nodes, fault_tolerance, global_microbatches, microbatches, recompute,
+                              gradient_sync, gradient_bucket_bytes, pipelines_per_node);
+  }
+  if (pipelines_per_node == 0) {
+    // Every r, whole-node pipelines first: the fastest plan, the smallest r on a tie.
+    std::optional<ClusterPlan> best;
+    std::optional<NoPlanError> whole_nodes_failure;
+    for (int r = 1; r <= per_node; ++r) {
+      if (per_node % r != 0) continue;
+      try {
+        ClusterPlan candidate = plan_cluster(profile, nodes, fault_tolerance, global_microbatches, microbatches,
+                                             progress, recompute, gradient_sync, gradient_bucket_bytes,
+                                             tensor_parallel_nodes, r);
+        if (!best || candidate.plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12)) {
+          best = std::move(candidate);
+        }
+      } catch (const NoPlanError& e) {
+        if (r == 1) whole_nodes_failure = e;
+      }
+    }
+    if (!best) throw *whole_nodes_failure;
+    return std::move(*best);
+  }
   const int max_nodes = static_cast<int>(nodes.size());
   int searches = 0;
   std::int64_t states = 0;

@@ -17,6 +17,12 @@ void check_node_names(const std::vector<std::string>& names, std::string_view wh
                              const std::vector<std::vector<std::string>>& pipeline_nodes,
                              std::vector<std::string> spare, int fault_tolerance);
 
+// Pipelines sharing nodes (shared_nodes.cpp) with pipelines on at least
+// `min_nodes` nodes.
+[[nodiscard]] Plan shared_node_plan(const CostModel& cost, const PipelineTemplate& shared,
+                                    const std::vector<std::string>& nodes, int min_nodes, int fault_tolerance,
+                                    int global_microbatches);
+
 // "2, 3, 4, ..." for messages.
 [[nodiscard]] std::string describe_sizes(const TemplateSet& templates);
 

@@ -2,6 +2,8 @@
 // MPI-style hostfiles.
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -57,6 +59,7 @@ json templates_array(const CostModel& cost, const TemplateSet& templates) {
                    {"bottleneck_ms", t.bottleneck_ms},
                    {"max_microbatches", t.max_microbatches > 0 ? json(t.max_microbatches) : json(nullptr)},
                    {"stages", stages_to_json(cost, t.stages, t.microbatches)}});
+    if (t.gpus > 0 && t.gpus < t.nodes * cost.gpus_per_node()) out.back()["gpus"] = t.gpus;
   }
   return out;
 }
@@ -87,22 +90,41 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
   if (plan.gradient_sync != GradientSync::per_layer) out["gradient_sync"] = gradient_sync_name(plan.gradient_sync);
   if (plan.gradient_sync == GradientSync::buckets) out["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   if (plan.tensor_parallel_nodes > 1) out["tensor_parallel_nodes"] = plan.tensor_parallel_nodes;
+  if (plan.pipelines_per_node > 1) out["pipelines_per_node"] = plan.pipelines_per_node;
   return out;
 }
 
-// Node names, each unique within the plan.
+// Node names, each in at most `sharing` pipelines (Plan::pipelines_per_node),
+// a spare one in none.
 class NodeNames {
  public:
-  std::string take(const json& value, const FieldPath& at) {
+  explicit NodeNames(int sharing) : sharing_(sharing) {}
+  std::string take(const json& value, const FieldPath& at, bool spare = false) {
     if (!value.is_string() || value.get<std::string>().empty()) throw at.error("expected a node name");
     const std::string name = value.get<std::string>();
     if (name.find_first_of(", \t\r\n") != std::string::npos) throw at.error("node names cannot hold commas or spaces");
-    if (!names_.insert(name).second) throw at.error("node " + quoted_excerpt(name) + " appears twice in the plan");
+    int& seen = uses_[name];
+    if (seen != 0 && (sharing_ == 1 || spare || seen < 0)) {
+      throw at.error("node " + quoted_excerpt(name) + " appears twice in the plan");
+    }
+    if (seen >= sharing_) {
+      throw at.error("node " + quoted_excerpt(name) + " holds more than pipelines_per_node = " +
+                     std::to_string(sharing_) + " pipelines");
+    }
+    seen = spare ? -1 : seen + 1;
     return name;
+  }
+  // The first pipeline node held by fewer than `sharing` pipelines, if any.
+  [[nodiscard]] std::optional<std::pair<std::string, int>> underfilled() const {
+    for (const auto& [name, seen] : uses_) {
+      if (seen >= 0 && seen < sharing_) return std::make_pair(name, seen);
+    }
+    return std::nullopt;
   }
 
  private:
-  std::set<std::string> names_;
+  int sharing_;
+  std::map<std::string, int> uses_;  // pipelines naming it; -1: a spare
 };
 
 // The fingerprint of the profile the plan was made from ("" when it records
@@ -139,9 +161,11 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
 
 // Stages that cover every layer in order, node by node, each node's stages
 // on all of its GPUs.
-std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const Profile& profile, int nodes) {
+std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const Profile& profile, int nodes,
+                                int sharing) {
   const int layers = static_cast<int>(profile.layers.size());
   const int gpus = profile.hardware.gpus_per_node;
+  const int node_gpus = gpus / sharing;  // a pipeline's on each of its nodes
   const json& stages = json_input::require_array(pipeline, "stages", at);
   if (stages.empty()) throw (at / "stages").error("expected at least one stage");
   std::vector<Stage> out;
@@ -178,16 +202,19 @@ std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const
                " layers of the profile");
   }
   for (int n = 0; n < nodes; ++n) {
-    if (gpus_on_node[n] != gpus) {
+    if (gpus_on_node[n] != node_gpus) {
       throw (at / "stages")
           .error("node " + std::to_string(n) + " has stages on " + std::to_string(gpus_on_node[n]) +
-                 " GPUs, expected " + std::to_string(gpus) + " (gpus_per_node)");
+                 " GPUs, expected " + std::to_string(node_gpus) +
+                 (sharing == 1 ? std::string(" (gpus_per_node)")
+                               : " (gpus_per_node / pipelines_per_node)"));
     }
   }
   return out;
 }
 
-Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& profile, NodeNames& names) {
+Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& profile, NodeNames& names,
+                        int sharing) {
   Pipeline p;
   p.template_nodes = static_cast<int>(json_input::require_integer(value, "template_nodes", at, 1, 1 << 20));
   p.microbatches = static_cast<int>(json_input::require_integer(value, "microbatches", at, 1, 1000000));
@@ -198,8 +225,11 @@ Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& p
         .error("expected " + std::to_string(p.template_nodes) + " node names (template_nodes), got " +
                std::to_string(nodes.size()));
   }
+  if (sharing > 1 && p.template_nodes != 1) {
+    throw (at / "template_nodes").error("expected 1: pipelines that share nodes run on one node each");
+  }
   for (std::size_t n = 0; n < nodes.size(); ++n) p.nodes.push_back(names.take(nodes[n], (at / "nodes")[n]));
-  p.stages = parse_stages(value, at, profile, p.template_nodes);
+  p.stages = parse_stages(value, at, profile, p.template_nodes, sharing);
   return p;
 }
 
@@ -275,12 +305,22 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   if (root.contains("gradient_bucket_bytes")) {
     plan.gradient_bucket_bytes = json_input::require_number(root, "gradient_bucket_bytes", where, 1, 1e15);
   }
-  NodeNames names;
+  const int per_node = profile.hardware.gpus_per_node;
+  if (root.contains("pipelines_per_node")) {
+    plan.pipelines_per_node =
+        static_cast<int>(json_input::require_integer(root, "pipelines_per_node", where, 1, per_node));
+    if (per_node % plan.pipelines_per_node != 0) {
+      throw (where / "pipelines_per_node")
+          .error("expected a divisor of the profile's " + std::to_string(per_node) + " GPUs per node");
+    }
+  }
+  NodeNames names(plan.pipelines_per_node);
   const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
   long long total_microbatches = 0;
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
-    plan.pipelines.push_back(parse_pipeline(pipelines[i], (where / "pipelines")[i], profile, names));
+    plan.pipelines.push_back(
+        parse_pipeline(pipelines[i], (where / "pipelines")[i], profile, names, plan.pipelines_per_node));
     total_microbatches += plan.pipelines.back().microbatches;
   }
   if (total_microbatches != plan.global_microbatches) {
@@ -291,7 +331,20 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
   if (auto it = root.find("spare_nodes"); it != root.end()) {
     if (!it->is_array()) throw (where / "spare_nodes").error("expected an array of node names");
     for (std::size_t n = 0; n < it->size(); ++n) {
-      plan.spare_nodes.push_back(names.take((*it)[n], (where / "spare_nodes")[n]));
+      plan.spare_nodes.push_back(names.take((*it)[n], (where / "spare_nodes")[n], true));
+    }
+  }
+  if (const auto short_node = names.underfilled()) {
+    throw (where / "pipelines")
+        .error("node " + quoted_excerpt(short_node->first) + " holds " + std::to_string(short_node->second) +
+               " pipelines, expected pipelines_per_node = " + std::to_string(plan.pipelines_per_node));
+  }
+  if (plan.pipelines_per_node > 1) {
+    for (std::size_t i = 1; i < plan.pipelines.size(); ++i) {
+      if (plan.pipelines[i].stages != plan.pipelines[0].stages) {
+        throw ((where / "pipelines")[i] / "stages")
+            .error("expected the stages of pipeline 0: pipelines that share nodes are of one template");
+      }
     }
   }
   if (auto it = root.find("iteration_ms"); it != root.end() && it->is_number()) plan.iteration_ms = it->get<double>();

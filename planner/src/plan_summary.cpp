@@ -33,9 +33,10 @@ std::vector<std::string> numbered_nodes(int count) {
 }
 
 int plan_node_count(const Plan& plan) {
-  int nodes = static_cast<int>(plan.spare_nodes.size());
-  for (const auto& p : plan.pipelines) nodes += static_cast<int>(p.nodes.size());
-  return nodes;
+  // Pipelines that share nodes name each of them pipelines_per_node times.
+  int named = 0;
+  for (const auto& p : plan.pipelines) named += static_cast<int>(p.nodes.size());
+  return named / std::max(1, plan.pipelines_per_node) + static_cast<int>(plan.spare_nodes.size());
 }
 
 std::set<int> template_sizes_used(const Plan& plan) {

@@ -32,7 +32,9 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 
 #include "composition.h"
@@ -59,6 +61,7 @@ class Replanner {
 
   Reconfiguration run() {
     survivors_.check_state_survives();
+    if (current_.pipelines_per_node > 1) return run_shared();
     collect_speeds();
     const int count = survivors_.count();
     const int B = current_.global_microbatches;
@@ -105,6 +108,31 @@ class Replanner {
   }
 
  private:
+  // Pipelines sharing nodes (shared_nodes.cpp): the same template on every
+  // surviving node, each keeping its pipelines, the batch split anew; a
+  // joining node copies every layer for its pipelines.
+  Reconfiguration run_shared() {
+    const int r = current_.pipelines_per_node;
+    if (cost_.pipelines_per_node() != r) {
+      throw std::invalid_argument("reconfigure: the cost model must have the plan's pipelines per node");
+    }
+    if (!options_.node_speeds.empty()) {
+      throw InputError("--node-speed: plans whose pipelines share nodes are made at the profile's speed");
+    }
+    const int gpus = cost_.gpus_per_node() / r;
+    std::optional<PipelineTemplate> shared;
+    for (const auto& t : templates_.templates) {
+      if (t.nodes == 1 && t.gpus == gpus) shared = t;
+    }
+    if (!shared) shared = build_shared_node_template(cost_, gpus);
+    if (!shared) throw NoPlanError("no pipeline template fits on " + std::to_string(gpus) + " GPUs");
+    const std::vector<std::string> names = survivors_.names();
+    const int required = std::min(current_.fault_tolerance + 1, static_cast<int>(names.size()));
+    return survivors_.with_copies(detail::shared_node_plan(cost_, *shared, names, std::max(1, required),
+                                                           current_.fault_tolerance,
+                                                           current_.global_microbatches));
+  }
+
   // Best iteration time, then fewest bytes copied.
   Reconfiguration choose_and_finish(const std::vector<detail::Composition>& options, int spare_count) {
     if (!speeds_.empty()) return choose_at_speeds(options, spare_count);

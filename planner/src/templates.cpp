@@ -172,7 +172,12 @@ class TemplateSearch {
 
   // The best solution of the last solve() for `nodes` nodes: its sigma and stages.
   [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best(int nodes) const {
-    const int u = nodes * gpus_;
+    return best_on_gpus(nodes * gpus_);
+  }
+
+  // The same on `u` GPUs: whole nodes, or fewer than one node's.
+  [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best_on_gpus(int u) const {
+    const int nodes = (u + gpus_ - 1) / gpus_;
     if (u > gpu_limit_) return std::nullopt;
     int best_m = 0;
     double best_value = kInfinity;
@@ -357,6 +362,8 @@ class TemplateSearch {
 PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Stage> stages) {
   PipelineTemplate out;
   out.nodes = nodes;
+  out.gpus = 0;
+  for (const Stage& stage : stages) out.gpus += stage.gpus;
   out.microbatches = cost.microbatches();
   out.first_microbatch_ms = cost.first_microbatch_ms(stages);
   out.bottleneck_ms = cost.bottleneck_ms(stages);
@@ -392,7 +399,8 @@ class StageFloor {
       gpu_time_ += least_gpu_time;
     }
   }
-  [[nodiscard]] double at(int nodes) const { return std::max(layer_floor_, gpu_time_ / (nodes * gpus_)); }
+  [[nodiscard]] double at(int nodes) const { return on_gpus(nodes * gpus_); }
+  [[nodiscard]] double on_gpus(int gpus) const { return std::max(layer_floor_, gpu_time_ / gpus); }
 
  private:
   int gpus_;
@@ -455,6 +463,25 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   set.search_solves = runs;
   set.search_states = search.states();
   return set;
+}
+
+std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost, int gpus) {
+  const int per_node = cost.gpus_per_node();
+  if (gpus < 1 || gpus >= per_node) {
+    throw InputError("shared-node template: expected 1 to " + std::to_string(per_node - 1) + " GPUs, got " +
+                     std::to_string(gpus));
+  }
+  // The same walk down the Pareto front as a node count's, on the rows of
+  // `gpus` GPUs (the programme's suffix states on part of a node).
+  const StageFloor mu_floors(cost);
+  TemplateSearch search(cost, 1);
+  Walk walk;
+  while (walk.active) {
+    search.solve(walk.bound, gpus);
+    step_down(walk, search.best_on_gpus(gpus), cost, mu_floors.on_gpus(gpus));
+  }
+  if (walk.stages.empty()) return std::nullopt;
+  return make_template(cost, 1, std::move(walk.stages));
 }
 
 }  // namespace oobleck

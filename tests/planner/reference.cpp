@@ -230,7 +230,11 @@ bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
 
 }  // namespace
 
-std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes) {
+namespace {
+
+// Every layout on up to max_gpus GPUs (below a node: one node's first GPUs),
+// the best per GPU count.
+std::vector<std::optional<BruteTemplate>> brute_force_by_gpus(const CostModel& cost, int max_gpus) {
   const Profile& profile = cost.profile();
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
@@ -240,7 +244,7 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
   for (int t : cost.degrees()) {
     for (Recompute r : cost.recompute_choices()) kinds.emplace_back(t, r);
   }
-  std::vector<std::optional<BruteTemplate>> best(max_nodes + 1);
+  std::vector<std::optional<BruteTemplate>> best(max_gpus + 1);
   for (unsigned mask = 0; mask < (1u << (layers - 1)); ++mask) {
     std::vector<std::pair<int, int>> ranges;
     int begin = 0;
@@ -266,26 +270,41 @@ std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel&
         stages.push_back({ranges[s].first, ranges[s].second, t, used / gpus, r, spans ? t / gpus : 1});
         used += t;
       }
-      const int nodes = used / gpus;
-      valid = valid && used % gpus == 0 && nodes >= 1 && nodes <= max_nodes;
+      valid = valid && used >= 1 && used <= max_gpus;
       for (int s = 0; s < count && valid; ++s) {
         valid = fits_directly(profile, stages[s], std::min(microbatches, count - s));
       }
       if (valid) {
         const double t = direct_iteration_ms(cost, stages, microbatches);
         const double suffix_t = direct_iteration_ms(cost, stages, microbatches, Runs::suffixes);
-        if (!best[nodes]) best[nodes] = BruteTemplate{t, stages, suffix_t};
-        if (t < best[nodes]->iteration_ms) {
-          best[nodes]->iteration_ms = t;
-          best[nodes]->stages = stages;
+        if (!best[used]) best[used] = BruteTemplate{t, stages, suffix_t};
+        if (t < best[used]->iteration_ms) {
+          best[used]->iteration_ms = t;
+          best[used]->stages = stages;
         }
-        best[nodes]->suffix_iteration_ms = std::min(best[nodes]->suffix_iteration_ms, suffix_t);
+        best[used]->suffix_iteration_ms = std::min(best[used]->suffix_iteration_ms, suffix_t);
       }
       int digit = 0;
       while (digit < count && ++choice[digit] == static_cast<int>(kinds.size())) choice[digit++] = 0;
       if (digit == count) break;
     }
   }
+  return best;
+}
+
+}  // namespace
+
+std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes) {
+  const int gpus = cost.gpus_per_node();
+  const auto by_gpus = brute_force_by_gpus(cost, max_nodes * gpus);
+  std::vector<std::optional<BruteTemplate>> best(max_nodes + 1);
+  for (int n = 1; n <= max_nodes; ++n) best[n] = by_gpus[n * gpus];
+  return best;
+}
+
+std::vector<std::optional<BruteTemplate>> brute_force_shared_node_templates(const CostModel& cost) {
+  auto best = brute_force_by_gpus(cost, cost.gpus_per_node() - 1);
+  if (!best.empty()) best[0].reset();
   return best;
 }
 

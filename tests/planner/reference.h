@@ -47,6 +47,10 @@ struct BruteTemplate {
 // by filling nodes in order. T(M) summed directly. Indexed by node count.
 [[nodiscard]] std::vector<std::optional<BruteTemplate>> brute_force_templates(const CostModel& cost, int max_nodes);
 
+// The same on part of one node: every layout on u GPUs of it, for u in
+// 1..G-1 (index u; 0 unused).
+[[nodiscard]] std::vector<std::optional<BruteTemplate>> brute_force_shared_node_templates(const CostModel& cost);
+
 // Which round trips bound 1F1B's period: those of every run of consecutive
 // stages, or of the suffixes alone.
 enum class Runs { every, suffixes };

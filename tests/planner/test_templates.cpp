@@ -107,6 +107,62 @@ TEST_CASE("templates against brute force, 1200 random instances: the least T(M) 
   CHECK(non_monotone > 0);
 }
 
+TEST_CASE("templates on part of a node against brute force, 600 random instances: the least T(M) wherever the suffixes' bound certifies it") {
+  std::mt19937_64 rng(20261129);
+  std::uniform_int_distribution<int> microbatches(1, 8);
+  int compared = 0, infeasible = 0;
+  Optimality optimality;
+  for (int instance = 0; instance < 600; ++instance) {
+    const int gpus = std::array{2, 4, 8}[instance % 3];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 2 ? 7 : gpus == 4 ? 6 : 5;
+    options.memory_bound = instance % 4 == 3;
+    options.activation_shares_seed = instance % 4 == 1 ? 9000 + static_cast<std::uint64_t>(instance) : 0;
+    Profile profile = test::random_profile(rng, options);
+    // Memory drawn for whole nodes rules out most layouts on fewer GPUs:
+    // half the instances get GPUs of a node's memory.
+    if (instance % 2 == 0) profile.hardware.gpu_memory_bytes *= gpus;
+    const CostModel cost(profile, microbatches(rng));
+    const auto brute = test::brute_force_shared_node_templates(cost);
+    for (int u = 1; u < gpus; ++u) {
+      CAPTURE(instance);
+      CAPTURE(u);
+      const auto t = build_shared_node_template(cost, u);
+      REQUIRE(t.has_value() == brute[u].has_value());
+      if (!t) {
+        ++infeasible;
+        continue;
+      }
+      ++compared;
+      optimality.check(*t, *brute[u]);
+      CHECK(t->nodes == 1);
+      CHECK(t->gpus == u);
+      int used = 0, next = 0;
+      for (const auto& s : t->stages) {
+        CHECK(s.node == 0);
+        CHECK(s.layer_begin == next);
+        CHECK(gpus % s.gpus == 0);
+        used += s.gpus;
+        next = s.layer_end;
+      }
+      CHECK(used == u);
+      CHECK(next == cost.layers());
+      CHECK(t->iteration_ms == doctest::Approx(test::direct_iteration_ms(cost, t->stages, t->microbatches)).epsilon(1e-9));
+    }
+  }
+  MESSAGE("compared " << compared << " templates on part of a node (" << infeasible << " GPU counts infeasible); "
+                      << optimality.least << " the least T(M) over every run (" << optimality.certified
+                      << " certified), the others at most " << 100 * optimality.worst_gap << " % above it");
+  CHECK(compared > 1000);
+  CHECK(infeasible > 50);
+  CHECK(optimality.least >= optimality.compared * 99 / 100);
+  const Profile four_gpus = test::uniform_profile(4, 4, 1, 2, 1, 1, 1 << 30);
+  const CostModel whole(four_gpus, 2);
+  CHECK_THROWS_AS((void)build_shared_node_template(whole, 4), InputError);
+  CHECK_THROWS_AS((void)build_shared_node_template(whole, 0), InputError);
+}
+
 TEST_CASE("stages over whole nodes against brute force, 600 random instances: the least T(M) wherever the suffixes' bound certifies it") {
   std::mt19937_64 rng(20261128);
   std::uniform_int_distribution<int> microbatches(1, 8);

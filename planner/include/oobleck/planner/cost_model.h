@@ -157,6 +157,15 @@ class CostModel {
   // tail by the slowest training node's speed.
   void set_collectives_at_node_speed(bool on) { collectives_at_node_speed_ = on; }
   [[nodiscard]] bool collectives_at_node_speed() const { return collectives_at_node_speed_; }
+  // Pipelines that share each node (1, the default: every pipeline has
+  // nodes of its own). With r > 1 each pipeline runs on G / r GPUs of one
+  // node beside r - 1 others (Plan::pipelines_per_node), and a gradient
+  // all-reduce among replicas runs as NCCL runs one over such ranks: among
+  // a node's r replicas on its own links first, then the r shards across
+  // the nodes at once, one network card each (gradient_allreduce_ms).
+  // InputError unless r divides G.
+  void set_pipelines_per_node(int pipelines);
+  [[nodiscard]] int pipelines_per_node() const { return pipelines_per_node_; }
 
   [[nodiscard]] Milliseconds layer_forward_ms(int layer, int degree) const;
   // The layer's attention core's forward at `degree`: divided among the
@@ -234,7 +243,10 @@ class CostModel {
   [[nodiscard]] Milliseconds allreduce_ms(double bytes, int ranks, double bytes_per_s) const;
   // A gradient all-reduce of `bytes` among `ranks` replicas: from the
   // hardware's measured table where it has one (allreduce_table.cpp derives
-  // the rule), else the ring at gradient_allreduce_bytes_per_s().
+  // the rule), else the ring at gradient_allreduce_bytes_per_s(). With
+  // pipelines sharing nodes, the replicas on one node all-reduce inside it
+  // (intra_node_allreduce_ms), and the nodes all-reduce 1/r of the bytes
+  // each across (the same rule among ceil(ranks / r) nodes).
   [[nodiscard]] Milliseconds gradient_allreduce_ms(double bytes, int ranks) const;
   // An all-reduce of `bytes` among `ranks` GPUs of a node: from the
   // hardware's intra-node table where it has one, else the ring on the
@@ -300,6 +312,7 @@ class CostModel {
   double gradient_bucket_bytes_ = kDefaultGradientBucketBytes;
   double optimizer_bytes_per_s_ = 0;
   bool collectives_at_node_speed_ = false;
+  int pipelines_per_node_ = 1;
   // The most activation bytes one GPU holds for one layer of [begin, end)
   // (of the attention cores' alone: selective).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index, Recompute recompute) const;

@@ -26,6 +26,11 @@ struct Plan {
   GradientSync gradient_sync = GradientSync::per_layer;  // what its iteration time assumes
   double gradient_bucket_bytes = kDefaultGradientBucketBytes;  // with GradientSync::buckets
   int tensor_parallel_nodes = 1;  // the most nodes its templates' stages could span
+  // 1: every pipeline on nodes of its own. r > 1: every node holds r
+  // pipelines, each on G / r of its GPUs (the k-th pipeline naming a node
+  // on GPUs [k G / r, (k + 1) G / r)), all of one template
+  // (instantiate_sharing_nodes).
+  int pipelines_per_node = 1;
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -45,6 +50,18 @@ struct Plan {
 [[nodiscard]] Plan instantiate(const CostModel& cost, const TemplateSet& templates,
                                const std::vector<std::string>& nodes, int fault_tolerance,
                                int global_microbatches);
+
+// Pipelines that share nodes: every node used holds r = G / shared.gpus
+// pipelines of the template `shared` (build_shared_node_template, on a
+// CostModel with set_pipelines_per_node(r); std::invalid_argument
+// otherwise), and the batch is split evenly among them. A node's loss takes
+// its r pipelines, so the f+1 condition is on nodes: at least f+1 of them
+// hold pipelines. It uses as many nodes as can give each of their
+// pipelines a microbatch, the rest are spares; NoPlanError when fewer than
+// f+1 can, or when the split does not fit the template's memory limit.
+[[nodiscard]] Plan instantiate_sharing_nodes(const CostModel& cost, const PipelineTemplate& shared,
+                                             const std::vector<std::string>& nodes, int fault_tolerance,
+                                             int global_microbatches);
 
 // node0 .. node{count-1}: names for a cluster given by its size alone.
 [[nodiscard]] std::vector<std::string> numbered_nodes(int count);
@@ -82,13 +99,20 @@ struct ClusterPlan {
 // allows), then follows the largest microbatch count the plan gives a
 // pipeline, re-planning while that changes and the plan improves (at most
 // four rounds); the best plan wins.
+// `pipelines_per_node` r > 1 (a divisor of G) plans pipelines that share
+// nodes instead: the template on G / r GPUs, optimised for M = the
+// microbatches each pipeline runs (or `microbatches`), instantiated with
+// instantiate_sharing_nodes; the template set holds that template alone.
+// 0 chooses: every divisor r of G (1 included) is planned, and the plan with
+// the shortest iteration wins, the smallest r on a tie; NoPlanError (r = 1's
+// reason) when none gives one.
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {},
                                        RecomputePolicy recompute = RecomputePolicy::none,
                                        GradientSync gradient_sync = GradientSync::per_layer,
                                        double gradient_bucket_bytes = kDefaultGradientBucketBytes,
-                                       int tensor_parallel_nodes = 1);
+                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1);
 
 // The microbatch size as a planning choice. `profiles` are one model on one
 // kind of node profiled at different microbatch sizes (checked: the same
@@ -116,7 +140,7 @@ struct SizedClusterPlan {
                                                        RecomputePolicy recompute = RecomputePolicy::none,
                                                        GradientSync gradient_sync = GradientSync::per_layer,
                                                        double gradient_bucket_bytes = kDefaultGradientBucketBytes,
-                                                       int tensor_parallel_nodes = 1);
+                                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1);
 
 // Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
 // long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).

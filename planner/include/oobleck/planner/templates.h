@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace oobleck {
 
 struct PipelineTemplate {
   int nodes = 0;
+  // The GPUs it runs on: all of its nodes' (nodes x G), or, for a pipeline
+  // that shares its one node with others, fewer (build_shared_node_template).
+  int gpus = 0;
   int microbatches = 0;               // M the template was optimised for
   Milliseconds iteration_ms = 0;      // T(M)
   Milliseconds first_microbatch_ms = 0;
@@ -42,6 +46,12 @@ struct TemplateSet {
 // counts with no feasible template are absent.
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
                                           const Progress& progress = {});
+
+// The template minimising T(M) exactly on `gpus` GPUs of one node (fewer
+// than its G), for pipelines that share a node: stages inside the node
+// whose degrees add up to `gpus`. nullopt when no layout fits in memory.
+// InputError unless `gpus` is in 1..G-1.
+[[nodiscard]] std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost, int gpus);
 
 // The M to optimise templates for when none is given: the most stages a
 // template on up to `max_nodes` nodes can have, min(layers, max_nodes x
