@@ -126,7 +126,12 @@ class Replanner {
     }
     if (!shared) shared = build_shared_node_template(cost_, gpus);
     if (!shared) throw NoPlanError("no pipeline template fits on " + std::to_string(gpus) + " GPUs");
-    const std::vector<std::string> names = survivors_.names();
+    // (Survivors lists a node once per pipeline on it.)
+    std::vector<std::string> names;
+    std::set<std::string> seen;
+    for (auto& name : survivors_.names()) {
+      if (seen.insert(name).second) names.push_back(std::move(name));
+    }
     const int required = std::min(current_.fault_tolerance + 1, static_cast<int>(names.size()));
     return survivors_.with_copies(detail::shared_node_plan(cost_, *shared, names, std::max(1, required),
                                                            current_.fault_tolerance,
