@@ -106,8 +106,9 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
   cost->set_tensor_parallel_nodes(current.plan.tensor_parallel_nodes);
   cost->set_gradient_sync(current.plan.gradient_sync);
   cost->set_gradient_bucket_bytes(current.plan.gradient_bucket_bytes);
+  cost->set_pipelines_per_node(current.plan.pipelines_per_node);
   auto templates = std::make_shared<Templates>(
-      Templates{current.profile, cost, build_templates(*cost, nodes_after(current.plan, lost.size(), added.size()))});
+      Templates{current.profile, cost, replanning_templates(*cost, current.plan, lost.size(), added.size())});
   const Reconfiguration result =
       reconfigure(*cost, templates->set, current.plan, lost, added, ReconfigureOptions{replan_all, node_speeds});
   return {reconfiguration_to_json(result, templates->set, *current.profile),
@@ -242,17 +243,18 @@ PYBIND11_MODULE(oobleck, m) {
       "plan_cluster",
       [](const ProfilePtr& profile, const Nodes& nodes, int fault_tolerance, int global_microbatches, int microbatches,
          const std::string& recompute, const std::string& gradient_sync, double gradient_bucket_mb,
-         int tensor_parallel_nodes) {
+         int tensor_parallel_nodes, int pipelines_per_node) {
         const auto names = node_names(nodes);
         const auto policy = recompute_policy_or_throw(recompute);
         const auto sync = gradient_sync_from(gradient_sync);
         const double bucket_bytes = gradient_bucket_mb * (1 << 20);
         py::gil_scoped_release unlocked;
         ClusterPlan cluster = plan_cluster(*profile, names, fault_tolerance, global_microbatches, microbatches, {},
-                                           policy, sync, bucket_bytes, tensor_parallel_nodes);
+                                           policy, sync, bucket_bytes, tensor_parallel_nodes, pipelines_per_node);
         auto cost = std::make_shared<CostModel>(*profile, cluster.templates.microbatches);
         cost->set_recompute(policy);
         cost->set_tensor_parallel_nodes(tensor_parallel_nodes);
+        cost->set_pipelines_per_node(cluster.plan.pipelines_per_node);
         cost->set_gradient_sync(sync);
         cost->set_gradient_bucket_bytes(bucket_bytes);
         auto templates = std::make_shared<Templates>(Templates{profile, cost, std::move(cluster.templates)});
@@ -261,8 +263,9 @@ PYBIND11_MODULE(oobleck, m) {
       py::arg("profile"), py::arg("nodes"), py::arg("fault_tolerance"), py::arg("global_microbatches"),
       py::arg("microbatches") = 0, py::arg("recompute") = "none", py::arg("gradient_sync") = "per-layer",
       py::arg("gradient_bucket_mb") = kDefaultGradientBucketBytes / (1 << 20), py::arg("tensor_parallel_nodes") = 1,
-      "Templates and instantiation together, the template M searched when `microbatches` is 0 "
-      "(oobleck-plan instantiate)");
+      py::arg("pipelines_per_node") = 1,
+      "Templates and instantiation together, the template M searched when `microbatches` is 0; "
+      "`pipelines_per_node` r > 1 puts r pipelines on every node, 0 chooses r (oobleck-plan instantiate)");
   m.def(
       "load_plan",
       [](const std::filesystem::path& path, const ProfilePtr& profile) {

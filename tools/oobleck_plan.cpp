@@ -56,12 +56,18 @@ bool emit_json(const std::string& target, const std::string& text) {
   return false;
 }
 
-TemplateSet timed_templates(const CostModel& cost, int max_nodes) {
+// `make` timed: a line on stderr when it takes over a second.
+template <typename Make>
+TemplateSet timed(const Make& make, int max_nodes) {
   const auto start = Clock::now();
-  TemplateSet templates = build_templates(cost, max_nodes, throttled_progress());
+  TemplateSet templates = make();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (seconds > 1) std::cerr << "oobleck-plan: templates for up to " << max_nodes << " nodes in " << seconds << " s\n";
   return templates;
+}
+
+TemplateSet timed_templates(const CostModel& cost, int max_nodes) {
+  return timed([&] { return build_templates(cost, max_nodes, throttled_progress()); }, max_nodes);
 }
 
 // The profile a planning subcommand reads; what an import had to assume goes
@@ -339,16 +345,9 @@ int run_reconfigure(const ReconfigureFlags& f) {
   cost.set_gradient_sync(current.gradient_sync);
   cost.set_gradient_bucket_bytes(current.gradient_bucket_bytes);
   cost.set_pipelines_per_node(current.pipelines_per_node);
-  TemplateSet templates;
-  if (current.pipelines_per_node > 1) {
-    // Pipelines that share nodes keep their one template (on G / r GPUs).
-    templates.microbatches = current.template_microbatches;
-    templates.max_nodes = 1;
-    const int gpus = profile.hardware.gpus_per_node / current.pipelines_per_node;
-    if (auto shared = build_shared_node_template(cost, gpus)) templates.templates.push_back(std::move(*shared));
-  } else {
-    templates = timed_templates(cost, nodes_after(current, lost_nodes.size(), added_nodes.size()));
-  }
+  const TemplateSet templates = timed(
+      [&] { return replanning_templates(cost, current, lost_nodes.size(), added_nodes.size(), throttled_progress()); },
+      nodes_after(current, lost_nodes.size(), added_nodes.size()));
   ReconfigureOptions options;
   options.replan_all = f.replan_all;
   options.node_speeds = parse_node_speeds(f.node_speeds);

@@ -268,6 +268,18 @@ class Replanner {
 
 }  // namespace
 
+TemplateSet replanning_templates(const CostModel& cost, const Plan& current, std::size_t lost, std::size_t added,
+                                 const Progress& progress) {
+  if (current.pipelines_per_node == 1) return build_templates(cost, nodes_after(current, lost, added), progress);
+  TemplateSet templates;
+  templates.microbatches = cost.microbatches();
+  templates.max_nodes = 1;
+  if (auto shared = build_shared_node_template(cost, cost.gpus_per_node() / current.pipelines_per_node)) {
+    templates.templates.push_back(std::move(*shared));
+  }
+  return templates;
+}
+
 Reconfiguration reconfigure(const CostModel& cost, const TemplateSet& templates, const Plan& current,
                             const std::vector<std::string>& lost, const std::vector<std::string>& added,
                             const ReconfigureOptions& options) {

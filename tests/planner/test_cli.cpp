@@ -415,3 +415,40 @@ TEST_CASE("cli: --gradient-sync after-backward is priced, kept in the plan and t
   CHECK_THROWS_WITH_AS((void)parse_plan(s.read("zero.json"), "zero.json", loaded),
                        doctest::Contains("gradient_bucket_bytes"), InputError);
 }
+
+TEST_CASE("cli: --pipelines-per-node: r pipelines on every node, chosen with auto, kept through reconfigure") {
+  Scratch s(kBinary);
+  const std::string profile = (kSource / "profiles/gpt3-1.3b-h100.analytic.json").string();
+  const std::string plan = s.path("plan.json").string();
+  Run r = s.run("instantiate --profile " + profile +
+                " --nodes 4 --fault-tolerance 1 --global-microbatches 64 --pipelines-per-node auto --json " + plan);
+  REQUIRE(r.status == 0);
+  const auto chosen = read_json(plan);
+  CHECK(chosen["pipelines_per_node"] == 8);
+  CHECK(chosen["pipelines"].size() == 32);
+  CHECK(chosen["nodes"] == 4);
+  r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 1 --global-microbatches 64 "
+            "--pipelines-per-node 2");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("Pipelines share nodes: 2 on each node, each on 4 of its GPUs") != std::string::npos);
+  const std::string next = s.path("next.json").string();
+  r = s.run("reconfigure --profile " + profile + " --plan " + plan + " --lost node1 --json " + next);
+  REQUIRE(r.status == 0);
+  const auto after = read_json(next);
+  CHECK(after["pipelines_per_node"] == 8);
+  CHECK(after["pipelines"].size() == 24);
+  CHECK(after["copy_bytes"] == 0);
+  // Bad requests: exit 2 and what was expected.
+  r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 1 --global-microbatches 64 "
+            "--pipelines-per-node 3");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--pipelines-per-node \"3\": expected auto or a divisor of the 8 GPUs per node") != std::string::npos);
+  r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 1 --global-microbatches 64 "
+            "--pipelines-per-node 2 --node-speed node1=0.5");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--node-speed plans pipelines on whole nodes") != std::string::npos);
+  r = s.run("instantiate --profile " + profile + " --nodes 4 --fault-tolerance 4 --global-microbatches 64 "
+            "--pipelines-per-node 8");
+  CHECK(r.status == 3);  // no plan
+  CHECK(r.err.find("4 nodes cannot hold pipelines on f+1 = 5 nodes") != std::string::npos);
+}

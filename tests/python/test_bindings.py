@@ -75,6 +75,24 @@ def test_plan_cluster_with_stages_over_nodes_equals_oobleck_plan_instantiate(tmp
     assert any(s["gpus"] == 16 for p in theirs["pipelines"] for s in p["stages"])
 
 
+def test_pipelines_sharing_nodes_equal_oobleck_plan_and_reconfigure(tmp_path):
+    path = os.path.join(ROOT, "profiles", "gpt3-1.3b-h100.analytic.json")
+    shared_profile = oobleck.load_profile(path)
+    ours = oobleck.plan_cluster(shared_profile, 8, 1, 64, pipelines_per_node=0)
+    theirs = program_json(tmp_path, "oobleck-plan", "instantiate", "--profile", path, "--nodes", "8",
+                          "--fault-tolerance", "1", "--global-microbatches", "64", "--pipelines-per-node", "auto")
+    assert ours.to_dict() == theirs
+    assert theirs["pipelines_per_node"] == 8 and len(theirs["pipelines"]) == 64
+    plan_path = tmp_path / "shared.json"
+    ours.save(plan_path)
+    again = oobleck.reconfigure(oobleck.load_plan(plan_path, shared_profile), lost=["node0"], added=["node8"])
+    theirs = program_json(tmp_path, "oobleck-plan", "reconfigure", "--profile", path, "--plan", str(plan_path),
+                          "--lost", "node0", "--added", "node8")
+    assert again.to_dict() == theirs
+    assert {n for p in theirs["pipelines"] for n in p["nodes"]} == {f"node{i}" for i in range(1, 9)}
+    assert {t["to_node"] for t in theirs["transfers"]} == {"node8"}
+
+
 def test_templates_then_instantiate_uses_every_node_in_f_plus_one_pipelines(profile):
     templates = oobleck.build_templates(profile, 8)
     assert templates.node_counts == sorted(templates.node_counts) and templates.node_counts[-1] <= 8

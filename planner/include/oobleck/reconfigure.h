@@ -57,6 +57,13 @@ struct ReconfigureOptions {
                                           const std::vector<std::string>& added,
                                           const ReconfigureOptions& options = {});
 
+// The templates reconfigure weighs for `current` once `lost` nodes leave and
+// `added` join: the whole-node templates up to nodes_after, or, where its
+// pipelines share nodes (`cost` set to as many a node), its template on
+// part of a node alone (none when none fits).
+[[nodiscard]] TemplateSet replanning_templates(const CostModel& cost, const Plan& current, std::size_t lost,
+                                               std::size_t added, const Progress& progress = {});
+
 // The copies that give every node of `to` the layers it holds there, when
 // the state is where `from` has it (the same nodes, placed anew, as
 // apply_node_speeds does): each missing layer from the holder that has sent
