@@ -139,7 +139,7 @@ class IterationModel {
     const Pipeline& pipeline = plan_.pipelines[p];
     const int S = static_cast<int>(pipeline.stages.size());
     const int M = pipeline.microbatches;
-    const int v = options_.interleave;
+    const int v = pipeline.interleave > 1 ? pipeline.interleave : options_.interleave;
     if (v < 1 || S % v != 0) {
       throw InputError("plan: pipeline " + std::to_string(p) + " has " + std::to_string(S) +
                        " stages, not a multiple of the interleave " + std::to_string(v));
@@ -175,11 +175,6 @@ class IterationModel {
     if (v > 1 && !options_.shared_device) {
       // Each device runs its chunks' passes in Megatron's interleaved order.
       const int p_devices = S / v;
-      if (M % p_devices != 0) {
-        throw InputError("plan: pipeline " + std::to_string(p) + " has " + std::to_string(M) +
-                         " microbatches, not a multiple of its " + std::to_string(p_devices) +
-                         " devices (interleaved 1F1B)");
-      }
       device_order_.resize(devices_);
       for (int rank = 0; rank < p_devices; ++rank) {
         for (const PipelinePass& pass : interleaved_one_f_one_b(rank, p_devices, v, M)) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace oobleck {
@@ -38,12 +39,19 @@ struct PipelinePass {
 // of `devices`: all of a group's passes on chunk 0, then on chunk 1, and so
 // on; backward passes likewise from the last chunk. The device first runs
 // (devices - rank - 1) x 2 + (chunks - 1) x devices warm-up forwards (all
-// of them when there are only `devices` microbatches), then one forward and
-// one backward in turn, then the backwards left. Microbatches must be a
-// multiple of `devices`, as Megatron requires.
+// of them when there are no more microbatches than devices), then one
+// forward and one backward in turn, then the backwards left.
+// Where `devices` does not divide the microbatches (Megatron requires it
+// to), the order is that of the next multiple with the missing
+// microbatches' passes left out: the full order can run to its end, and
+// every pass of a microbatch waits only on passes of the same microbatch,
+// so the order without some microbatches can too. (Closing the table with
+// a smaller last group instead, as Megatron Core's schedule table does,
+// waits forever: 4 devices of 3 chunks and 5 microbatches.)
 [[nodiscard]] inline std::vector<PipelinePass> interleaved_one_f_one_b(int rank, int devices, int chunks,
                                                                       int microbatches) {
-  const int total = microbatches * chunks;
+  const int padded = (microbatches + devices - 1) / devices * devices;
+  const int total = padded * chunks;
   const int group = devices * chunks;
   const auto pass = [&](int k, bool forward) {
     const int in_group = k % group;
@@ -51,15 +59,19 @@ struct PipelinePass {
     return PipelinePass{forward, k / group * devices + in_group % devices, forward ? chunk : chunks - 1 - chunk};
   };
   const int warmup =
-      microbatches == devices ? total : std::min(total, (devices - rank - 1) * 2 + (chunks - 1) * devices);
+      padded == devices ? total : std::min(total, (devices - rank - 1) * 2 + (chunks - 1) * devices);
   std::vector<PipelinePass> order;
-  order.reserve(2 * static_cast<std::size_t>(total));
-  for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
+  order.reserve(2 * static_cast<std::size_t>(microbatches) * static_cast<std::size_t>(chunks));
+  const auto run = [&](int k, bool forward) {
+    const PipelinePass p = pass(k, forward);
+    if (p.microbatch < microbatches) order.push_back(p);
+  };
+  for (int k = 0; k < warmup; ++k) run(k, true);
   for (int k = 0; k < total - warmup; ++k) {
-    order.push_back(pass(warmup + k, true));
-    order.push_back(pass(k, false));
+    run(warmup + k, true);
+    run(k, false);
   }
-  for (int k = total - warmup; k < total; ++k) order.push_back(pass(k, false));
+  for (int k = total - warmup; k < total; ++k) run(k, false);
   return order;
 }
 

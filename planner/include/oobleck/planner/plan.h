@@ -19,6 +19,10 @@ struct Pipeline {
   int microbatches = 0;
   Milliseconds iteration_ms = 0;  // T(microbatches) of its own stages
   std::vector<Stage> stages;
+  // Model chunks a device holds (interleaved 1F1B; 1: none): `stages` are
+  // then its S = p v virtual stages in model order, virtual stage j on the
+  // device of stage j mod p (same node, GPUs and degree).
+  int interleave = 1;
 };
 
 struct Plan {

@@ -50,8 +50,9 @@ struct IterationOptions {
   // Interleaved 1F1B (Narayanan et al. 2021): each pipeline's stages are
   // virtual stages, `interleave` to a device, stage j on device j mod
   // (S / interleave), so that each device holds chunks spread along the
-  // model. A device runs one pass at a time, serving its ready chunks in
-  // the order they became ready. S must be a multiple of it.
+  // model. A device runs its passes one at a time in Megatron's
+  // interleaved order (interleaved_one_f_one_b). S must be a multiple of
+  // it. A pipeline whose own `interleave` is above 1 (a plan's) uses that.
   int interleave = 1;
 };
 
