@@ -107,6 +107,7 @@ ReconfigurationObject reconfigure_plan(const PlanObject& current, const std::vec
   cost->set_gradient_sync(current.plan.gradient_sync);
   cost->set_gradient_bucket_bytes(current.plan.gradient_bucket_bytes);
   cost->set_pipelines_per_node(current.plan.pipelines_per_node);
+  cost->set_interleave(current.plan.interleave);
   auto templates = std::make_shared<Templates>(
       Templates{current.profile, cost, replanning_templates(*cost, current.plan, lost.size(), added.size())});
   const Reconfiguration result =
@@ -243,18 +244,20 @@ PYBIND11_MODULE(oobleck, m) {
       "plan_cluster",
       [](const ProfilePtr& profile, const Nodes& nodes, int fault_tolerance, int global_microbatches, int microbatches,
          const std::string& recompute, const std::string& gradient_sync, double gradient_bucket_mb,
-         int tensor_parallel_nodes, int pipelines_per_node) {
+         int tensor_parallel_nodes, int pipelines_per_node, int interleave) {
         const auto names = node_names(nodes);
         const auto policy = recompute_policy_or_throw(recompute);
         const auto sync = gradient_sync_from(gradient_sync);
         const double bucket_bytes = gradient_bucket_mb * (1 << 20);
         py::gil_scoped_release unlocked;
         ClusterPlan cluster = plan_cluster(*profile, names, fault_tolerance, global_microbatches, microbatches, {},
-                                           policy, sync, bucket_bytes, tensor_parallel_nodes, pipelines_per_node);
+                                           policy, sync, bucket_bytes, tensor_parallel_nodes, pipelines_per_node,
+                                           interleave);
         auto cost = std::make_shared<CostModel>(*profile, cluster.templates.microbatches);
         cost->set_recompute(policy);
         cost->set_tensor_parallel_nodes(tensor_parallel_nodes);
         cost->set_pipelines_per_node(cluster.plan.pipelines_per_node);
+        cost->set_interleave(cluster.plan.interleave);
         cost->set_gradient_sync(sync);
         cost->set_gradient_bucket_bytes(bucket_bytes);
         auto templates = std::make_shared<Templates>(Templates{profile, cost, std::move(cluster.templates)});
@@ -263,9 +266,10 @@ PYBIND11_MODULE(oobleck, m) {
       py::arg("profile"), py::arg("nodes"), py::arg("fault_tolerance"), py::arg("global_microbatches"),
       py::arg("microbatches") = 0, py::arg("recompute") = "none", py::arg("gradient_sync") = "per-layer",
       py::arg("gradient_bucket_mb") = kDefaultGradientBucketBytes / (1 << 20), py::arg("tensor_parallel_nodes") = 1,
-      py::arg("pipelines_per_node") = 1,
+      py::arg("pipelines_per_node") = 1, py::arg("interleave") = 1,
       "Templates and instantiation together, the template M searched when `microbatches` is 0; "
-      "`pipelines_per_node` r > 1 puts r pipelines on every node, 0 chooses r (oobleck-plan instantiate)");
+      "`pipelines_per_node` r > 1 puts r pipelines on every node, 0 chooses r; `interleave` v > 1 lets a "
+      "device hold v model chunks (oobleck-plan instantiate)");
   m.def(
       "load_plan",
       [](const std::filesystem::path& path, const ProfilePtr& profile) {

@@ -101,9 +101,17 @@ void add_tensor_parallel_nodes_option(CLI::App* cmd, int& nodes) {
       ->check(CLI::Range(1, kMaxTensorParallelNodes));
 }
 
+// --interleave: model chunks a device may hold.
+void add_interleave_option(CLI::App* cmd, int& chunks) {
+  cmd->add_option("--interleave", chunks,
+                  "V: let a template give each device 2 to V model chunks (interleaved 1F1B, as Megatron's "
+                  "virtual stages) where that plays faster (default 1: never)")
+      ->check(CLI::Range(1, 64));
+}
+
 struct TemplatesFlags {
   std::string profile_path, json_out, recompute = "none";
-  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1;
+  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1, interleave = 1;
 };
 
 CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
@@ -118,6 +126,7 @@ CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
   cmd->add_option("--json", f.json_out, "Write JSON here ('-' for stdout)");
   add_recompute_option(cmd, f.recompute);
   add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
+  add_interleave_option(cmd, f.interleave);
   return cmd;
 }
 
@@ -127,6 +136,7 @@ int run_templates(const TemplatesFlags& f) {
   CostModel cost(profile, m);
   cost.set_recompute(recompute_policy(f.recompute));
   cost.set_tensor_parallel_nodes(f.tensor_parallel_nodes);
+  cost.set_interleave(f.interleave);
   const TemplateSet templates = timed_templates(cost, f.max_nodes);
   if (emit_json(f.json_out, templates_to_json(templates, profile))) return 0;
   print_profile_header(profile);
@@ -141,7 +151,7 @@ struct InstantiateFlags {
   std::string json_out, hostfile, recompute = "none";
   cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
-  int tensor_parallel_nodes = 1;
+  int tensor_parallel_nodes = 1, interleave = 1;
   std::string pipelines_per_node = "1";
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
@@ -217,6 +227,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   cmd->add_option("--pipelines-per-node", f.pipelines_per_node,
                   "R: pipelines sharing each node, each on G/R of its GPUs, for models that fit on part of a "
                   "node (default 1: every pipeline on whole nodes); auto plans every R and keeps the fastest");
+  add_interleave_option(cmd, f.interleave);
   return cmd;
 }
 
@@ -265,6 +276,11 @@ int run_instantiate(const InstantiateFlags& f) {
                  "--pipelines-per-node\n";
     return kExitBadInput;
   }
+  if (f.interleave > 1 && !speeds.empty()) {
+    std::cerr << "oobleck-plan instantiate: --node-speed plans pipelines without interleaving: leave out "
+                 "--interleave\n";
+    return kExitBadInput;
+  }
   if (f.global_batch > 0 && !speeds.empty()) {
     std::cerr << "oobleck-plan instantiate: --node-speed takes --global-microbatches B, not --global-batch\n";
     return kExitBadInput;
@@ -275,7 +291,8 @@ int run_instantiate(const InstantiateFlags& f) {
     const SizedClusterPlan sized =
         plan_cluster_over_sizes(given, names, f.fault_tolerance, f.global_batch, throttled_progress(),
                                 recompute_policy(f.recompute), f.gradient_sync.sync(),
-                                f.gradient_sync.bucket_bytes(), f.tensor_parallel_nodes, pipelines_per_node);
+                                f.gradient_sync.bucket_bytes(), f.tensor_parallel_nodes, pipelines_per_node,
+                                f.interleave);
     report_time();
     const Profile& chosen = profiles[sized.chosen];
     if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
@@ -288,7 +305,7 @@ int run_instantiate(const InstantiateFlags& f) {
   ClusterPlan result =
       plan_cluster(profile, names, f.fault_tolerance, f.global_microbatches, f.microbatches, throttled_progress(),
                    recompute_policy(f.recompute), f.gradient_sync.sync(), f.gradient_sync.bucket_bytes(),
-                   f.tensor_parallel_nodes, pipelines_per_node);
+                   f.tensor_parallel_nodes, pipelines_per_node, f.interleave);
   if (!speeds.empty()) {
     CostModel cost(profile, result.plan.template_microbatches);
     cost.set_recompute(result.plan.recompute);
@@ -345,6 +362,7 @@ int run_reconfigure(const ReconfigureFlags& f) {
   cost.set_gradient_sync(current.gradient_sync);
   cost.set_gradient_bucket_bytes(current.gradient_bucket_bytes);
   cost.set_pipelines_per_node(current.pipelines_per_node);
+  cost.set_interleave(current.interleave);
   const TemplateSet templates = timed(
       [&] { return replanning_templates(cost, current, lost_nodes.size(), added_nodes.size(), throttled_progress()); },
       nodes_after(current, lost_nodes.size(), added_nodes.size()));

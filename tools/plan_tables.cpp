@@ -84,6 +84,25 @@ std::string layout(const std::vector<Stage>& stages) {
   return out.str();
 }
 
+// An interleaved template: "3 chunks a device: n0-n15, 16 devices of 8
+// GPUs, 48 chunks of 2-3 layers".
+std::string interleaved_layout(const PipelineTemplate& t) {
+  const std::size_t devices = t.stages.size() / static_cast<std::size_t>(t.interleave);
+  int fewest = 1 << 30, most = 0;
+  for (const auto& s : t.stages) {
+    fewest = std::min(fewest, s.layer_end - s.layer_begin);
+    most = std::max(most, s.layer_end - s.layer_begin);
+  }
+  std::ostringstream out;
+  out << t.interleave << " chunks a device: n0";
+  if (t.nodes > 1) out << "-n" << t.nodes - 1;
+  out << ", " << devices << " devices of " << t.stages.front().gpus << " GPUs, " << t.stages.size()
+      << " chunks of " << fewest;
+  if (most > fewest) out << "-" << most;
+  out << " layers" << recompute_mark(t.stages.front().recompute);
+  return out.str();
+}
+
 }  // namespace
 
 void print_profile_header(const Profile& profile) {
@@ -107,7 +126,8 @@ void print_templates(const TemplateSet& templates, const std::set<int>& only) {
     if (!only.empty() && !only.count(t.nodes)) continue;
     std::printf("%6d %7zu %12s %12s %12s %8s  %s\n", t.nodes, t.stages.size(), format_ms(t.iteration_ms).c_str(),
                 format_ms(t.first_microbatch_ms).c_str(), format_ms(t.bottleneck_ms).c_str(),
-                t.max_microbatches > 0 ? std::to_string(t.max_microbatches).c_str() : "-", layout(t.stages).c_str());
+                t.max_microbatches > 0 ? std::to_string(t.max_microbatches).c_str() : "-",
+                (t.interleave > 1 ? interleaved_layout(t) : layout(t.stages)).c_str());
   }
   const auto missing = nodes_without_template(templates);
   if (!missing.empty() && only.empty()) {

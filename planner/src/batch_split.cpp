@@ -91,7 +91,7 @@ Composition evaluate_composition(const CostModel& cost, const TemplateSet& templ
   std::map<const PipelineTemplate*, const PlayedPipeline*> longest;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     auto [it, fresh] = played.try_emplace({chosen[i], out.microbatches[i]});
-    if (fresh) it->second = play_pipeline(cost, chosen[i]->stages, out.microbatches[i]);
+    if (fresh) it->second = play_pipeline(cost, chosen[i]->stages, out.microbatches[i], nullptr, chosen[i]->interleave);
     out.pipeline_ms.push_back(it->second.end_ms);
     out.pipelines_ms = std::max(out.pipelines_ms, it->second.end_ms);
     const PlayedPipeline*& most = longest[chosen[i]];

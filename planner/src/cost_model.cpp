@@ -257,6 +257,11 @@ void CostModel::set_tensor_parallel_nodes(int nodes) {
   }
 }
 
+void CostModel::set_interleave(int chunks) {
+  if (chunks < 1 || chunks > 64) throw InputError("interleave: expected 1 to 64 chunks a device, got " + std::to_string(chunks));
+  interleave_ = chunks;
+}
+
 void CostModel::set_pipelines_per_node(int pipelines) {
   if (pipelines < 1 || gpus_per_node() % pipelines != 0) {
     throw InputError("pipelines per node: expected a divisor of the " + std::to_string(gpus_per_node()) +

@@ -27,6 +27,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
   plan.recompute = cost.recompute_policy();
   plan.gradient_sync = cost.gradient_sync();
   plan.tensor_parallel_nodes = cost.tensor_parallel_nodes();
+  plan.interleave = cost.interleave();
   plan.gradient_bucket_bytes = cost.gradient_bucket_bytes();
   plan.fault_tolerance = fault_tolerance;
   int total = 0;
@@ -47,6 +48,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
     pipeline.microbatches = composition.microbatches[i];
     pipeline.iteration_ms = composition.pipeline_ms[i];
     pipeline.stages = t->stages;
+    pipeline.interleave = t->interleave;
     plan.pipelines.push_back(std::move(pipeline));
   }
   return plan;
@@ -174,7 +176,7 @@ ClusterPlan plan_sharing_nodes(const Profile& profile, const std::vector<std::st
 ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
                          int global_microbatches, int microbatches, const Progress& progress,
                          RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
-                         int tensor_parallel_nodes, int pipelines_per_node) {
+                         int tensor_parallel_nodes, int pipelines_per_node, int interleave) {
   if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
   const int per_node = profile.hardware.gpus_per_node;
   if (pipelines_per_node < 0 || (pipelines_per_node > 0 && per_node % pipelines_per_node != 0)) {
@@ -194,7 +196,7 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
       try {
         ClusterPlan candidate = plan_cluster(profile, nodes, fault_tolerance, global_microbatches, microbatches,
                                              progress, recompute, gradient_sync, gradient_bucket_bytes,
-                                             tensor_parallel_nodes, r);
+                                             tensor_parallel_nodes, r, interleave);
         if (!best || candidate.plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12)) {
           best = std::move(candidate);
         }
@@ -214,6 +216,7 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
     cost.set_gradient_sync(gradient_sync);
     cost.set_gradient_bucket_bytes(gradient_bucket_bytes);
     cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
+    cost.set_interleave(interleave);
     ClusterPlan out;
     out.templates = build_templates(cost, max_nodes, progress);
     ++searches;

@@ -174,6 +174,7 @@ struct Search {
 Plan instantiate_at_speeds(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
                            int fault_tolerance, int global_microbatches, const NodeSpeeds& speeds) {
   Plan blind = instantiate(cost, templates, nodes, fault_tolerance, global_microbatches);
+  check_plain_pipelines(blind);
   check_node_speeds(speeds, nodes, "--node-speed");
   // The slowest nodes are the spares (stable: ties keep the given order).
   std::vector<std::string> ranked = nodes;

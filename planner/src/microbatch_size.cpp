@@ -45,7 +45,7 @@ SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& prof
                                          int global_batch_samples, const Progress& progress,
                                          RecomputePolicy recompute, GradientSync gradient_sync,
                                          double gradient_bucket_bytes, int tensor_parallel_nodes,
-                                         int pipelines_per_node) {
+                                         int pipelines_per_node, int interleave) {
   check_alike(profiles);
   if (global_batch_samples < 1) {
     throw InputError("global batch: expected at least 1 sample, got " + std::to_string(global_batch_samples));
@@ -67,7 +67,7 @@ SizedClusterPlan plan_cluster_over_sizes(const std::vector<const Profile*>& prof
     try {
       ClusterPlan cluster =
           plan_cluster(profile, nodes, fault_tolerance, choice.global_microbatches, 0, progress, recompute,
-                       gradient_sync, gradient_bucket_bytes, tensor_parallel_nodes, pipelines_per_node);
+                       gradient_sync, gradient_bucket_bytes, tensor_parallel_nodes, pipelines_per_node, interleave);
       choice.planned = true;
       choice.iteration_ms = cluster.plan.iteration_ms;
       if (!found || choice.iteration_ms < out.cluster.plan.iteration_ms) {

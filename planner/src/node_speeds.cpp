@@ -160,7 +160,17 @@ Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeli
   return times_at_speeds(cost, pipeline, speeds).at(microbatches);
 }
 
+void check_plain_pipelines(const Plan& plan) {
+  for (const auto& p : plan.pipelines) {
+    if (p.interleave > 1 || plan.pipelines_per_node > 1) {
+      throw InputError("--node-speed: plans at node speeds are of plain pipelines on whole nodes, not interleaved "
+                       "ones or ones that share nodes");
+    }
+  }
+}
+
 Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds) {
+  check_plain_pipelines(plan);
   std::vector<std::string> all;
   for (const auto& p : plan.pipelines) all.insert(all.end(), p.nodes.begin(), p.nodes.end());
   all.insert(all.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
@@ -189,6 +199,7 @@ Plan apply_node_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speed
 }
 
 Plan split_at_speeds(const CostModel& cost, Plan plan, const NodeSpeeds& speeds) {
+  check_plain_pipelines(plan);
   const int count = static_cast<int>(plan.pipelines.size());
   if (count == 0) return plan;
   // Split: every pipeline one microbatch, then each next one to the

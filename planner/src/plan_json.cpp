@@ -60,6 +60,7 @@ json templates_array(const CostModel& cost, const TemplateSet& templates) {
                    {"max_microbatches", t.max_microbatches > 0 ? json(t.max_microbatches) : json(nullptr)},
                    {"stages", stages_to_json(cost, t.stages, t.microbatches)}});
     if (t.gpus > 0 && t.gpus < t.nodes * cost.gpus_per_node()) out.back()["gpus"] = t.gpus;
+    if (t.interleave > 1) out.back()["interleave"] = t.interleave;
   }
   return out;
 }
@@ -73,6 +74,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
                          {"microbatches", p.microbatches},
                          {"iteration_ms", p.iteration_ms},
                          {"stages", stages_to_json(cost, p.stages, p.microbatches)}});
+    if (p.interleave > 1) pipelines.back()["interleave"] = p.interleave;
   }
   json out = {{"format", kPlanFormat},
               {"profile", profile_summary(profile)},
@@ -91,6 +93,7 @@ json plan_object(const Plan& plan, const TemplateSet& templates, const Profile& 
   if (plan.gradient_sync == GradientSync::buckets) out["gradient_bucket_bytes"] = plan.gradient_bucket_bytes;
   if (plan.tensor_parallel_nodes > 1) out["tensor_parallel_nodes"] = plan.tensor_parallel_nodes;
   if (plan.pipelines_per_node > 1) out["pipelines_per_node"] = plan.pipelines_per_node;
+  if (plan.interleave > 1) out["interleave"] = plan.interleave;
   return out;
 }
 
@@ -162,12 +165,20 @@ Stage parse_stage(const json& value, const FieldPath& at, int layers, int gpus, 
 // Stages that cover every layer in order, node by node, each node's stages
 // on all of its GPUs.
 std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const Profile& profile, int nodes,
-                                int sharing) {
+                                int sharing, int interleave) {
   const int layers = static_cast<int>(profile.layers.size());
   const int gpus = profile.hardware.gpus_per_node;
   const int node_gpus = gpus / sharing;  // a pipeline's on each of its nodes
   const json& stages = json_input::require_array(pipeline, "stages", at);
   if (stages.empty()) throw (at / "stages").error("expected at least one stage");
+  if (stages.size() % static_cast<std::size_t>(interleave) != 0) {
+    throw (at / "stages")
+        .error("expected a multiple of interleave = " + std::to_string(interleave) + " stages, got " +
+               std::to_string(stages.size()));
+  }
+  // With interleaving, the first D = S / interleave stages are the devices;
+  // stage j runs on stage j mod D's.
+  const std::size_t devices = stages.size() / static_cast<std::size_t>(interleave);
   std::vector<Stage> out;
   std::vector<int> gpus_on_node(nodes, 0);
   int next_layer = 0, last_node = 0;
@@ -182,6 +193,19 @@ std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const
     if (gpus % stage.gpus != 0 && stage.gpus % gpus != 0) {
       throw (sat / "gpus").error("expected a divisor of gpus_per_node (" + std::to_string(gpus) +
                                  ") or a multiple of it (whole nodes)");
+    }
+    if (s >= devices) {
+      const Stage& device = out[s % devices];
+      if (stage.node != device.node || stage.gpus != device.gpus) {
+        throw (sat / "node")
+            .error("expected node " + std::to_string(device.node) + " and gpus " + std::to_string(device.gpus) +
+                   ": with interleave, stage " + std::to_string(s) + " runs on the device of stage " +
+                   std::to_string(s % devices));
+      }
+      stage.node_span = device.node_span;
+      next_layer = stage.layer_end;
+      out.push_back(stage);
+      continue;
     }
     if (stage.node < last_node) throw (sat / "node").error("expected stages in node order");
     const int span = stage.gpus > gpus ? stage.gpus / gpus : 1;
@@ -214,8 +238,11 @@ std::vector<Stage> parse_stages(const json& pipeline, const FieldPath& at, const
 }
 
 Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& profile, NodeNames& names,
-                        int sharing) {
+                        int sharing, int interleave) {
   Pipeline p;
+  if (value.is_object() && value.contains("interleave")) {
+    p.interleave = static_cast<int>(json_input::require_integer(value, "interleave", at, 1, interleave));
+  }
   p.template_nodes = static_cast<int>(json_input::require_integer(value, "template_nodes", at, 1, 1 << 20));
   p.microbatches = static_cast<int>(json_input::require_integer(value, "microbatches", at, 1, 1000000));
   if (auto it = value.find("iteration_ms"); it != value.end() && it->is_number()) p.iteration_ms = it->get<double>();
@@ -229,7 +256,10 @@ Pipeline parse_pipeline(const json& value, const FieldPath& at, const Profile& p
     throw (at / "template_nodes").error("expected 1: pipelines that share nodes run on one node each");
   }
   for (std::size_t n = 0; n < nodes.size(); ++n) p.nodes.push_back(names.take(nodes[n], (at / "nodes")[n]));
-  p.stages = parse_stages(value, at, profile, p.template_nodes, sharing);
+  if (sharing > 1 && p.interleave > 1) {
+    throw (at / "interleave").error("expected 1: pipelines that share nodes do not interleave");
+  }
+  p.stages = parse_stages(value, at, profile, p.template_nodes, sharing, p.interleave);
   return p;
 }
 
@@ -314,13 +344,17 @@ Plan parse_plan(std::string_view json_text, const std::string& origin, const Pro
           .error("expected a divisor of the profile's " + std::to_string(per_node) + " GPUs per node");
     }
   }
+  if (root.contains("interleave")) {
+    plan.interleave = static_cast<int>(json_input::require_integer(root, "interleave", where, 1, 64));
+  }
   NodeNames names(plan.pipelines_per_node);
   const json& pipelines = json_input::require_array(root, "pipelines", where);
   if (pipelines.empty()) throw (where / "pipelines").error("expected at least one pipeline");
   long long total_microbatches = 0;
   for (std::size_t i = 0; i < pipelines.size(); ++i) {
     plan.pipelines.push_back(
-        parse_pipeline(pipelines[i], (where / "pipelines")[i], profile, names, plan.pipelines_per_node));
+        parse_pipeline(pipelines[i], (where / "pipelines")[i], profile, names, plan.pipelines_per_node,
+                       plan.interleave));
     total_microbatches += plan.pipelines.back().microbatches;
   }
   if (total_microbatches != plan.global_microbatches) {

@@ -9,31 +9,42 @@
 namespace oobleck::detail {
 
 PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
-                             const std::vector<Milliseconds>& transfer_ms, int microbatches) {
+                             const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
   const int S = static_cast<int>(forward_ms.size());
   const int M = microbatches;
+  const int v = std::max(1, interleave);
   constexpr double kUnknown = -1;
   PlayedPipeline out;
   out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
-  if (S == 0 || M < 1) return out;
+  if (S == 0 || M < 1 || S % v != 0) return out;
+  const int D = S / v;  // devices: virtual stage s on device s mod D
   // activation[s][m], gradient[s][m]: when the input of that pass arrives.
   std::vector<std::vector<double>> activation(S, std::vector<double>(M, kUnknown));
   std::vector<std::vector<double>> gradient(S, std::vector<double>(M, kUnknown));
   for (int m = 0; m < M; ++m) activation[0][m] = 0;
-  std::vector<std::vector<PipelinePass>> order(S);
-  for (int s = 0; s < S; ++s) order[s] = one_f_one_b(s, S, M);
-  std::vector<std::size_t> next(S, 0);
-  std::vector<double> free(S, 0.0), forward_link(S, 0.0), backward_link(S, 0.0);
+  // Each device's passes in order, with the virtual stage each runs on.
+  std::vector<std::vector<std::pair<PipelinePass, int>>> order(D);
+  for (int d = 0; d < D; ++d) {
+    if (v == 1) {
+      for (const PipelinePass& pass : one_f_one_b(d, S, M)) order[d].emplace_back(pass, d);
+    } else {
+      for (const PipelinePass& pass : interleaved_one_f_one_b(d, D, v, M)) {
+        order[d].emplace_back(pass, pass.chunk * D + d);
+      }
+    }
+  }
+  std::vector<std::size_t> next(D, 0);
+  std::vector<double> free(D, 0.0), forward_link(S, 0.0), backward_link(S, 0.0);
   std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
-  // A stage runs what it can; whether it ran anything.
-  const auto advance = [&](int s) {
+  // A device runs what it can; whether it ran anything.
+  const auto advance = [&](int d) {
     bool ran = false;
-    while (next[s] < order[s].size()) {
-      const PipelinePass pass = order[s][next[s]];
+    while (next[d] < order[d].size()) {
+      const auto [pass, s] = order[d][next[d]];
       const double ready = pass.forward ? activation[s][pass.microbatch] : gradient[s][pass.microbatch];
       if (ready == kUnknown) break;
-      const double end = std::max(free[s], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
-      free[s] = end;
+      const double end = std::max(free[d], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
+      free[d] = end;
       if (pass.forward && s + 1 < S) {
         forward_link[s] = std::max(end, forward_link[s]) + transfer_ms[s];
         activation[s + 1][pass.microbatch] = forward_link[s];
@@ -45,7 +56,7 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
       }
       if (!pass.forward) out.last_backward_ms[s] = end;
       out.end_ms = std::max(out.end_ms, end);
-      ++next[s];
+      ++next[d];
       --left;
       ran = true;
     }
@@ -53,15 +64,15 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   };
   while (left > 0) {
     bool ran = false;
-    for (int s = 0; s < S; ++s) ran |= advance(s);
-    for (int s = S - 1; s >= 0; --s) ran |= advance(s);
-    if (!ran) break;  // (1F1B's order never deadlocks; a guard all the same)
+    for (int d = 0; d < D; ++d) ran |= advance(d);
+    for (int d = D - 1; d >= 0; --d) ran |= advance(d);
+    if (!ran) break;  // (neither order ever deadlocks; a guard all the same)
   }
   return out;
 }
 
 PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
-                             const std::vector<double>* stage_speeds) {
+                             const std::vector<double>* stage_speeds, int interleave) {
   std::vector<Milliseconds> forward, backward, transfer;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
@@ -72,7 +83,7 @@ PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& st
       transfer.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
     }
   }
-  return play_pipeline(forward, backward, transfer, microbatches);
+  return play_pipeline(forward, backward, transfer, microbatches, interleave);
 }
 
 }  // namespace oobleck::detail

@@ -35,14 +35,19 @@ struct PlayedPipeline {
 };
 
 // forward_ms, backward_ms: per stage, one microbatch's pass; transfer_ms:
-// per boundary s | s + 1, one way (S - 1 of them).
+// per boundary s | s + 1, one way (S - 1 of them). With `interleave` v > 1
+// the stages are virtual, S = D v of them, stage s on device s mod D, and
+// each device runs its passes one at a time in the order of
+// interleaved_one_f_one_b (common/one_f_one_b.h); each boundary between
+// virtual stages has its own links.
 [[nodiscard]] PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms,
                                            const std::vector<Milliseconds>& backward_ms,
-                                           const std::vector<Milliseconds>& transfer_ms, int microbatches);
+                                           const std::vector<Milliseconds>& transfer_ms, int microbatches,
+                                           int interleave = 1);
 
 // `stages` as the cost model prices them, each stage's passes divided by
 // its speed (null: all at 1).
 [[nodiscard]] PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
-                                           const std::vector<double>* stage_speeds = nullptr);
+                                           const std::vector<double>* stage_speeds = nullptr, int interleave = 1);
 
 }  // namespace oobleck::detail

@@ -674,7 +674,11 @@ TEST_CASE("interleaved 1F1B with any number of microbatches: every pass runs, no
         pipeline.interleave = chunks;
         pipeline.template_nodes = devices;
         const int S = devices * chunks;
-        for (int n = 0; n < devices; ++n) pipeline.nodes.push_back("n" + std::to_string(n));
+        for (int n = 0; n < devices; ++n) {
+          std::string name = "n";
+          name += std::to_string(n);
+          pipeline.nodes.push_back(name);
+        }
         for (int j = 0; j < S; ++j) pipeline.stages.push_back({j * 24 / S, (j + 1) * 24 / S, 1, j % devices});
         plan.pipelines.push_back(pipeline);
         plan.global_microbatches = microbatches;

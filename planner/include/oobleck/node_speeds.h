@@ -20,6 +20,10 @@ inline constexpr double kMinNodeSpeed = 0.01, kMaxNodeSpeed = 100;
 // outside [kMinNodeSpeed, kMaxNodeSpeed].
 void check_node_speeds(const NodeSpeeds& speeds, const std::vector<std::string>& nodes, std::string_view what);
 
+// InputError unless every pipeline of `plan` is a plain one on whole nodes
+// (neither interleaved nor sharing a node): what plans at node speeds are.
+void check_plain_pipelines(const Plan& plan);
+
 // T(m) = first + (m - 1) x period of a pipeline whose stages compute at
 // their nodes' speeds: what the split weighs (a plan's pipelines are priced
 // as they play, planner/src/played_pipeline.h).

@@ -26,6 +26,13 @@ void check_runnable(const Plan& plan, const Profile& profile, const std::string&
                      ": pipelines that share nodes are planned and simulated but not run live; plan with "
                      "--pipelines-per-node 1");
   }
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    if (plan.pipelines[p].interleave > 1) {
+      throw InputError(origin + ": pipeline " + std::to_string(p) + ": interleave " +
+                       std::to_string(plan.pipelines[p].interleave) +
+                       ": interleaved pipelines are planned and simulated but not run live; plan without --interleave");
+    }
+  }
   const ModelConfig model = model_of_profile(profile);
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const auto& stages = plan.pipelines[p].stages;

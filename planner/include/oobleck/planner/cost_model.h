@@ -130,6 +130,12 @@ class CostModel {
   // on one that records none, set_recompute throws InputError.
   void set_recompute(RecomputePolicy policy);
   [[nodiscard]] RecomputePolicy recompute_policy() const { return recompute_policy_; }
+  // Lets templates interleave (Megatron's interleaved 1F1B): each device
+  // holds 2 to `chunks` model chunks where that plays faster than the
+  // plain layout (templates.h; 1, the default: never). InputError outside
+  // 1..64.
+  void set_interleave(int chunks);
+  [[nodiscard]] int interleave() const { return interleave_; }
   [[nodiscard]] const std::vector<Recompute>& recompute_choices() const { return recompute_choices_; }
   // When gradients are all-reduced (per layer by default): sync_tail_ms prices it.
   void set_gradient_sync(GradientSync sync) { gradient_sync_ = sync; }
@@ -214,6 +220,12 @@ class CostModel {
   // Memory per GPU of a stage holding `in_flight` microbatches.
   [[nodiscard]] Bytes stage_memory_bytes(int begin, int end, int degree, int in_flight,
                                          Recompute recompute = Recompute::none) const;
+  // Of stage_memory_bytes, what one layer's backward needs while it runs
+  // with recomputation (0 without): counted once however many microbatches
+  // are in flight.
+  [[nodiscard]] Bytes stage_working_bytes(int begin, int end, int degree, Recompute recompute) const {
+    return working_bytes(begin, end, static_cast<std::size_t>(degree_index(degree)), recompute);
+  }
   [[nodiscard]] bool stage_fits(int begin, int end, int degree, int in_flight,
                                 Recompute recompute = Recompute::none) const;
   // Largest number of in-flight microbatches the stage fits with (0 if none).
@@ -313,6 +325,7 @@ class CostModel {
   double optimizer_bytes_per_s_ = 0;
   bool collectives_at_node_speed_ = false;
   int pipelines_per_node_ = 1;
+  int interleave_ = 1;
   // The most activation bytes one GPU holds for one layer of [begin, end)
   // (of the attention cores' alone: selective).
   [[nodiscard]] Bytes working_bytes(int begin, int end, std::size_t degree_index, Recompute recompute) const;

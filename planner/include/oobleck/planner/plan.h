@@ -35,6 +35,9 @@ struct Plan {
   // on GPUs [k G / r, (k + 1) G / r)), all of one template
   // (instantiate_sharing_nodes).
   int pipelines_per_node = 1;
+  // The model chunks a device could hold in its templates (CostModel::
+  // set_interleave; 1: none); each pipeline records its own.
+  int interleave = 1;
   int fault_tolerance = 0;
   int global_microbatches = 0;
   int template_microbatches = 0;
@@ -109,14 +112,16 @@ struct ClusterPlan {
 // instantiate_sharing_nodes; the template set holds that template alone.
 // 0 chooses: every divisor r of G (1 included) is planned, and the plan with
 // the shortest iteration wins, the smallest r on a tie; NoPlanError (r = 1's
-// reason) when none gives one.
+// reason) when none gives one. `interleave` v > 1 lets whole-node templates
+// give each device v model chunks (CostModel::set_interleave).
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {},
                                        RecomputePolicy recompute = RecomputePolicy::none,
                                        GradientSync gradient_sync = GradientSync::per_layer,
                                        double gradient_bucket_bytes = kDefaultGradientBucketBytes,
-                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1);
+                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1,
+                                       int interleave = 1);
 
 // The microbatch size as a planning choice. `profiles` are one model on one
 // kind of node profiled at different microbatch sizes (checked: the same
@@ -144,7 +149,8 @@ struct SizedClusterPlan {
                                                        RecomputePolicy recompute = RecomputePolicy::none,
                                                        GradientSync gradient_sync = GradientSync::per_layer,
                                                        double gradient_bucket_bytes = kDefaultGradientBucketBytes,
-                                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1);
+                                                       int tensor_parallel_nodes = 1, int pipelines_per_node = 1,
+                                                       int interleave = 1);
 
 // Speed factors by node name: 1 computes as profiled, 0.5 takes twice as
 // long. Nodes not named run at 1 (node_speeds.h: plans at node speeds).

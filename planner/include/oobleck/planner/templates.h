@@ -23,6 +23,11 @@ struct PipelineTemplate {
   Milliseconds bottleneck_ms = 0;
   int max_microbatches = 0;           // memory limit on microbatches; 0 = none
   std::vector<Stage> stages;
+  // Model chunks a device holds (interleaved 1F1B, as Pipeline::interleave;
+  // 1: none). Then iteration_ms is the pipeline played at M, and
+  // first_microbatch_ms + (m - 1) bottleneck_ms a line through it whose
+  // slope is the busiest device's passes per microbatch.
+  int interleave = 1;
 
   [[nodiscard]] Milliseconds iteration_ms_for(int microbatches_given) const {
     return first_microbatch_ms + (microbatches_given - 1) * bottleneck_ms;
@@ -43,7 +48,11 @@ struct TemplateSet {
 };
 
 // For every node count 1..max_nodes, the template minimising T(M) exactly;
-// counts with no feasible template are absent.
+// counts with no feasible template are absent. Where the cost model lets
+// templates interleave (set_interleave(V)), a node count's interleaved
+// layouts of 2..V chunks a device (interleaved.cpp: equal devices, chunks
+// of least largest compute) replace its template where one plays faster at
+// M than the template does, the fastest of them.
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
                                           const Progress& progress = {});
 
