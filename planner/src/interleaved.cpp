@@ -14,9 +14,10 @@
 // where t = k G); the layers are cut into D v contiguous chunks with the
 // least largest chunk (the classic linear partition: a parametric bound,
 // checked greedily, then the chunks split further, never above it, until
-// there are D v). Megatron cuts equal numbers of blocks; this cut also
-// balances an embedding or a head that costs more than a block. For each
-// (t, recomputation) the layout is played (played_pipeline.h: each device
+// there are D v), by compute, and again by memory for where that cut does
+// not fit. Megatron cuts equal numbers of blocks; these cuts also balance
+// an embedding or a head that costs more than a block. For each
+// (t, recomputation, cut) the layout is played (played_pipeline.h: each device
 // one pass at a time in interleaved order, each link one transfer at a
 // time) at the cost model's M, and the fastest is the node count's
 // interleaved template. It is not searched over every cut; the plain
@@ -45,11 +46,11 @@ namespace oobleck::detail {
 namespace {
 
 // Layers [0, L) cut into exactly `count` contiguous chunks, the largest
-// chunk's compute least; empty when there are fewer layers than chunks.
-std::vector<int> min_max_cuts(const CostModel& cost, int count, int degree, Recompute recompute) {
-  const int L = cost.layers();
+// chunk's weight least (weight(begin, end) grows with the range); empty
+// when there are fewer layers than chunks.
+template <typename Weight>
+std::vector<int> min_max_cuts(int L, int count, const Weight& weight) {
   if (count > L) return {};
-  const auto weight = [&](int begin, int end) { return cost.stage_compute_ms(begin, end, degree, recompute); };
   // The greedy cut under `bound`: chunk ends, or empty when it needs more
   // than `count` chunks (or a layer alone exceeds it).
   const auto greedy = [&](double bound) {
@@ -131,7 +132,12 @@ bool interleaved_fits(const CostModel& cost, const std::vector<Stage>& stages, i
   return true;
 }
 
-std::optional<PipelineTemplate> interleaved_template(const CostModel& cost, int nodes, int chunks) {
+}  // namespace oobleck::detail
+
+namespace oobleck {
+
+std::optional<PipelineTemplate> build_interleaved_template(const CostModel& cost, int nodes, int chunks) {
+  using namespace detail;
   const int G = cost.gpus_per_node();
   const int M = cost.microbatches();
   std::optional<PipelineTemplate> best;
@@ -141,7 +147,13 @@ std::optional<PipelineTemplate> interleaved_template(const CostModel& cost, int 
     const int devices = t > G ? nodes / span : nodes * G / t;
     if (devices < 2 || devices * chunks > cost.layers()) continue;
     for (Recompute r : cost.recompute_choices()) {
-      const std::vector<int> ends = min_max_cuts(cost, devices * chunks, t, r);
+     // Two cuts: of least largest compute, and of least largest memory
+     // (state and one microbatch's activations), for where the first does
+     // not fit.
+     const auto compute = [&](int b, int e) { return cost.stage_compute_ms(b, e, t, r); };
+     const auto memory = [&](int b, int e) { return static_cast<double>(cost.stage_memory_bytes(b, e, t, 1, r)); };
+     for (const std::vector<int>& ends : {min_max_cuts(cost.layers(), devices * chunks, compute),
+                                          min_max_cuts(cost.layers(), devices * chunks, memory)}) {
       if (ends.empty()) continue;
       std::vector<Stage> stages;
       for (std::size_t j = 0; j < ends.size(); ++j) {
@@ -178,9 +190,10 @@ std::optional<PipelineTemplate> interleaved_template(const CostModel& cost, int 
       }
       out.stages = std::move(stages);
       best = std::move(out);
+     }
     }
   }
   return best;
 }
 
-}  // namespace oobleck::detail
+}  // namespace oobleck

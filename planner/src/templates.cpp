@@ -465,7 +465,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     // Interleaved layouts of 2..V chunks a device, where one plays faster.
     double fastest = kInfinity;
     for (int v = 2; v <= cost.interleave(); ++v) {
-      auto interleaved = detail::interleaved_template(cost, n, v);
+      auto interleaved = build_interleaved_template(cost, n, v);
       if (!interleaved) continue;
       if (fastest == kInfinity && chosen) fastest = detail::play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms;
       if (interleaved->iteration_ms < fastest * (1 - 1e-12)) {

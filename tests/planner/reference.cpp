@@ -360,42 +360,48 @@ double plan_objective_ms(const CostModel& cost, const Plan& plan) {
 }
 
 Played play_1f1b(const std::vector<double>& forward_ms, const std::vector<double>& backward_ms,
-                 const std::vector<double>& transfer_ms, int microbatches) {
+                 const std::vector<double>& transfer_ms, int microbatches, int chunks) {
   const int S = static_cast<int>(forward_ms.size());
   const int M = microbatches;
+  const int D = S / chunks;  // devices: stage s on device s mod D
   Played out;
   out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
-  std::vector<std::vector<PipelinePass>> order(S);
-  for (int s = 0; s < S; ++s) order[s] = one_f_one_b(s, S, M);
+  // Each device's passes, with the stage each runs on.
+  std::vector<std::vector<std::pair<PipelinePass, int>>> order(D);
+  for (int d = 0; d < D; ++d) {
+    const auto passes = chunks == 1 ? one_f_one_b(d, S, M) : interleaved_one_f_one_b(d, D, chunks, M);
+    for (const auto& pass : passes) order[d].emplace_back(pass, pass.chunk * D + d);
+  }
   std::vector<std::vector<char>> activation(S, std::vector<char>(M, 0)), gradient(S, std::vector<char>(M, 0));
   for (int m = 0; m < M; ++m) activation[0][m] = 1;
-  std::vector<std::size_t> next(S, 0);
-  std::vector<char> busy(S, 0);
+  std::vector<std::size_t> next(D, 0);
+  std::vector<char> busy(D, 0);
   std::vector<double> forward_link(S, 0.0), backward_link(S, 0.0);
   // Events in time order, then in the order they were made: (time, seq, kind, stage, microbatch).
   enum Kind { kDone, kActivation, kGradient };
   using Event = std::tuple<double, long, int, int, int>;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   long seq = 0;
-  const auto try_start = [&](int s, double now) {
-    if (busy[s] || next[s] == order[s].size()) return;
-    const PipelinePass pass = order[s][next[s]];
+  const auto try_start = [&](int d, double now) {
+    if (busy[d] || next[d] == order[d].size()) return;
+    const auto [pass, s] = order[d][next[d]];
     if (!(pass.forward ? activation[s][pass.microbatch] : gradient[s][pass.microbatch])) return;
-    busy[s] = 1;
+    busy[d] = 1;
     events.emplace(now + (pass.forward ? forward_ms[s] : backward_ms[s]), seq++, kDone, s, pass.microbatch);
   };
-  for (int s = 0; s < S; ++s) try_start(s, 0);
+  for (int d = 0; d < D; ++d) try_start(d, 0);
   while (!events.empty()) {
     const auto [now, unused, kind, s, m] = events.top();
     events.pop();
+    const int d = s % D;
     if (kind == kActivation) {
       activation[s][m] = 1;
     } else if (kind == kGradient) {
       gradient[s][m] = 1;
     } else {
-      const bool forward = order[s][next[s]].forward;
-      busy[s] = 0;
-      ++next[s];
+      const bool forward = order[d][next[d]].first.forward;
+      busy[d] = 0;
+      ++next[d];
       out.end_ms = std::max(out.end_ms, now);
       if (forward && s + 1 < S) {
         forward_link[s] = std::max(now, forward_link[s]) + transfer_ms[s];
@@ -410,13 +416,13 @@ Played play_1f1b(const std::vector<double>& forward_ms, const std::vector<double
         }
       }
     }
-    try_start(s, now);
+    try_start(d, now);
   }
   return out;
 }
 
 Played play_1f1b(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
-                 const std::vector<double>& stage_speeds) {
+                 const std::vector<double>& stage_speeds, int chunks) {
   std::vector<double> forward_ms, backward_ms, transfer_ms;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
@@ -432,7 +438,11 @@ Played play_1f1b(const CostModel& cost, const std::vector<Stage>& stages, int mi
       transfer_ms.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
     }
   }
-  return play_1f1b(forward_ms, backward_ms, transfer_ms, microbatches);
+  return play_1f1b(forward_ms, backward_ms, transfer_ms, microbatches, chunks);
+}
+
+double play_interleaved(const CostModel& cost, const std::vector<Stage>& stages, int chunks, int microbatches) {
+  return play_1f1b(cost, stages, microbatches, {}, chunks).end_ms;
 }
 
 double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSpeeds& speeds) {
@@ -444,7 +454,7 @@ double synced_iteration_ms(const CostModel& cost, const Plan& plan, const NodeSp
   for (const auto& p : plan.pipelines) {
     std::vector<double> stage_speeds;
     for (const Stage& st : p.stages) stage_speeds.push_back(speed_of(p.nodes.at(static_cast<std::size_t>(st.node))));
-    played.push_back(play_1f1b(cost, p.stages, p.microbatches, stage_speeds));
+    played.push_back(play_1f1b(cost, p.stages, p.microbatches, stage_speeds, p.interleave));
   }
   double slowest = 0;
   for (const auto& p : played) slowest = std::max(slowest, p.end_ms);

@@ -85,11 +85,16 @@ struct Played {
   double end_ms = 0;
   std::vector<double> last_backward_ms;  // per stage
 };
+// With `chunks` > 1 the stages are virtual, stage s on device s mod (S /
+// chunks), and each device runs one pass at a time in interleaved order.
 [[nodiscard]] Played play_1f1b(const std::vector<double>& forward_ms, const std::vector<double>& backward_ms,
-                               const std::vector<double>& transfer_ms, int microbatches);
+                               const std::vector<double>& transfer_ms, int microbatches, int chunks = 1);
 // `stages` at speed 1, each stage's passes summed layer by layer.
 [[nodiscard]] Played play_1f1b(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
-                               const std::vector<double>& stage_speeds = {});
+                               const std::vector<double>& stage_speeds = {}, int chunks = 1);
+// An interleaved pipeline's end, so played.
+[[nodiscard]] double play_interleaved(const CostModel& cost, const std::vector<Stage>& stages, int chunks,
+                                      int microbatches);
 
 // A plan's iteration counted pipeline by pipeline: each pipeline played
 // (play_1f1b), each stage's last backward where it ends there;

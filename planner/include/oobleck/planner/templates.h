@@ -62,6 +62,13 @@ struct TemplateSet {
 // InputError unless `gpus` is in 1..G-1.
 [[nodiscard]] std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost, int gpus);
 
+// The fastest interleaved layout on `nodes` nodes with `chunks` (2 or more)
+// model chunks a device, played at the cost model's M (interleaved.cpp:
+// devices of one degree filling the nodes, the layers cut into D x chunks
+// chunks of least largest compute); nullopt when none fits or there are
+// too few layers (each virtual stage needs one).
+[[nodiscard]] std::optional<PipelineTemplate> build_interleaved_template(const CostModel& cost, int nodes, int chunks);
+
 // The M to optimise templates for when none is given: the most stages a
 // template on up to `max_nodes` nodes can have, min(layers, max_nodes x
 // gpus_per_node), so that every stage holds its full 1F1B load.

@@ -1,0 +1,159 @@
+// Interleaved templates (each device holding several model chunks) against
+// brute force over every cut of the layers, and interleaved plans in files.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "oobleck/common/one_f_one_b.h"
+#include "oobleck/planner.h"
+#include "reference.h"
+
+using namespace oobleck;
+
+namespace {
+
+// The most bytes a device of an interleaved layout holds, counted from the
+// layers' own fields: each chunk's state and, pass by pass in the device's
+// interleaved order, the activations of the microbatches it has run
+// forward and not yet backward (no recomputation: the profiles below have
+// no attention cores and the policy is none).
+Bytes device_bytes(const Profile& profile, const std::vector<Stage>& stages, int devices, int chunks, int d,
+                   int microbatches) {
+  std::vector<double> state(chunks, 0), activation(chunks, 0);
+  for (int c = 0; c < chunks; ++c) {
+    const Stage& st = stages[c * devices + d];
+    for (int l = st.layer_begin; l < st.layer_end; ++l) {
+      state[c] += static_cast<double>(profile.layers[l].param_bytes + profile.layers[l].optimizer_bytes);
+      activation[c] += static_cast<double>(profile.layers[l].activation_bytes);
+    }
+  }
+  double held = 0, most = 0, fixed = 0;
+  for (double s : state) fixed += s / stages.front().gpus;
+  for (const auto& pass : interleaved_one_f_one_b(d, devices, chunks, microbatches)) {
+    held += (pass.forward ? 1 : -1) * activation[pass.chunk] / stages.front().gpus;
+    most = std::max(most, held);
+  }
+  return static_cast<Bytes>(fixed + most);
+}
+
+// Every cut of L layers into `count` chunks.
+void each_cut(int layers, int count, const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> ends;
+  std::function<void(int)> extend = [&](int begin) {
+    if (static_cast<int>(ends.size()) == count) {
+      if (begin == layers) visit(ends);
+      return;
+    }
+    for (int end = begin + 1; end <= layers - (count - static_cast<int>(ends.size()) - 1); ++end) {
+      ends.push_back(end);
+      extend(end);
+      ends.pop_back();
+    }
+  };
+  extend(0);
+}
+
+}  // namespace
+
+TEST_CASE("interleaved templates against brute force over every cut: a least-largest cut, memory as counted pass by pass, the played time, close to the fastest cut") {
+  std::mt19937_64 rng(20261130);
+  int compared = 0, at_best_cut = 0, none = 0, within_5 = 0;
+  double worst_gap = 0, gap_sum = 0;
+  for (int instance = 0; instance < 300; ++instance) {
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {1, 2};
+    options.min_layers = 6;
+    options.max_layers = 10;
+    options.memory_bound = instance % 3 == 2;
+    const Profile profile = test::random_profile(rng, options);
+    CostModel cost(profile, 1 + instance % 8);
+    const int G = profile.hardware.gpus_per_node;
+    const int M = cost.microbatches();
+    for (int nodes = 1; nodes <= 3; ++nodes) {
+      for (int chunks = 2; chunks <= 3; ++chunks) {
+        CAPTURE(instance);
+        CAPTURE(nodes);
+        CAPTURE(chunks);
+        const auto t = build_interleaved_template(cost, nodes, chunks);
+        // Brute force: every degree, every cut into D x chunks, memory
+        // counted pass by pass; the least largest chunk and the fastest
+        // played layout among the fitting ones.
+        double best_played = 1e300;
+        // By degree, over every cut: the least largest chunk by compute and
+        // by memory (state and one microbatch's activations).
+        std::map<int, std::pair<double, double>> least_largest;
+        for (int degree : cost.degrees()) {
+          const int devices = nodes * G / degree;
+          if (devices < 2 || devices * chunks > cost.layers()) continue;
+          each_cut(cost.layers(), devices * chunks, [&](const std::vector<int>& ends) {
+            std::vector<Stage> stages;
+            double largest = 0, largest_bytes = 0;
+            for (std::size_t j = 0; j < ends.size(); ++j) {
+              const int d = static_cast<int>(j) % devices;
+              stages.push_back({j == 0 ? 0 : ends[j - 1], ends[j], degree, d * degree / G});
+              largest = std::max(largest, cost.stage_compute_ms(stages.back().layer_begin, ends[j], degree));
+              largest_bytes = std::max(
+                  largest_bytes, static_cast<double>(cost.stage_memory_bytes(stages.back().layer_begin, ends[j], degree, 1)));
+            }
+            auto [it, fresh] = least_largest.try_emplace(degree, largest, largest_bytes);
+            it->second.first = std::min(it->second.first, largest);
+            it->second.second = std::min(it->second.second, largest_bytes);
+            for (int d = 0; d < devices; ++d) {
+              if (device_bytes(profile, stages, devices, chunks, d, M) > profile.hardware.gpu_memory_bytes) return;
+            }
+            best_played = std::min(best_played, test::play_interleaved(cost, stages, chunks, M));
+          });
+        }
+        if (!t) {
+          ++none;  // (no least-largest cut fits; brute force may know others that do)
+          continue;
+        }
+        ++compared;
+        const int devices = static_cast<int>(t->stages.size()) / chunks;
+        REQUIRE(t->interleave == chunks);
+        CHECK(t->nodes == nodes);
+        // Every virtual stage on its device, layers in order.
+        int next = 0;
+        double largest = 0, largest_bytes = 0;
+        for (std::size_t j = 0; j < t->stages.size(); ++j) {
+          const Stage& s = t->stages[j];
+          CHECK(s.layer_begin == next);
+          next = s.layer_end;
+          const Stage& device = t->stages[j % static_cast<std::size_t>(devices)];
+          CHECK(s.node == device.node);
+          CHECK(s.gpus == device.gpus);
+          largest = std::max(largest, cost.stage_compute_ms(s.layer_begin, s.layer_end, s.gpus));
+          largest_bytes = std::max(largest_bytes,
+                                   static_cast<double>(cost.stage_memory_bytes(s.layer_begin, s.layer_end, s.gpus, 1)));
+        }
+        CHECK(next == cost.layers());
+        for (int d = 0; d < devices; ++d) {
+          CHECK(device_bytes(profile, t->stages, devices, chunks, d, M) <= profile.hardware.gpu_memory_bytes);
+        }
+        // Its chunks are a least-largest cut at its degree, by compute or by memory.
+        REQUIRE(least_largest.count(t->stages.front().gpus));
+        const auto [least_compute, least_bytes] = least_largest.at(t->stages.front().gpus);
+        CHECK((largest <= least_compute * (1 + 1e-9) || largest_bytes <= least_bytes * (1 + 1e-9)));
+        // Priced as played, by an independent event-by-event count.
+        CHECK(t->iteration_ms == doctest::Approx(test::play_interleaved(cost, t->stages, chunks, M)).epsilon(1e-9));
+        CHECK(t->iteration_ms >= best_played * (1 - 1e-9));
+        at_best_cut += t->iteration_ms <= best_played * (1 + 1e-9);
+        worst_gap = std::max(worst_gap, t->iteration_ms / best_played - 1);
+        gap_sum += t->iteration_ms / best_played - 1;
+        within_5 += t->iteration_ms <= best_played * 1.05;
+      }
+    }
+  }
+  MESSAGE("compared " << compared << " interleaved templates (" << none << " with none): " << at_best_cut
+                      << " the fastest of every cut, " << within_5 << " within 5 %, mean " << 100 * gap_sum / compared
+                      << " % slower, worst " << 100 * worst_gap << " %");
+  // A heuristic over the cuts, measured: most layouts are the fastest cut
+  // or close to it.
+  CHECK(compared > 500);
+  CHECK(at_best_cut * 10 >= compared * 4);
+  CHECK(within_5 * 10 >= compared * 8);
+  CHECK(gap_sum / compared <= 0.03);
+}
