@@ -121,3 +121,29 @@ TEST_CASE("run: a plan whose pipelines share nodes is refused, naming the field,
                      "not run live") != std::string::npos);
   CHECK(live.s.processes_left() == 0);
 }
+
+TEST_CASE("run: an interleaved plan is refused, naming the pipeline, before any worker starts") {
+  const LiveSetup live(2, 0, 4);
+  nlohmann::json plan = live.plan();
+  const int layers = static_cast<int>(nlohmann::json::parse(live.s.read("profile.json"))["layers"].size());
+  REQUIRE(layers >= 4);
+  // One pipeline on both nodes, each holding two chunks.
+  plan["interleave"] = 2;
+  plan["spare_nodes"] = nlohmann::json::array();
+  plan["pipelines"] = {{{"template_nodes", 2},
+                        {"nodes", {"node0", "node1"}},
+                        {"microbatches", 4},
+                        {"interleave", 2},
+                        {"stages",
+                         {{{"layers", {0, 1}}, {"gpus", 1}, {"node", 0}},
+                          {{"layers", {1, 2}}, {"gpus", 1}, {"node", 1}},
+                          {{"layers", {2, 3}}, {"gpus", 1}, {"node", 0}},
+                          {{"layers", {3, layers}}, {"gpus", 1}, {"node", 1}}}}}};
+  live.s.write("interleaved.json", plan.dump());
+  const auto run = live.s.run("--plan " + live.s.str("interleaved.json") + " --profile " + live.s.str("profile.json") +
+                              " --data " + live.s.str("tokens.bin") + " --steps 2 --seed 1");
+  CHECK(run.status == 2);
+  CHECK(run.err.find("interleaved.json: pipeline 0: interleave 2: interleaved pipelines are planned and simulated "
+                     "but not run live") != std::string::npos);
+  CHECK(live.s.processes_left() == 0);
+}

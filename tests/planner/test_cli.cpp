@@ -452,3 +452,30 @@ TEST_CASE("cli: --pipelines-per-node: r pipelines on every node, chosen with aut
   CHECK(r.status == 3);  // no plan
   CHECK(r.err.find("4 nodes cannot hold pipelines on f+1 = 5 nodes") != std::string::npos);
 }
+
+TEST_CASE("cli: --interleave: devices holding several chunks where that plays faster, kept through reconfigure") {
+  Scratch s(kBinary);
+  const std::string profile = (kSource / "profiles/gpt3-175b-a100.analytic.json").string();
+  const std::string plan = s.path("plan.json").string();
+  Run r = s.run("instantiate --profile " + profile +
+                " --nodes 64 --fault-tolerance 1 --global-microbatches 128 --interleave 4 --json " + plan);
+  REQUIRE(r.status == 0);
+  const auto chosen = read_json(plan);
+  CHECK(chosen["interleave"] == 4);
+  CHECK(chosen["pipelines"][0]["interleave"].get<int>() > 1);
+  r = s.run("instantiate --profile " + profile + " --nodes 64 --fault-tolerance 1 --global-microbatches 128 "
+            "--interleave 4");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("chunks a device: n0-n15, 16 devices of 8 GPUs") != std::string::npos);
+  const std::string next = s.path("next.json").string();
+  r = s.run("reconfigure --profile " + profile + " --plan " + plan + " --lost node5 --json " + next);
+  REQUIRE(r.status == 0);
+  CHECK(read_json(next)["interleave"] == 4);
+  r = s.run("instantiate --profile " + profile + " --nodes 64 --fault-tolerance 1 --global-microbatches 128 "
+            "--interleave 65");
+  CHECK(r.status == 2);
+  r = s.run("instantiate --profile " + profile + " --nodes 64 --fault-tolerance 1 --global-microbatches 128 "
+            "--interleave 2 --node-speed node1=0.5");
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--node-speed plans pipelines without interleaving") != std::string::npos);
+}

@@ -157,3 +157,60 @@ TEST_CASE("interleaved templates against brute force over every cut: a least-lar
   CHECK(within_5 * 10 >= compared * 8);
   CHECK(gap_sum / compared <= 0.03);
 }
+
+TEST_CASE("interleaved plans: each node count's faster layout, priced as its pipelines play, in the plan file and re-planned") {
+  // GPT-3 175B on 64 A100 nodes, f = 1, B = 128: 16-node pipelines with 32
+  // microbatches each; up to 4 chunks a device.
+  const Profile profile = load_profile(std::string(OOBLECK_SOURCE_DIR) + "/profiles/gpt3-175b-a100.analytic.json");
+  const std::vector<std::string> nodes = numbered_nodes(64);
+  const ClusterPlan plain = plan_cluster(profile, nodes, 1, 128);
+  const ClusterPlan interleaved =
+      plan_cluster(profile, nodes, 1, 128, 0, {}, RecomputePolicy::none, GradientSync::per_layer,
+                   kDefaultGradientBucketBytes, 1, 1, 4);
+  CHECK(interleaved.plan.interleave == 4);
+  bool any = false;
+  for (const auto& p : interleaved.plan.pipelines) any |= p.interleave > 1;
+  CHECK(any);
+  CHECK(interleaved.plan.iteration_ms < 0.9 * plain.plan.iteration_ms);
+  // Each template the faster of its node count's plain and interleaved layouts.
+  CostModel cost(profile, interleaved.templates.microbatches);
+  cost.set_interleave(4);
+  for (const auto& t : interleaved.templates.templates) {
+    if (t.interleave == 1) continue;
+    const auto again = build_interleaved_template(cost, t.nodes, t.interleave);
+    REQUIRE(again);
+    CHECK(again->stages == t.stages);
+  }
+  // Priced pipeline by pipeline, each played event by event.
+  CHECK(interleaved.plan.iteration_ms == doctest::Approx(test::synced_iteration_ms(cost, interleaved.plan)).epsilon(1e-9));
+  // The file keeps every pipeline's interleave; a malformed one is refused.
+  const std::string text = plan_to_json(interleaved.plan, interleaved.templates, profile);
+  const Plan back = parse_plan(text, "plan.json", profile);
+  CHECK(back.interleave == 4);
+  for (std::size_t i = 0; i < back.pipelines.size(); ++i) {
+    CHECK(back.pipelines[i].interleave == interleaved.plan.pipelines[i].interleave);
+    CHECK(back.pipelines[i].stages == interleaved.plan.pipelines[i].stages);
+  }
+  const auto json = nlohmann::json::parse(text);
+  std::size_t which = 0;
+  while (json["pipelines"][which].value("interleave", 1) == 1) ++which;
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& change, const std::string& says) {
+    nlohmann::json bad = json;
+    change(bad);
+    CAPTURE(says);
+    CHECK_THROWS_WITH_AS((void)parse_plan(bad.dump(), "plan.json", profile), doctest::Contains(says.c_str()),
+                         InputError);
+  };
+  refused([&](auto& j) { j["pipelines"][which]["interleave"] = 5; }, "interleave");
+  refused([&](auto& j) { j.erase("interleave"); }, "interleave");
+  refused([&](auto& j) { j["pipelines"][which]["stages"].erase(j["pipelines"][which]["stages"].size() - 1); },
+          "expected a multiple of interleave");
+  refused([&](auto& j) { j["pipelines"][which]["stages"].back()["node"] = 0; }, "runs on the device of stage");
+  // Re-planned with the same choice after a loss: the plan's interleave kept.
+  const TemplateSet templates = replanning_templates(cost, interleaved.plan, 1, 0);
+  const Reconfiguration r = reconfigure(cost, templates, interleaved.plan, {"node3"}, {});
+  CHECK(r.plan.interleave == 4);
+  CHECK(r.plan.iteration_ms == doctest::Approx(test::synced_iteration_ms(cost, r.plan)).epsilon(1e-9));
+  // Node speeds plan plain pipelines only.
+  CHECK_THROWS_AS((void)split_at_speeds(cost, interleaved.plan, {{"node1", 0.5}}), InputError);
+}

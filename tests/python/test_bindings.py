@@ -93,6 +93,15 @@ def test_pipelines_sharing_nodes_equal_oobleck_plan_and_reconfigure(tmp_path):
     assert {t["to_node"] for t in theirs["transfers"]} == {"node8"}
 
 
+def test_interleaved_plans_equal_oobleck_plan_instantiate(tmp_path):
+    path = os.path.join(ROOT, "profiles", "gpt3-175b-a100.analytic.json")
+    ours = oobleck.plan_cluster(oobleck.load_profile(path), 64, 1, 128, interleave=4)
+    theirs = program_json(tmp_path, "oobleck-plan", "instantiate", "--profile", path, "--nodes", "64",
+                          "--fault-tolerance", "1", "--global-microbatches", "128", "--interleave", "4")
+    assert ours.to_dict() == theirs
+    assert theirs["interleave"] == 4 and any(p.get("interleave", 1) > 1 for p in theirs["pipelines"])
+
+
 def test_templates_then_instantiate_uses_every_node_in_f_plus_one_pipelines(profile):
     templates = oobleck.build_templates(profile, 8)
     assert templates.node_counts == sorted(templates.node_counts) and templates.node_counts[-1] <= 8
