@@ -171,42 +171,11 @@ ClusterPlan plan_sharing_nodes(const Profile& profile, const std::vector<std::st
   return out;
 }
 
-}  // namespace
-
-ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
-                         int global_microbatches, int microbatches, const Progress& progress,
-                         RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
-                         int tensor_parallel_nodes, int pipelines_per_node, int interleave) {
-  if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
-  const int per_node = profile.hardware.gpus_per_node;
-  if (pipelines_per_node < 0 || (pipelines_per_node > 0 && per_node % pipelines_per_node != 0)) {
-    throw InputError("pipelines per node: expected a divisor of the " + std::to_string(per_node) +
-                     " GPUs per node, or 0 to choose, got " + std::to_string(pipelines_per_node));
-  }
-  if (pipelines_per_node > 1) {
-    return plan_sharing_nodes(profile, nodes, fault_tolerance, global_microbatches, microbatches, recompute,
-                              gradient_sync, gradient_bucket_bytes, pipelines_per_node);
-  }
-  if (pipelines_per_node == 0) {
-    // Every r, whole-node pipelines first: the fastest plan, the smallest r on a tie.
-    std::optional<ClusterPlan> best;
-    std::optional<NoPlanError> whole_nodes_failure;
-    for (int r = 1; r <= per_node; ++r) {
-      if (per_node % r != 0) continue;
-      try {
-        ClusterPlan candidate = plan_cluster(profile, nodes, fault_tolerance, global_microbatches, microbatches,
-                                             progress, recompute, gradient_sync, gradient_bucket_bytes,
-                                             tensor_parallel_nodes, r, interleave);
-        if (!best || candidate.plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12)) {
-          best = std::move(candidate);
-        }
-      } catch (const NoPlanError& e) {
-        if (r == 1) whole_nodes_failure = e;
-      }
-    }
-    if (!best) throw *whole_nodes_failure;
-    return std::move(*best);
-  }
+// plan_cluster on whole nodes, templates interleaving up to `interleave`.
+ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
+                             int global_microbatches, int microbatches, const Progress& progress,
+                             RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
+                             int tensor_parallel_nodes, int interleave) {
   const int max_nodes = static_cast<int>(nodes.size());
   int searches = 0;
   std::int64_t states = 0;
@@ -260,6 +229,71 @@ ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>&
     best = std::move(next);
   }
   return counted(std::move(*best));
+}
+
+}  // namespace
+
+ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
+                         int global_microbatches, int microbatches, const Progress& progress,
+                         RecomputePolicy recompute, GradientSync gradient_sync, double gradient_bucket_bytes,
+                         int tensor_parallel_nodes, int pipelines_per_node, int interleave) {
+  if (fault_tolerance < 0) throw InputError("fault-tolerance: expected 0 or more, got " + std::to_string(fault_tolerance));
+  const int per_node = profile.hardware.gpus_per_node;
+  if (pipelines_per_node < 0 || (pipelines_per_node > 0 && per_node % pipelines_per_node != 0)) {
+    throw InputError("pipelines per node: expected a divisor of the " + std::to_string(per_node) +
+                     " GPUs per node, or 0 to choose, got " + std::to_string(pipelines_per_node));
+  }
+  if (interleave < 1 || interleave > 64) {
+    throw InputError("interleave: expected 1 to 64 chunks a device, got " + std::to_string(interleave));
+  }
+  if (pipelines_per_node > 1) {
+    return plan_sharing_nodes(profile, nodes, fault_tolerance, global_microbatches, microbatches, recompute,
+                              gradient_sync, gradient_bucket_bytes, pipelines_per_node);
+  }
+  if (pipelines_per_node == 0) {
+    // Every r, whole-node pipelines first: the fastest plan, the smallest r on a tie.
+    std::optional<ClusterPlan> best;
+    std::optional<NoPlanError> whole_nodes_failure;
+    for (int r = 1; r <= per_node; ++r) {
+      if (per_node % r != 0) continue;
+      try {
+        ClusterPlan candidate = plan_cluster(profile, nodes, fault_tolerance, global_microbatches, microbatches,
+                                             progress, recompute, gradient_sync, gradient_bucket_bytes,
+                                             tensor_parallel_nodes, r, interleave);
+        if (!best || candidate.plan.iteration_ms < best->plan.iteration_ms * (1 - 1e-12)) {
+          best = std::move(candidate);
+        }
+      } catch (const NoPlanError& e) {
+        if (r == 1) whole_nodes_failure = e;
+      }
+    }
+    if (!best) throw *whole_nodes_failure;
+    return std::move(*best);
+  }
+  // The searches weigh T(q) as a line, which for interleaved templates is
+  // exact at M only: the plan without interleaving can play faster, and
+  // then it is the one kept.
+  std::optional<ClusterPlan> plain, chosen;
+  std::optional<NoPlanError> plain_failure;
+  try {
+    plain = plan_whole_nodes(profile, nodes, fault_tolerance, global_microbatches, microbatches, progress, recompute,
+                             gradient_sync, gradient_bucket_bytes, tensor_parallel_nodes, 1);
+  } catch (const NoPlanError& e) {
+    if (interleave == 1) throw;
+    plain_failure = e;
+  }
+  if (interleave > 1) {
+    try {
+      chosen = plan_whole_nodes(profile, nodes, fault_tolerance, global_microbatches, microbatches, progress,
+                                recompute, gradient_sync, gradient_bucket_bytes, tensor_parallel_nodes, interleave);
+    } catch (const NoPlanError&) {
+      if (!plain) throw *plain_failure;
+    }
+  }
+  if (!chosen || (plain && !(chosen->plan.iteration_ms < plain->plan.iteration_ms * (1 - 1e-12)))) {
+    return std::move(*plain);
+  }
+  return std::move(*chosen);
 }
 
 }  // namespace oobleck

@@ -112,8 +112,10 @@ struct ClusterPlan {
 // instantiate_sharing_nodes; the template set holds that template alone.
 // 0 chooses: every divisor r of G (1 included) is planned, and the plan with
 // the shortest iteration wins, the smallest r on a tie; NoPlanError (r = 1's
-// reason) when none gives one. `interleave` v > 1 lets whole-node templates
-// give each device v model chunks (CostModel::set_interleave).
+// reason) when none gives one. `interleave` V > 1 lets whole-node templates
+// give each device 2..V model chunks (CostModel::set_interleave); the plan
+// so made is kept where it is faster than the plan without (whose
+// `interleave` is then 1). InputError outside 1..64.
 [[nodiscard]] ClusterPlan plan_cluster(const Profile& profile, const std::vector<std::string>& nodes,
                                        int fault_tolerance, int global_microbatches, int microbatches = 0,
                                        const Progress& progress = {},
