@@ -18,6 +18,17 @@ std::string resume_args(const LiveSetup& live, const std::string& folder) {
          live.s.str("tokens.bin") + " --steps 4 --seed 1 --resume " + live.s.str(folder);
 }
 
+// oobleck-run on `plan`, written as `name`: exit 2 with `message`, no process left.
+void refused_plan(const LiveSetup& live, const std::string& name, const nlohmann::json& plan,
+                  const std::string& message) {
+  live.s.write(name, plan.dump());
+  const auto run = live.s.run("--plan " + live.s.str(name) + " --profile " + live.s.str("profile.json") + " --data " +
+                              live.s.str("tokens.bin") + " --steps 2 --seed 1");
+  CHECK(run.status == 2);
+  CHECK(run.err.find(message) != std::string::npos);
+  CHECK(live.s.processes_left() == 0);
+}
+
 }  // namespace
 
 TEST_CASE("run: a checkpoint manifest is checked field by field, and a bad one exits 2 naming the field") {
@@ -113,13 +124,9 @@ TEST_CASE("run: a plan whose pipelines share nodes is refused, naming the field,
                                  {"microbatches", 1},
                                  {"stages", {{{"layers", {0, layers}}, {"gpus", 1}, {"node", 0}}}}});
   }
-  live.s.write("shared.json", plan.dump());
-  const auto run = live.s.run("--plan " + live.s.str("shared.json") + " --profile " + live.s.str("profile.json") +
-                              " --data " + live.s.str("tokens.bin") + " --steps 2 --seed 1");
-  CHECK(run.status == 2);
-  CHECK(run.err.find("shared.json: pipelines_per_node 2: pipelines that share nodes are planned and simulated but "
-                     "not run live") != std::string::npos);
-  CHECK(live.s.processes_left() == 0);
+  refused_plan(live, "shared.json", plan,
+               "shared.json: pipelines_per_node 2: pipelines that share nodes are planned and simulated but not run "
+               "live");
 }
 
 TEST_CASE("run: an interleaved plan is refused, naming the pipeline, before any worker starts") {
@@ -139,11 +146,7 @@ TEST_CASE("run: an interleaved plan is refused, naming the pipeline, before any 
                           {{"layers", {1, 2}}, {"gpus", 1}, {"node", 1}},
                           {{"layers", {2, 3}}, {"gpus", 1}, {"node", 0}},
                           {{"layers", {3, layers}}, {"gpus", 1}, {"node", 1}}}}}};
-  live.s.write("interleaved.json", plan.dump());
-  const auto run = live.s.run("--plan " + live.s.str("interleaved.json") + " --profile " + live.s.str("profile.json") +
-                              " --data " + live.s.str("tokens.bin") + " --steps 2 --seed 1");
-  CHECK(run.status == 2);
-  CHECK(run.err.find("interleaved.json: pipeline 0: interleave 2: interleaved pipelines are planned and simulated "
-                     "but not run live") != std::string::npos);
-  CHECK(live.s.processes_left() == 0);
+  refused_plan(live, "interleaved.json", plan,
+               "interleaved.json: pipeline 0: interleave 2: interleaved pipelines are planned and simulated but not "
+               "run live");
 }

@@ -26,6 +26,15 @@ CostModel sharing(const Profile& profile, int microbatches, int pipelines_per_no
   return cost;
 }
 
+// The set reconfigure and the plan file take: the template alone.
+TemplateSet set_of(const PipelineTemplate& shared) {
+  TemplateSet set;
+  set.microbatches = shared.microbatches;
+  set.max_nodes = 1;
+  set.templates = {shared};
+  return set;
+}
+
 std::map<std::string, int> pipelines_by_node(const Plan& plan) {
   std::map<std::string, int> count;
   for (const auto& p : plan.pipelines) {
@@ -165,10 +174,7 @@ TEST_CASE("shared nodes: the plan file round-trips, and a malformed one is refus
   const CostModel cost = sharing(profile, 2, 2);
   const auto shared = build_shared_node_template(cost, 2);
   REQUIRE(shared);
-  TemplateSet templates;
-  templates.microbatches = 2;
-  templates.max_nodes = 1;
-  templates.templates = {*shared};
+  const TemplateSet templates = set_of(*shared);
   const Plan plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 10);
   const std::string text = plan_to_json(plan, templates, profile);
   const Plan back = parse_plan(text, "plan.json", profile);
@@ -206,10 +212,7 @@ TEST_CASE("shared nodes: re-planned after a loss and a join, every pipeline of a
   const CostModel cost = sharing(profile, 2, 2);
   const auto shared = build_shared_node_template(cost, 2);
   REQUIRE(shared);
-  TemplateSet templates;
-  templates.microbatches = 2;
-  templates.max_nodes = 1;
-  templates.templates = {*shared};
+  const TemplateSet templates = set_of(*shared);
   const Plan plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 12);
   const Reconfiguration lost = reconfigure(cost, templates, plan, {"b"}, {});
   CHECK(lost.plan.pipelines_per_node == 2);
