@@ -279,29 +279,6 @@ int CostModel::degree_index(int degree) const {
                    std::to_string(kMaxTensorParallelNodes) + " nodes");
 }
 
-Milliseconds hierarchical_allreduce_ms(double bytes, int nodes, int gpus_per_node, Milliseconds intra_node_ms,
-                                       double inter_node_bytes_per_s, Milliseconds latency_ms) {
-  return intra_node_ms + ring_allreduce_ms(bytes / gpus_per_node, nodes, inter_node_bytes_per_s, latency_ms);
-}
-
-Milliseconds CostModel::tensor_allreduce_ms(double bytes, int degree) const {
-  const int gpus = gpus_per_node();
-  if (degree <= gpus) return intra_node_allreduce_ms(bytes, degree);
-  const auto& hw = profile_->hardware;
-  return hierarchical_allreduce_ms(bytes, degree / gpus, gpus, intra_node_allreduce_ms(bytes, gpus),
-                                   hw.inter_node_bytes_per_s, hw.latency_ms);
-}
-
-Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms) {
-  if (ranks <= 1) return 0;
-  const double k = ranks;
-  return 2 * (k - 1) / k * bytes / bytes_per_s * 1000.0 + 2 * (k - 1) * latency_ms;
-}
-
-Milliseconds CostModel::allreduce_ms(double bytes, int ranks, double bytes_per_s) const {
-  return ring_allreduce_ms(bytes, ranks, bytes_per_s, profile_->hardware.latency_ms);
-}
-
 // Beyond a node without a measurement at the degree, a layer is priced
 // from what was measured at a whole node (else at degree 1): replicated
 // there, replicated here; split, its compute there divided further, and

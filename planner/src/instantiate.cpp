@@ -146,7 +146,6 @@ namespace {
 ClusterPlan plan_sharing_nodes(const Profile& profile, const std::vector<std::string>& nodes, int fault_tolerance,
                                int global_microbatches, int microbatches, RecomputePolicy recompute,
                                GradientSync gradient_sync, double gradient_bucket_bytes, int pipelines_per_node) {
-  detail::check_node_names(nodes, "nodes");
   const int r = pipelines_per_node;
   const int used = std::min(static_cast<int>(nodes.size()), global_microbatches / r);
   // Each pipeline runs ceil(B / pipelines) microbatches at most.

@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "oobleck/common/one_f_one_b.h"
 #include "played_pipeline.h"
@@ -197,3 +198,20 @@ std::optional<PipelineTemplate> build_interleaved_template(const CostModel& cost
 }
 
 }  // namespace oobleck
+
+namespace oobleck::detail {
+
+void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<PipelineTemplate>& chosen) {
+  double fastest = std::numeric_limits<double>::infinity();  // the plain template's, played once needed
+  for (int v = 2; v <= cost.interleave(); ++v) {
+    auto interleaved = build_interleaved_template(cost, nodes, v);
+    if (!interleaved) continue;
+    if (std::isinf(fastest) && chosen) fastest = play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms;
+    if (interleaved->iteration_ms < fastest * (1 - 1e-12)) {
+      fastest = interleaved->iteration_ms;
+      chosen = std::move(interleaved);
+    }
+  }
+}
+
+}  // namespace oobleck::detail

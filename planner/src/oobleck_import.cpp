@@ -221,7 +221,7 @@ void fit_across_node_links(Profile& profile, const std::filesystem::path& across
   }
   std::vector<AllreducePoint> measured;
   const auto fit = fit_oobleck_allreduce(across, profile.layers, nullptr, &measured);
-  // The points themselves price the gradient all-reduce (allreduce_table.cpp).
+  // The points themselves price the gradient all-reduce (allreduces.cpp).
   profile.hardware.allreduce_table = table_of(measured);
   if (!measured.empty()) {
     profile.notes.push_back("allreduce_table: " + std::to_string(profile.hardware.allreduce_table.size()) +

@@ -20,7 +20,7 @@ inline constexpr std::size_t kMaxLayers = 10000;
 
 // Sorts a table by ranks then bytes and makes each rank count's times
 // non-decreasing in size: measurement noise must not make a larger layer
-// cheaper (allreduce_table.cpp).
+// cheaper (allreduces.cpp).
 void sort_never_falling(std::vector<AllreducePoint>& table);
 
 // InputError unless some layer has a time: a profile of zeros plans nothing.

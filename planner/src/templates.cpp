@@ -53,7 +53,6 @@
 
 #include "oobleck/planner.h"
 #include "interleaved.h"
-#include "played_pipeline.h"
 #include "template_walk.h"
 
 namespace oobleck {
@@ -462,17 +461,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   for (int n = 1; n <= searched; ++n) {
     std::optional<PipelineTemplate> chosen;
     if (!walk[n].stages.empty()) chosen = make_template(cost, n, std::move(walk[n].stages));
-    // Interleaved layouts of 2..V chunks a device, where one plays faster.
-    double fastest = kInfinity;
-    for (int v = 2; v <= cost.interleave(); ++v) {
-      auto interleaved = build_interleaved_template(cost, n, v);
-      if (!interleaved) continue;
-      if (fastest == kInfinity && chosen) fastest = detail::play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms;
-      if (interleaved->iteration_ms < fastest * (1 - 1e-12)) {
-        fastest = interleaved->iteration_ms;
-        chosen = std::move(interleaved);
-      }
-    }
+    if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, chosen);
     if (chosen) set.templates.push_back(std::move(*chosen));
   }
   set.search_solves = runs;

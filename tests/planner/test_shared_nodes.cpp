@@ -35,6 +35,16 @@ TemplateSet set_of(const PipelineTemplate& shared) {
   return set;
 }
 
+// Two pipelines a node of the small model, each on two GPUs (M = 2): the
+// cost model, the template and its set. (Not to be copied: the cost model
+// keeps a reference to the profile.)
+struct TwoPerNode {
+  Profile profile = small_model();
+  CostModel cost = sharing(profile, 2, 2);
+  PipelineTemplate shared = build_shared_node_template(cost, 2).value();
+  TemplateSet templates = set_of(shared);
+};
+
 std::map<std::string, int> pipelines_by_node(const Plan& plan) {
   std::map<std::string, int> count;
   for (const auto& p : plan.pipelines) {
@@ -170,12 +180,9 @@ TEST_CASE("shared nodes: plan_cluster with auto keeps the fastest of every pipel
 }
 
 TEST_CASE("shared nodes: the plan file round-trips, and a malformed one is refused naming the field") {
-  const Profile profile = small_model();
-  const CostModel cost = sharing(profile, 2, 2);
-  const auto shared = build_shared_node_template(cost, 2);
-  REQUIRE(shared);
-  const TemplateSet templates = set_of(*shared);
-  const Plan plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 10);
+  const TwoPerNode two;
+  const auto& [profile, cost, shared, templates] = two;
+  const Plan plan = instantiate_sharing_nodes(cost, shared, {"a", "b", "c"}, 1, 10);
   const std::string text = plan_to_json(plan, templates, profile);
   const Plan back = parse_plan(text, "plan.json", profile);
   CHECK(back.pipelines_per_node == 2);
@@ -208,12 +215,9 @@ TEST_CASE("shared nodes: the plan file round-trips, and a malformed one is refus
 }
 
 TEST_CASE("shared nodes: re-planned after a loss and a join, every pipeline of a survivor kept, a newcomer given every layer") {
-  const Profile profile = small_model();
-  const CostModel cost = sharing(profile, 2, 2);
-  const auto shared = build_shared_node_template(cost, 2);
-  REQUIRE(shared);
-  const TemplateSet templates = set_of(*shared);
-  const Plan plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 12);
+  const TwoPerNode two;
+  const auto& [profile, cost, shared, templates] = two;
+  const Plan plan = instantiate_sharing_nodes(cost, shared, {"a", "b", "c"}, 1, 12);
   const Reconfiguration lost = reconfigure(cost, templates, plan, {"b"}, {});
   CHECK(lost.plan.pipelines_per_node == 2);
   CHECK(lost.plan.pipelines.size() == 4u);

@@ -134,7 +134,7 @@ void describe_hardware(Measurement& out, const MeasureOptions& options) {
   hw.latency_ms = options.latency_ms.value_or(out.links_measured ? out.p2p_latency_ms : 0.05);
   // Gloo reduces in host memory: its all-reduce is slower than its links.
   // The measured sizes price the gradient all-reduce themselves
-  // (allreduce_table.cpp), the fit carrying them to other sizes and ranks.
+  // (allreduces.cpp), the fit carrying them to other sizes and ranks.
   if (out.links_measured && !options.inter_node_bytes_per_s) {
     hw.allreduce_bytes_per_s = out.allreduce_bytes_per_s;
     hw.allreduce_table = out.allreduce_points;

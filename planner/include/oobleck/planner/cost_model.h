@@ -70,7 +70,7 @@ inline constexpr int kMaxTensorParallelNodes = 8;
 // receives 2(k-1)/k of the bytes at `bytes_per_s`, in 2(k-1) rounds of
 // `latency_ms` each. 0 for one rank.
 [[nodiscard]] Milliseconds ring_allreduce_ms(double bytes, int ranks, double bytes_per_s, Milliseconds latency_ms);
-// The same priced from measured all-reduces (allreduce_table.cpp derives
+// The same priced from measured all-reduces (allreduces.cpp derives
 // the rule; an empty table gives the ring).
 [[nodiscard]] Milliseconds table_allreduce_ms(const std::vector<AllreducePoint>& table, double bytes, int ranks,
                                               double bytes_per_s, Milliseconds latency_ms);
@@ -254,7 +254,7 @@ class CostModel {
   // Ring all-reduce of `bytes` among `ranks` over links of `bytes_per_s`.
   [[nodiscard]] Milliseconds allreduce_ms(double bytes, int ranks, double bytes_per_s) const;
   // A gradient all-reduce of `bytes` among `ranks` replicas: from the
-  // hardware's measured table where it has one (allreduce_table.cpp derives
+  // hardware's measured table where it has one (allreduces.cpp derives
   // the rule), else the ring at gradient_allreduce_bytes_per_s(). With
   // pipelines sharing nodes, the replicas on one node all-reduce inside it
   // (intra_node_allreduce_ms), and the nodes all-reduce 1/r of the bytes
