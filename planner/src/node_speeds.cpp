@@ -161,11 +161,12 @@ Milliseconds pipeline_ms_at_speeds(const CostModel& cost, const Pipeline& pipeli
 }
 
 void check_plain_pipelines(const Plan& plan) {
-  for (const auto& p : plan.pipelines) {
-    if (p.interleave > 1 || plan.pipelines_per_node > 1) {
-      throw InputError("--node-speed: plans at node speeds are of plain pipelines on whole nodes, not interleaved "
-                       "ones or ones that share nodes");
-    }
+  const auto interleaved = [](const Pipeline& p) { return p.interleave > 1; };
+  const bool plain =
+      plan.pipelines_per_node == 1 && std::none_of(plan.pipelines.begin(), plan.pipelines.end(), interleaved);
+  if (!plain) {
+    throw InputError("--node-speed: plans at node speeds are of plain pipelines on whole nodes, not interleaved "
+                     "ones or ones that share nodes");
   }
 }
 
