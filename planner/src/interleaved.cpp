@@ -15,8 +15,10 @@
 // least largest chunk (the classic linear partition: a parametric bound,
 // checked greedily, then the chunks split further, never above it, until
 // there are D v), by compute, and again by memory for where that cut does
-// not fit. Megatron cuts equal numbers of blocks; these cuts also balance
-// an embedding or a head that costs more than a block. For each
+// not fit; and into equal numbers of layers, Megatron's cut. The first two
+// balance an embedding or a head that costs more than a block; the third
+// often plays faster where the least largest chunk leaves the others
+// uneven (a bubble is set by every chunk, not only the largest). For each
 // (t, recomputation, cut) the layout is played (played_pipeline.h: each device
 // one pass at a time in interleaved order, each link one transfer at a
 // time) at the cost model's M, and the fastest is the node count's
@@ -40,7 +42,7 @@
 #include <cmath>
 #include <limits>
 
-#include "oobleck/common/one_f_one_b.h"
+#include "interleaved_orders.h"
 #include "played_pipeline.h"
 
 namespace oobleck::detail {
@@ -95,6 +97,16 @@ std::vector<int> min_max_cuts(int L, int count, const Weight& weight) {
   return ends;
 }
 
+// Layers [0, L) cut into `count` chunks of equal layer counts, the first
+// L mod count of them one layer longer (Megatron's cut, where the count
+// divides L); empty when there are fewer layers than chunks.
+std::vector<int> equal_cuts(int L, int count) {
+  if (count > L) return {};
+  std::vector<int> ends;
+  for (int j = 0, end = 0; j < count; ++j) ends.push_back(end += L / count + (j < L % count ? 1 : 0));
+  return ends;
+}
+
 // The most bytes device `d` of `devices` holds running `microbatches` in
 // interleaved order: its chunks' state, the activations in flight, and
 // the largest working memory of one layer's backward.
@@ -111,10 +123,10 @@ Bytes device_peak_bytes(const CostModel& cost, const std::vector<Stage>& stages,
     fixed += none - work;
     working = std::max(working, work);
   }
-  Bytes held = 0, most = 0;
-  for (const PipelinePass& pass : interleaved_one_f_one_b(d, devices, chunks, microbatches)) {
-    const Bytes b = per_microbatch[static_cast<std::size_t>(pass.chunk)];
-    held += pass.forward ? b : -b;
+  Bytes most = 0;
+  for (const std::vector<int>& counts : interleaved_orders(devices, chunks, microbatches).in_flight[d]) {
+    Bytes held = 0;
+    for (int c = 0; c < chunks; ++c) held += counts[static_cast<std::size_t>(c)] * per_microbatch[static_cast<std::size_t>(c)];
     most = std::max(most, held);
   }
   return fixed + working + most;
@@ -133,85 +145,178 @@ bool interleaved_fits(const CostModel& cost, const std::vector<Stage>& stages, i
   return true;
 }
 
-}  // namespace oobleck::detail
+namespace {
 
-namespace oobleck {
+// Boundaries are moved only in layouts that start within this factor of
+// the plain template's time.
+constexpr double kImproveWithin = 1.10;
 
-std::optional<PipelineTemplate> build_interleaved_template(const CostModel& cost, int nodes, int chunks) {
-  using namespace detail;
+// An interleaved pipeline's layout: every device's degree and
+// recomputation, the chunks' ends, and its time played at M.
+struct Layout {
+  int degree = 0;
+  Recompute recompute{};
+  std::vector<int> ends;
+  Milliseconds played_ms = std::numeric_limits<double>::infinity();
+};
+
+std::vector<Stage> stages_of(const CostModel& cost, int chunks, const Layout& layout) {
   const int G = cost.gpus_per_node();
+  const int t = layout.degree;
+  const int span = t > G ? t / G : 1;
+  const int devices = static_cast<int>(layout.ends.size()) / chunks;
+  std::vector<Stage> stages;
+  for (std::size_t j = 0; j < layout.ends.size(); ++j) {
+    const int d = static_cast<int>(j) % devices;
+    const int node = t > G ? d * span : d * t / G;
+    stages.push_back({j == 0 ? 0 : layout.ends[j - 1], layout.ends[j], t, node, layout.recompute, span});
+  }
+  return stages;
+}
+
+// The busiest device's passes per microbatch, or the slowest link: the
+// steady increment of the played time in M.
+Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const std::vector<Stage>& stages) {
+  const std::size_t devices = stages.size() / static_cast<std::size_t>(chunks);
+  double period = 0;
+  std::vector<double> load(devices, 0.0);
+  for (std::size_t j = 0; j < stages.size(); ++j) {
+    const Stage& st = stages[j];
+    load[j % devices] += cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
+    if (j + 1 < stages.size()) {
+      period = std::max(period, cost.transfer_ms(st.layer_end, st.node == stages[j + 1].node, st.gpus));
+    }
+  }
+  return std::max(period, *std::max_element(load.begin(), load.end()));
+}
+
+// The microbatches after which a device's activations in flight stop
+// growing: its warm-up is at most (D - 1) 2 + (v - 1) D chunk forwards.
+int saturated_microbatches(int devices, int chunks) { return devices * (chunks + 2); }
+
+// The layout's time played at `microbatches` (at most M), plus (M -
+// microbatches) steady increments; infinity where a device does not fit
+// at M. At `microbatches` = M it is the played time.
+Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, int microbatches) {
   const int M = cost.microbatches();
-  std::optional<PipelineTemplate> best;
+  const std::vector<Stage> stages = stages_of(cost, chunks, layout);
+  const int devices = static_cast<int>(stages.size()) / chunks;
+  if (!interleaved_fits(cost, stages, chunks, std::min(M, saturated_microbatches(devices, chunks)))) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const Milliseconds played = play_pipeline(cost, stages, microbatches, nullptr, chunks).end_ms;
+  return microbatches == M ? played : played + (M - microbatches) * bottleneck_ms(cost, chunks, stages);
+}
+
+// The fastest of the three cuts over every degree and recomputation
+// choice that gives at least two devices; none where nothing fits.
+std::optional<Layout> cut_layers(const CostModel& cost, int nodes, int chunks) {
+  const int G = cost.gpus_per_node();
+  const int L = cost.layers();
+  std::optional<Layout> best;
   for (int t : cost.degrees()) {
     const int span = t > G ? t / G : 1;
     if (t > G && nodes % span != 0) continue;
     const int devices = t > G ? nodes / span : nodes * G / t;
-    if (devices < 2 || devices * chunks > cost.layers()) continue;
+    if (devices < 2 || devices * chunks > L) continue;
     for (Recompute r : cost.recompute_choices()) {
-     // Two cuts: of least largest compute, and of least largest memory
-     // (state and one microbatch's activations), for where the first does
-     // not fit.
-     const auto compute = [&](int b, int e) { return cost.stage_compute_ms(b, e, t, r); };
-     const auto memory = [&](int b, int e) { return static_cast<double>(cost.stage_memory_bytes(b, e, t, 1, r)); };
-     for (const std::vector<int>& ends : {min_max_cuts(cost.layers(), devices * chunks, compute),
-                                          min_max_cuts(cost.layers(), devices * chunks, memory)}) {
-      if (ends.empty()) continue;
-      std::vector<Stage> stages;
-      for (std::size_t j = 0; j < ends.size(); ++j) {
-        const int d = static_cast<int>(j) % devices;
-        const int node = t > G ? d * span : d * t / G;
-        stages.push_back({j == 0 ? 0 : ends[j - 1], ends[j], t, node, r, span});
+      const auto compute = [&](int b, int e) { return cost.stage_compute_ms(b, e, t, r); };
+      const auto memory = [&](int b, int e) { return static_cast<double>(cost.stage_memory_bytes(b, e, t, 1, r)); };
+      for (const std::vector<int>& ends : {min_max_cuts(L, devices * chunks, compute),
+                                           min_max_cuts(L, devices * chunks, memory), equal_cuts(L, devices * chunks)}) {
+        if (ends.empty()) continue;
+        Layout layout{t, r, ends};
+        layout.played_ms = played_ms(cost, chunks, layout, cost.microbatches());
+        if (!std::isinf(layout.played_ms) && (!best || layout.played_ms < best->played_ms)) best = std::move(layout);
       }
-      if (!interleaved_fits(cost, stages, chunks, M)) continue;
-      const PlayedPipeline played = play_pipeline(cost, stages, M, nullptr, chunks);
-      if (best && played.end_ms >= best->iteration_ms) continue;
-      PipelineTemplate out;
-      out.nodes = nodes;
-      out.gpus = nodes * G;
-      out.microbatches = M;
-      out.interleave = chunks;
-      out.iteration_ms = played.end_ms;
-      // The busiest device's passes per microbatch, or the slowest link.
-      double period = 0;
-      std::vector<double> load(static_cast<std::size_t>(devices), 0.0);
-      for (std::size_t j = 0; j < stages.size(); ++j) {
-        const Stage& st = stages[j];
-        load[j % static_cast<std::size_t>(devices)] += cost.stage_compute_ms(st.layer_begin, st.layer_end, t, r);
-        if (j + 1 < stages.size()) period = std::max(period, cost.transfer_ms(st.layer_end, st.node == stages[j + 1].node, t));
-      }
-      out.bottleneck_ms = std::max(period, *std::max_element(load.begin(), load.end()));
-      out.first_microbatch_ms = std::max(0.0, played.end_ms - (M - 1) * out.bottleneck_ms);
-      // The most microbatches it fits with, once more than its warm-up
-      // (where the activations in flight stop growing) do not fit.
-      const int saturated = devices * (chunks + 2);
-      if (!interleaved_fits(cost, stages, chunks, saturated)) {
-        int q = M;
-        while (q + 1 < saturated && interleaved_fits(cost, stages, chunks, q + 1)) ++q;
-        out.max_microbatches = q;
-      }
-      out.stages = std::move(stages);
-      best = std::move(out);
-     }
     }
   }
   return best;
 }
 
-}  // namespace oobleck
-
-namespace oobleck::detail {
-
-void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<PipelineTemplate>& chosen) {
-  double fastest = std::numeric_limits<double>::infinity();  // the plain template's, played once needed
-  for (int v = 2; v <= cost.interleave(); ++v) {
-    auto interleaved = build_interleaved_template(cost, nodes, v);
-    if (!interleaved) continue;
-    if (std::isinf(fastest) && chosen) fastest = play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms;
-    if (interleaved->iteration_ms < fastest * (1 - 1e-12)) {
-      fastest = interleaved->iteration_ms;
-      chosen = std::move(interleaved);
+// Moves each chunk boundary by a layer while that plays faster (and
+// fits), until no single move does: a local optimum. Moves are weighed
+// played at up to 2 D microbatches plus the steady increments to M (a
+// play at M would cost each move M / 2 D times as much); the result
+// replaces the layout only where it plays faster at M.
+void move_boundaries(const CostModel& cost, int chunks, Layout& layout) {
+  const int devices = static_cast<int>(layout.ends.size()) / chunks;
+  const int weighed_at = std::min(cost.microbatches(), 2 * devices);
+  Layout moving = layout;
+  moving.played_ms = played_ms(cost, chunks, moving, weighed_at);
+  bool improved = false;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (std::size_t j = 0; j + 1 < moving.ends.size(); ++j) {
+      for (int step : {-1, 1}) {
+        Layout next = moving;
+        next.ends[j] += step;
+        if (next.ends[j] <= (j == 0 ? 0 : next.ends[j - 1]) || next.ends[j] >= next.ends[j + 1]) continue;
+        next.played_ms = played_ms(cost, chunks, next, weighed_at);
+        if (next.played_ms < moving.played_ms * (1 - 1e-12)) {
+          moving = std::move(next);
+          moved = improved = true;
+        }
+      }
     }
   }
+  if (!improved) return;
+  moving.played_ms = played_ms(cost, chunks, moving, cost.microbatches());
+  if (moving.played_ms < layout.played_ms) layout = std::move(moving);
+}
+
+PipelineTemplate make_interleaved_template(const CostModel& cost, int nodes, int chunks, const Layout& layout) {
+  const int M = cost.microbatches();
+  std::vector<Stage> stages = stages_of(cost, chunks, layout);
+  const int devices = static_cast<int>(stages.size()) / chunks;
+  PipelineTemplate out;
+  out.nodes = nodes;
+  out.gpus = nodes * cost.gpus_per_node();
+  out.microbatches = M;
+  out.interleave = chunks;
+  out.iteration_ms = layout.played_ms;
+  out.bottleneck_ms = bottleneck_ms(cost, chunks, stages);
+  out.first_microbatch_ms = std::max(0.0, layout.played_ms - (M - 1) * out.bottleneck_ms);
+  // The most microbatches it fits with, once more than its warm-up (where
+  // the activations in flight stop growing) do not fit.
+  const int saturated = saturated_microbatches(devices, chunks);
+  if (!interleaved_fits(cost, stages, chunks, saturated)) {
+    int q = M;
+    while (q + 1 < saturated && interleaved_fits(cost, stages, chunks, q + 1)) ++q;
+    out.max_microbatches = q;
+  }
+  out.stages = std::move(stages);
+  return out;
+}
+
+}  // namespace
+
+void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<PipelineTemplate>& chosen) {
+  // Each v's fastest cut; the fastest of them is then improved, unless it
+  // starts far behind the plain template (moving boundaries gains a few
+  // per cent, and each move costs a play at M).
+  std::optional<Layout> best;
+  int best_chunks = 0;
+  for (int v = 2; v <= cost.interleave(); ++v) {
+    std::optional<Layout> layout = cut_layers(cost, nodes, v);
+    if (layout && (!best || layout->played_ms < best->played_ms)) best = std::move(layout), best_chunks = v;
+  }
+  if (!best) return;
+  const Milliseconds plain_ms = chosen ? play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms
+                                       : std::numeric_limits<double>::infinity();
+  if (best->played_ms < plain_ms * kImproveWithin) move_boundaries(cost, best_chunks, *best);
+  if (best->played_ms < plain_ms * (1 - 1e-12)) chosen = make_interleaved_template(cost, nodes, best_chunks, *best);
 }
 
 }  // namespace oobleck::detail
+
+namespace oobleck {
+
+std::optional<PipelineTemplate> build_interleaved_template(const CostModel& cost, int nodes, int chunks) {
+  std::optional<detail::Layout> layout = detail::cut_layers(cost, nodes, chunks);
+  if (!layout) return std::nullopt;
+  detail::move_boundaries(cost, chunks, *layout);
+  return detail::make_interleaved_template(cost, nodes, chunks, *layout);
+}
+
+}  // namespace oobleck

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "interleaved_orders.h"
 #include "oobleck/common/one_f_one_b.h"
 
 namespace oobleck::detail {
@@ -18,21 +19,19 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
   if (S == 0 || M < 1 || S % v != 0) return out;
   const int D = S / v;  // devices: virtual stage s on device s mod D
-  // activation[s][m], gradient[s][m]: when the input of that pass arrives.
-  std::vector<std::vector<double>> activation(S, std::vector<double>(M, kUnknown));
-  std::vector<std::vector<double>> gradient(S, std::vector<double>(M, kUnknown));
-  for (int m = 0; m < M; ++m) activation[0][m] = 0;
-  // Each device's passes in order, with the virtual stage each runs on.
-  std::vector<std::vector<std::pair<PipelinePass, int>>> order(D);
-  for (int d = 0; d < D; ++d) {
-    if (v == 1) {
-      for (const PipelinePass& pass : one_f_one_b(d, S, M)) order[d].emplace_back(pass, d);
-    } else {
-      for (const PipelinePass& pass : interleaved_one_f_one_b(d, D, v, M)) {
-        order[d].emplace_back(pass, pass.chunk * D + d);
-      }
-    }
+  // activation[s M + m], gradient[s M + m]: when the input of that pass
+  // arrives.
+  const auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
+  std::vector<double> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), kUnknown);
+  std::vector<double> gradient(activation.size(), kUnknown);
+  for (int m = 0; m < M; ++m) activation[at(0, m)] = 0;
+  // Each device's passes in order; pass p of device d runs on virtual
+  // stage p.chunk D + d.
+  std::vector<std::vector<PipelinePass>> plain;
+  if (v == 1) {
+    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
   }
+  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
   std::vector<std::size_t> next(D, 0);
   std::vector<double> free(D, 0.0), forward_link(S, 0.0), backward_link(S, 0.0);
   std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
@@ -40,19 +39,20 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   const auto advance = [&](int d) {
     bool ran = false;
     while (next[d] < order[d].size()) {
-      const auto [pass, s] = order[d][next[d]];
-      const double ready = pass.forward ? activation[s][pass.microbatch] : gradient[s][pass.microbatch];
+      const PipelinePass pass = order[d][next[d]];
+      const int s = pass.chunk * D + d;
+      const double ready = pass.forward ? activation[at(s, pass.microbatch)] : gradient[at(s, pass.microbatch)];
       if (ready == kUnknown) break;
       const double end = std::max(free[d], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
       free[d] = end;
       if (pass.forward && s + 1 < S) {
         forward_link[s] = std::max(end, forward_link[s]) + transfer_ms[s];
-        activation[s + 1][pass.microbatch] = forward_link[s];
+        activation[at(s + 1, pass.microbatch)] = forward_link[s];
       } else if (pass.forward) {
-        gradient[s][pass.microbatch] = end;  // the last stage's loss
+        gradient[at(s, pass.microbatch)] = end;  // the last stage's loss
       } else if (s > 0) {
         backward_link[s] = std::max(end, backward_link[s]) + transfer_ms[s - 1];
-        gradient[s - 1][pass.microbatch] = backward_link[s];
+        gradient[at(s - 1, pass.microbatch)] = backward_link[s];
       }
       if (!pass.forward) out.last_backward_ms[s] = end;
       out.end_ms = std::max(out.end_ms, end);
