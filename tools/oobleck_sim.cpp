@@ -55,9 +55,9 @@ struct ExperimentFlags {
 struct ReplayFlags {
   ExperimentFlags experiment;
   int fault_tolerance = 1;
-  std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers = "all";
+  std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers;
   cli::GradientSyncFlags gradient_sync;
-  int tensor_parallel_nodes = 1;
+  int tensor_parallel_nodes = 1, interleave = 1;
 };
 
 struct SweepFlags {
@@ -162,12 +162,17 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
   cmd->add_option("--tensor-parallel-nodes", flags.tensor_parallel_nodes,
                   "How many whole nodes one stage may span, as oobleck-plan --tensor-parallel-nodes (default 1)")
       ->check(CLI::Range(1, kMaxTensorParallelNodes));
+  cmd->add_option("--interleave", flags.interleave,
+                  "V: let the templates give each device 2 to V model chunks where that plays faster, as "
+                  "oobleck-plan --interleave (every policy but bamboo; stragglers then ignored or evicted, not "
+                  "mitigated; default 1: never)")
+      ->check(CLI::Range(1, 64));
   // Every policy plans for it and plays its iterations with it.
   cli::add_gradient_sync_options(cmd, flags.gradient_sync);
   cmd->add_option("--stragglers", flags.stragglers,
                   "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
                   "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "
-                  "re-plan), or all");
+                  "re-plan), or all (the default; with --interleave, ignore,evict)");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,
@@ -364,10 +369,12 @@ int run_replay(const ReplayFlags& flags) {
   options.fault_tolerance = flags.fault_tolerance;
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
-  options.stragglers = parse_straggler_handlings(flags.stragglers);
+  options.stragglers =
+      parse_straggler_handlings(!flags.stragglers.empty() ? flags.stragglers : flags.interleave > 1 ? "ignore,evict" : "all");
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
   options.tensor_parallel_nodes = flags.tensor_parallel_nodes;
+  options.interleave = flags.interleave;
   options.gradient_sync = flags.gradient_sync.sync();
   options.gradient_bucket_bytes = flags.gradient_sync.bucket_bytes();
   const auto runs = [&](Policy p) {

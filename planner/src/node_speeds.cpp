@@ -132,7 +132,7 @@ Milliseconds synced_at_speeds(const CostModel& cost, const Plan& plan, const Nod
     for (const Stage& st : pipe.stages) {
       stage_speeds[p].push_back(stage_speed(speeds, pipe, st));
     }
-    runs_played[p] = detail::play_pipeline(cost, pipe.stages, pipe.microbatches, &stage_speeds[p]);
+    runs_played[p] = detail::play_pipeline(cost, pipe.stages, pipe.microbatches, &stage_speeds[p], pipe.interleave);
     if (played) played->push_back(runs_played[p].end_ms);
     runs.push_back({&pipe.stages, runs_played[p].end_ms, &stage_speeds[p], &runs_played[p].last_backward_ms});
   }

@@ -222,6 +222,10 @@ TEST_CASE("interleaved plans: each node count's faster layout, priced as its pip
   const Reconfiguration r = reconfigure(cost, templates, interleaved.plan, {"node3"}, {});
   CHECK(r.plan.interleave == 4);
   CHECK(r.plan.iteration_ms == doctest::Approx(test::synced_iteration_ms(cost, r.plan)).epsilon(1e-9));
-  // Node speeds plan plain pipelines only.
+  // Node speeds plan plain pipelines only, but price interleaved ones as
+  // they play: at full speed the plan's price, slower with a slow node.
   CHECK_THROWS_AS((void)split_at_speeds(cost, interleaved.plan, {{"node1", 0.5}}), InputError);
+  CHECK(iteration_ms_at_speeds(cost, interleaved.plan, {}) == doctest::Approx(interleaved.plan.iteration_ms).epsilon(1e-12));
+  const std::string& busy = interleaved.plan.pipelines.front().nodes.front();
+  CHECK(iteration_ms_at_speeds(cost, interleaved.plan, {{busy, 0.5}}) > interleaved.plan.iteration_ms * 1.1);
 }

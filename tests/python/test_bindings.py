@@ -147,6 +147,23 @@ def test_replay_and_sweep_equal_oobleck_sim(profile, tmp_path):
     assert swept == theirs
 
 
+def test_interleaved_replay_equals_oobleck_sim(tmp_path):
+    big_path = os.path.join(ROOT, "profiles", "gpt3-175b-a100.analytic.json")
+    p3 = os.path.join(ROOT, "traces", "p3-trace.csv")
+    big = oobleck.load_profile(big_path)
+    trace = oobleck.load_trace(p3)
+    ours = oobleck.replay(big, trace, fault_tolerance=1, global_microbatches=128, policies="checkpoint",
+                          interleave=4)
+    theirs = program_json(tmp_path, "oobleck-sim", "replay", "--profile", big_path, "--trace", p3,
+                          "--fault-tolerance", "1", "--global-microbatches", "128", "--policy", "checkpoint",
+                          "--interleave", "4")
+    assert ours == theirs
+    plain = oobleck.replay(big, trace, fault_tolerance=1, global_microbatches=128, policies="checkpoint")
+    assert ours["policies"]["checkpoint"]["samples"] > plain["policies"]["checkpoint"]["samples"]
+    with pytest.raises(oobleck.InputError, match="interleave"):
+        oobleck.replay(big, trace, interleave=0)
+
+
 def test_errors_are_the_programs_messages_as_exceptions(profile, tmp_path):
     with pytest.raises(oobleck.InputError, match=r"broken\.json: format"):
         oobleck.Profile.from_json("{}", "broken.json")

@@ -378,4 +378,20 @@ TEST_CASE("cli: a generated trace with stragglers is written and replays under e
     CHECK(result["policies"].contains(name));
   }
   CHECK_FALSE(result["policies"].contains("checkpoint+mitigate"));
+  // With --interleave the default handlings are ignore and evict; asking
+  // for mitigate is refused, naming the trace.
+  const Run interleaved = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                                " --fault-tolerance 1 --global-microbatches 64 --policy oobleck --interleave 2 --json " +
+                                s.str("i.json"));
+  INFO(interleaved.err);
+  REQUIRE(interleaved.status == 0);
+  const json doc = json::parse(s.read("i.json"));
+  CHECK(doc["policies"].contains("oobleck+evict"));
+  CHECK_FALSE(doc["policies"].contains("oobleck+mitigate"));
+  const Run refused = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                            " --fault-tolerance 1 --global-microbatches 64 --interleave 2 --stragglers all --json " +
+                            s.str("x.json"));
+  CHECK(refused.status == 2);
+  CHECK(refused.err.find("t.csv: the trace slows nodes") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("x.json")));
 }

@@ -31,7 +31,7 @@ namespace {
 class BambooPolicy final : public PolicyModel {
  public:
   BambooPolicy(const Job& job) : PolicyModel(job, Policy::bamboo) {
-    const auto& templates = job.cluster.templates.templates;
+    const auto& templates = job.templates_without_interleaving().templates;
     std::string why;
     for (const auto& t : templates) {
       std::string reason;

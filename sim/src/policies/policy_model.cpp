@@ -39,19 +39,29 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   try {
     cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
                            options.recompute, options.gradient_sync, options.gradient_bucket_bytes,
-                           options.tensor_parallel_nodes);
+                           options.tensor_parallel_nodes, 1, options.interleave);
   } catch (const NoPlanError& e) {
     peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
                         " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
     if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
     cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute,
-                           options.gradient_sync, options.gradient_bucket_bytes, options.tensor_parallel_nodes);
+                           options.gradient_sync, options.gradient_bucket_bytes, options.tensor_parallel_nodes, 1,
+                           options.interleave);
   }
   cost.emplace(profile, cluster.templates.microbatches);
   cost->set_recompute(options.recompute);  // as the templates were made
   cost->set_tensor_parallel_nodes(options.tensor_parallel_nodes);
   cost->set_gradient_sync(options.gradient_sync);
   cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
+  // Where interleaving plays faster the templates interleave, and re-plans
+  // (templates grown for more nodes among them) may too.
+  cost->set_interleave(cluster.plan.interleave);
+  const auto interleaved = [](const PipelineTemplate& t) { return t.interleave > 1; };
+  if (std::any_of(cluster.templates.templates.begin(), cluster.templates.templates.end(), interleaved)) {
+    CostModel plain = *cost;
+    plain.set_interleave(1);
+    plain_templates = build_templates(plain, cluster.templates.max_nodes);
+  }
   // (The cost model prices optimizer steps at the profile's rate, set above,
   // as simulate_iteration plays them.)
   samples_per_iteration = options.global_microbatches * profile.microbatch_size;
@@ -112,7 +122,7 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
   std::vector<std::vector<double>> shapes;
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const Pipeline& pipeline = plan.pipelines[p];
-    std::vector<double> shape = {static_cast<double>(pipeline.microbatches)};
+    std::vector<double> shape = {static_cast<double>(pipeline.microbatches), static_cast<double>(pipeline.interleave)};
     for (const auto& st : pipeline.stages) {
       shape.insert(shape.end(), {static_cast<double>(st.layer_begin), static_cast<double>(st.layer_end),
                                  static_cast<double>(st.gpus), static_cast<double>(st.node)});

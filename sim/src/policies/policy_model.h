@@ -33,6 +33,11 @@ struct Job {
   // a plan with f = 0, for the policies that need no replicas).
   std::string peak_plan_problem;
   std::optional<CostModel> cost;
+  // The templates without interleaving, where `cluster`'s interleave.
+  std::optional<TemplateSet> plain_templates;
+  [[nodiscard]] const TemplateSet& templates_without_interleaving() const {
+    return plain_templates ? *plain_templates : cluster.templates;
+  }
   int samples_per_iteration = 0;
   Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
   // Each trace event's node as a number, 0 .. node_count - 1 in order of

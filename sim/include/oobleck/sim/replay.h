@@ -125,6 +125,13 @@ struct ReplayOptions {
   RecomputePolicy recompute = RecomputePolicy::none;
   // How many whole nodes one stage may span (oobleck-plan --tensor-parallel-nodes).
   int tensor_parallel_nodes = 1;
+  // Model chunks a device may hold (oobleck-plan --interleave): the plans
+  // of every policy but Bamboo's (whose redundant computation pairs a node
+  // with its successor's stages) may interleave where that plays faster.
+  // Stragglers are then not mitigated: plans at node speeds are of plain
+  // pipelines (InputError where the trace slows nodes and `stragglers`
+  // has mitigate).
+  int interleave = 1;
   // When the gradients are all-reduced, as every policy's plans assume and
   // its iterations are played (oobleck-plan --gradient-sync).
   GradientSync gradient_sync = GradientSync::per_layer;
