@@ -9,12 +9,76 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
+// A stage's place: its degree and first node.
+struct Device {
+  int degree = 0;
+  int node = 0;
+};
+
+// Devices of degree t filling nodes [first, first + count), in order; empty
+// where t does not fill them.
+std::vector<Device> devices_of(int t, int gpus, int first, int count) {
+  const int span = t > gpus ? t / gpus : 1;  // nodes a stage takes
+  if (count % span != 0) return {};
+  const int per_node = t > gpus ? 1 : gpus / t;
+  std::vector<Device> out;
+  for (int s = 0; s < count / span * per_node; ++s) out.push_back({t, first + s / per_node * span});
+  return out;
+}
+
+// The layers over `devices` by min-max bisection of the largest stage's
+// compute, with a greedy that respects memory; none where nothing fits.
+std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std::vector<Device>& devices, Recompute r) {
+  const int layers = cost.layers();
+  const int gpus = cost.gpus_per_node();
+  const int count = static_cast<int>(devices.size());
+  if (count == 0 || count > layers) return std::nullopt;
+  auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
+    std::vector<Stage> stages;
+    int begin = 0;
+    for (int s = 0; s < count; ++s) {
+      const int t = devices[static_cast<std::size_t>(s)].degree;
+      const int in_flight = std::min(cost.microbatches(), count - s);
+      const int last_end = layers - (count - s - 1);
+      int end = begin + 1;
+      if (cost.stage_compute_ms(begin, end, t, r) > limit || !cost.stage_fits(begin, end, t, in_flight, r)) {
+        return std::nullopt;
+      }
+      while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t, r) <= limit &&
+             cost.stage_fits(begin, end + 1, t, in_flight, r)) {
+        ++end;
+      }
+      if (s == count - 1 && end != layers) return std::nullopt;
+      stages.push_back({begin, end, t, devices[static_cast<std::size_t>(s)].node, r, t > gpus ? t / gpus : 1});
+      begin = end;
+    }
+    return stages;
+  };
+  double lo = 0, hi = 0;
+  for (const Device& d : devices) hi = std::max(hi, cost.stage_compute_ms(0, layers, d.degree, r));
+  auto found = greedy(hi);
+  if (!found) return std::nullopt;
+  for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+    const double mid = lo + (hi - lo) / 2;
+    if (auto stages = greedy(mid)) {
+      found = std::move(stages);
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 // A balanced layout: j stages of G/j GPUs on every node (or one stage on
-// every k nodes, at degree k G), layers split by
-// min-max bisection with a greedy that respects memory. Not optimal; it seeds
-// the exact search with an upper bound whose slowest stage is near the least
+// every k nodes, at degree k G), layers split by min-max bisection with a
+// greedy that respects memory. Where no one degree fills the nodes with at
+// most a stage a layer (an odd node count above the layer count, with
+// stages over two nodes), the fewest stages over k nodes that let whole-
+// node stages fill the rest, first or last. Not optimal; it seeds the
+// exact search with an upper bound whose slowest stage is near the least
 // possible, so the walk down the Pareto front can start near its bottom.
 std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes) {
   const int layers = cost.layers();
@@ -24,48 +88,30 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
   // Recomputing where the templates may choose not to costs time for
   // nothing here: the seed recomputes only when every stage must.
   const Recompute r = cost.recompute_choices().front();
-  for (int t : cost.degrees()) {
-    const int span = t > gpus ? t / gpus : 1;  // nodes a stage takes
-    if (nodes % span != 0) continue;
-    const int per_node = t > gpus ? 1 : gpus / t;
-    const int count = nodes / span * per_node;
-    if (count > layers) continue;
-    auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
-      std::vector<Stage> stages;
-      int begin = 0;
-      for (int s = 0; s < count; ++s) {
-        const int in_flight = std::min(cost.microbatches(), count - s);
-        const int last_end = layers - (count - s - 1);
-        int end = begin + 1;
-        if (cost.stage_compute_ms(begin, end, t, r) > limit || !cost.stage_fits(begin, end, t, in_flight, r)) {
-          return std::nullopt;
-        }
-        while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t, r) <= limit &&
-               cost.stage_fits(begin, end + 1, t, in_flight, r)) {
-          ++end;
-        }
-        if (s == count - 1 && end != layers) return std::nullopt;
-        stages.push_back({begin, end, t, s / per_node * span, r, span});
-        begin = end;
-      }
-      return stages;
-    };
-    double lo = 0, hi = cost.stage_compute_ms(0, layers, t, r);
-    auto found = greedy(hi);
-    if (!found) continue;
-    for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
-      const double mid = lo + (hi - lo) / 2;
-      if (auto stages = greedy(mid)) {
-        found = std::move(stages);
-        hi = mid;
-      } else {
-        lo = mid;
-      }
-    }
+  const auto consider = [&](const std::vector<Device>& devices) {
+    auto found = split_layers(cost, devices, r);
+    if (!found) return;
     const double time = cost.pipeline_ms(*found, cost.microbatches());
     if (time < best_time) {
       best_time = time;
       best = std::move(found);
+    }
+  };
+  for (int t : cost.degrees()) consider(devices_of(t, gpus, 0, nodes));
+  if (best) return best;
+  for (int wide : cost.degrees()) {
+    if (wide <= gpus) continue;
+    const int span = wide / gpus;
+    // j wide stages and one stage on each other node: j + nodes - j span <= layers.
+    for (int j = 1; j * span <= nodes; ++j) {
+      if (j + nodes - j * span > layers) continue;
+      std::vector<Device> first = devices_of(wide, gpus, 0, j * span), rest = devices_of(gpus, gpus, j * span, nodes - j * span);
+      first.insert(first.end(), rest.begin(), rest.end());
+      consider(first);
+      std::vector<Device> last = devices_of(gpus, gpus, 0, nodes - j * span), tail = devices_of(wide, gpus, nodes - j * span, j * span);
+      last.insert(last.end(), tail.begin(), tail.end());
+      consider(last);
+      break;
     }
   }
   return best;

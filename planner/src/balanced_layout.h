@@ -8,8 +8,10 @@
 
 namespace oobleck::detail {
 
-// j stages of G/j GPUs on every one of `nodes` nodes, layers split evenly by
-// compute within memory; the best such layout over j, nullopt when none fits.
+// j stages of G/j GPUs on every one of `nodes` nodes (or one on every k
+// nodes), layers split evenly by compute within memory; the best such
+// layout over j, or where none fills the nodes with at most a stage a layer,
+// the fewest stages over k nodes beside one a node; nullopt when none fits.
 [[nodiscard]] std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes);
 
 }  // namespace oobleck::detail

@@ -52,7 +52,8 @@ bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> fou
   }
   // (Strictly below this solve's bound too, should rounding put the
   // answer's mu, summed in another order than the programme's, on it.)
-  w.bound = std::min({mu, (w.best_suffix - sigma) / mult, std::nextafter(w.bound, 0.0)});
+  w.highest_bound = std::min(mu, std::nextafter(w.bound, 0.0));
+  w.bound = std::min(w.highest_bound, (w.best_suffix - sigma) / mult);
   return true;
 }
 

@@ -17,7 +17,13 @@ inline constexpr double kNoBound = std::numeric_limits<double>::infinity();
 // One node count's walk down the Pareto front of (sigma, mu).
 struct Walk {
   bool active = true;
-  double bound = kNoBound;  // next solve: every stage strictly below this
+  // The next solve's bound on the steady period (every stage strictly
+  // below it) may be anything from `bound` to `highest_bound`: the front's
+  // points in between cannot beat the best, so a solve there returns the
+  // same useful points as one at `bound`. Walks whose ranges meet share a
+  // solve.
+  double bound = kNoBound;
+  double highest_bound = kNoBound;
   // The least T(M) seen with the suffixes' period, which steers the walk,
   // and the layout seen with the least full price, which it returns.
   double best_suffix = kNoBound;
@@ -29,8 +35,9 @@ struct Walk {
 // layout as its best so far.
 std::vector<Walk> seeded_walks(const CostModel& cost, int searched);
 
-// Takes a solve's answer for the walk's node count: keeps it when it beats
-// the best, then ends the walk or lowers its bound. Whether it goes on.
+// Takes the answer of a solve at `w.bound` for the walk's node count: keeps
+// it when it beats the best, then ends the walk or lowers its bounds.
+// Whether it goes on.
 bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> found, const CostModel& cost,
                double mu_floor);
 

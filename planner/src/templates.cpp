@@ -24,10 +24,14 @@
 // answer walks the Pareto front of (sigma, mu) from the top.
 // Templates not yet seen have sigma >= the last answer's, so the walk for n
 // jumps to K = (best T - sigma) / (M-1) and stops once sigma + (M-1) * (a lower
-// bound on mu) cannot beat the best. A balanced layout (min-max split with
-// equal degrees) seeds the best T, so that on fronts where sigma is flat
-// (uniform layers) the walk starts near its bottom instead of stepping down
-// through every tie.
+// bound on mu) cannot beat the best. Any bound from that jump up to just
+// below the answer's mu finds the same useful points (the front's points in
+// between cannot beat the best), so a solve at the highest bound open
+// serves every walk whose range holds it: walks in step share solves. A
+// balanced layout (min-max split with equal degrees, or with the fewest
+// stages over several nodes where no one degree fills them) seeds the best
+// T, so that on fronts where sigma is flat (uniform layers) the walk starts
+// near its bottom instead of stepping down through every tie.
 //
 // A stage is one of the cost model's variants: a degree t, and whether it
 // recomputes its activations, selectively or fully (when the cost model's
@@ -429,26 +433,31 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   TemplateSearch search(cost, searched);
   std::vector<Walk> walk = seeded_walks(cost, searched);
   int runs = 0;
-  // Each solve serves every walk at the highest bound still open.
+  // Each solve is at the highest bound still open, and serves every walk
+  // whose range of bounds holds it.
+  const auto serves = [](const Walk& w, double bound) {
+    return w.active && w.bound <= bound && bound <= w.highest_bound;
+  };
   while (true) {
     double bound = -1;
-    int gpu_limit = 0;
     for (int n = 1; n <= searched; ++n) {
       if (walk[n].active && walk[n].bound > bound) bound = walk[n].bound;
     }
     if (bound < 0) break;
+    int gpu_limit = 0;
     for (int n = 1; n <= searched; ++n) {
-      if (walk[n].active && walk[n].bound == bound) gpu_limit = n * gpus;
+      if (serves(walk[n], bound)) gpu_limit = n * gpus;
     }
     search.solve(bound, gpu_limit);
     ++runs;
     int still_active = 0;
     for (int n = 1; n <= searched; ++n) {
       Walk& w = walk[n];
-      if (!w.active || w.bound != bound) {
+      if (!serves(w, bound)) {
         still_active += w.active;
         continue;
       }
+      w.bound = bound;
       still_active += step_down(w, search.best(n), cost, mu_floors.at(n));
     }
     if (progress) {
