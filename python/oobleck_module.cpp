@@ -312,7 +312,7 @@ PYBIND11_MODULE(oobleck, m) {
       "replay",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, int fault_tolerance,
          int global_microbatches, const std::string& policies, const py::object& scenario, const std::string& recompute,
-         bool timeline, int tensor_parallel_nodes, int interleave) {
+         bool timeline, int tensor_parallel_nodes, int interleave, int pipelines_per_node) {
         sim::ReplayOptions options;
         options.fault_tolerance = fault_tolerance;
         options.global_microbatches = global_microbatches;
@@ -323,7 +323,10 @@ PYBIND11_MODULE(oobleck, m) {
           throw InputError("interleave: expected 1 to 64 chunks a device, got " + std::to_string(interleave));
         }
         options.interleave = interleave;
-        if (interleave > 1) options.stragglers = {sim::StragglerHandling::ignore, sim::StragglerHandling::evict};
+        options.pipelines_per_node = pipelines_per_node;  // (plan_cluster checks it)
+        if (interleave > 1 || pipelines_per_node != 1) {
+          options.stragglers = {sim::StragglerHandling::ignore, sim::StragglerHandling::evict};
+        }
         const sim::Scenario parsed = scenario_from(scenario);
         sim::ReplayResult result;
         {
@@ -349,10 +352,11 @@ PYBIND11_MODULE(oobleck, m) {
       py::arg("profile"), py::arg("trace"), py::arg("fault_tolerance") = 1, py::arg("global_microbatches") = 1,
       py::arg("policies") = "all", py::arg("scenario") = py::none(), py::arg("recompute") = "none",
       py::arg("timeline") = false, py::arg("tensor_parallel_nodes") = 1, py::arg("interleave") = 1,
+      py::arg("pipelines_per_node") = 1,
       "Replays the trace under each policy (oobleck-sim replay) into its JSON document as a dict; the scenario "
       "is a dict or a file's path. timeline=True adds \"timeline\": {policy: [(time_s, nodes, pipelines, "
-      "samples_per_s), ...]}. interleave=V lets the plans give a device 2 to V model chunks (stragglers then "
-      "ignored or evicted, not mitigated)");
+      "samples_per_s), ...]}. interleave=V lets the plans give a device 2 to V model chunks, pipelines_per_node=R "
+      "puts R pipelines on every node (0 chooses R); with either, stragglers are ignored or evicted, not mitigated");
   m.def(
       "sweep",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, const std::vector<int>& fault_tolerances,

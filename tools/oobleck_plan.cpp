@@ -14,6 +14,7 @@
 
 #include "cli_io.h"
 #include "gradient_sync_flags.h"
+#include "pipelines_per_node_flag.h"
 #include "plan_tables.h"
 #include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
@@ -156,18 +157,6 @@ struct InstantiateFlags {
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
 
-// --pipelines-per-node: a divisor of the GPUs per node, or auto (0).
-int parse_pipelines_per_node(const std::string& given, int gpus_per_node) {
-  if (given == "auto") return 0;
-  char* end = nullptr;
-  const long r = std::strtol(given.c_str(), &end, 10);
-  if (given.empty() || *end != '\0' || r < 1 || gpus_per_node % r != 0) {
-    throw InputError("--pipelines-per-node " + quoted_excerpt(given) + ": expected auto or a divisor of the " +
-                     std::to_string(gpus_per_node) + " GPUs per node");
-  }
-  return static_cast<int>(r);
-}
-
 // --node-speed NAME=FACTOR, each; InputError naming the bad one.
 NodeSpeeds parse_node_speeds(const std::vector<std::string>& given) {
   NodeSpeeds out;
@@ -224,9 +213,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   add_recompute_option(cmd, f.recompute);
   cli::add_gradient_sync_options(cmd, f.gradient_sync);
   add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
-  cmd->add_option("--pipelines-per-node", f.pipelines_per_node,
-                  "R: pipelines sharing each node, each on G/R of its GPUs, for models that fit on part of a "
-                  "node (default 1: every pipeline on whole nodes); auto plans every R and keeps the fastest");
+  cmd->add_option("--pipelines-per-node", f.pipelines_per_node, cli::kPipelinesPerNodeHelp);
   add_interleave_option(cmd, f.interleave);
   return cmd;
 }
@@ -270,7 +257,7 @@ int run_instantiate(const InstantiateFlags& f) {
   };
   const NodeSpeeds speeds = parse_node_speeds(f.node_speeds);
   check_node_speeds(speeds, names, "--node-speed");
-  const int pipelines_per_node = parse_pipelines_per_node(f.pipelines_per_node, profile.hardware.gpus_per_node);
+  const int pipelines_per_node = cli::parse_pipelines_per_node(f.pipelines_per_node, profile.hardware.gpus_per_node);
   if (pipelines_per_node != 1 && !speeds.empty()) {
     std::cerr << "oobleck-plan instantiate: --node-speed plans pipelines on whole nodes: leave out "
                  "--pipelines-per-node\n";

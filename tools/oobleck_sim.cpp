@@ -17,6 +17,7 @@
 
 #include "cli_io.h"
 #include "gradient_sync_flags.h"
+#include "pipelines_per_node_flag.h"
 #include "oobleck/common/event_lines.h"
 #include "oobleck/common/files.h"
 #include "oobleck/planner.h"
@@ -58,6 +59,7 @@ struct ReplayFlags {
   std::string policies = "all", timeline_out, plot_out, decisions_out, recompute = "none", stragglers;
   cli::GradientSyncFlags gradient_sync;
   int tensor_parallel_nodes = 1, interleave = 1;
+  std::string pipelines_per_node = "1";
 };
 
 struct SweepFlags {
@@ -167,6 +169,10 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
                   "oobleck-plan --interleave (every policy but bamboo; stragglers then ignored or evicted, not "
                   "mitigated; default 1: never)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--pipelines-per-node", flags.pipelines_per_node,
+                  std::string(cli::kPipelinesPerNodeHelp) +
+                      ", as oobleck-plan --pipelines-per-node (every policy but bamboo; stragglers then ignored or "
+                      "evicted, not mitigated)");
   // Every policy plans for it and plays its iterations with it.
   cli::add_gradient_sync_options(cmd, flags.gradient_sync);
   cmd->add_option("--stragglers", flags.stragglers,
@@ -370,11 +376,14 @@ int run_replay(const ReplayFlags& flags) {
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
   options.stragglers =
-      parse_straggler_handlings(!flags.stragglers.empty() ? flags.stragglers : flags.interleave > 1 ? "ignore,evict" : "all");
+      parse_straggler_handlings(!flags.stragglers.empty()                                ? flags.stragglers
+                                : flags.interleave > 1 || flags.pipelines_per_node != "1" ? "ignore,evict"
+                                                                                          : "all");
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
   options.tensor_parallel_nodes = flags.tensor_parallel_nodes;
   options.interleave = flags.interleave;
+  options.pipelines_per_node = cli::parse_pipelines_per_node(flags.pipelines_per_node, in.profile.hardware.gpus_per_node);
   options.gradient_sync = flags.gradient_sync.sync();
   options.gradient_bucket_bytes = flags.gradient_sync.bucket_bytes();
   const auto runs = [&](Policy p) {

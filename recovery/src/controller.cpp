@@ -485,7 +485,9 @@ bool Controller::can_roll_back_losing(const std::vector<std::string>& nodes) con
 // ---------------------------------------------------------------- planning
 
 const TemplateSet& Controller::templates_for(int nodes) {
-  if (templates_->max_nodes < nodes) {
+  // Pipelines sharing nodes have their one template on part of a node,
+  // whatever the node count.
+  if (templates_->max_nodes < nodes && cost_.pipelines_per_node() == 1) {
     grown_ = build_templates(cost_, std::max(nodes, 2 * templates_->max_nodes));
     templates_ = &grown_;
   }
@@ -498,9 +500,15 @@ const TemplateSet& Controller::templates_for(int nodes) {
 Plan Controller::plan_for(const std::vector<std::string>& nodes) {
   if (nodes.empty()) throw NoPlanError("no node left");
   const TemplateSet& templates = templates_for(static_cast<int>(nodes.size()));
+  const PipelineTemplate* shared = nullptr;
+  if (cost_.pipelines_per_node() > 1) {
+    if (templates.templates.empty()) throw NoPlanError("no pipeline template fits on part of a node");
+    shared = &templates.templates.front();
+  }
   for (int f = options_.fault_tolerance;; --f) {
     try {
-      Plan plan = instantiate(cost_, templates, nodes, f, options_.global_microbatches);
+      Plan plan = shared ? instantiate_sharing_nodes(cost_, *shared, nodes, f, options_.global_microbatches)
+                         : instantiate(cost_, templates, nodes, f, options_.global_microbatches);
       if (plan.pipelines.empty()) throw NoPlanError("too few nodes left for any pipeline template");
       plan.fault_tolerance = options_.fault_tolerance;  // what later recoveries aim for again
       return plan;
@@ -627,12 +635,15 @@ void Controller::set_current(std::shared_ptr<const Generation> generation) {
   current_ = std::move(generation);
   const Plan& plan = current_->plan;
   ranked_.clear();
-  for (const auto& p : plan.pipelines) ranked_.insert(ranked_.end(), p.nodes.begin(), p.nodes.end());
-  trainers_ = static_cast<int>(ranked_.size());
-  ranked_.insert(ranked_.end(), plan.spare_nodes.begin(), plan.spare_nodes.end());
-  gone_.assign(ranked_.size(), 0);
   rank_index_.clear();
-  for (std::size_t r = 0; r < ranked_.size(); ++r) rank_index_.emplace(ranked_[r], static_cast<int>(r));
+  // Each node once, where pipelines share it.
+  const auto rank = [this](const std::string& node) {
+    if (rank_index_.emplace(node, static_cast<int>(ranked_.size())).second) ranked_.push_back(node);
+  };
+  for (const auto& p : plan.pipelines) std::for_each(p.nodes.begin(), p.nodes.end(), rank);
+  trainers_ = static_cast<int>(ranked_.size());
+  std::for_each(plan.spare_nodes.begin(), plan.spare_nodes.end(), rank);
+  gone_.assign(ranked_.size(), 0);
 }
 
 Actions Controller::no_plan(const std::string& why, bool rolled_back) {

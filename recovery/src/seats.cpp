@@ -23,11 +23,7 @@ std::vector<Seat> seats_of(const Plan& plan) {
   return out;
 }
 
-int node_count(const Plan& plan) {
-  std::size_t count = plan.spare_nodes.size();
-  for (const auto& p : plan.pipelines) count += p.nodes.size();
-  return static_cast<int>(count);
-}
+int node_count(const Plan& plan) { return plan_node_count(plan); }
 
 std::vector<std::string> trainer_nodes(const Plan& plan) {
   std::vector<std::string> out;

@@ -147,21 +147,26 @@ def test_replay_and_sweep_equal_oobleck_sim(profile, tmp_path):
     assert swept == theirs
 
 
-def test_interleaved_replay_equals_oobleck_sim(tmp_path):
-    big_path = os.path.join(ROOT, "profiles", "gpt3-175b-a100.analytic.json")
+@pytest.mark.parametrize("profile_name, batch, keywords, flags, bad", [
+    ("gpt3-175b-a100.analytic.json", 128, {"interleave": 4}, ["--interleave", "4"], ({"interleave": 0}, "interleave")),
+    ("gpt3-1.3b-h100.analytic.json", 512, {"pipelines_per_node": 0}, ["--pipelines-per-node", "auto"],
+     ({"pipelines_per_node": 3}, "pipelines per node")),
+])
+def test_replay_of_interleaved_or_shared_node_plans_equals_oobleck_sim(tmp_path, profile_name, batch, keywords, flags,
+                                                                       bad):
+    path = os.path.join(ROOT, "profiles", profile_name)
     p3 = os.path.join(ROOT, "traces", "p3-trace.csv")
-    big = oobleck.load_profile(big_path)
+    loaded = oobleck.load_profile(path)
     trace = oobleck.load_trace(p3)
-    ours = oobleck.replay(big, trace, fault_tolerance=1, global_microbatches=128, policies="checkpoint",
-                          interleave=4)
-    theirs = program_json(tmp_path, "oobleck-sim", "replay", "--profile", big_path, "--trace", p3,
-                          "--fault-tolerance", "1", "--global-microbatches", "128", "--policy", "checkpoint",
-                          "--interleave", "4")
+    ours = oobleck.replay(loaded, trace, fault_tolerance=1, global_microbatches=batch, policies="checkpoint",
+                          **keywords)
+    theirs = program_json(tmp_path, "oobleck-sim", "replay", "--profile", path, "--trace", p3, "--fault-tolerance",
+                          "1", "--global-microbatches", str(batch), "--policy", "checkpoint", *flags)
     assert ours == theirs
-    plain = oobleck.replay(big, trace, fault_tolerance=1, global_microbatches=128, policies="checkpoint")
+    plain = oobleck.replay(loaded, trace, fault_tolerance=1, global_microbatches=batch, policies="checkpoint")
     assert ours["policies"]["checkpoint"]["samples"] > plain["policies"]["checkpoint"]["samples"]
-    with pytest.raises(oobleck.InputError, match="interleave"):
-        oobleck.replay(big, trace, interleave=0)
+    with pytest.raises(oobleck.InputError, match=bad[1]):
+        oobleck.replay(loaded, trace, **bad[0])
 
 
 def test_errors_are_the_programs_messages_as_exceptions(profile, tmp_path):

@@ -394,4 +394,16 @@ TEST_CASE("cli: a generated trace with stragglers is written and replays under e
   CHECK(refused.status == 2);
   CHECK(refused.err.find("t.csv: the trace slows nodes") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path("x.json")));
+  // So with pipelines sharing nodes; R must divide the GPUs per node.
+  const Run shared = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                           " --fault-tolerance 1 --global-microbatches 64 --policy oobleck --pipelines-per-node 2 --json " +
+                           s.str("s.json"));
+  INFO(shared.err);
+  REQUIRE(shared.status == 0);
+  CHECK_FALSE(json::parse(s.read("s.json"))["policies"].contains("oobleck+mitigate"));
+  const Run odd = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                        " --fault-tolerance 1 --global-microbatches 64 --pipelines-per-node 3 --json " + s.str("o.json"));
+  CHECK(odd.status == 2);
+  CHECK(odd.err.find("--pipelines-per-node \"3\": expected auto or a divisor") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.path("o.json")));
 }

@@ -109,18 +109,51 @@ TEST_CASE("replay: interleaved plans: the books add up, deterministic, faster it
   }
 }
 
-TEST_CASE("replay: interleaving refuses to mitigate stragglers, naming the trace; it ignores or evicts them") {
-  const Trace trace = trace_of(start_with(8) + "7200000,slow,node3,0.5\n14400000,add,node99\n");
+TEST_CASE("replay: pipelines sharing nodes: the books add up, deterministic, faster for the policies that plan them, Bamboo's unchanged") {
+  // GPT-3 1.3B on the p3 trace's H100 nodes, B = 512: a pipeline on part of
+  // a node trains faster than whole-node ones (shorter fill and drain).
+  const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-h100.analytic.json");
+  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
   ReplayOptions options;
   options.fault_tolerance = 1;
-  options.global_microbatches = 16;
-  options.interleave = 2;
-  CHECK_THROWS_WITH_AS(replay(gpt3_1_3b(), trace, options),
-                       doctest::Contains("test trace: the trace slows nodes, and mitigating stragglers"), InputError);
-  options.stragglers = {StragglerHandling::ignore, StragglerHandling::evict};
-  const ReplayResult result = replay(gpt3_1_3b(), trace, options);
-  check_books(result);
-  CHECK(result.policies.size() == 2 * std::size(kAllPolicies));
+  options.global_microbatches = 512;
+  const ReplayResult whole = replay(profile, trace, options);
+  options.pipelines_per_node = 0;  // every divisor of G, the fastest kept
+  const ReplayResult sharing = replay(profile, trace, options);
+  check_books(sharing);
+  options.parallel = false;
+  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(sharing));
+  REQUIRE(sharing.policies.size() == whole.policies.size());
+  for (std::size_t i = 0; i < sharing.policies.size(); ++i) {
+    const PolicyResult& a = whole.policies[i];
+    const PolicyResult& b = sharing.policies[i];
+    CAPTURE(policy_name(b.policy));
+    CHECK(b.runnable);
+    if (b.policy == Policy::bamboo) {
+      CHECK(b.samples == a.samples);  // Bamboo's pipelines stay on whole nodes
+      CHECK(b.time.training_ms == a.time.training_ms);
+    } else {
+      CHECK(b.samples_per_s > 1.1 * a.samples_per_s);
+    }
+  }
+}
+
+TEST_CASE("replay: interleaving or sharing nodes refuses to mitigate stragglers, naming the trace; it ignores or evicts them") {
+  const Trace trace = trace_of(start_with(8) + "7200000,slow,node3,0.5\n14400000,add,node99\n");
+  for (const auto& [interleave, pipelines_per_node] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(interleave);
+    ReplayOptions options;
+    options.fault_tolerance = 1;
+    options.global_microbatches = 16;
+    options.interleave = interleave;
+    options.pipelines_per_node = pipelines_per_node;
+    CHECK_THROWS_WITH_AS(replay(gpt3_1_3b(), trace, options),
+                         doctest::Contains("test trace: the trace slows nodes, and mitigating stragglers"), InputError);
+    options.stragglers = {StragglerHandling::ignore, StragglerHandling::evict};
+    const ReplayResult result = replay(gpt3_1_3b(), trace, options);
+    check_books(result);
+    CHECK(result.policies.size() == 2 * std::size(kAllPolicies));
+  }
 }
 
 TEST_CASE("replay: same inputs, byte-identical outputs, in parallel or not") {

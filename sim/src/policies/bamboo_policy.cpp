@@ -31,7 +31,8 @@ namespace {
 class BambooPolicy final : public PolicyModel {
  public:
   BambooPolicy(const Job& job) : PolicyModel(job, Policy::bamboo) {
-    const auto& templates = job.templates_without_interleaving().templates;
+    cost_ = &job.plain_cost_model();
+    const auto& templates = job.plain_cluster().templates.templates;
     std::string why;
     for (const auto& t : templates) {
       std::string reason;
@@ -62,7 +63,7 @@ class BambooPolicy final : public PolicyModel {
   // A node keeps its own stages (with their in-flight activations) and its
   // successor's weights, optimizer state and one microbatch of activations.
   bool redundancy_fits(const PipelineTemplate& t, std::string& reason) const {
-    const CostModel& cost = *job_.cost;
+    const CostModel& cost = this->cost();
     if (t.nodes < 2) {
       reason = "a 1-node pipeline has no neighbour to hold its layers";
       return false;
@@ -96,7 +97,7 @@ class BambooPolicy final : public PolicyModel {
   // stage's redundant forward work.
   std::pair<Pipeline, std::vector<Milliseconds>> degraded(const PipelineTemplate& t, int microbatches,
                                                           const std::vector<bool>& failed) const {
-    const CostModel& cost = *job_.cost;
+    const CostModel& cost = this->cost();
     // Who runs each position's layers: itself, or the live node before it
     // (the first position's layers go to the node after it).
     std::vector<int> runner(t.nodes);
@@ -171,7 +172,7 @@ class BambooPolicy final : public PolicyModel {
         if (t->max_microbatches > 0 && most > t->max_microbatches) continue;
         Layout layout{t, pipelines, {}, 0};
         for (int i = 0; i < pipelines; ++i) layout.microbatches.push_back(B / pipelines + (i < B % pipelines ? 1 : 0));
-        candidates.emplace_back(t->iteration_ms_for(most) + job_.cost->gradient_sync_ms(pipelines), std::move(layout));
+        candidates.emplace_back(t->iteration_ms_for(most) + cost().gradient_sync_ms(pipelines), std::move(layout));
       }
       std::stable_sort(candidates.begin(), candidates.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -297,7 +298,7 @@ class BambooPolicy final : public PolicyModel {
             Bytes node_bytes = 0;
             for (const auto& st : layout_->pipeline->stages) {
               if (st.node == static_cast<int>(r) || st.node == static_cast<int>((r + 1) % members_[i].size())) {
-                node_bytes += job_.cost->state_bytes(st.layer_begin, st.layer_end);
+                node_bytes += cost().state_bytes(st.layer_begin, st.layer_end);
               }
             }
             copied = std::max(copied, node_bytes);

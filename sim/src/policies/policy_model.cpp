@@ -36,31 +36,37 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   const int peak = std::max(1, trace.peak_nodes());
   std::vector<std::string> names;
   for (int i = 0; i < peak; ++i) names.push_back("node" + std::to_string(i));
-  try {
-    cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
-                           options.recompute, options.gradient_sync, options.gradient_bucket_bytes,
-                           options.tensor_parallel_nodes, 1, options.interleave);
-  } catch (const NoPlanError& e) {
-    peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
-                        " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
-    if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
-    cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute,
-                           options.gradient_sync, options.gradient_bucket_bytes, options.tensor_parallel_nodes, 1,
-                           options.interleave);
-  }
-  cost.emplace(profile, cluster.templates.microbatches);
-  cost->set_recompute(options.recompute);  // as the templates were made
-  cost->set_tensor_parallel_nodes(options.tensor_parallel_nodes);
-  cost->set_gradient_sync(options.gradient_sync);
-  cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
-  // Where interleaving plays faster the templates interleave, and re-plans
-  // (templates grown for more nodes among them) may too.
-  cost->set_interleave(cluster.plan.interleave);
-  const auto interleaved = [](const PipelineTemplate& t) { return t.interleave > 1; };
-  if (std::any_of(cluster.templates.templates.begin(), cluster.templates.templates.end(), interleaved)) {
-    CostModel plain = *cost;
-    plain.set_interleave(1);
-    plain_templates = build_templates(plain, cluster.templates.max_nodes);
+  const auto plan_with = [&](int pipelines_per_node, int interleave, ClusterPlan& out_cluster,
+                             std::optional<CostModel>& out_cost) {
+    try {
+      out_cluster = plan_cluster(profile, names, options.fault_tolerance, options.global_microbatches, 0, progress_in,
+                                 options.recompute, options.gradient_sync, options.gradient_bucket_bytes,
+                                 options.tensor_parallel_nodes, pipelines_per_node, interleave);
+    } catch (const NoPlanError& e) {
+      peak_plan_problem = "no plan with f = " + std::to_string(options.fault_tolerance) +
+                          " even on the trace's peak of " + std::to_string(peak) + " nodes: " + e.what();
+      if (options.fault_tolerance == 0) throw NoPlanError(peak_plan_problem);
+      out_cluster = plan_cluster(profile, names, 0, options.global_microbatches, 0, progress_in, options.recompute,
+                                 options.gradient_sync, options.gradient_bucket_bytes, options.tensor_parallel_nodes,
+                                 pipelines_per_node, interleave);
+    }
+    out_cost.emplace(profile, out_cluster.templates.microbatches);
+    out_cost->set_recompute(options.recompute);  // as the templates were made
+    out_cost->set_tensor_parallel_nodes(options.tensor_parallel_nodes);
+    out_cost->set_gradient_sync(options.gradient_sync);
+    out_cost->set_gradient_bucket_bytes(options.gradient_bucket_bytes);
+    // Where interleaving plays faster the templates interleave, and re-plans
+    // (templates grown for more nodes among them) may too; where pipelines
+    // share nodes, every plan has them do so.
+    out_cost->set_interleave(out_cluster.plan.interleave);
+    out_cost->set_pipelines_per_node(out_cluster.plan.pipelines_per_node);
+  };
+  plan_with(options.pipelines_per_node, options.interleave, cluster, cost);
+  if (cluster.plan.pipelines_per_node > 1 || cluster.plan.interleave > 1) {
+    // (The peak's problem is the same without them, or none.)
+    const std::string problem = peak_plan_problem;
+    plan_with(1, 1, plain.emplace(), plain_cost);
+    if (peak_plan_problem.empty()) peak_plan_problem = problem;
   }
   // (The cost model prices optimizer steps at the profile's rate, set above,
   // as simulate_iteration plays them.)
@@ -99,6 +105,7 @@ Milliseconds Job::mean_time_between_bursts(int losses, bool slowdowns_lose) cons
 
 PolicyModel::PolicyModel(const Job& job, Policy policy)
     : job_(job),
+      cost_(&*job.cost),
       overrides_(job.scenario.overrides_for(policy)),
       present_(job.trace.events, job.node_count),
       batch_slot_(job.node_count, kNoEvent),
@@ -113,8 +120,7 @@ PolicyModel::PolicyModel(const Job& job, Policy policy)
 
 Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions& extra) {
   if (overrides_.iteration_ms || !overrides_.iteration_ms_by_nodes.empty()) {
-    int nodes = 0;
-    for (const Pipeline& pipeline : plan.pipelines) nodes += pipeline.template_nodes;
+    const int nodes = plan_node_count(plan) - static_cast<int>(plan.spare_nodes.size());
     if (const auto given = overridden_iteration_ms(overrides_, nodes)) return *given;
   }
   // The key: the multiset of pipeline shapes (stages, microbatches, extra
@@ -148,7 +154,7 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
   options.optimizer_bytes_per_s = job_.profile.hardware.memory_bytes_per_s;
   options.gradient_sync = job_.options.gradient_sync;
   options.gradient_bucket_bytes = job_.options.gradient_bucket_bytes;
-  const Milliseconds t = simulate_iteration(*job_.cost, plan, options).iteration_ms;
+  const Milliseconds t = simulate_iteration(cost(), plan, options).iteration_ms;
   iteration_cache_.emplace(std::move(key), t);
   return t;
 }

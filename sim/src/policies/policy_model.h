@@ -33,11 +33,12 @@ struct Job {
   // a plan with f = 0, for the policies that need no replicas).
   std::string peak_plan_problem;
   std::optional<CostModel> cost;
-  // The templates without interleaving, where `cluster`'s interleave.
-  std::optional<TemplateSet> plain_templates;
-  [[nodiscard]] const TemplateSet& templates_without_interleaving() const {
-    return plain_templates ? *plain_templates : cluster.templates;
-  }
+  // Where `cluster`'s pipelines interleave or share nodes, the cluster
+  // planned with neither, and its cost model (Bamboo's).
+  std::optional<ClusterPlan> plain;
+  std::optional<CostModel> plain_cost;
+  [[nodiscard]] const ClusterPlan& plain_cluster() const { return plain ? *plain : cluster; }
+  [[nodiscard]] const CostModel& plain_cost_model() const { return plain_cost ? *plain_cost : *cost; }
   int samples_per_iteration = 0;
   Bytes model_state_bytes = 0;  // weights and optimizer state of all layers
   // Each trace event's node as a number, 0 .. node_count - 1 in order of
@@ -106,6 +107,9 @@ class PolicyModel {
   void record_point();
 
   const Job& job_;
+  // The cost model its plans are priced with (Bamboo's: the plain one).
+  const CostModel* cost_;
+  [[nodiscard]] const CostModel& cost() const { return *cost_; }
   const Overrides overrides_;  // the scenario's, for this policy
   Engine engine_;
   PolicyResult result_;

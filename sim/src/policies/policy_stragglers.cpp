@@ -74,8 +74,8 @@ double PolicyModel::straggler_slowdown() const {
 
 double PolicyModel::plan_slowdown(const Plan& plan, const NodeSpeeds& speeds) const {
   if (speeds.empty()) return 1;
-  const Milliseconds full = iteration_ms_at_speeds(*job_.cost, plan, {});
-  return full > 0 ? iteration_ms_at_speeds(*job_.cost, plan, speeds) / full : 1;
+  const Milliseconds full = iteration_ms_at_speeds(cost(), plan, {});
+  return full > 0 ? iteration_ms_at_speeds(cost(), plan, speeds) / full : 1;
 }
 
 // Speeds changed: the training in progress goes on at the new pace from

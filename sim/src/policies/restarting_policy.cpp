@@ -27,12 +27,15 @@ const RestartingPolicy::CountPlan& RestartingPolicy::plan_for(int count) {
   if (fresh && count > 0) {
     CountPlan& cp = it->second;
     try {
-      cp.plan = instantiate(*job_.cost, job_.cluster.templates, placeholder_names(count), 0,
-                            job_.options.global_microbatches);
+      const TemplateSet& templates = job_.cluster.templates;
+      cp.plan = job_.cost->pipelines_per_node() > 1 && !templates.templates.empty()
+                    ? instantiate_sharing_nodes(*job_.cost, templates.templates.front(), placeholder_names(count), 0,
+                                                job_.options.global_microbatches)
+                    : instantiate(*job_.cost, templates, placeholder_names(count), 0, job_.options.global_microbatches);
       cp.exists = true;
       cp.iteration_ms = iteration_ms(cp.plan);
       cp.node_state_bytes = largest_node_state(*job_.cost, cp.plan);
-      for (const auto& p : cp.plan.pipelines) cp.used += static_cast<int>(p.nodes.size());
+      cp.used = plan_node_count(cp.plan) - static_cast<int>(cp.plan.spare_nodes.size());
     } catch (const NoPlanError&) {
       cp.exists = false;
     }
@@ -71,14 +74,14 @@ bool RestartingPolicy::growth_helps() {
 
 double RestartingPolicy::straggler_slowdown() const {
   if (!running_) return 1;
+  // Place i (placeholder_names) is the i-th member.
   NodeSpeeds speeds;
-  std::size_t rank = 0;
   for (const auto& p : running_->plan.pipelines) {
     for (const auto& place : p.nodes) {
+      const auto rank = static_cast<std::size_t>(std::stoi(place));
       if (rank < members_.size()) {
         if (const double s = speed_of(members_[rank]); s < 1) speeds[place] = s;
       }
-      ++rank;
     }
   }
   return plan_slowdown(running_->plan, speeds);

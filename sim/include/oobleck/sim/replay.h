@@ -128,10 +128,14 @@ struct ReplayOptions {
   // Model chunks a device may hold (oobleck-plan --interleave): the plans
   // of every policy but Bamboo's (whose redundant computation pairs a node
   // with its successor's stages) may interleave where that plays faster.
-  // Stragglers are then not mitigated: plans at node speeds are of plain
-  // pipelines (InputError where the trace slows nodes and `stragglers`
-  // has mitigate).
   int interleave = 1;
+  // Pipelines sharing each node (oobleck-plan --pipelines-per-node; 0:
+  // every divisor of G, the fastest kept): likewise for every policy but
+  // Bamboo's, whose pipelines stay on whole nodes.
+  // With either, stragglers are not mitigated: plans at node speeds are of
+  // plain pipelines on whole nodes (InputError where the trace slows nodes
+  // and `stragglers` has mitigate).
+  int pipelines_per_node = 1;
   // When the gradients are all-reduced, as every policy's plans assume and
   // its iterations are played (oobleck-plan --gradient-sync).
   GradientSync gradient_sync = GradientSync::per_layer;
