@@ -31,6 +31,11 @@ namespace {
 class BambooPolicy final : public PolicyModel {
  public:
   BambooPolicy(const Job& job) : PolicyModel(job, Policy::bamboo) {
+    if (!job.plain_plan_problem.empty()) {
+      result_.runnable = false;
+      result_.reason = "no plan of pipelines on whole nodes without interleaving: " + job.plain_plan_problem;
+      return;
+    }
     cost_ = &job.plain_cost_model();
     const auto& templates = job.plain_cluster().templates.templates;
     std::string why;

@@ -63,10 +63,15 @@ Job::Job(const Profile& profile_in, const Trace& trace_in, const ReplayOptions& 
   };
   plan_with(options.pipelines_per_node, options.interleave, cluster, cost);
   if (cluster.plan.pipelines_per_node > 1 || cluster.plan.interleave > 1) {
-    // (The peak's problem is the same without them, or none.)
-    const std::string problem = peak_plan_problem;
-    plan_with(1, 1, plain.emplace(), plain_cost);
-    if (peak_plan_problem.empty()) peak_plan_problem = problem;
+    const std::string problem = peak_plan_problem;  // (the oobleck policies', of `cluster`)
+    try {
+      plan_with(1, 1, plain.emplace(), plain_cost);
+    } catch (const NoPlanError& e) {
+      plain.reset();
+      plain_cost.reset();
+      plain_plan_problem = e.what();
+    }
+    peak_plan_problem = problem;
   }
   // (The cost model prices optimizer steps at the profile's rate, set above,
   // as simulate_iteration plays them.)

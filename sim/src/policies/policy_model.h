@@ -37,6 +37,7 @@ struct Job {
   // planned with neither, and its cost model (Bamboo's).
   std::optional<ClusterPlan> plain;
   std::optional<CostModel> plain_cost;
+  std::string plain_plan_problem;  // why there is none, where planning it failed
   [[nodiscard]] const ClusterPlan& plain_cluster() const { return plain ? *plain : cluster; }
   [[nodiscard]] const CostModel& plain_cost_model() const { return plain_cost ? *plain_cost : *cost; }
   int samples_per_iteration = 0;
