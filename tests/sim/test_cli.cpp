@@ -367,9 +367,12 @@ TEST_CASE("cli: a generated trace with stragglers is written and replays under e
   REQUIRE(made.status == 0);
   CHECK(made.out.find("slowdowns") != std::string::npos);
   CHECK(s.read("t.csv").find(",slow,") != std::string::npos);
-  const Run replayed = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
-                             " --fault-tolerance 1 --global-microbatches 64 --policy oobleck,checkpoint --json " +
-                             s.str("r.json"));
+  // The trace replayed with `flags`, its JSON written to `out`.
+  const auto replay_trace = [&](const std::string& flags, const std::string& out) {
+    return s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
+                 " --fault-tolerance 1 --global-microbatches 64 " + flags + " --json " + s.str(out));
+  };
+  const Run replayed = replay_trace("--policy oobleck,checkpoint", "r.json");
   INFO(replayed.err);
   REQUIRE(replayed.status == 0);
   const json result = json::parse(s.read("r.json"));
@@ -378,31 +381,23 @@ TEST_CASE("cli: a generated trace with stragglers is written and replays under e
     CHECK(result["policies"].contains(name));
   }
   CHECK_FALSE(result["policies"].contains("checkpoint+mitigate"));
-  // With --interleave the default handlings are ignore and evict; asking
-  // for mitigate is refused, naming the trace.
-  const Run interleaved = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
-                                " --fault-tolerance 1 --global-microbatches 64 --policy oobleck --interleave 2 --json " +
-                                s.str("i.json"));
-  INFO(interleaved.err);
-  REQUIRE(interleaved.status == 0);
-  const json doc = json::parse(s.read("i.json"));
-  CHECK(doc["policies"].contains("oobleck+evict"));
-  CHECK_FALSE(doc["policies"].contains("oobleck+mitigate"));
-  const Run refused = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
-                            " --fault-tolerance 1 --global-microbatches 64 --interleave 2 --stragglers all --json " +
-                            s.str("x.json"));
-  CHECK(refused.status == 2);
-  CHECK(refused.err.find("t.csv: the trace slows nodes") != std::string::npos);
-  CHECK_FALSE(fs::exists(s.path("x.json")));
-  // So with pipelines sharing nodes; R must divide the GPUs per node.
-  const Run shared = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
-                           " --fault-tolerance 1 --global-microbatches 64 --policy oobleck --pipelines-per-node 2 --json " +
-                           s.str("s.json"));
-  INFO(shared.err);
-  REQUIRE(shared.status == 0);
-  CHECK_FALSE(json::parse(s.read("s.json"))["policies"].contains("oobleck+mitigate"));
-  const Run odd = s.run("replay --trace " + s.str("t.csv") + " --profile " + kProfile +
-                        " --fault-tolerance 1 --global-microbatches 64 --pipelines-per-node 3 --json " + s.str("o.json"));
+  // With --interleave or --pipelines-per-node the default handlings are
+  // ignore and evict; asking for mitigate is refused, naming the trace.
+  for (const std::string flag : {"--interleave 2", "--pipelines-per-node 2"}) {
+    CAPTURE(flag);
+    const Run ran = replay_trace("--policy oobleck " + flag, "i.json");
+    INFO(ran.err);
+    REQUIRE(ran.status == 0);
+    const json doc = json::parse(s.read("i.json"));
+    CHECK(doc["policies"].contains("oobleck+evict"));
+    CHECK_FALSE(doc["policies"].contains("oobleck+mitigate"));
+    const Run refused = replay_trace(flag + " --stragglers all", "x.json");
+    CHECK(refused.status == 2);
+    CHECK(refused.err.find("t.csv: the trace slows nodes") != std::string::npos);
+    CHECK_FALSE(fs::exists(s.path("x.json")));
+  }
+  // R must divide the GPUs per node.
+  const Run odd = replay_trace("--pipelines-per-node 3", "o.json");
   CHECK(odd.status == 2);
   CHECK(odd.err.find("--pipelines-per-node \"3\": expected auto or a divisor") != std::string::npos);
   CHECK_FALSE(fs::exists(s.path("o.json")));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -35,6 +36,22 @@ void check_books(const ReplayResult& result) {
   }
 }
 
+// The p3 trace replayed with `options`, then with `change` made to them:
+// the second's books add up and it is the same in parallel or not. Both
+// results, in that order.
+std::pair<ReplayResult, ReplayResult> replay_p3_before_and_after(const Profile& profile, ReplayOptions options,
+                                                                const std::function<void(ReplayOptions&)>& change) {
+  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
+  ReplayResult before = replay(profile, trace, options);
+  change(options);
+  ReplayResult after = replay(profile, trace, options);
+  check_books(after);
+  options.parallel = false;
+  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(after));
+  REQUIRE(after.policies.size() == before.policies.size());
+  return {std::move(before), std::move(after)};
+}
+
 }  // namespace
 
 TEST_CASE("replay: every policy's time adds up to the trace's duration, on the bundled traces") {
@@ -57,18 +74,13 @@ TEST_CASE("replay: every policy's time adds up to the trace's duration, on the b
 TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministic, and oobleck trains faster") {
   // Llama 3 70B on the p3 trace's H100 nodes: stages over two nodes let
   // every re-plan choose 16-GPU stages where they are faster.
-  const Profile profile = load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json");
-  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 256;
   options.policies = {Policy::oobleck, Policy::checkpoint, Policy::oobleck_snapshots};
-  const ReplayResult within = replay(profile, trace, options);
-  options.tensor_parallel_nodes = 2;
-  const ReplayResult spanning = replay(profile, trace, options);
-  check_books(spanning);
-  options.parallel = false;
-  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(spanning));
+  const auto [within, spanning] =
+      replay_p3_before_and_after(load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json"), options,
+                                 [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
   for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
     CAPTURE(policy_name(spanning.policies[i].policy));
     CHECK(spanning.policies[i].runnable);
@@ -79,18 +91,11 @@ TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministi
 TEST_CASE("replay: interleaved plans: the books add up, deterministic, faster iterations for the policies that plan them, Bamboo's unchanged") {
   // GPT-3 175B on the p3 trace's A100 nodes, B = 128: 16-node pipelines of
   // 4 chunks a device play 22 % faster than plain ones.
-  const Profile profile = load_profile(kRoot / "profiles/gpt3-175b-a100.analytic.json");
-  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 128;
-  const ReplayResult plain = replay(profile, trace, options);
-  options.interleave = 4;
-  const ReplayResult interleaved = replay(profile, trace, options);
-  check_books(interleaved);
-  options.parallel = false;
-  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(interleaved));
-  REQUIRE(interleaved.policies.size() == plain.policies.size());
+  const auto [plain, interleaved] = replay_p3_before_and_after(
+      load_profile(kRoot / "profiles/gpt3-175b-a100.analytic.json"), options, [](ReplayOptions& o) { o.interleave = 4; });
   for (std::size_t i = 0; i < interleaved.policies.size(); ++i) {
     const PolicyResult& a = plain.policies[i];
     const PolicyResult& b = interleaved.policies[i];
@@ -112,18 +117,12 @@ TEST_CASE("replay: interleaved plans: the books add up, deterministic, faster it
 TEST_CASE("replay: pipelines sharing nodes: the books add up, deterministic, faster for the policies that plan them, Bamboo's unchanged") {
   // GPT-3 1.3B on the p3 trace's H100 nodes, B = 512: a pipeline on part of
   // a node trains faster than whole-node ones (shorter fill and drain).
-  const Profile profile = load_profile(kRoot / "profiles/gpt3-1.3b-h100.analytic.json");
-  const Trace trace = load_trace((kRoot / "traces/p3-trace.csv").string());
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 512;
-  const ReplayResult whole = replay(profile, trace, options);
-  options.pipelines_per_node = 0;  // every divisor of G, the fastest kept
-  const ReplayResult sharing = replay(profile, trace, options);
-  check_books(sharing);
-  options.parallel = false;
-  CHECK(replay_to_json(replay(profile, trace, options)) == replay_to_json(sharing));
-  REQUIRE(sharing.policies.size() == whole.policies.size());
+  const auto [whole, sharing] =
+      replay_p3_before_and_after(load_profile(kRoot / "profiles/gpt3-1.3b-h100.analytic.json"), options,
+                                 [](ReplayOptions& o) { o.pipelines_per_node = 0; });  // every divisor of G, the fastest kept
   for (std::size_t i = 0; i < sharing.policies.size(); ++i) {
     const PolicyResult& a = whole.policies[i];
     const PolicyResult& b = sharing.policies[i];
