@@ -178,7 +178,7 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
   cmd->add_option("--stragglers", flags.stragglers,
                   "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
                   "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "
-                  "re-plan), or all (the default; with --interleave, ignore,evict)");
+                  "re-plan), or all (the default; with --interleave or --pipelines-per-node, ignore,evict)");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,

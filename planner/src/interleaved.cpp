@@ -294,7 +294,7 @@ PipelineTemplate make_interleaved_template(const CostModel& cost, int nodes, int
 void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<PipelineTemplate>& chosen) {
   // Each v's fastest cut; the fastest of them is then improved, unless it
   // starts far behind the plain template (moving boundaries gains a few
-  // per cent, and each move costs a play at M).
+  // per cent, and each move costs a play).
   std::optional<Layout> best;
   int best_chunks = 0;
   for (int v = 2; v <= cost.interleave(); ++v) {
