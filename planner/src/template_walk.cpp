@@ -50,9 +50,13 @@ bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> fou
     w.active = false;
     return false;
   }
-  // (Strictly below this solve's bound too, should rounding put the
-  // answer's mu, summed in another order than the programme's, on it.)
-  w.highest_bound = std::min(mu, std::nextafter(w.bound, 0.0));
+  // The programme sums the answer's stages in another order than mu does,
+  // so its own period may lie a few ulps under mu or under the bound: a
+  // next bound one ulp lower would find the same answer again, solve after
+  // solve. Going a relative 1e-12 lower skips only layouts with mu within
+  // that of this answer's and sigma no less, which cannot beat it by more
+  // than the slack above.
+  w.highest_bound = std::min(mu, w.bound) * (1 - 1e-12);
   w.bound = std::min(w.highest_bound, (w.best_suffix - sigma) / mult);
   return true;
 }

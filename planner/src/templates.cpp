@@ -12,8 +12,11 @@
 // R_s / (S - s), R_s being the sigma of the suffix of stages s..S-1.
 // Every layout the walk below visits is priced with 1F1B's full period
 // (every run of stages, not only the suffixes), and the fastest so priced
-// is kept: it is the fastest of all layouts wherever its price equals the
-// least T(M) over the suffixes, a lower bound on every layout's price.
+// is kept, then moved while a single move prices it faster (a boundary by a
+// layer, or two neighbours' degrees exchanged: layout_moves.h): it is the
+// fastest of all layouts wherever its
+// price equals the least T(M) over the suffixes, a lower bound on every
+// layout's price.
 //
 // The max terms do not decompose, so the search is parametric in a bound K
 // on mu: a dynamic programme finds, for every n at once, the least sigma
@@ -27,7 +30,10 @@
 // bound on mu) cannot beat the best. Any bound from that jump up to just
 // below the answer's mu finds the same useful points (the front's points in
 // between cannot beat the best), so a solve at the highest bound open
-// serves every walk whose range holds it: walks in step share solves. A
+// serves every walk whose range holds it: walks in step share solves. It
+// sweeps the rows of the largest node count whose walk asked for that very
+// bound, and serves the walks up to it (sweeping more rows for walks that
+// only happen to be in range costs more than their own solves later). A
 // balanced layout (min-max split with equal degrees, or with the fewest
 // stages over several nodes where no one degree fills them) seeds the best
 // T, so that on fronts where sigma is flat (uniform layers) the walk starts
@@ -57,6 +63,8 @@
 
 #include "oobleck/planner.h"
 #include "interleaved.h"
+#include "layout_moves.h"
+#include "period_floor.h"
 #include "template_walk.h"
 
 namespace oobleck {
@@ -386,32 +394,6 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
   return out;
 }
 
-// Lower bounds on mu for n nodes: the costliest single layer at its best
-// degree, and the least GPU-time of all layers spread over n*G GPUs.
-class StageFloor {
- public:
-  explicit StageFloor(const CostModel& cost) : gpus_(cost.gpus_per_node()) {
-    for (int l = 0; l < cost.layers(); ++l) {
-      double cheapest = kInfinity, least_gpu_time = kInfinity;
-      for (int t : cost.degrees()) {
-        for (Recompute r : cost.recompute_choices()) {
-          const double c = cost.stage_compute_ms(l, l + 1, t, r);
-          cheapest = std::min(cheapest, c);
-          least_gpu_time = std::min(least_gpu_time, c * t);
-        }
-      }
-      layer_floor_ = std::max(layer_floor_, cheapest);
-      gpu_time_ += least_gpu_time;
-    }
-  }
-  [[nodiscard]] double at(int nodes) const { return on_gpus(nodes * gpus_); }
-  [[nodiscard]] double on_gpus(int gpus) const { return std::max(layer_floor_, gpu_time_ / gpus); }
-
- private:
-  int gpus_;
-  double layer_floor_ = 0, gpu_time_ = 0;
-};
-
 }  // namespace
 
 const PipelineTemplate* TemplateSet::find(int nodes) const {
@@ -429,12 +411,13 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   const int searched = static_cast<int>(
       std::min<std::int64_t>(max_nodes, std::int64_t{cost.layers()} * cost.tensor_parallel_nodes()));
   const int gpus = cost.gpus_per_node();
-  const StageFloor mu_floors(cost);
+  detail::PeriodFloor mu_floors(cost);
   TemplateSearch search(cost, searched);
   std::vector<Walk> walk = seeded_walks(cost, searched);
   int runs = 0;
-  // Each solve is at the highest bound still open, and serves every walk
-  // whose range of bounds holds it.
+  // Each solve is at the highest bound still open, over the rows of the
+  // largest node count whose walk is at it, and serves every walk up to that
+  // count whose range of bounds holds it.
   const auto serves = [](const Walk& w, double bound) {
     return w.active && w.bound <= bound && bound <= w.highest_bound;
   };
@@ -446,14 +429,14 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     if (bound < 0) break;
     int gpu_limit = 0;
     for (int n = 1; n <= searched; ++n) {
-      if (serves(walk[n], bound)) gpu_limit = n * gpus;
+      if (walk[n].active && walk[n].bound == bound) gpu_limit = n * gpus;
     }
     search.solve(bound, gpu_limit);
     ++runs;
     int still_active = 0;
     for (int n = 1; n <= searched; ++n) {
       Walk& w = walk[n];
-      if (!serves(w, bound)) {
+      if (!serves(w, bound) || n * gpus > gpu_limit) {
         still_active += w.active;
         continue;
       }
@@ -469,7 +452,10 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   }
   for (int n = 1; n <= searched; ++n) {
     std::optional<PipelineTemplate> chosen;
-    if (!walk[n].stages.empty()) chosen = make_template(cost, n, std::move(walk[n].stages));
+    if (!walk[n].stages.empty()) {
+      detail::move_to_local_optimum(cost, walk[n].stages);
+      chosen = make_template(cost, n, std::move(walk[n].stages));
+    }
     if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, chosen);
     if (chosen) set.templates.push_back(std::move(*chosen));
   }
@@ -486,7 +472,7 @@ std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost
   }
   // The same walk down the Pareto front as a node count's, on the rows of
   // `gpus` GPUs (the programme's suffix states on part of a node).
-  const StageFloor mu_floors(cost);
+  detail::PeriodFloor mu_floors(cost);
   TemplateSearch search(cost, 1);
   Walk walk;
   while (walk.active) {
@@ -494,6 +480,7 @@ std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost
     step_down(walk, search.best_on_gpus(gpus), cost, mu_floors.on_gpus(gpus));
   }
   if (walk.stages.empty()) return std::nullopt;
+  detail::move_to_local_optimum(cost, walk.stages);
   return make_template(cost, 1, std::move(walk.stages));
 }
 
