@@ -85,6 +85,7 @@ class TemplateSearch {
       for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
     }
     const int widest = std::max(gpus_, cost.degrees().back());
+    widest_ = widest;
     const std::size_t degree_count = variants_.size();
     prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
     for (std::size_t d = 0; d < degree_count; ++d) {
@@ -173,13 +174,28 @@ class TemplateSearch {
         }
       }
     }
-    for (int u = 1; u <= gpu_limit_; ++u) {
-      for (int m = 1; m <= max_stages_; ++m) {
-        if (u < u_lo_[m] || u > u_hi_[m]) continue;
+    // Rows of m stages depend on rows of m - 1 alone, and only on those
+    // that hold some finite value: a row of m stages on u GPUs can be live
+    // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
+    // is a degree).
+    int live_lo = 0, live_hi = 0;  // the live rows of m - 1: GPU counts [lo, hi]
+    for (int m = 1; m <= max_stages_; ++m) {
+      const int lo = std::max(u_lo_[m], m == 1 ? 1 : live_lo + 1);
+      const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
+      int next_lo = gpu_limit_ + 1, next_hi = 0;
+      for (int u = lo; u <= hi; ++u) {
         for (std::size_t d = 0; d < variants_.size(); ++d) {
           if (fits_in_node(u, degree(d))) sweep(m, u, d);
         }
+        const auto r = row_index(m, u);
+        if (alive_lo_[r] <= alive_hi_[r]) {
+          next_lo = std::min(next_lo, u);
+          next_hi = u;
+        }
       }
+      if (next_hi == 0) break;  // no row of m stages lives, so none of more
+      live_lo = next_lo;
+      live_hi = next_hi;
     }
   }
 
@@ -356,6 +372,7 @@ class TemplateSearch {
   std::vector<Variant> variants_;
   int max_gpus_;
   int max_stages_ = 1;
+  int widest_ = 1;  // the largest degree
   int gpu_limit_ = 0;
   double bound_ = kInfinity;  // the last solve's bound on the steady period
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
