@@ -32,8 +32,9 @@
 // between cannot beat the best), so a solve at the highest bound open
 // serves every walk whose range holds it: walks in step share solves. It
 // sweeps the rows of the largest node count whose walk asked for that very
-// bound, and serves the walks up to it (sweeping more rows for walks that
-// only happen to be in range costs more than their own solves later). A
+// bound, a tenth more, and serves the walks up to there (sweeping every row
+// for walks that only happen to be in range costs more than their own
+// solves later). A
 // balanced layout (min-max split with equal degrees, or with the fewest
 // stages over several nodes where no one degree fills them) seeds the best
 // T, so that on fronts where sigma is flat (uniform layers) the walk starts
@@ -433,8 +434,8 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   std::vector<Walk> walk = seeded_walks(cost, searched);
   int runs = 0;
   // Each solve is at the highest bound still open, over the rows of the
-  // largest node count whose walk is at it, and serves every walk up to that
-  // count whose range of bounds holds it.
+  // largest node count whose walk is at it (and a tenth more), and serves
+  // every walk up to there whose range of bounds holds it.
   const auto serves = [](const Walk& w, double bound) {
     return w.active && w.bound <= bound && bound <= w.highest_bound;
   };
@@ -447,6 +448,12 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     int gpu_limit = 0;
     for (int n = 1; n <= searched; ++n) {
       if (walk[n].active && walk[n].bound == bound) gpu_limit = n * gpus;
+    }
+    // A tenth more rows serve the walks in range just above: their rows
+    // cost little beside the solves they would need on their own.
+    const int extended = gpu_limit + gpu_limit / 10;
+    for (int n = 1; n <= searched && n * gpus <= extended; ++n) {
+      if (serves(walk[n], bound)) gpu_limit = std::max(gpu_limit, n * gpus);
     }
     search.solve(bound, gpu_limit);
     ++runs;
