@@ -5,8 +5,10 @@
 // compute <= x take, for each degree, the longest stage from a layer on
 // (covering fewer layers never needs more GPUs); that count falls as x
 // grows, so the least x whose count fits u is found by bisection over the
-// stages' costs. The period is also at least the least GPU-time of all
-// layers spread over the u GPUs.
+// stages' costs. The period is also at least the costliest layer at its
+// cheapest and the least GPU-time of all layers spread over the u GPUs
+// (all there is for models of so many layers that their stages' costs
+// would not be kept).
 #include "period_floor.h"
 
 #include <algorithm>
@@ -20,11 +22,19 @@ PeriodFloor::PeriodFloor(const CostModel& cost) : gpus_(cost.gpus_per_node()), l
   }
   for (int l = 0; l < layers_; ++l) {
     double least_gpu_time = std::numeric_limits<double>::infinity();
+    double cheapest = std::numeric_limits<double>::infinity();
     for (const auto& [t, r] : variants_) {
-      least_gpu_time = std::min(least_gpu_time, cost.stage_compute_ms(l, l + 1, t, r) * t);
+      const double c = cost.stage_compute_ms(l, l + 1, t, r);
+      least_gpu_time = std::min(least_gpu_time, c * t);
+      cheapest = std::min(cheapest, c);
     }
     gpu_time_ += least_gpu_time;
+    layer_floor_ = std::max(layer_floor_, cheapest);
   }
+  // Every stage's cost is kept (L^2 / 2 per stage kind); past a limit, only
+  // the floors above (the costliest layer, the GPU-time) are.
+  constexpr double kMostLimits = 2e7;
+  if (static_cast<double>(variants_.size()) * layers_ * (layers_ + 1) / 2 > kMostLimits) return;
   compute_.resize(variants_.size());
   for (std::size_t v = 0; v < variants_.size(); ++v) {
     auto& prefix = compute_[v];
@@ -40,10 +50,10 @@ PeriodFloor::PeriodFloor(const CostModel& cost) : gpus_(cost.gpus_per_node()), l
 
 double PeriodFloor::on_gpus(int gpus) {
   if (const auto it = cache_.find(gpus); it != cache_.end()) return it->second;
-  double floor = gpu_time_ / gpus;
+  double floor = std::max(layer_floor_, gpu_time_ / gpus);
   // The least limit whose cover fits; the largest (a whole model's) fits
   // wherever any does.
-  std::size_t lo = 0, hi = limits_.size() - 1;
+  std::size_t lo = 0, hi = limits_.empty() ? 0 : limits_.size() - 1;
   if (!limits_.empty() && fewest_gpus(limits_[hi]) <= gpus) {
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo) / 2;

@@ -28,6 +28,7 @@ class PeriodFloor {
   std::vector<std::vector<double>> compute_;  // prefix sums per variant
   std::vector<double> limits_;                // every stage's compute, sorted, distinct
   double gpu_time_ = 0;                       // every layer at its least GPU-time
+  double layer_floor_ = 0;                    // the costliest layer at its cheapest
   std::map<int, double> cache_;
   std::vector<long> fewest_;
   std::vector<int> reach_;

@@ -429,8 +429,8 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   const int searched = static_cast<int>(
       std::min<std::int64_t>(max_nodes, std::int64_t{cost.layers()} * cost.tensor_parallel_nodes()));
   const int gpus = cost.gpus_per_node();
+  TemplateSearch search(cost, searched);  // (first: it refuses tables too large)
   detail::PeriodFloor mu_floors(cost);
-  TemplateSearch search(cost, searched);
   std::vector<Walk> walk = seeded_walks(cost, searched);
   int runs = 0;
   // Each solve is at the highest bound still open, over the rows of the
@@ -496,8 +496,8 @@ std::optional<PipelineTemplate> build_shared_node_template(const CostModel& cost
   }
   // The same walk down the Pareto front as a node count's, on the rows of
   // `gpus` GPUs (the programme's suffix states on part of a node).
-  detail::PeriodFloor mu_floors(cost);
   TemplateSearch search(cost, 1);
+  detail::PeriodFloor mu_floors(cost);
   Walk walk;
   while (walk.active) {
     search.solve(walk.bound, gpus);
