@@ -71,7 +71,7 @@ class LocalMoves {
       st.node = (i < end - mid ? first_node : first_node + second_span) + (shape.node - shapes[i < end - mid ? 0 : end - mid].node);
     }
     if (same) {
-      restore(s, end);
+      restore(s);
       return false;
     }
     return keep_if_faster(s, end);
@@ -90,12 +90,11 @@ class LocalMoves {
     saved_transfers_.assign(transfers_.begin() + static_cast<std::ptrdiff_t>(t_lo),
                             transfers_.begin() + static_cast<std::ptrdiff_t>(t_hi));
   }
-  void restore(std::size_t lo, std::size_t hi) {
+  void restore(std::size_t lo) {
     std::copy(saved_.begin(), saved_.end(), stages_.begin() + static_cast<std::ptrdiff_t>(lo));
     std::copy(saved_compute_.begin(), saved_compute_.end(), compute_.begin() + static_cast<std::ptrdiff_t>(lo));
     const std::size_t t_lo = lo > 0 ? lo - 1 : 0;
     std::copy(saved_transfers_.begin(), saved_transfers_.end(), transfers_.begin() + static_cast<std::ptrdiff_t>(t_lo));
-    (void)hi;
   }
 
   // Stages [lo, hi) changed: reprice them and the transfers around them;
@@ -114,7 +113,7 @@ class LocalMoves {
         return true;
       }
     }
-    restore(lo, hi);
+    restore(lo);
     return false;
   }
 

@@ -26,7 +26,7 @@
 //
 // The exact template search bounds the suffixes' round trips alone
 // (suffix_period_ms: the bound is then one on its own programme's value,
-// templates.cpp) and prices what it finds with every run (steady_period_ms).
+// template_search.cpp) and prices what it finds with every run (steady_period_ms).
 #pragma once
 
 #include <algorithm>

@@ -107,9 +107,7 @@ class BambooPolicy final : public PolicyModel {
     // (the first position's layers go to the node after it).
     std::vector<int> runner(t.nodes);
     for (int r = 0; r < t.nodes; ++r) {
-      int x = r;
-      if (failed[r]) x = r > 0 ? r - 1 : r + 1;
-      runner[r] = x;
+      runner[r] = failed[r] ? stand_in(r) : r;
     }
     Pipeline p;
     p.template_nodes = t.nodes;
@@ -147,7 +145,11 @@ class BambooPolicy final : public PolicyModel {
     return {std::move(p), std::move(extra)};
   }
 
-  // The position whose loss loads its runner most: the two nodes' compute together.
+  // Who runs a lost position's layers: the node before it (the first
+  // position's, the node after it).
+  [[nodiscard]] static int stand_in(int position) { return position > 0 ? position - 1 : position + 1; }
+
+  // The position whose loss loads its stand-in most: the two nodes' compute together.
   [[nodiscard]] int costliest_merge(const PipelineTemplate& t) const {
     std::vector<Milliseconds> on_node(t.nodes, 0);
     for (const auto& st : t.stages) {
@@ -156,7 +158,7 @@ class BambooPolicy final : public PolicyModel {
     int worst = 0;
     Milliseconds most = -1;
     for (int r = 0; r < t.nodes; ++r) {
-      const Milliseconds merged = on_node[r] + on_node[r > 0 ? r - 1 : r + 1];
+      const Milliseconds merged = on_node[r] + on_node[stand_in(r)];
       if (merged > most) {
         most = merged;
         worst = r;
@@ -213,7 +215,7 @@ class BambooPolicy final : public PolicyModel {
         layout.iteration_ms = layout_iteration_ms(layout, failed);
         const int positions = layout.pipelines * layout.pipeline->nodes;
         double score = layout.iteration_ms;
-        if (layout.pipeline->nodes > 1 && 2.0 <= kRebalanceShare * (positions - 1)) {
+        if (layout.pipeline->nodes > 1 && !rebalances(1, positions)) {
           failed[0][costliest_merge(*layout.pipeline)] = true;
           score = layout_iteration_ms(layout, failed);
         }
@@ -305,7 +307,12 @@ class BambooPolicy final : public PolicyModel {
     if (overloaded == 0) return false;
     std::size_t positions = 0;
     for (const auto& row : failed_) positions += row.size();
-    return 2.0 * static_cast<double>(overloaded) > kRebalanceShare * static_cast<double>(positions - overloaded);
+    return rebalances(static_cast<double>(overloaded), static_cast<double>(positions));
+  }
+  // Bamboo's rule: re-form once the overloaded nodes and the neighbours they
+  // stand in for pass 5 % of the active ones.
+  [[nodiscard]] static bool rebalances(double overloaded, double positions) {
+    return 2.0 * overloaded > kRebalanceShare * (positions - overloaded);
   }
 
   // New pipelines over the nodes present, state from memory.

@@ -1,0 +1,266 @@
+// The template search's dynamic programme; the walk over its bounds, and
+// what it minimises, are in templates.cpp.
+//
+// A stage is one of the cost model's variants: a degree t, and whether it
+// recomputes its activations, selectively or fully (when the cost model's
+// policy lets it choose, each variant is a stage kind of its own, with its
+// compute and memory).
+//
+// The dynamic programme runs over suffixes of the layers: state (m, U, l) is
+// "layers [l, L) on the last U GPUs in m stages". m matters through memory
+// (the first stage of the suffix keeps min(M, m) microbatches in flight)
+// and through the round trip (R / m). A suffix of m stages uses at most
+// m times the largest degree's GPUs, which bounds the rows of each m. A
+// stage over k nodes starts where a node does (U a multiple of G). For
+// fixed (m, U, t) the best successor boundary e of a stage starting at l is
+// a sliding-window minimum over e in [l+1, hi(l)], with hi non-decreasing
+// in l, so every state costs O(1).
+#include "template_search.h"
+
+#include <algorithm>
+#include <cassert>
+#include <string>
+
+namespace oobleck::detail {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
+
+}  // namespace
+
+TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
+    : layers_(cost.layers()), gpus_(cost.gpus_per_node()), max_gpus_(max_nodes * cost.gpus_per_node()) {
+  for (int t : cost.degrees()) {
+    for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
+  }
+  widest_ = std::max(gpus_, cost.degrees().back());
+  const std::size_t degree_count = variants_.size();
+  prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int l = 1; l <= layers_; ++l) prefix_[d][l] = cost.stage_compute_ms(0, l, degree(d), recompute(d));
+  }
+  // Across nodes a boundary's transfers go over the cards of the stage
+  // before it, so they depend on that stage's degree.
+  transfer_same_.assign(layers_ + 1, 0.0);
+  transfer_cross_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
+  for (int e = 1; e < layers_; ++e) {
+    transfer_same_[e] = 2 * cost.transfer_ms(e, true);
+    for (std::size_t d = 0; d < degree_count; ++d) transfer_cross_[d][e] = 2 * cost.transfer_ms(e, false, degree(d));
+  }
+  // Stage counts are exact (the round-trip bound divides a suffix's sum by
+  // its count); a suffix of m stages starts with min(M, m) in flight.
+  max_stages_ = std::min(layers_, max_gpus_);
+  // hi_memory_: per (degree, m, l), the last boundary e such that [l, e)
+  // fits with min(M, m) in flight.
+  hi_memory_.assign(degree_count * (max_stages_ + 1) * (layers_ + 1), 0);
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int m = 1; m <= max_stages_; ++m) {
+      const int in_flight = std::min(m, cost.microbatches());
+      if (m > 1 && in_flight < m) {  // as for m - 1
+        for (int l = 0; l < layers_; ++l) hi_memory_[window_index(d, m, l)] = hi_memory_[window_index(d, m - 1, l)];
+        continue;
+      }
+      int e = 0;
+      for (int l = 0; l < layers_; ++l) {
+        e = std::max(e, l);
+        while (e + 1 <= layers_ && cost.stage_max_in_flight(l, e + 1, degree(d), recompute(d)) >= in_flight) ++e;
+        hi_memory_[window_index(d, m, l)] = e;  // e == l: not even one layer fits
+      }
+    }
+  }
+  hi_.assign(hi_memory_.size(), 0);
+  // Value rows: for each m, U in [u_lo, u_hi], each with layers_+1 entries.
+  row_base_.assign(max_stages_ + 1, 0);
+  u_lo_.assign(max_stages_ + 1, 0);
+  u_hi_.assign(max_stages_ + 1, -1);
+  std::size_t rows = 0;
+  for (int m = 1; m <= max_stages_; ++m) {
+    u_lo_[m] = m;
+    u_hi_[m] = std::min(widest_ * m, max_gpus_);  // m stages hold at most m of the widest
+    row_base_[m] = rows;
+    if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
+  }
+  // The exact search needs a table of (stage counts x GPUs x layers).
+  const double cells = static_cast<double>(rows) * (layers_ + 1);
+  if (cells > kMaxCells) {
+    throw InputError("exact template search for " + std::to_string(layers_) + " layers on up to " +
+                     std::to_string(max_nodes) + " nodes of " + std::to_string(gpus_) + " GPUs needs " +
+                     std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
+                     " MiB; lower --max-nodes or profile coarser layers");
+  }
+  value_.assign(rows * (layers_ + 1), kInfinity);
+  alive_lo_.assign(rows, layers_ + 1);
+  alive_hi_.assign(rows, -1);
+  through_.assign(layers_ + 1, kInfinity);
+  window_.assign(layers_ + 2, 0);
+}
+
+// Least sigma for every state whose steady period is strictly below
+// `bound` (every stage's compute, every transfer one way, and every
+// suffix's sum over its stage count), on at most `gpu_limit` GPUs.
+void TemplateSearch::solve(double bound, int gpu_limit) {
+  gpu_limit_ = std::min(gpu_limit, max_gpus_);
+  bound_ = bound;
+  // Only the layers each row made finite last time need clearing.
+  for (std::size_t r = 0; r < alive_lo_.size(); ++r) {
+    if (alive_lo_[r] <= alive_hi_[r]) {
+      double* row_values = value_.data() + r * static_cast<std::size_t>(layers_ + 1);
+      std::fill(row_values + alive_lo_[r], row_values + alive_hi_[r] + 1, kInfinity);
+    }
+    alive_lo_[r] = layers_ + 1;
+    alive_hi_[r] = -1;
+  }
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    int e = 0;
+    const double* prefix = prefix_[d].data();
+    for (int l = 0; l < layers_; ++l) {
+      e = std::max(e, l);
+      while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
+      for (int m = 1; m <= max_stages_; ++m) {
+        const std::size_t i = window_index(d, m, l);
+        hi_[i] = std::min({e, hi_memory_[i], last_boundary(m)});
+      }
+    }
+  }
+  // Rows of m stages depend on rows of m - 1 alone, and only on those
+  // that hold some finite value: a row of m stages on u GPUs can be live
+  // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
+  // is a degree).
+  int live_lo = 0, live_hi = 0;  // the live rows of m - 1: GPU counts [lo, hi]
+  for (int m = 1; m <= max_stages_; ++m) {
+    const int lo = std::max(u_lo_[m], m == 1 ? 1 : live_lo + 1);
+    const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
+    int next_lo = gpu_limit_ + 1, next_hi = 0;
+    for (int u = lo; u <= hi; ++u) {
+      for (std::size_t d = 0; d < variants_.size(); ++d) {
+        if (fits_in_node(u, degree(d))) sweep(m, u, d);
+      }
+      const auto r = row_index(m, u);
+      if (alive_lo_[r] <= alive_hi_[r]) {
+        next_lo = std::min(next_lo, u);
+        next_hi = u;
+      }
+    }
+    if (next_hi == 0) break;  // no row of m stages lives, so none of more
+    live_lo = next_lo;
+    live_hi = next_hi;
+  }
+}
+
+// The same on `u` GPUs: whole nodes, or fewer than one node's.
+std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpus(int u) const {
+  const int nodes = (u + gpus_ - 1) / gpus_;
+  if (u > gpu_limit_) return std::nullopt;
+  int best_m = 0;
+  double best_value = kInfinity;
+  for (int m = 1; m <= max_stages_; ++m) {
+    const double* r = row(m, u);
+    if (r && r[0] < best_value) {
+      best_value = r[0];
+      best_m = m;
+    }
+  }
+  if (best_m == 0) return std::nullopt;
+  return std::make_pair(best_value, reconstruct(best_m, u, nodes));
+}
+
+void TemplateSearch::sweep(int m, int u, std::size_t d) {
+  const int t = degree(d);
+  const int u_next = u - t;
+  const int l_max = layers_ - m;  // the suffix needs m layers
+  if (l_max < 0) return;
+  states_ += l_max + 1;
+  const auto out_index = row_index(m, u);
+  double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
+  const double* prefix = prefix_[d].data();
+  const int* hi = hi_.data() + window_index(d, m, 0);
+  int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
+  const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
+  auto improve = [&](int l, double v) {
+    if (v < out[l] && v < round_trip_limit) {
+      out[l] = v;
+      out_lo = std::min(out_lo, l);
+      out_hi = std::max(out_hi, l);
+    }
+  };
+  if (terminal_allowed(m, u, t)) {
+    for (int l = 0; l <= l_max; ++l) {
+      if (hi[l] >= layers_) improve(l, prefix[layers_] - prefix[l]);
+    }
+  }
+  int succ_lo = layers_ + 1, succ_hi = -1;
+  // Exactly m-1 stages follow.
+  const double* rest = (u_next >= 1) ? live_row(m - 1, u_next, succ_lo, succ_hi) : nullptr;
+  if (rest) {
+    // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
+    // descending: candidates enter at the front (smallest e), expired ones
+    // leave at the back; values decrease from front to back. Successors
+    // exist only for e in [succ_lo, succ_hi].
+    const double* transfer = transfers(u_next, d);
+    double* through = through_.data();
+    int* window = window_.data();
+    int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
+    const int last = std::min(last_boundary(m), succ_hi);
+    for (int l = std::min(l_max, last - 1); l >= 0; --l) {
+      const int e = l + 1;
+      if (e >= succ_lo && transfer[e] < 2 * bound_) {
+        const double r = rest[e];
+        if (r < kInfinity) {
+          through[e] = prefix[e] + transfer[e] + r;
+          while (head < tail && through[window[head]] >= through[e]) ++head;
+          window[--head] = e;
+        }
+      }
+      while (head < tail && window[tail - 1] > hi[l]) --tail;
+      if (head < tail) {
+        improve(l, through[window[tail - 1]] - prefix[l]);
+      } else if (l < succ_lo) {
+        break;  // no candidate left, none to come
+      }
+    }
+  }
+  alive_lo_[out_index] = out_lo;
+  alive_hi_[out_index] = out_hi;
+}
+
+std::vector<Stage> TemplateSearch::reconstruct(int m, int u, int nodes) const {
+  std::vector<Stage> stages;
+  int l = 0;
+  while (true) {
+    const double target = row(m, u)[l];
+    bool found = false;
+    for (std::size_t d = 0; d < variants_.size() && !found; ++d) {
+      const int t = degree(d);
+      if (!fits_in_node(u, t)) continue;
+      const int node = nodes - 1 - (u - 1) / gpus_;
+      const double* prefix = prefix_[d].data();
+      const int hi = hi_[window_index(d, m, l)];
+      if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
+        stages.push_back({l, layers_, t, node, recompute(d), span(t)});
+        return stages;
+      }
+      const int u_next = u - t;
+      if (u_next < 1) continue;
+      int lo = layers_ + 1, hi_alive = -1;
+      const double* rest = live_row(m - 1, u_next, lo, hi_alive);
+      if (!rest) continue;
+      const double* transfer = transfers(u_next, d);
+      for (int e = l + 1; e <= hi; ++e) {
+        if (!(transfer[e] < 2 * bound_)) continue;
+        const double r = rest[e];
+        if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
+        stages.push_back({l, e, t, node, recompute(d), span(t)});
+        --m;
+        u = u_next;
+        l = e;
+        found = true;
+        break;
+      }
+    }
+    assert(found && "template reconstruction lost its path");
+    if (!found) return {};
+  }
+}
+
+}  // namespace oobleck::detail

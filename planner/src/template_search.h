@@ -1,0 +1,108 @@
+// The template search's dynamic programme (template_search.cpp): for a
+// bound on the steady period, the least sigma of every suffix state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::detail {
+
+// Reusable: solve() at one bound after another on the same tables.
+class TemplateSearch {
+ public:
+  TemplateSearch(const CostModel& cost, int max_nodes);
+
+  // Least sigma for every state whose steady period is strictly below
+  // `bound` (every stage's compute, every transfer one way, and every
+  // suffix's sum over its stage count), on at most `gpu_limit` GPUs.
+  void solve(double bound, int gpu_limit);
+
+  // The best solution of the last solve() for `nodes` nodes: its sigma and stages.
+  [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best(int nodes) const {
+    return best_on_gpus(nodes * gpus_);
+  }
+
+  // The same on `u` GPUs: whole nodes, or fewer than one node's.
+  [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best_on_gpus(int u) const;
+
+  // States (m, U, l) swept by all solves so far.
+  [[nodiscard]] std::int64_t states() const { return states_; }
+
+ private:
+  [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
+    return (d * static_cast<std::size_t>(max_stages_ + 1) + static_cast<std::size_t>(m)) *
+               static_cast<std::size_t>(layers_ + 1) +
+           static_cast<std::size_t>(l);
+  }
+  // A stage on the GPUs (u - t, u] from the end: inside one node, or on
+  // whole nodes.
+  [[nodiscard]] bool fits_in_node(int u, int t) const {
+    if (t <= gpus_) return (u - 1) / gpus_ == (u - t) / gpus_;
+    return t % gpus_ == 0 && u % gpus_ == 0 && u >= t;
+  }
+  [[nodiscard]] std::ptrdiff_t row_index(int m, int u) const {
+    if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
+    return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
+  }
+  [[nodiscard]] const double* row(int m, int u) const {
+    const auto i = row_index(m, u);
+    return i < 0 ? nullptr : value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
+  }
+  // A successor row only if it holds some finite value; widens [lo, hi] to
+  // the layers where it does.
+  [[nodiscard]] const double* live_row(int m, int u, int& lo, int& hi) const {
+    const auto i = row_index(m, u);
+    if (i < 0 || alive_lo_[i] > alive_hi_[i]) return nullptr;
+    lo = std::min(lo, alive_lo_[i]);
+    hi = std::max(hi, alive_hi_[i]);
+    return value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
+  }
+  [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
+  [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
+  // 2 C after a stage of variant d whose successor ends on GPU u_next.
+  [[nodiscard]] const double* transfers(int u_next, std::size_t d) const {
+    return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_[d].data();
+  }
+
+  void sweep(int m, int u, std::size_t d);
+
+  [[nodiscard]] std::vector<Stage> reconstruct(int m, int u, int nodes) const;
+
+  // The stage kinds: a tensor-parallel degree and a recomputation choice.
+  struct Variant {
+    int degree;
+    Recompute recompute;
+  };
+  [[nodiscard]] int degree(std::size_t d) const { return variants_[d].degree; }
+  [[nodiscard]] int span(int t) const { return t > gpus_ ? t / gpus_ : 1; }
+  [[nodiscard]] Recompute recompute(std::size_t d) const { return variants_[d].recompute; }
+
+  int layers_;
+  int gpus_;
+  std::vector<Variant> variants_;
+  int max_gpus_;
+  int max_stages_ = 1;
+  int widest_ = 1;  // the largest degree
+  int gpu_limit_ = 0;
+  double bound_ = std::numeric_limits<double>::infinity();  // the last solve's bound on the steady period
+  std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
+  std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
+  std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
+  std::vector<int> hi_memory_;                          // memory limit on the window end
+  std::vector<int> hi_;                                 // this solve's window end per (d, m, l)
+  std::vector<std::size_t> row_base_;
+  std::vector<int> u_lo_, u_hi_;
+  std::vector<double> value_;
+  std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
+  std::vector<double> through_;
+  std::vector<int> window_;
+  std::int64_t states_ = 0;
+};
+
+}  // namespace oobleck::detail
