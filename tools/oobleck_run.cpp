@@ -85,6 +85,9 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "needs root): nodes emulated on one machine then take no CPU from each other, as machines of "
                  "their own would not, and --inject's slow throttles that quota")
       ->check(CLI::Range(0.01, 4096.0));
+  app.add_flag("--standby-workers,!--no-standby-workers", o.standby_workers,
+               "Each agent keeps a worker process started ahead, which takes a crashed worker's place without "
+               "waiting for a new process to start (default: on)");
   app.add_option("--comm-timeout-s", o.comm_timeout_s, "Last resort: a communication still waiting after this long fails")
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");
@@ -191,6 +194,8 @@ std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOpti
   agent->add_option("--gpus", node.gpus)->check(CLI::PositiveNumber);
   agent->add_option("--cpus", node.cpus)->check(CLI::NonNegativeNumber);
   worker->add_option("--gpu", node.gpu)->check(CLI::NonNegativeNumber);
+  agent->add_flag("--standby-worker", node.standby);
+  worker->add_flag("--standby", node.standby);
   worker->add_option("--snapshot-port", node.snapshot_port)->check(CLI::NonNegativeNumber);
   return {agent, worker};
 }
@@ -215,6 +220,19 @@ int run_node_process(NodeProcessOptions node, bool agent) {
     return kExitBadInput;
   }
   if (agent) return run_agent(node);
+  // A standby worker has paid for its start (the program and its libraries
+  // loaded) before its agent needs it: it learns its GPU then.
+  if (node.standby) {
+    std::string gpu;
+    if (!std::getline(std::cin, gpu)) std::_Exit(kExitSuccess);  // its agent ended or no longer needs it
+    try {
+      node.gpu = std::stoi(gpu);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "oobleck-run worker: expected a GPU index on standard input, got '%s'\n", gpu.c_str());
+      return kExitBadInput;
+    }
+    node.standby = false;
+  }
   // A worker ends without running static destructors: a communicator
   // abandoned in a recovery may still be winding down on its own thread.
   const int status = run_worker(node);

@@ -304,7 +304,28 @@ TEST_CASE("recovery: a crashed worker restarts in place, with no new generation,
   CHECK(std::set<std::string>{restarts[1]["node"], restarts[2]["node"]} == std::set<std::string>{"node2", "node3"});
   CHECK(restarts[1]["resume_step"] == 6);
   CHECK(restarts[2]["resume_step"] == 6);
-  for (const auto& r : restarts) CHECK(r["recovery_ms"].get<double>() >= r["detect_ms"].get<double>());
+  for (const auto& r : restarts) {
+    CHECK(r["recovery_ms"].get<double>() >= r["detect_ms"].get<double>());
+    // Each node's standby worker, started at its first snapshot, took the
+    // place: the snapshots a crash waits for made it due.
+    CHECK(r["standby"] == true);
+    CHECK(r["read_ms"].get<double>() > 0);
+  }
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("recovery: without standby workers a crashed worker restarts as a new process, bit for bit") {
+  LiveSetup setup(4, 1, 8);
+  setup.s.write("inject.csv", "step:2,crash,node1\n");
+  const auto run = setup.live(4, 4, "live.jsonl", "--no-standby-workers --inject " + setup.s.str("inject.csv"));
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  REQUIRE(steps.size() == 4);
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(4, 4), 0);
+  const auto restarts = setup.of_kind("live.jsonl", "restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0]["standby"] == false);
   CHECK(setup.s.processes_left() == 0);
 }
 

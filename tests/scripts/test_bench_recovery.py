@@ -24,8 +24,15 @@ def timed(line, **times):
 
 
 def restart(generation, resume_step, detect_ms, restore_ms, recovery_ms, node="node2"):
+    """A restart line as written before the restore was split."""
     return {"kind": "restart", "generation": generation, "node": node, "gpu": 0, "resume_step": resume_step,
             "detect_ms": detect_ms, "restore_ms": restore_ms, "recovery_ms": recovery_ms}
+
+
+def split_restart(generation, resume_step, detect_ms, restore_ms, recovery_ms, process_ms, communicators_ms, read_ms,
+                  standby):
+    return {**restart(generation, resume_step, detect_ms, restore_ms, recovery_ms), "standby": standby,
+            "process_ms": process_ms, "communicators_ms": communicators_ms, "read_ms": read_ms}
 
 
 def rollback(generation, from_step, to_step, source):
@@ -40,7 +47,7 @@ def rollback(generation, from_step, to_step, source):
 # and then step 7, the interrupted one.
 LIVE = [
     HEADER, step(0, 100), step(1, 200), step(2, 300),
-    restart(1, 3, 20.0, 700.0, 800.0), step(3, 1100),
+    split_restart(1, 3, 20.0, 700.0, 800.0, 600.0, 70.0, 15.0, False), step(3, 1100),
     timed(reconfiguration_line(2, 4, lost=["node1"]), detect_ms=30.0, plan_ms=0.5, communicators_ms=90.0,
           copy_ms=25.0, resume_ms=80.0, recovery_ms=225.5), step(4, 1400, generation=2),
     timed(reconfiguration_line(3, 5, added=["node6"]), recovery_ms=400.0), step(5, 1900, generation=3),
@@ -60,14 +67,23 @@ def test_each_cause_is_read_with_its_parts(tmp_path):
     assert found.losses == [{"source": "replicas", "detect_ms": 30.0, "plan_ms": 0.5, "communicators_ms": 90.0,
                              "restore_ms": 25.0, "step_ms": 80.0, "recovery_ms": 225.5, "steps_lost": 0,
                              "back_ms": 225.5}]
-    # The step after the restore: recovery less detection and restore.
-    assert found.crashes == [{"source": "own memory", "detect_ms": 20.0, "plan_ms": None, "communicators_ms": None,
-                              "restore_ms": 700.0, "step_ms": 80.0, "recovery_ms": 800.0, "steps_lost": 0,
-                              "back_ms": 800.0}]
+    # The step after the restore: recovery less detection and restore. Its
+    # restore: the new worker's own read, its process and its communicators
+    # beside it.
+    assert found.crashes == [{"source": "own memory", "detect_ms": 20.0, "plan_ms": None, "communicators_ms": 70.0,
+                              "restore_ms": 15.0, "process_ms": 600.0, "standby": False, "step_ms": 80.0,
+                              "recovery_ms": 800.0, "steps_lost": 0, "back_ms": 800.0}]
     # The failure came at 2600 - 300 = 2300 ms; step 7 was done again at 2700.
     assert found.rollbacks == [{"source": "mirror", "detect_ms": 60.0, "plan_ms": 0.3, "communicators_ms": 25.0,
                                 "restore_ms": 12.5, "step_ms": 75.0, "recovery_ms": 300.0, "steps_lost": 1,
                                 "back_ms": 400.0}]
+
+
+def test_a_restart_line_written_before_the_split_counts_its_restore_whole(tmp_path):
+    found = read_recoveries(write_lines(tmp_path / "live.jsonl", [HEADER, restart(1, 3, 20.0, 700.0, 800.0)]))
+    assert found.crashes == [{"source": "own memory, whole", "detect_ms": 20.0, "plan_ms": None,
+                              "communicators_ms": None, "restore_ms": 700.0, "process_ms": None, "standby": False,
+                              "step_ms": 80.0, "recovery_ms": 800.0, "steps_lost": 0, "back_ms": 800.0}]
 
 
 def test_a_rollback_replaced_before_it_trained_is_left_out(tmp_path):
@@ -140,13 +156,16 @@ def test_the_table_and_result_json_put_every_cause_beside_the_restart(tmp_path):
     assert any(line.split()[:8] == ["past", "f,", "from", "mirrors", "mirror", "1", "60.0", "12.5"] and
                line.split()[8:11] == ["300.0", "1", "400.0"] for line in lines), result.stdout
     assert "worker crash / node loss, to the next completed step: 3.5x (800 against 226 ms)" in result.stdout
+    assert ("worker crash, after detection: the new worker up in 600.0 ms (a standby worker in 0 of 1), its "
+            "communicators 70.0 ms, its state read in 15.0 ms") in result.stdout
 
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["format"] == "oobleck.bench-recovery.v2"
     assert [r["name"] for r in saved["rows"]] == ["node loss within f", "worker crash, restarted in place",
                                                   "past f, from mirrors"]
     crash = saved["rows"][1]
-    assert (crash["source"], crash["restore_ms"], crash["step_ms"]) == ("own memory", 700.0, 80.0)
+    assert (crash["source"], crash["restore_ms"], crash["step_ms"]) == ("own memory", 15.0, 80.0)
+    assert (crash["process_ms"], crash["communicators_ms"], crash["standby"]) == (600.0, 70.0, 0)
     restart_ms = saved["restart"]["back_ms"]
     assert saved["restart"]["detect_ms"] == 30.0  # the median detection within f
     assert restart_ms == pytest.approx(30.0 + saved["restart"]["launch_ms"])

@@ -21,8 +21,8 @@ A restart costs the detection measured live plus that launch.
 
 For each cause, the median of: detection; restore, the slowest worker's state
 load (copied from replicas within f, read from memory, mirrors or disk past
-f; for a crash, the new process, its communicators and its state, which the
-metrics do not split); the time from the failure to the next completed step;
+f; for a crash, the new worker's read from its agent's memory, with its
+process start and communicators beside it); the time from the failure to the next completed step;
 the steps a rollback trains again; and the time until the interrupted step is
 done again (the same as the previous one without a rollback). Prints them
 side by side with the restart, with ratios, and writes OUT/result.json.
@@ -56,7 +56,8 @@ RECONFIGURATION_FIELDS = ("generation", "lost", "detect_ms", "plan_ms", "communi
 # What each row's restore is, as printed under the table.
 RESTORE_MEANING = {
     "replicas": "layer states copied from surviving replicas",
-    "own memory": "a new process, its communicators, and its state read from its agent's memory (not split)",
+    "own memory": "the new worker's state read from its agent's memory (its process start and communicators: below)",
+    "own memory, whole": "a new process, its communicators, and its state read from its agent's memory (not split)",
     "memory": "layer states read from the snapshots in the agents' memory",
     "mirror": "layer states read from the snapshots mirrored to other nodes' agents",
     "checkpoint": "layer states read from the checkpoint on disk",
@@ -64,8 +65,6 @@ RESTORE_MEANING = {
 }
 # What the metrics do not hold, so that no row can show it.
 NOT_RECORDED = [
-    "a crashed worker's state read alone: its restart line's restore_ms covers the new process, its "
-    "communicators and the read",
     "the whole-job restart's state load: a resumed job's first generation writes no reconfiguration line",
     "the bytes a rollback restores: copy_bytes counts only copies between workers",
 ]
@@ -152,8 +151,13 @@ def read_recoveries(path):
                                "step_ms": r["resume_ms"], "recovery_ms": r["recovery_ms"], "steps_lost": 0,
                                "back_ms": r["recovery_ms"]})
     for r in restarts:
-        out.crashes.append({"source": "own memory", "detect_ms": r["detect_ms"], "plan_ms": None,
-                            "communicators_ms": None, "restore_ms": r["restore_ms"],
+        # (Lines written before the restore was split hold its whole.)
+        split = all(_number(r.get(key)) for key in ("process_ms", "communicators_ms", "read_ms"))
+        out.crashes.append({"source": "own memory" if split else "own memory, whole", "detect_ms": r["detect_ms"],
+                            "plan_ms": None, "communicators_ms": r["communicators_ms"] if split else None,
+                            "restore_ms": r["read_ms"] if split else r["restore_ms"],
+                            "process_ms": r["process_ms"] if split else None,
+                            "standby": r.get("standby") is True,
                             "step_ms": r["recovery_ms"] - r["detect_ms"] - r["restore_ms"],
                             "recovery_ms": r["recovery_ms"], "steps_lost": 0, "back_ms": r["recovery_ms"]})
     for number, rollback in rollback_lines:
@@ -218,9 +222,9 @@ def summarize(name, events):
     """One row: the median of each field over EVENTS (None where no event
     has it), their count and each one's recovery."""
     row = {"name": name, "source": events[0]["source"], "count": len(events)}
-    for key in ("detect_ms", "plan_ms", "communicators_ms", "restore_ms", "step_ms", "recovery_ms", "steps_lost",
-                "back_ms"):
-        values = [e[key] for e in events if e[key] is not None]
+    for key in ("detect_ms", "plan_ms", "communicators_ms", "process_ms", "restore_ms", "step_ms", "recovery_ms",
+                "steps_lost", "back_ms"):
+        values = [e[key] for e in events if e.get(key) is not None]
         row[key] = statistics.median(values) if values else None
     row["each_recovery_ms"] = [e["recovery_ms"] for e in events]
     row["each_back_ms"] = [e["back_ms"] for e in events]
@@ -360,6 +364,12 @@ def run(args):
         loss, crash = rows[0]["recovery_ms"], rows[1]["recovery_ms"]
         print(f"worker crash / node loss, to the next completed step: {crash / loss:.1f}x "
               f"({crash:.0f} against {loss:.0f} ms)")
+        row = rows[1]
+        row["standby"] = sum(e["standby"] for e in live.crashes)
+        if row["process_ms"] is not None:
+            print(f"worker crash, after detection: the new worker up in {row['process_ms']:.1f} ms (a standby "
+                  f"worker in {row['standby']} of {row['count']}), its communicators {row['communicators_ms']:.1f} "
+                  f"ms, its state read in {row['restore_ms']:.1f} ms")
     for r in rows:
         r["restart_over_back"] = restart / r["back_ms"]
 

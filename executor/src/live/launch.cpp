@@ -21,6 +21,12 @@ extern char** environ;
 namespace oobleck::executor {
 
 pid_t spawn_process(const std::vector<std::string>& args, const std::string& input) {
+  const SpawnedProcess spawned = spawn_process_keeping_input(args, input);
+  ::close(spawned.input_fd);
+  return spawned.pid;
+}
+
+SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args, const std::string& input) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
@@ -39,14 +45,14 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& inp
   // Far below a pipe's capacity: written at once, whatever the child does.
   const bool written = error == 0 && ::write(pipe_ends[1], input.data(), input.size()) ==
                                          static_cast<ssize_t>(input.size());
-  ::close(pipe_ends[1]);
+  if (error != 0 || !written) ::close(pipe_ends[1]);
   if (error != 0) throw std::runtime_error("cannot start " + args.front() + ": " + std::strerror(error));
   if (!written) {  // it ended at once: nothing of it is left behind
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
     throw std::runtime_error("cannot hand " + args.front() + " its input");
   }
-  return pid;
+  return {pid, pipe_ends[1]};
 }
 
 std::vector<std::string> forwarded_environment() {

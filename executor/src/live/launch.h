@@ -15,6 +15,16 @@ namespace oobleck::executor {
 // Throws with the reason when it cannot start.
 [[nodiscard]] pid_t spawn_process(const std::vector<std::string>& args, const std::string& input);
 
+// The same, but the pipe to its standard input stays open after `input`:
+// the caller writes the rest later and closes `input_fd` (close-on-exec, so
+// processes started after it never hold it open).
+struct SpawnedProcess {
+  pid_t pid = 0;
+  int input_fd = -1;
+};
+[[nodiscard]] SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args,
+                                                         const std::string& input);
+
 // The same command on `host`, over SSH without prompts, with this
 // process's variables that steer the numerical and communication libraries
 // (forwarded_environment()): an SSH session starts with a bare environment,

@@ -79,11 +79,14 @@ void from_json(const Json& j, Slow& m) {
 void to_json(Json& j, const Crash& m) { j = {{"gpu", m.gpu}}; }
 void from_json(const Json& j, Crash& m) { m.gpu = field<int>(j, "gpu"); }
 
-void to_json(Json& j, const WorkerRestarted& m) { j = {{"gpu", m.gpu}, {"status", m.status}, {"pid", m.pid}}; }
+void to_json(Json& j, const WorkerRestarted& m) {
+  j = {{"gpu", m.gpu}, {"status", m.status}, {"pid", m.pid}, {"standby", m.standby}};
+}
 void from_json(const Json& j, WorkerRestarted& m) {
   m.gpu = field<int>(j, "gpu");
   m.status = field<int>(j, "status");
   m.pid = field<std::int64_t>(j, "pid");
+  m.standby = field<bool>(j, "standby");
 }
 
 void to_json(Json& j, const SnapshotStored& m) {

@@ -70,6 +70,7 @@ struct Slow {
 struct WorkerRestarted {
   int gpu = 0, status = 0;
   std::int64_t pid = 0;
+  bool standby = false;  // the new worker was a standby, started ahead
 };
 // Forward this node's snapshots to the agent at host:port (0: nowhere).
 struct MirrorTo {

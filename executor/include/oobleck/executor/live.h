@@ -113,6 +113,9 @@ struct MasterOptions {
   // spares: started, one per node lost, whenever fewer nodes run than the
   // plan began with. A host that failed is never started again.
   bool join_spares = false;
+  // Each agent keeps a worker process started ahead, which replaces a
+  // crashed worker without waiting for a new process to load libtorch.
+  bool standby_workers = true;
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
   // Nodes the straggler detector flags (each node's compute time a step
@@ -175,6 +178,10 @@ struct NodeProcessOptions {
   int gpu = 0;               // a worker's: on CUDA, its device
   int snapshot_port = 0;     // a worker's: its agent's snapshot server, on this host
   double cpus = 0;           // an agent's: > 0, it and its workers run within this many cores (cpu_quota.h)
+  // An agent's: keep a standby worker, started ahead, to replace a crashed
+  // one. A worker's: it is one, and reads its GPU on standard input, after
+  // the token, when its agent needs it (end of input: it ends).
+  bool standby = false;
   // The master gone, how long to wait for a restarted one (reconnecting
   // to the same address and port) before ending.
   Milliseconds master_wait_ms = 300000;

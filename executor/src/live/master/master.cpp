@@ -75,7 +75,8 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
       token_(kept_ ? kept_->token : new_token()),
       server_(in_.master_addr, token_, kept_ ? kept_->control_port : 0),
       processes_(LaunchSettings{o_.program, in_.master_addr, token_, server_.port(), o_.heartbeat_timeout_ms, 120000,
-                                gpus_, in_.hosts, in_.slurm, o_.master_wait_s * 1000, o_.node_cpus}),
+                                gpus_, in_.hosts, in_.slurm, o_.master_wait_s * 1000, o_.node_cpus,
+                                o_.standby_workers}),
       controller_(cost_, no_templates_, controller_options(o_, in_, kept_)),
       reporter_(o_.metrics_path, kept_ ? std::optional<std::string>(kept_->last_step_record) : std::nullopt),
       checkpoints_(o_.checkpoint_dir, o_.checkpoint_every, in_.profile, o_.seed),
@@ -165,6 +166,9 @@ int Master::run() {
     for (const auto& [node, reason] : processes_.overdue(now_ms())) lose(node, reason);
     for (const auto& [node, deadline] : std::map(worker_gone_)) {
       if (now_ms() > deadline) lose(node, "its worker's connection closed and its agent said nothing of it");
+    }
+    for (const auto& [worker, deadline] : std::map(unannounced_hellos_)) {
+      if (now_ms() > deadline) lose(worker.first, "its worker restarted after a new generation began");
     }
     // Before this look's losses: a rollback they cause restores from these.
     if (snapshots_changed_) {
@@ -268,6 +272,9 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     if (const auto r = restarting_.find({node, gpu}); r != restarting_.end()) {
       // Restarted in place: it enters the generation of the restart.
       r->second.connected = true;
+      for (auto& restart : restarts_) {
+        if (restart.node == node && restart.gpu == gpu) restart.hello_ms = now_ms();
+      }
       if (r->second.held) server_.send_to_worker(node, gpu, *r->second.held);
       if (r->second.held) restarting_.erase(r);
       return;
@@ -275,8 +282,13 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
     NodeProcess* p = processes_.find(node);
     if (phase_ == Phase::resuming) check_reconnected_worker(node, std::get<protocol::Hello>(m));
     if (!p->alive) return;
-    // A worker restarted in place, the restart overtaken by a new generation.
-    if (p->all_workers_connected()) return lose(node, "its worker restarted after a new generation began");
+    // A worker restarted in place: its agent's word decides (it may come
+    // after the hello), or its absence by the deadline (the restart was
+    // overtaken by a new generation).
+    if (p->all_workers_connected()) {
+      unannounced_hellos_.try_emplace({node, gpu}, now_ms() + o_.heartbeat_timeout_ms);
+      return;
+    }
     ++p->workers_connected;
     // A node takes part once every one of its GPUs has a worker.
     if (phase_ != Phase::finishing && p->all_workers_connected()) joined_now_.push_back(node);
@@ -299,7 +311,7 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
   } else if (const auto* g = std::get_if<protocol::Recovering>(&m); g && g->generation == current) {
     on_recovering();
   } else if (const auto* d = std::get_if<protocol::Recovered>(&m); d && d->generation == current) {
-    on_recovered(*d);
+    on_recovered(node, gpu, *d);
   } else if (const auto* failed = std::get_if<protocol::RestoreFailed>(&m); failed && failed->generation == current) {
     throw InputError("the checkpoint cannot be restored: " + failed->what);
   } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == current) {
@@ -341,8 +353,11 @@ void Master::on_recovering() {
     kill_node(*victim, "chaos, during a recovery", false);
 }
 
-void Master::on_recovered(const protocol::Recovered& m) {
+void Master::on_recovered(const std::string& node, int gpu, const protocol::Recovered& m) {
   ++timing_.recovered;
+  for (auto& r : restarts_) {
+    if (r.node == node && r.gpu == gpu) r.communicators_ms = m.rebuild_ms, r.read_ms = m.copy_ms;
+  }
   timing_.rebuild_ms = std::max(timing_.rebuild_ms, m.rebuild_ms);
   timing_.copy_ms = std::max(timing_.copy_ms, m.copy_ms);
   timing_.copy_bytes += m.copy_bytes;
@@ -361,6 +376,7 @@ int Master::rank_of(const std::string& node) const {
 void Master::lose(const std::string& node, const std::string& reason) {
   NodeProcess* p = processes_.find(node);
   worker_gone_.erase(node);
+  std::erase_if(unannounced_hellos_, [&](const auto& h) { return h.first.first == node; });
   if (p == nullptr || !p->alive) return;
   checkpoints_.saver_lost(node);
   state_changed_ = true;

@@ -49,7 +49,7 @@ class Master {
   void from_worker(const std::string& node, int gpu, const protocol::Message& m);
   void on_ready(const std::string& node, int gpu, const protocol::Ready& m);
   void on_recovering();
-  void on_recovered(const protocol::Recovered& m);
+  void on_recovered(const std::string& node, int gpu, const protocol::Recovered& m);
   void lose(const std::string& node, const std::string& reason);
   [[nodiscard]] int rank_of(const std::string& node) const;
   [[nodiscard]] int worker_rank(const std::string& node, int gpu) const { return rank_of(node) * gpus_ + gpu; }
@@ -190,6 +190,10 @@ class Master {
   int rollbacks_ = 0;  // generations started that roll back
   std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
   std::map<std::string, Milliseconds> worker_gone_;
+  // (node, GPU): a worker's hello on a node whose workers were all there, the
+  // agent's word of a restart not yet read (a standby worker says hello at
+  // once, on a connection of its own), due by then.
+  std::map<std::pair<std::string, int>, Milliseconds> unannounced_hellos_;
   std::map<std::pair<std::string, int>, int> closes_expected_;  // (node, GPU): restarted before its close was seen  // a worker's connection closed: the agent's word due by then
   struct Restarting {
     bool connected = false;                       // the new worker said hello

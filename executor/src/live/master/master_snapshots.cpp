@@ -174,13 +174,15 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
   }
   std::fprintf(stderr, "oobleck-run: node %s: %s; restarting it in place from its snapshot of step %d\n",
                node.c_str(), why.c_str(), committed);
-  restarting_[{node, m.gpu}] = Restarting{};
+  restarting_[{node, m.gpu}] = Restarting{unannounced_hellos_.erase({node, m.gpu}) > 0, std::nullopt};
   unrestored_.insert({node, m.gpu});
   RestartTiming timing;
   timing.node = node;
   timing.gpu = m.gpu;
   timing.crash_ms = p->crashed_ms;
   timing.detected_ms = now_ms();
+  timing.standby = m.standby;
+  if (restarting_[{node, m.gpu}].connected) timing.hello_ms = timing.detected_ms;  // its hello came first
   p->crashed_ms = -1;
   restarts_.push_back(timing);
   decide(recovery::WorkerRestarted{node, now_ms()});

@@ -47,6 +47,7 @@ ordered_json options_json(const MasterOptions& o) {
           {"straggler_thresholds", {o.straggler_slow_below, o.straggler_recovered_above}},
           {"straggler_probation_steps", o.straggler_probation_steps},
           {"master_wait_s", o.master_wait_s},
+          {"standby_workers", o.standby_workers},
           {"state_dir", o.state_dir}};
 }
 
@@ -91,6 +92,11 @@ MasterOptions parse_options(const json& j, const FieldPath& where) {
     const json& deterministic = j.at("deterministic");
     if (!deterministic.is_boolean()) throw (where / "deterministic").error("expected true or false");
     o.deterministic = deterministic.get<bool>();
+  }
+  if (j.contains("standby_workers")) {  // (states kept before it existed lack it)
+    const json& standby = j.at("standby_workers");
+    if (!standby.is_boolean()) throw (where / "standby_workers").error("expected true or false");
+    o.standby_workers = standby.get<bool>();
   }
   if (j.contains("straggler_probation_steps")) {  // (states kept before it existed lack it)
     o.straggler_probation_steps =

@@ -59,6 +59,7 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
       "--heartbeat-ms",  std::to_string(std::max(10.0, settings_.heartbeat_timeout_ms / 5)),
       "--gpus",          std::to_string(settings_.gpus_per_node),
       "--master-wait-ms", std::to_string(static_cast<std::int64_t>(settings_.master_wait_ms))};
+  if (settings_.standby_workers) args.push_back("--standby-worker");
   if (p.local) {
     args.push_back("--parent-pid");
     args.push_back(std::to_string(::getpid()));

@@ -43,6 +43,7 @@ struct LaunchSettings {
   bool slurm = false;                        // other hosts' agents start with srun, not ssh
   Milliseconds master_wait_ms = 300000;      // agents and workers wait this long for a restarted master
   double node_cpus = 0;                      // > 0: local agents run within this many cores (cpu_quota.h)
+  bool standby_workers = true;               // agents keep a standby worker (agent.cpp)
 };
 
 class ProcessTable {

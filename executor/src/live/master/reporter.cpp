@@ -180,12 +180,17 @@ void Reporter::restart(const RestartTiming& t, Milliseconds now) {
                     {"resume_step", t.resume_step},
                     {"detect_ms", t.detected_ms - from},
                     {"restore_ms", t.restored_ms - t.detected_ms},
+                    {"standby", t.standby},
+                    {"process_ms", std::max(0.0, t.hello_ms - t.detected_ms)},
+                    {"communicators_ms", t.communicators_ms},
+                    {"read_ms", t.read_ms},
                     {"recovery_ms", now - from}}
            .dump());
   std::fprintf(stderr,
-               "oobleck-run: %s GPU %d restarted in place: detected in %.0f ms, state and communicators back "
+               "oobleck-run: %s GPU %d restarted in place (%s): detected in %.0f ms, state and communicators back "
                "%.0f ms later, step %d done %.0f ms after the crash\n",
-               t.node.c_str(), t.gpu, t.detected_ms - from, t.restored_ms - t.detected_ms, t.resume_step, now - from);
+               t.node.c_str(), t.gpu, t.standby ? "a standby worker" : "a new process", t.detected_ms - from,
+               t.restored_ms - t.detected_ms, t.resume_step, now - from);
 }
 
 std::string Reporter::no_plan(int generation, const recovery::GiveUp& g, int layers, std::int64_t state_bytes,

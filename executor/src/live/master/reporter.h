@@ -50,7 +50,12 @@ struct RecoveryTiming {
 struct RestartTiming {
   int generation = 0, gpu = 0, resume_step = 0;
   std::string node;
+  bool standby = false;  // a standby worker took its place
   Milliseconds crash_ms = -1, detected_ms = 0, restored_ms = -1;
+  // Within the restore: the new worker's hello (its process up), and the
+  // new worker's communicators and read of its layers from its agent's
+  // memory.
+  Milliseconds hello_ms = -1, communicators_ms = 0, read_ms = 0;
 };
 
 struct StepReport {
