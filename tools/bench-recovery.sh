@@ -5,11 +5,12 @@
 #              live, copies the lost layers from surviving replicas and redoes
 #              the step. Split into detection, planning, communicators, state
 #              copy and the redone step (from the metrics).
-#   crash:     a node's worker is killed, its agent lives: the agent starts it
-#              again and it reads its state back from the agent's memory.
-#              Restore there is the new process, its communicators and its
-#              state together: the metrics do not split them, so the memory
-#              read alone is the past-f memory row's.
+#   crash:     a node's worker is killed, its agent lives: the agent's
+#              standby worker takes its place and reads its state back from
+#              the agent's memory (restore: that read; the new worker's
+#              start and communicators are printed beside it). The same
+#              crashes again with --no-standby-workers, side by side: a new
+#              process loads libtorch first.
 #   past f:    more is lost than the replicas cover, and the job rolls back:
 #              memory: node1 lost during step 5 (two pipelines of 3 and 2
 #                nodes follow), then node0 and node2 during step 6: layers
@@ -89,6 +90,13 @@ step:20,crash,node4
 step:23,crash,node0
 CSV
 
+# The same crashes, each restarting a new process.
+train crash-no-standby "${common[@]}" --steps 24 --no-standby-workers <<'CSV'
+step:2,crash,node2
+step:20,crash,node4
+step:23,crash,node0
+CSV
+
 # The checkpoint the restarts start from: the state after step 4.
 "$bin/oobleck-run" "${common[@]}" --steps 5 --checkpoint "$out/checkpoint" --checkpoint-every 5 \
   --metrics "$out/before.jsonl" > /dev/null 2>&1
@@ -138,4 +146,5 @@ tools/oobleck-tools bench-recovery "$out/live.jsonl" "$out/checkpoint" --out "$o
   --past-f mirror "$out/past-f-mirror.jsonl" "past f, from mirrors" \
   --past-f checkpoint "$out/past-f-disk.jsonl" "past f, from disk (no snapshots)" \
   --past-f checkpoint "$out/past-f-node-and-mirror.jsonl" "past f, from disk (a node and its mirror)" \
+  --crashes-without-standby "$out/crash-no-standby.jsonl" \
   --oobleck-run "$bin/oobleck-run" -- "${common[@]}"

@@ -4,7 +4,10 @@
 #   oobleck:   six CPU-like nodes, three 2-node pipelines (f = 2); nodes are
 #              killed during steps (SIGKILL), with joins between to stay at
 #              f = 2; the job reconfigures live. Recovery = the kill to the
-#              next completed step (median, from the metrics).
+#              next completed step (median, from the metrics). Then workers
+#              alone are killed (crash: their agents live), as torchrun's one
+#              process is, and restarted in place (a standby worker takes
+#              each one's place).
 #   torchrun:  the same training under PyTorch DDP (tools/torchrun_gpt_ddp.py:
 #              Gloo on CPU, one thread per process, a checkpoint every step),
 #              launched by torchrun --standalone --nproc_per_node=6. One
@@ -42,19 +45,23 @@ tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microb
 
 # Live recovery: failures with a join between them to stay at f = 2.
 if [ "${SHORT:-0}" = 1 ]; then
-  steps=8
-  echo "step:5,remove,node1" > "$out/inject.csv"
+  steps=10
+  printf 'step:5,remove,node1\nstep:8,crash,node0\n' > "$out/inject.csv"
 else
-  steps=20
+  steps=28
   cat > "$out/inject.csv" <<'CSV'
 step:5,remove,node1
 step:8,add,node6
 step:11,remove,node3
 step:14,add,node7
 step:17,remove,node6
+step:20,crash,node0
+step:23,crash,node2
+step:26,crash,node4
 CSV
 fi
-echo "oobleck: $steps steps, $(grep -c remove "$out/inject.csv") nodes killed" >&2
+echo "oobleck: $steps steps, $(grep -c remove "$out/inject.csv") nodes killed," \
+  "$(grep -c crash "$out/inject.csv") workers crashed" >&2
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --seed 1 \
   --heartbeat-timeout-ms 5000 --steps "$steps" --inject "$out/inject.csv" --metrics "$out/live.jsonl" \
   > "$out/live.txt" 2> "$out/live.err"

@@ -156,8 +156,8 @@ def test_the_table_and_result_json_put_every_cause_beside_the_restart(tmp_path):
     assert any(line.split()[:8] == ["past", "f,", "from", "mirrors", "mirror", "1", "60.0", "12.5"] and
                line.split()[8:11] == ["300.0", "1", "400.0"] for line in lines), result.stdout
     assert "worker crash / node loss, to the next completed step: 3.5x (800 against 226 ms)" in result.stdout
-    assert ("worker crash, after detection: the new worker up in 600.0 ms (a standby worker in 0 of 1), its "
-            "communicators 70.0 ms, its state read in 15.0 ms") in result.stdout
+    assert ("worker crash, restarted in place, after detection: the new worker up in 600.0 ms (a standby worker in "
+            "0 of 1), its communicators 70.0 ms, its state read in 15.0 ms") in result.stdout
 
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["format"] == "oobleck.bench-recovery.v2"
@@ -217,3 +217,29 @@ def test_a_master_restart_is_timed_from_the_kill_to_the_restarted_master_and_the
     err.write_text("nothing of a kill\n")
     with pytest.raises(InputError, match="killing the master"):
         read_master_restart(metrics, state, err)
+
+
+def test_crashes_without_a_standby_get_a_row_of_their_own_and_a_ratio(tmp_path):
+    live = write_lines(tmp_path / "live.jsonl", LIVE)
+    cold = write_lines(tmp_path / "cold.jsonl", [HEADER, split_restart(1, 3, 20.0, 400.0, 480.0, 330.0, 40.0, 15.0,
+                                                                        False), step(3, 600)])
+    program = stand_in(tmp_path / "oobleck-run", QUICK_RESTART)
+    result = run_tools("bench-recovery", live, tmp_path / "checkpoint", "--out", tmp_path, "--repeats", 1,
+                       "--crashes-without-standby", cold, "--oobleck-run", program, "--", "--plan", "plan.json")
+    assert result.returncode == 0, result.stderr
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert [r["name"] for r in saved["rows"]] == ["node loss within f", "worker crash, restarted in place",
+                                                  "worker crash, a new process (no standby)"]
+    assert (saved["rows"][2]["process_ms"], saved["rows"][2]["recovery_ms"]) == (330.0, 480.0)
+    assert ("worker crash without a standby / with one, to the next completed step: 0.6x (480 against 800 ms)"
+            in result.stdout)
+
+
+def test_crashes_without_a_standby_need_crashes_on_both_sides(tmp_path):
+    live = write_lines(tmp_path / "live.jsonl", LIVE)
+    none = write_lines(tmp_path / "none.jsonl", [HEADER, step(0, 100)])
+    result = run_tools("bench-recovery", live, tmp_path / "checkpoint", "--out", tmp_path,
+                       "--crashes-without-standby", none, "--", "--plan", "p")
+    assert result.returncode == 2
+    assert "none.jsonl: no worker restarted in place" in result.stderr
+    assert_no_traceback(result)

@@ -210,3 +210,36 @@ def test_the_kill_loop_against_a_stand_in_torchrun(tmp_path, live):
     assert len(fast["each_ms"]) == 2
     assert all(0 < ms < 10000 for ms in fast["each_ms"])
     assert [k["restarts"] for k in fast["kills"]] == [1, 1]
+
+
+def crash(node, recovery_ms, standby):
+    return {"kind": "restart", "generation": 1, "node": node, "gpu": 0, "resume_step": 3, "detect_ms": 20.0,
+            "restore_ms": 60.0, "standby": standby, "process_ms": 10.0, "communicators_ms": 30.0, "read_ms": 15.0,
+            "recovery_ms": recovery_ms}
+
+
+def test_worker_crashes_are_put_beside_torchruns_kill_of_one_process(tmp_path):
+    lines = [HEADER, step_line(0, 5.5, iteration_ms=90.0), crash("node2", 140.0, True),
+             failure(2, "node1", 200.0, 30.0), crash("node0", 175.0, False), step_line(1, 5.1, iteration_ms=100.0)]
+    live = write_lines(tmp_path / "live.jsonl", lines)
+    result = report(tmp_path, live)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "bench-torchrun.json").read_text())
+    crashes = summary["oobleck"]["crashes"]
+    assert crashes["recovery_ms"] == pytest.approx(157.5)
+    assert crashes["each_ms"] == [140.0, 175.0]
+    assert (crashes["standby"], crashes["process_ms"], crashes["read_ms"]) == (1, 10.0, 15.0)
+    assert summary["crash_ratios"] == {"0.1": pytest.approx(3500 / 157.5), "5": pytest.approx(7500 / 157.5)}
+    assert summary["ratios"]["0.1"] == pytest.approx(3500 / 200.0)  # node losses alone
+    assert f"  {'oobleck, restarted in place':34s} {158:9d} ms" in result.stdout
+    assert "oobleck's restart in place (a standby worker in 1 of 2):" in result.stdout
+
+
+def test_a_restart_line_without_its_parts_is_bad_input(tmp_path):
+    line = crash("node2", 140.0, True)
+    del line["read_ms"]
+    live = write_lines(tmp_path / "live.jsonl", [HEADER, failure(2, "node1", 200.0, 30.0), line])
+    result = report(tmp_path, live)
+    assert result.returncode == 2
+    assert 'live.jsonl:3: no "read_ms" field' in result.stderr
+    assert_no_traceback(result)

@@ -9,6 +9,9 @@ Reads oobleck-run metrics:
                       and rolled back (rollback lines) to SOURCE: memory (the
                       snapshots of the nodes that took them), mirror or
                       checkpoint; LABEL names its row.
+  --crashes-without-standby METRICS  a run whose workers crashed with
+                      --no-standby-workers (each restarted as a new process):
+                      a row beside LIVE.jsonl's crashes.
   --master-restart METRICS STATE ERR  a run whose master killed itself
                       (kill-master: ERR, its standard error, says when) and
                       was resumed at once with --resume-master STATE: from
@@ -28,7 +31,7 @@ done again (the same as the previous one without a rollback). Prints them
 side by side with the restart, with ratios, and writes OUT/result.json.
 
   oobleck-tools bench-recovery LIVE.jsonl CHECKPOINT --out DIR [--repeats 3]
-                               [--past-f SOURCE METRICS LABEL ...]
+                               [--past-f SOURCE METRICS LABEL ...] [--crashes-without-standby METRICS]
                                [--oobleck-run build/bin/oobleck-run] -- RUN_ARGS...
 """
 import json
@@ -78,6 +81,8 @@ def add_arguments(parser):
     parser.add_argument("--repeats", type=int, default=3, help="restarts timed; the median counts (default: 3)")
     parser.add_argument("--past-f", nargs=3, action="append", default=[], metavar=("SOURCE", "METRICS", "LABEL"),
                         help="a run that rolled back past f to SOURCE (memory, mirror or checkpoint); repeatable")
+    parser.add_argument("--crashes-without-standby", metavar="METRICS",
+                        help="a run whose workers crashed with --no-standby-workers")
     parser.add_argument("--master-restart", nargs=3, metavar=("METRICS", "STATE", "ERR"),
                         help="a run whose master was killed (kill-master) and resumed with --resume-master STATE")
     parser.add_argument("--oobleck-run", default=str(REPOSITORY / "build/bin/oobleck-run"), metavar="PATH",
@@ -326,6 +331,14 @@ def run(args):
         if not found.rollbacks:
             raise InputError(f"{path}: no rollback past f that trained")
         past_f.append((source, label, found.rollbacks))
+    cold_crashes = []
+    if args.crashes_without_standby:
+        cold_crashes = read_recoveries(args.crashes_without_standby).crashes
+        if not cold_crashes:
+            raise InputError(f"{args.crashes_without_standby}: no worker restarted in place")
+        if not live.crashes:
+            raise InputError(f"{args.live}: no worker restarted in place, to put beside "
+                             f"{args.crashes_without_standby}'s")
 
     def median(key):
         return statistics.median(e[key] for e in failures)
@@ -352,6 +365,11 @@ def run(args):
     rows = [summarize("node loss within f", failures)]
     if live.crashes:
         rows.append(summarize("worker crash, restarted in place", live.crashes))
+    cold = None
+    if cold_crashes:
+        cold = summarize("worker crash, a new process (no standby)", cold_crashes)
+        cold["standby"] = sum(e["standby"] for e in cold_crashes)
+        rows.append(cold)
     rows += [summarize(label, rollbacks) for _, label, rollbacks in past_f]
     if args.master_restart:
         rows.append(summarize("master killed, --resume-master at once", [read_master_restart(*args.master_restart)]))
@@ -364,12 +382,16 @@ def run(args):
         loss, crash = rows[0]["recovery_ms"], rows[1]["recovery_ms"]
         print(f"worker crash / node loss, to the next completed step: {crash / loss:.1f}x "
               f"({crash:.0f} against {loss:.0f} ms)")
-        row = rows[1]
-        row["standby"] = sum(e["standby"] for e in live.crashes)
-        if row["process_ms"] is not None:
-            print(f"worker crash, after detection: the new worker up in {row['process_ms']:.1f} ms (a standby "
-                  f"worker in {row['standby']} of {row['count']}), its communicators {row['communicators_ms']:.1f} "
-                  f"ms, its state read in {row['restore_ms']:.1f} ms")
+        rows[1]["standby"] = sum(e["standby"] for e in live.crashes)
+        for row in [rows[1]] + ([cold] if cold else []):
+            if row["process_ms"] is not None:
+                print(f"{row['name']}, after detection: the new worker up in {row['process_ms']:.1f} ms (a "
+                      f"standby worker in {row['standby']} of {row['count']}), its communicators "
+                      f"{row['communicators_ms']:.1f} ms, its state read in {row['restore_ms']:.1f} ms")
+        if cold:
+            print(f"worker crash without a standby / with one, to the next completed step: "
+                  f"{cold['recovery_ms'] / rows[1]['recovery_ms']:.1f}x "
+                  f"({cold['recovery_ms']:.0f} against {rows[1]['recovery_ms']:.0f} ms)")
     for r in rows:
         r["restart_over_back"] = restart / r["back_ms"]
 

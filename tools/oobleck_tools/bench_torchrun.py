@@ -2,7 +2,9 @@
 
 oobleck: the reconfigurations after failures in LIVE.jsonl (oobleck-run
 --metrics of a run whose nodes were killed during steps): failure to the next
-completed step, the median and its parts.
+completed step, the median and its parts. Where the run also crashed
+workers (restart lines: a worker process killed, its agent alive, restarted
+in place), those too: torchrun's kill is of one worker process.
 
 torchrun: for each monitor interval, one job of tools/torchrun_gpt_ddp.py
 (DDP, a checkpoint every step) under torchrun --standalone with
@@ -42,6 +44,9 @@ RESULT_FORMAT = "oobleck.bench-torchrun.v1"
 START_TIMEOUT_S = 300    # launching six workers on a loaded machine
 PASSES_ARGUMENTS = True  # JOB_ARGS after "--"
 
+# The parts of a worker crash's recovery, by their keys in its restart lines.
+CRASH_PARTS = [("detect_ms", "detection"), ("process_ms", "the new worker up (its hello)"),
+               ("communicators_ms", "its communicators"), ("read_ms", "its state read from its agent's memory")]
 # The parts of oobleck's recovery, by their keys in its reconfiguration lines.
 OOBLECK_PARTS = [("detect_ms", "detection"), ("plan_ms", "planning (reconfigure)"),
                  ("communicators_ms", "communicators rebuilt"), ("copy_ms", "layer states copied"),
@@ -160,6 +165,19 @@ def oobleck_summary(path):
                "step_ms": statistics.median(iterations) if iterations else None}
     for key, _ in OOBLECK_PARTS:
         summary[key] = statistics.median(r[key] for r in failures)
+    crashes = []
+    for number, line in read_json_lines(path):
+        if line.get("kind") != "restart":
+            continue
+        for key, _ in CRASH_PARTS + [("recovery_ms", "")]:
+            require(line, key, f"{path}:{number}", _number, "a number")
+        crashes.append(line)
+    if crashes:
+        summary["crashes"] = {"recovery_ms": statistics.median(c["recovery_ms"] for c in crashes),
+                              "each_ms": [c["recovery_ms"] for c in crashes],
+                              "standby": sum(c.get("standby") is True for c in crashes)}
+        for key, _ in CRASH_PARTS:
+            summary["crashes"][key] = statistics.median(c[key] for c in crashes)
     return summary
 
 
@@ -345,9 +363,23 @@ def report(oobleck, torchruns, processes):
         name = f"torchrun, monitor {t['monitor_interval_s']:g} s{default}"
         print(f"  {name:34s} {t['recovery_ms']:9.0f} ms {ratio(t['recovery_ms'], base):15.1f}x  "
               f"{each(t['each_ms'])} ms")
+    crashes = oobleck.get("crashes")
+    if crashes:
+        print("a worker process killed, its node alive (torchrun's kill is of one process):")
+        print(f"  {'':34s} {'median':>9s}  {'torchrun/oobleck':>16s}  each")
+        print(f"  {'oobleck, restarted in place':34s} {crashes['recovery_ms']:9.0f} ms {'':16s}  "
+              f"{each(crashes['each_ms'])} ms")
+        for t in torchruns:
+            name = f"torchrun, monitor {t['monitor_interval_s']:g} s"
+            print(f"  {name:34s} {t['recovery_ms']:9.0f} ms "
+                  f"{ratio(t['recovery_ms'], crashes['recovery_ms']):15.1f}x")
     print("oobleck's recovery:")
     for key, name in OOBLECK_PARTS:
         print(f"  {name:42s} {oobleck[key]:9.1f} ms")
+    if crashes:
+        print(f"oobleck's restart in place (a standby worker in {crashes['standby']} of {len(crashes['each_ms'])}):")
+        for key, name in CRASH_PARTS:
+            print(f"  {name:42s} {crashes[key]:9.1f} ms")
     for t in torchruns:
         print(f"torchrun's restart, monitor {t['monitor_interval_s']:g} s:")
         for key, name in TORCHRUN_PARTS:
@@ -381,5 +413,8 @@ def run(args):
     write_json(os.path.join(args.out, "bench-torchrun.json"),
                {"format": RESULT_FORMAT, "oobleck": oobleck, "torchrun": torchruns,
                 "ratios": {f"{t['monitor_interval_s']:g}": ratio(t["recovery_ms"], oobleck["recovery_ms"])
-                           for t in torchruns}})
+                           for t in torchruns},
+                "crash_ratios": {f"{t['monitor_interval_s']:g}": ratio(t["recovery_ms"],
+                                                                         oobleck["crashes"]["recovery_ms"])
+                                 for t in torchruns} if "crashes" in oobleck else {}})
     return 0
