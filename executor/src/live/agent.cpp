@@ -202,12 +202,14 @@ class Agent {
     return args;
   }
 
-  // The workers and the standby.
+  // The workers, and with SIGKILL the standby. (Stopping an idle standby
+  // gains nothing, and one stopped before it asked for its parent-death
+  // signal would outlive this agent, stopped for good.)
   void kill_all(int signal) {
     for (pid_t w : workers_) {
       if (w > 0) ::kill(w, signal);
     }
-    if (standby_.pid > 0) ::kill(standby_.pid, signal);
+    if (standby_.pid > 0 && signal == SIGKILL) ::kill(standby_.pid, SIGKILL);
   }
 
   [[nodiscard]] bool connected() const { return channel_ != nullptr; }
