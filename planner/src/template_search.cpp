@@ -69,7 +69,16 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
       }
     }
   }
-  hi_.assign(hi_memory_.size(), 0);
+  reach_.assign(degree_count * (layers_ + 1), 0);
+  // The variants whose stage may end on GPU u, for every u.
+  fitting_start_.assign(static_cast<std::size_t>(max_gpus_) + 2, 0);
+  for (int u = 1; u <= max_gpus_; ++u) {
+    fitting_start_[u] = fitting_.size();
+    for (std::size_t d = 0; d < degree_count; ++d) {
+      if (fits_in_node(u, degree(d))) fitting_.push_back(d);
+    }
+  }
+  fitting_start_[max_gpus_ + 1] = fitting_.size();
   // Value rows: for each m, U in [u_lo, u_hi], each with layers_+1 entries.
   row_base_.assign(max_stages_ + 1, 0);
   u_lo_.assign(max_stages_ + 1, 0);
@@ -102,25 +111,22 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
 void TemplateSearch::solve(double bound, int gpu_limit) {
   gpu_limit_ = std::min(gpu_limit, max_gpus_);
   bound_ = bound;
-  // Only the layers each row made finite last time need clearing.
-  for (std::size_t r = 0; r < alive_lo_.size(); ++r) {
-    if (alive_lo_[r] <= alive_hi_[r]) {
-      double* row_values = value_.data() + r * static_cast<std::size_t>(layers_ + 1);
-      std::fill(row_values + alive_lo_[r], row_values + alive_hi_[r] + 1, kInfinity);
-    }
+  // Only the rows made live last time, and their live layers, need clearing.
+  for (const std::size_t r : live_rows_) {
+    double* row_values = value_.data() + r * static_cast<std::size_t>(layers_ + 1);
+    std::fill(row_values + alive_lo_[r], row_values + alive_hi_[r] + 1, kInfinity);
     alive_lo_[r] = layers_ + 1;
     alive_hi_[r] = -1;
   }
+  live_rows_.clear();
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     int e = 0;
     const double* prefix = prefix_[d].data();
+    int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
     for (int l = 0; l < layers_; ++l) {
       e = std::max(e, l);
       while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
-      for (int m = 1; m <= max_stages_; ++m) {
-        const std::size_t i = window_index(d, m, l);
-        hi_[i] = std::min({e, hi_memory_[i], last_boundary(m)});
-      }
+      reach[l] = e;
     }
   }
   // Rows of m stages depend on rows of m - 1 alone, and only on those
@@ -133,9 +139,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
     int next_lo = gpu_limit_ + 1, next_hi = 0;
     for (int u = lo; u <= hi; ++u) {
-      for (std::size_t d = 0; d < variants_.size(); ++d) {
-        if (fits_in_node(u, degree(d))) sweep(m, u, d);
-      }
+      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) sweep(m, u, fitting_[k]);
       const auto r = row_index(m, u);
       if (alive_lo_[r] <= alive_hi_[r]) {
         next_lo = std::min(next_lo, u);
@@ -174,7 +178,11 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
   const auto out_index = row_index(m, u);
   double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
   const double* prefix = prefix_[d].data();
-  const int* hi = hi_.data() + window_index(d, m, 0);
+  // The window's end: the bound on compute, and memory. (A successor's
+  // m - 1 layers need no term: its row is infinite past last_boundary(m).)
+  const int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
+  const int* memory = hi_memory_.data() + window_index(d, m, 0);
+  const auto hi = [&](int l) { return std::min(reach[l], memory[l]); };
   int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
   const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
   auto improve = [&](int l, double v) {
@@ -186,7 +194,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
   };
   if (terminal_allowed(m, u, t)) {
     for (int l = 0; l <= l_max; ++l) {
-      if (hi[l] >= layers_) improve(l, prefix[layers_] - prefix[l]);
+      if (hi(l) >= layers_) improve(l, prefix[layers_] - prefix[l]);
     }
   }
   int succ_lo = layers_ + 1, succ_hi = -1;
@@ -212,7 +220,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
           window[--head] = e;
         }
       }
-      while (head < tail && window[tail - 1] > hi[l]) --tail;
+      while (head < tail && window[tail - 1] > hi(l)) --tail;
       if (head < tail) {
         improve(l, through[window[tail - 1]] - prefix[l]);
       } else if (l < succ_lo) {
@@ -220,6 +228,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
       }
     }
   }
+  if (out_lo <= out_hi && alive_lo_[out_index] > alive_hi_[out_index]) live_rows_.push_back(out_index);
   alive_lo_[out_index] = out_lo;
   alive_hi_[out_index] = out_hi;
 }
@@ -235,7 +244,8 @@ std::vector<Stage> TemplateSearch::reconstruct(int m, int u, int nodes) const {
       if (!fits_in_node(u, t)) continue;
       const int node = nodes - 1 - (u - 1) / gpus_;
       const double* prefix = prefix_[d].data();
-      const int hi = hi_[window_index(d, m, l)];
+      const int hi = std::min({reach_[d * static_cast<std::size_t>(layers_ + 1) + l],
+                               hi_memory_[window_index(d, m, l)], last_boundary(m)});
       if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
         stages.push_back({l, layers_, t, node, recompute(d), span(t)});
         return stages;

@@ -95,7 +95,9 @@ class TemplateSearch {
   std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
   std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
   std::vector<int> hi_memory_;                          // memory limit on the window end
-  std::vector<int> hi_;                                 // this solve's window end per (d, m, l)
+  std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
+  std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
+  std::vector<std::size_t> live_rows_;                  // the rows this solve made live
   std::vector<std::size_t> row_base_;
   std::vector<int> u_lo_, u_hi_;
   std::vector<double> value_;
