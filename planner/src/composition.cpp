@@ -57,7 +57,8 @@ namespace {
 // Upper concave envelope of points sorted by x, at x; -inf outside their range.
 [[nodiscard]] double envelope_at(const std::vector<std::pair<double, double>>& points, double x) {
   if (points.empty() || x < points.front().first || x > points.back().first) return -kInfinity;
-  std::vector<std::pair<double, double>> hull;
+  thread_local std::vector<std::pair<double, double>> hull;  // (kept between the bisection's many calls)
+  hull.clear();
   for (const auto& p : points) {
     while (hull.size() >= 2) {
       const auto& a = hull[hull.size() - 2];
@@ -113,7 +114,8 @@ struct Problem {
   const int fixed = problem.fixed_capacity(tau);
   if (fixed < 0) return -kInfinity;
   if (problem.pool == 0) return problem.nodes == 0 ? fixed : -kInfinity;
-  std::vector<std::pair<double, double>> points;
+  thread_local std::vector<std::pair<double, double>> points;  // (as the hull's)
+  points.clear();
   for (std::size_t i = 0; i < problem.kinds.size(); ++i) {
     const int c = problem.pool_capacity_cap(i, tau);
     if (c > 0) points.emplace_back(problem.kinds[i].nodes, c);
