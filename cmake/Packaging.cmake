@@ -9,7 +9,7 @@ include(CMakePackageConfigHelpers)
 
 set(oobleck_programs oobleck-plan oobleck-sim)
 if(TARGET oobleck-run)
-  list(APPEND oobleck_programs oobleck-profile oobleck-run)
+  list(APPEND oobleck_programs oobleck-profile oobleck-run oobleck-agent)  # (the agent beside oobleck-run)
 endif()
 # Libraries linked from outside the system's folders (CUDA under /usr/local,
 # a pip PyTorch) stay findable from the installed programs.
@@ -29,7 +29,7 @@ install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/export_model.py ${PROJECT_SOURCE_DI
 # static libraries still hand on to whoever links them.
 set(oobleck_exported_parts common planner recovery sim model_config validation)
 if(TARGET oobleck_executor)
-  list(APPEND oobleck_exported_parts executor)
+  list(APPEND oobleck_exported_parts node_agent executor)
 endif()
 set(oobleck_exported_targets "")
 foreach(part IN LISTS oobleck_exported_parts)

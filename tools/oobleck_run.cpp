@@ -1,5 +1,6 @@
 // oobleck-run: trains a plan live and survives node failures. The master
-// (this process) starts one agent per node, each agent one worker; see
+// (this process) starts one agent per node (oobleck-agent), each agent a
+// worker per GPU (this program again, `worker`); see
 // executor/include/oobleck/executor/live.h for how they recover.
 //
 // Exit status: 0 success, 1 training failed, 2 bad input, 3 no plan exists
@@ -16,6 +17,7 @@
 
 #include "oobleck/common/files.h"
 #include "cli_io.h"
+#include "node_flags.h"
 #include "oobleck/executor/blas_kernels.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/gpt.h"
@@ -178,26 +180,15 @@ CLI::App* add_tokenize_command(CLI::App& app, TokenizeFlags& f) {
   return cmd;
 }
 
-// The processes the master starts: not listed in --help.
-std::pair<CLI::App*, CLI::App*> add_node_commands(CLI::App& app, NodeProcessOptions& node) {
-  auto* agent = app.add_subcommand("agent", "(internal) one node's agent: starts and watches its workers");
+// A node's worker, which its agent (oobleck-agent) starts: not listed in --help.
+CLI::App* add_worker_command(CLI::App& app, NodeProcessOptions& node) {
   auto* worker = app.add_subcommand("worker", "(internal) the worker of one GPU");
-  for (auto* cmd : {agent, worker}) {
-    cmd->add_option("--node", node.node)->required();
-    cmd->add_option("--master-addr", node.master_addr);
-    cmd->add_option("--control-port", node.control_port)->required();
-    cmd->add_option("--parent-pid", node.parent_pid);
-    cmd->add_option("--master-wait-ms", node.master_wait_ms)->check(CLI::NonNegativeNumber);
-    cmd->group("");
-  }
-  agent->add_option("--heartbeat-ms", node.heartbeat_interval_ms);
-  agent->add_option("--gpus", node.gpus)->check(CLI::PositiveNumber);
-  agent->add_option("--cpus", node.cpus)->check(CLI::NonNegativeNumber);
+  cli::add_node_options(*worker, node);
   worker->add_option("--gpu", node.gpu)->check(CLI::NonNegativeNumber);
-  agent->add_flag("--standby-worker", node.standby);
   worker->add_flag("--standby", node.standby);
   worker->add_option("--snapshot-port", node.snapshot_port)->check(CLI::NonNegativeNumber);
-  return {agent, worker};
+  worker->group("");
+  return worker;
 }
 
 int run_tokenize(const TokenizeFlags& f) {
@@ -207,19 +198,11 @@ int run_tokenize(const TokenizeFlags& f) {
   return kExitSuccess;
 }
 
-int run_node_process(NodeProcessOptions node, bool agent) {
-  // A worker dies with its agent; an agent outlives its master, for a
-  // restarted one to find. Neither starts when its parent is gone already.
-  if (!agent) prctl(PR_SET_PDEATHSIG, SIGKILL);
+int run_worker_process(NodeProcessOptions node) {
+  // A worker dies with its agent, and does not start when it is gone already.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (node.parent_pid > 0 && getppid() != node.parent_pid) return kExitFailure;
-  node.program = std::filesystem::read_symlink("/proc/self/exe").string();
-  // The job's token: the first line of standard input, never a flag
-  // (a command line is visible to every user of the host).
-  if (!std::getline(std::cin, node.token) || node.token.empty()) {
-    std::fprintf(stderr, "oobleck-run %s: expected the job's token on standard input\n", agent ? "agent" : "worker");
-    return kExitBadInput;
-  }
-  if (agent) return run_agent(node);
+  if (!cli::read_job_token(node, "oobleck-run worker")) return kExitBadInput;
   // A standby worker has paid for its start (the program and its libraries
   // loaded) before its agent needs it: it learns its GPU then.
   if (node.standby) {
@@ -318,7 +301,7 @@ int main(int argc, char** argv) {
   TokenizeFlags tokenize;
   const auto* tokenize_cmd = add_tokenize_command(app, tokenize);
   NodeProcessOptions node;
-  const auto [agent_cmd, worker_cmd] = add_node_commands(app, node);
+  const auto* worker_cmd = add_worker_command(app, node);
 
   if (auto status = cli::parse_command_line(app, argc, argv)) return *status;
 
@@ -327,7 +310,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   return cli::run_reporting_errors("oobleck-run", [&]() -> int {
     if (*tokenize_cmd) return run_tokenize(tokenize);
-    if (*agent_cmd || *worker_cmd) return run_node_process(node, agent_cmd->parsed());
+    if (*worker_cmd) return run_worker_process(node);
     try {
       return run_training(run);
     } catch (const NodeStartError& e) {

@@ -23,7 +23,7 @@ def test_agents_are_job_steps_and_spares_replace_lost_nodes(cluster, tiny_job, t
     wait_for_step(live, 0, run)
     steps_on_node0 = cluster.commands("node0")
     assert any("slurmstepd" in c for c in steps_on_node0), steps_on_node0
-    assert any("agent --node node0 " in c for c in steps_on_node0), steps_on_node0
+    assert any("oobleck-agent " in c and "--node node0 " in c for c in steps_on_node0), steps_on_node0
     # Once the spare has taken node1's place: node2's host dies whole.
     wait_for_line(live, lambda line: line.get("kind") == "reconfiguration" and line["added"] == ["node4"], run)
     cluster.kill_host("node2")  # slurmd, job steps and all

@@ -23,7 +23,7 @@ def test_ssh_agents_train_the_reference_through_kills_and_joins(cluster, tiny_jo
     wait_for_step(live, 0, run)
     for node in ("node0", "node2", "node3"):
         here = cluster.commands(node)
-        assert any(f"agent --node {node} " in c for c in here), here
+        assert any("oobleck-agent " in c and f"--node {node} " in c for c in here), here
         assert any(f"worker --node {node} " in c for c in here), here
         assert not any("token" in c for c in here), here  # it came on standard input
     # node2's host dies whole once the job has healed from node1's loss

@@ -1,5 +1,7 @@
 #include "process_table.h"
 
+#include <filesystem>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,8 +53,12 @@ void ProcessTable::start(const std::string& node, Milliseconds now) {
   p.spawned_ms = now;
   p.connect_by_ms = now + settings_.connect_timeout_ms;
   p.gpus = settings_.gpus_per_node;
+  // The agent is oobleck-agent, beside this program (on every host alike);
+  // its workers run this program.
+  const std::string agent_program =
+      (std::filesystem::path(settings_.program).parent_path() / "oobleck-agent").string();
   std::vector<std::string> args = {
-      settings_.program, "agent",
+      agent_program,     "--worker-program", settings_.program,
       "--node",          node,
       "--master-addr",   settings_.master_addr,
       "--control-port",  std::to_string(settings_.control_port),

@@ -33,7 +33,7 @@ struct NodeProcess {
 };
 
 struct LaunchSettings {
-  std::string program;  // this executable, run again as agent and worker
+  std::string program;  // this executable, which the workers run (the agents: oobleck-agent beside it)
   std::string master_addr, token;
   int control_port = 0;
   Milliseconds heartbeat_timeout_ms = 1000;
