@@ -32,6 +32,9 @@
 // event at its end, as at degree 1), so iteration times are those of the
 // cost model's totals; only the split of each pass is shown. Layer gradients
 // still become ready layer by layer at the layers' total times.
+//
+// A stage's costs are priced in played_stage.cpp, the all-reduces and the
+// layers each carries are laid out in gradient_reductions.cpp.
 #include "oobleck/sim/iteration.h"
 
 #include <algorithm>
@@ -39,35 +42,13 @@
 #include <map>
 #include <stdexcept>
 
+#include "gradient_reductions.h"
 #include "oobleck/common/one_f_one_b.h"
 #include "oobleck/sim/engine.h"
+#include "played_stage.h"
 
 namespace oobleck::sim {
 namespace {
-
-struct StageState {
-  int pipeline = 0;
-  int index = 0;
-  Stage stage;
-  std::string node;
-  Milliseconds forward_ms = 0;  // per pass, tensor-parallel all-reduces included
-  Milliseconds backward_ms = 0;
-  Milliseconds forward_allreduce_ms = 0;  // of which the tensor-parallel all-reduces
-  Milliseconds backward_allreduce_ms = 0;
-  int tp_allreduces_per_pass = 0;
-  Milliseconds optimizer_ms = 0;
-  std::vector<PipelinePass> order;
-  std::size_t next = 0;
-  int device = -1;  // shared with other stages; -1: its own
-  bool busy = false;
-  std::vector<char> activation_arrived;  // per microbatch, from the previous stage
-  std::vector<char> gradient_arrived;    // per microbatch, from the next stage
-  int layers_unreduced = 0;
-  bool backward_done = false;
-  Milliseconds compute_ms = 0;
-  Milliseconds tp_allreduce_ms = 0;
-  Milliseconds finished_ms = 0;
-};
 
 class IterationModel {
  public:
@@ -101,7 +82,7 @@ class IterationModel {
     device_busy_.assign(devices_, 0);
     waiting_.assign(devices_, {});
     device_next_.assign(device_order_.size(), 0);
-    build_reductions();
+    reductions_ = gradient_reductions(cost_, plan_, options_, holders_);
   }
 
   // Pipelines with the same stages, microbatches and extra work run the
@@ -149,25 +130,10 @@ class IterationModel {
     first_stage_[p] = static_cast<int>(stages_.size());
     for (int s = 0; s < S; ++s) {
       const Stage& st = pipeline.stages[s];
-      StageState state;
-      state.pipeline = static_cast<int>(p);
-      state.index = s;
-      state.stage = st;
-      state.node = st.node < static_cast<int>(pipeline.nodes.size()) ? pipeline.nodes[st.node] : "";
-      state.forward_ms = cost_.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus);
-      if (!options_.extra_forward_ms.empty()) state.forward_ms += options_.extra_forward_ms[p].at(s);
-      state.backward_ms = cost_.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-      set_tensor_parallel(state);
-      if (options_.optimizer_bytes_per_s > 0) {
-        // Reads and writes the stage's weights and optimizer state once.
-        state.optimizer_ms = 2.0 *
-                             static_cast<double>(cost_.stage_state_bytes_per_gpu(st.layer_begin, st.layer_end, st.gpus)) /
-                             options_.optimizer_bytes_per_s * 1000.0;
-      }
+      PlayedStage state = priced_stage(cost_, options_, plan_, p, s);
       if (v == 1) state.order = one_f_one_b(s, S, M);
       state.activation_arrived.assign(M, s == 0 ? 1 : 0);
       state.gradient_arrived.assign(M, s == S - 1 ? 1 : 0);
-      state.layers_unreduced = st.layer_end - st.layer_begin;
       state.device = options_.shared_device ? 0 : v > 1 ? first_device + s % (S / v) : -1;
       for (int l = st.layer_begin; l < st.layer_end; ++l) holders_[l].push_back(static_cast<int>(stages_.size()));
       stages_.push_back(std::move(state));
@@ -186,65 +152,12 @@ class IterationModel {
     }
   }
 
-  // The part of each pass that is the stage's tensor-parallel all-reduces,
-  // and how many there are: two per layer whose passes have any (a layer
-  // replicated at the stage's degree has none).
-  void set_tensor_parallel(StageState& state) const {
-    const Stage& st = state.stage;
-    if (st.gpus == 1) return;
-    state.forward_allreduce_ms = cost_.stage_forward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus);
-    state.backward_allreduce_ms =
-        cost_.stage_backward_allreduce_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-    for (int l = st.layer_begin; l < st.layer_end; ++l) {
-      const bool split =
-          cost_.layer_forward_allreduce_ms(l, st.gpus) > 0 || cost_.layer_backward_allreduce_ms(l, st.gpus) > 0;
-      if (split) state.tp_allreduces_per_pass += 2;
-    }
-  }
-
-  // One all-reduce per layer, or per bucket (cut alike in every pipeline:
-  // gradient_buckets); with tied embeddings, the last layer's joins the
-  // first layer's.
-  void build_reductions() {
-    const int layers = cost_.layers();
-    std::vector<int> bucket(static_cast<std::size_t>(layers));
-    if (options_.gradient_sync == GradientSync::buckets) {
-      std::vector<const std::vector<Stage>*> layouts;
-      for (const auto& p : plan_.pipelines) layouts.push_back(&p.stages);
-      bucket = gradient_buckets(cost_.profile(), options_.gradient_bucket_bytes, layouts);
-    } else {
-      for (int l = 0; l < layers; ++l) bucket[static_cast<std::size_t>(l)] = l;
-    }
-    reduction_of_.assign(layers, -1);
-    std::map<int, int> reduction_of_bucket;
-    for (int l = 0; l < layers; ++l) {
-      const bool tied_head = options_.tied_embedding && l == layers - 1 && l > 0;
-      if (tied_head) {
-        reduction_of_[l] = reduction_of_[0];
-      } else if (const auto it = reduction_of_bucket.find(bucket[static_cast<std::size_t>(l)]);
-                 it != reduction_of_bucket.end()) {
-        reduction_of_[l] = it->second;
-      } else {
-        reduction_of_[l] = static_cast<int>(reductions_.size());
-        reduction_of_bucket[bucket[static_cast<std::size_t>(l)]] = reduction_of_[l];
-        reductions_.emplace_back();
-      }
-      Reduction& r = reductions_[reduction_of_[l]];
-      r.layers.push_back(l);
-      r.bytes += static_cast<double>(cost_.profile().layers[l].param_bytes) * options_.gradient_scale;
-      r.unfinished += static_cast<int>(holders_[l].size());
-      for (int h : holders_[l]) {
-        if (std::find(r.stages.begin(), r.stages.end(), h) == r.stages.end()) r.stages.push_back(h);
-      }
-    }
-  }
-
   void record(OpKind kind, int pipeline, int stage, int index, Milliseconds start, Milliseconds end) {
     if (options_.record_ops) ops_.push_back({kind, pipeline, stage, index, start, end});
   }
 
   void try_start(int id) {
-    StageState& st = stages_[id];
+    PlayedStage& st = stages_[id];
     if (st.busy || st.next == st.order.size()) return;
     const PipelinePass op = st.order[st.next];
     if (op.forward ? !st.activation_arrived[op.microbatch] : !st.gradient_arrived[op.microbatch]) return;
@@ -275,7 +188,7 @@ class IterationModel {
   // each layer's gradient is final once the pass has gone through it (with
   // GradientSync::after_backward, handed over once the pass ends).
   void announce_gradients(int id, Milliseconds start) {
-    const StageState& st = stages_[id];
+    const PlayedStage& st = stages_[id];
     const bool at_end = options_.gradient_sync == GradientSync::after_backward;
     Milliseconds t = start;
     for (int l = st.stage.layer_end - 1; l >= st.stage.layer_begin; --l) {
@@ -285,7 +198,7 @@ class IterationModel {
   }
 
   void finish(int id, PipelinePass op, Milliseconds start) {
-    StageState& st = stages_[id];
+    PlayedStage& st = stages_[id];
     st.busy = false;
     // The pass's compute, then its tensor-parallel all-reduces (top comment).
     const Milliseconds allreduce_ms = op.forward ? st.forward_allreduce_ms : st.backward_allreduce_ms;
@@ -330,10 +243,10 @@ class IterationModel {
   }
 
   void send(int from, int to, bool activation, int microbatch) {
-    const StageState& a = stages_[from];
-    const StageState& b = stages_[to];
+    const PlayedStage& a = stages_[from];
+    const PlayedStage& b = stages_[to];
     // Both directions of a boundary go over the cards of the stage before it.
-    const StageState& before = activation ? a : b;
+    const PlayedStage& before = activation ? a : b;
     const Milliseconds duration =
         cost_.transfer_ms(before.stage.layer_end, a.stage.node == b.stage.node, before.stage.gpus);
     Milliseconds& link = link_free_ms_[2 * static_cast<std::size_t>(from) + (activation ? 0 : 1)];
@@ -348,8 +261,8 @@ class IterationModel {
   }
 
   void gradient_ready(int layer) {
-    const int reduction = reduction_of_[layer];
-    Reduction& r = reductions_[reduction];
+    const int reduction = reductions_.of_layer[layer];
+    Reduction& r = reductions_.all[reduction];
     if (--r.unfinished > 0) return;
     int ranks = 0;
     for (int h : r.stages) ranks += copies_[stages_[h].pipeline];
@@ -377,7 +290,7 @@ class IterationModel {
   }
 
   void reduced(int reduction) {
-    for (int l : reductions_[reduction].layers) {
+    for (int l : reductions_.all[reduction].layers) {
       for (int h : holders_[l]) {
         --stages_[h].layers_unreduced;
         maybe_step(h);
@@ -390,7 +303,7 @@ class IterationModel {
     return it == options_.node_send_delay_ms.end() ? 0.0 : it->second;
   }
   // A stage's: its slowest node's (a stage over several nodes waits for each).
-  Milliseconds delay_of(const StageState& stage) const {
+  Milliseconds delay_of(const PlayedStage& stage) const {
     if (options_.node_send_delay_ms.empty()) return 0.0;
     const auto& nodes = plan_.pipelines[static_cast<std::size_t>(stage.pipeline)].nodes;
     Milliseconds most = delay_of(stage.node);
@@ -401,7 +314,7 @@ class IterationModel {
   }
 
   void maybe_step(int id) {
-    StageState& st = stages_[id];
+    PlayedStage& st = stages_[id];
     if (!st.backward_done || st.layers_unreduced > 0) return;
     if (options_.gradient_norm) {
       st.layers_unreduced = -2;  // summed, waiting for the norm
@@ -426,11 +339,11 @@ class IterationModel {
   }
 
   void step(int id) {
-    StageState& st = stages_[id];
+    PlayedStage& st = stages_[id];
     st.layers_unreduced = -1;  // stepped
     const Milliseconds start = engine_.now();
     engine_.schedule_after(st.optimizer_ms, [this, id, start] {
-      StageState& s = stages_[id];
+      PlayedStage& s = stages_[id];
       s.finished_ms = engine_.now();
       if (s.optimizer_ms > 0) record(OpKind::optimizer, s.pipeline, s.index, 0, start, s.finished_ms);
     });
@@ -448,7 +361,7 @@ class IterationModel {
       const Pipeline& pipeline = plan_.pipelines[p];
       const int first = first_stage_[representative_[p]];
       for (std::size_t s = 0; s < pipeline.stages.size(); ++s) {
-        const StageState& st = stages_[first + s];
+        const PlayedStage& st = stages_[first + s];
         StageTimes t;
         t.pipeline = static_cast<int>(p);
         t.stage = static_cast<int>(s);
@@ -475,21 +388,12 @@ class IterationModel {
   const Plan& plan_;
   const IterationOptions& options_;
   Engine engine_;
-  std::vector<StageState> stages_;
+  std::vector<PlayedStage> stages_;
   std::vector<int> first_stage_ = std::vector<int>(plan_.pipelines.size(), -1);  // of representatives
   std::vector<int> representative_;        // per pipeline: the one simulated for it
   std::vector<int> copies_;                // per representative: pipelines it stands for
   std::vector<std::vector<int>> holders_;  // per layer: the stages holding it
-  // The gradient all-reduces: the stages holding any of their layers, the
-  // bytes they carry, and the holders' last backwards still to come.
-  struct Reduction {
-    std::vector<int> layers;
-    std::vector<int> stages;
-    double bytes = 0;
-    int unfinished = 0;
-  };
-  std::vector<Reduction> reductions_;
-  std::vector<int> reduction_of_;  // per layer
+  GradientReductions reductions_;
   // Devices that several stages share (one for every stage with a shared
   // device; each pipeline's with interleaving): busy or not, and the stages
   // ready for each, in arrival order.
