@@ -1,13 +1,12 @@
 #include "process_table.h"
 
-#include <filesystem>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
