@@ -178,6 +178,8 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   const int max_nodes = static_cast<int>(nodes.size());
   int searches = 0;
   std::int64_t states = 0;
+  // Each search at another M starts from the templates of the one before.
+  std::optional<TemplateSet> earlier;
   auto plan_for = [&](int m) {
     CostModel cost(profile, m);
     cost.set_recompute(recompute);
@@ -186,7 +188,8 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
     cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
     cost.set_interleave(interleave);
     ClusterPlan out;
-    out.templates = build_templates(cost, max_nodes, progress);
+    out.templates = build_templates(cost, max_nodes, progress, earlier ? &*earlier : nullptr);
+    earlier = out.templates;
     ++searches;
     states += out.templates.search_states;
     out.plan = instantiate(cost, out.templates, nodes, fault_tolerance, global_microbatches);

@@ -23,6 +23,23 @@ std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
   return walk;
 }
 
+void offer_seed(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
+  const int count = static_cast<int>(stages.size());
+  for (int s = 0; s < count; ++s) {
+    const Stage& st = stages[static_cast<std::size_t>(s)];
+    const int in_flight = std::min(cost.microbatches(), count - s);
+    if (!cost.stage_fits(st.layer_begin, st.layer_end, st.gpus, in_flight, st.recompute)) return;
+  }
+  const double mult = cost.microbatches() - 1;
+  const double first = cost.first_microbatch_ms(stages);
+  w.best_suffix = std::min(w.best_suffix, first + mult * cost.suffix_bottleneck_ms(stages));
+  const double t = first + mult * cost.bottleneck_ms(stages);
+  if (t < w.best) {
+    w.best = t;
+    w.stages = std::move(stages);
+  }
+}
+
 // Takes a solve's answer for the walk's node count: keeps it when it beats
 // the best, then ends the walk or lowers its bound. Whether it goes on.
 bool step_down(Walk& w, std::optional<std::pair<double, std::vector<Stage>>> found, const CostModel& cost,

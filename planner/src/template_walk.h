@@ -35,6 +35,12 @@ struct Walk {
 // layout as its best so far.
 std::vector<Walk> seeded_walks(const CostModel& cost, int searched);
 
+// Offers the walk another starting layout on its node count (a template
+// searched at another M): kept as its best where it fits in memory at this
+// M and plays faster than the best so far. A lower best ends the walk
+// sooner; the walk stays exact for the suffixes' period.
+void offer_seed(Walk& w, std::vector<Stage> stages, const CostModel& cost);
+
 // Takes the answer of a solve at `w.bound` for the walk's node count: keeps
 // it when it beats the best, then ends the walk or lowers its bounds.
 // Whether it goes on.

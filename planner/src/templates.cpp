@@ -88,7 +88,8 @@ const PipelineTemplate* TemplateSet::find(int nodes) const {
   return (it != templates.end() && it->nodes == nodes) ? &*it : nullptr;
 }
 
-TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress& progress) {
+TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress& progress,
+                            const TemplateSet* earlier) {
   if (max_nodes < 1) throw InputError("max-nodes: expected at least 1, got " + std::to_string(max_nodes));
   TemplateSet set;
   set.microbatches = cost.microbatches();
@@ -100,6 +101,12 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   TemplateSearch search(cost, searched);  // (first: it refuses tables too large)
   detail::PeriodFloor mu_floors(cost);
   std::vector<Walk> walk = seeded_walks(cost, searched);
+  if (earlier) {
+    for (const PipelineTemplate& t : earlier->templates) {
+      const bool plain = t.interleave == 1 && t.gpus == t.nodes * gpus;  // not interleaved, not on part of a node
+      if (plain && t.nodes <= searched) detail::offer_seed(walk[t.nodes], t.stages, cost);
+    }
+  }
   int runs = 0;
   // Each solve is at the highest bound still open, over the rows of the
   // largest node count whose walk is at it (and a tenth more), and serves

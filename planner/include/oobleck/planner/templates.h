@@ -52,9 +52,11 @@ struct TemplateSet {
 // templates interleave (set_interleave(V)), a node count's interleaved
 // layouts of 2..V chunks a device (interleaved.cpp: equal devices, chunks
 // of least largest compute) replace its template where one plays faster at
-// M than the template does, the fastest of them.
+// M than the template does, the fastest of them. `earlier`: templates of
+// the same model searched at another M, each a starting point for its node
+// count's walk where it fits at this M (fewer solves; the same exactness).
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
-                                          const Progress& progress = {});
+                                          const Progress& progress = {}, const TemplateSet* earlier = nullptr);
 
 // The template minimising T(M) exactly on `gpus` GPUs of one node (fewer
 // than its G), for pipelines that share a node: stages inside the node
