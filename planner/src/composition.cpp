@@ -45,6 +45,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 
 #include "node_counts.h"
@@ -285,6 +286,13 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     std::vector<double> levels;   // the distinct thresholds worth trying, increasing
   };
   std::map<std::size_t, Tails> tails_of;
+  // Each kind's tail, gathered once and priced at each count that needs it.
+  std::vector<std::optional<CostModel::Tail>> kind_tails(kinds.size());
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    if (fixed[i] > 0 || kinds[i].nodes <= nodes) {
+      kind_tails[i] = cost.iteration_tail(templates.find(kinds[i].nodes)->stages);
+    }
+  }
   // The kinds a threshold allows: the others get no capacity.
   auto allowed = [&](const Tails& t, double sigma) {
     std::vector<Kind> out = kinds;
@@ -304,9 +312,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       Tails& t = tails_of[e.candidate];
       double floor = 0;  // the fixed pipelines' tails are there regardless
       for (std::size_t i = 0; i < kinds.size(); ++i) {
-        const bool usable = fixed[i] > 0 || kinds[i].nodes <= nodes;
-        t.of_kind.push_back(usable ? cost.iteration_tail_ms(templates.find(kinds[i].nodes)->stages, c.pool + fixed_count)
-                                   : kInfinity);
+        t.of_kind.push_back(kind_tails[i] ? kind_tails[i]->ms(c.pool + fixed_count) : kInfinity);
         if (fixed[i] > 0) floor = std::max(floor, t.of_kind.back());
       }
       for (double tail : t.of_kind) {

@@ -83,39 +83,57 @@ Milliseconds CostModel::gradient_sync_ms(int pipelines) const {
 // With optimizer steps, stage s steps once both its backward and its
 // all-reduces are done, at max(e_s, finish_s) + O_s, and the iteration's
 // tail is the latest of these after T.
-Milliseconds CostModel::tail_ms(const std::vector<Stage>& stages, int ranks, bool with_optimizer) const {
-  with_optimizer = with_optimizer && optimizer_bytes_per_s_ > 0;
-  if (ranks <= 1 && !with_optimizer) return 0;
+CostModel::Tail CostModel::tail(const std::vector<Stage>& stages, bool with_optimizer) const {
+  Tail out;
+  out.cost_ = this;
+  out.with_optimizer_ = with_optimizer && optimizer_bytes_per_s_ > 0;
+  const bool at_end = gradient_sync_ == GradientSync::after_backward;
+  const bool buckets = gradient_sync_ == GradientSync::buckets;
   Milliseconds stage_end = 0;  // e_s - T
-  Milliseconds tail = 0;
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
     const Milliseconds backward = stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-    const bool at_end = gradient_sync_ == GradientSync::after_backward;
-    const bool buckets = gradient_sync_ == GradientSync::buckets;
-    Milliseconds ready = at_end ? stage_end : stage_end - backward, finish = -std::numeric_limits<double>::infinity();
+    Tail::StageEnd end{out.allreduces_.size(), 0, stage_end, 0};
+    Milliseconds ready = at_end ? stage_end : stage_end - backward;
     double bucket = 0;  // bytes in the open bucket
-    for (int l = st.layer_end - 1; ranks > 1 && l >= st.layer_begin; --l) {
+    for (int l = st.layer_end - 1; l >= st.layer_begin; --l) {
       if (!at_end) ready += layer_backward_ms(l, st.gpus, st.recompute);
       bucket += static_cast<double>(profile_->layers[l].param_bytes);
       if (buckets && bucket < gradient_bucket_bytes_ && l > st.layer_begin) continue;
-      finish = std::max(finish, ready) + gradient_allreduce_ms(bucket / st.gpus, ranks);
+      out.allreduces_.push_back({ready, bucket / st.gpus});
       bucket = 0;
     }
-    if (with_optimizer) finish = std::max(finish, stage_end) + stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus);
-    tail = std::max(tail, finish);
+    end.last = out.allreduces_.size();
+    if (out.with_optimizer_) end.optimizer_ms = stage_optimizer_ms(st.layer_begin, st.layer_end, st.gpus);
+    out.stages_.push_back(end);
     if (s + 1 < stages.size()) stage_end -= backward + transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus);
+  }
+  return out;
+}
+
+Milliseconds CostModel::Tail::ms(int ranks) const {
+  if (ranks <= 1 && !with_optimizer_) return 0;
+  Milliseconds tail = 0;
+  for (const StageEnd& st : stages_) {
+    Milliseconds finish = -std::numeric_limits<double>::infinity();
+    for (std::size_t i = st.first; ranks > 1 && i < st.last; ++i) {
+      finish = std::max(finish, allreduces_[i].ready_ms) + cost_->gradient_allreduce_ms(allreduces_[i].bytes, ranks);
+    }
+    if (with_optimizer_) finish = std::max(finish, st.end_ms) + st.optimizer_ms;
+    tail = std::max(tail, finish);
   }
   return tail;
 }
 
 Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
-  return tail_ms(stages, ranks, false);
+  return tail(stages, false).ms(ranks);
 }
 
 Milliseconds CostModel::iteration_tail_ms(const std::vector<Stage>& stages, int ranks) const {
-  return tail_ms(stages, ranks, true);
+  return tail(stages, true).ms(ranks);
 }
+
+CostModel::Tail CostModel::iteration_tail(const std::vector<Stage>& stages) const { return tail(stages, true); }
 
 Milliseconds CostModel::sync_tail_lower_bound_ms(int ranks) const {
   return gradient_allreduce_ms(static_cast<double>(profile_->layers.front().param_bytes) / gpus_per_node(), ranks);

@@ -248,6 +248,30 @@ class CostModel {
   // after its last backward pass and its all-reduces (sync_tail_ms without
   // optimizer steps priced). Pipelines of one template take T(M) plus this.
   [[nodiscard]] Milliseconds iteration_tail_ms(const std::vector<Stage>& stages, int ranks) const;
+  // The same tail priced at many rank counts: what does not depend on the
+  // count (when each all-reduce is ready, its bytes, each stage's end and
+  // optimizer step) gathered once; ms(ranks) equals iteration_tail_ms (or,
+  // without optimizer steps, sync_tail_ms) bit for bit.
+  class Tail {
+   public:
+    [[nodiscard]] Milliseconds ms(int ranks) const;
+
+   private:
+    friend class CostModel;
+    struct Allreduce {
+      Milliseconds ready_ms;  // after T
+      double bytes;           // on each GPU's interface
+    };
+    struct StageEnd {
+      std::size_t first, last;  // its all-reduces, [first, last)
+      Milliseconds end_ms, optimizer_ms;
+    };
+    const CostModel* cost_ = nullptr;
+    bool with_optimizer_ = false;
+    std::vector<Allreduce> allreduces_;
+    std::vector<StageEnd> stages_;
+  };
+  [[nodiscard]] Tail iteration_tail(const std::vector<Stage>& stages) const;
   // A lower bound on sync_tail_ms for any stages: layer 0's all-reduce, its
   // gradient the last one ready, sharded over a whole node's GPUs.
   [[nodiscard]] Milliseconds sync_tail_lower_bound_ms(int ranks) const;
@@ -288,7 +312,7 @@ class CostModel {
 
  private:
   // sync_tail_ms, and with optimizer steps iteration_tail_ms.
-  [[nodiscard]] Milliseconds tail_ms(const std::vector<Stage>& stages, int ranks, bool with_optimizer) const;
+  [[nodiscard]] Tail tail(const std::vector<Stage>& stages, bool with_optimizer) const;
 
   const Profile* profile_;
   int microbatches_;
