@@ -209,20 +209,37 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
     double* through = through_.data();
     int* window = window_.data();
     int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
+    // The window's back (its least value), held apart from the arrays: the
+    // loads of window[tail - 1] and then of its value were the sweep's
+    // longest chain of dependent loads.
+    int back = 0;
+    double back_through = kInfinity;
     const int last = std::min(last_boundary(m), succ_hi);
     for (int l = std::min(l_max, last - 1); l >= 0; --l) {
       const int e = l + 1;
       if (e >= succ_lo && transfer[e] < 2 * bound_) {
         const double r = rest[e];
         if (r < kInfinity) {
-          through[e] = prefix[e] + transfer[e] + r;
-          while (head < tail && through[window[head]] >= through[e]) ++head;
+          const double value = prefix[e] + transfer[e] + r;
+          through[e] = value;
+          while (head < tail && through[window[head]] >= value) ++head;
           window[--head] = e;
+          if (head + 1 == tail) {  // it emptied the window: it is the back too
+            back = e;
+            back_through = value;
+          }
         }
       }
-      while (head < tail && window[tail - 1] > hi(l)) --tail;
+      if (head < tail && back > hi(l)) {
+        --tail;
+        while (head < tail && window[tail - 1] > hi(l)) --tail;
+        if (head < tail) {
+          back = window[tail - 1];
+          back_through = through[back];
+        }
+      }
       if (head < tail) {
-        improve(l, through[window[tail - 1]] - prefix[l]);
+        improve(l, back_through - prefix[l]);
       } else if (l < succ_lo) {
         break;  // no candidate left, none to come
       }
