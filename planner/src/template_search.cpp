@@ -208,6 +208,8 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
     const double* transfer = transfers(u_next, d);
     double* through = through_.data();
     int* window = window_.data();
+    // (Locals: the stores through `through` and `out` could alias a member.)
+    const double transfer_limit = 2 * bound_;
     int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
     // The window's back (its least value), held apart from the arrays: the
     // loads of window[tail - 1] and then of its value were the sweep's
@@ -217,7 +219,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
     const int last = std::min(last_boundary(m), succ_hi);
     for (int l = std::min(l_max, last - 1); l >= 0; --l) {
       const int e = l + 1;
-      if (e >= succ_lo && transfer[e] < 2 * bound_) {
+      if (e >= succ_lo && transfer[e] < transfer_limit) {
         const double r = rest[e];
         if (r < kInfinity) {
           const double value = prefix[e] + transfer[e] + r;
