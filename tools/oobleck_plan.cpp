@@ -110,9 +110,17 @@ void add_interleave_option(CLI::App* cmd, int& chunks) {
       ->check(CLI::Range(1, 64));
 }
 
+// --threads: how many threads the template search may use.
+void add_threads_option(CLI::App* cmd, int& threads) {
+  cmd->add_option("--threads", threads,
+                  "Threads for the template search (default 1; 0: the machine's cores, up to 8). Faster only "
+                  "on cores nothing else is busy on; the result does not depend on it")
+      ->check(CLI::Range(0, 256));
+}
+
 struct TemplatesFlags {
   std::string profile_path, json_out, recompute = "none";
-  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1, interleave = 1;
+  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1, interleave = 1, threads = 1;
 };
 
 CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
@@ -128,10 +136,12 @@ CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
   add_recompute_option(cmd, f.recompute);
   add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
   add_interleave_option(cmd, f.interleave);
+  add_threads_option(cmd, f.threads);
   return cmd;
 }
 
 int run_templates(const TemplatesFlags& f) {
+  set_search_threads(f.threads);
   const Profile profile = load_reported_profile(f.profile_path);
   const int m = f.microbatches > 0 ? f.microbatches : default_template_microbatches(profile, f.max_nodes);
   CostModel cost(profile, m);
@@ -152,7 +162,7 @@ struct InstantiateFlags {
   std::string json_out, hostfile, recompute = "none";
   cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
-  int tensor_parallel_nodes = 1, interleave = 1;
+  int tensor_parallel_nodes = 1, interleave = 1, threads = 1;
   std::string pipelines_per_node = "1";
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
@@ -215,10 +225,12 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
   add_tensor_parallel_nodes_option(cmd, f.tensor_parallel_nodes);
   cmd->add_option("--pipelines-per-node", f.pipelines_per_node, cli::kPipelinesPerNodeHelp);
   add_interleave_option(cmd, f.interleave);
+  add_threads_option(cmd, f.threads);
   return cmd;
 }
 
 int run_instantiate(const InstantiateFlags& f) {
+  set_search_threads(f.threads);
   if ((f.global_microbatches > 0) == (f.global_batch > 0)) {
     std::cerr << "oobleck-plan instantiate: give --global-microbatches B or --global-batch SAMPLES\n";
     return kExitBadInput;

@@ -18,6 +18,7 @@
 #include "template_search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <string>
 
@@ -26,6 +27,9 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
+// States in one stage count's rows below which one thread sweeps them all:
+// handing rows to the others costs a wake-up or two (tens of microseconds).
+constexpr std::int64_t kRowsWorthThreads = 5000;
 
 }  // namespace
 
@@ -101,8 +105,24 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
   value_.assign(rows * (layers_ + 1), kInfinity);
   alive_lo_.assign(rows, layers_ + 1);
   alive_hi_.assign(rows, -1);
-  through_.assign(layers_ + 1, kInfinity);
-  window_.assign(layers_ + 2, 0);
+  sweepers_.resize(static_cast<std::size_t>(search_threads()));
+  for (auto& sweeper : sweepers_) {
+    sweeper.through.assign(layers_ + 1, kInfinity);
+    sweeper.window.assign(layers_ + 2, 0);
+  }
+}
+
+TemplateSearch::~TemplateSearch() = default;
+
+void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
+  for (int u = lo; u <= hi; ++u) {
+    for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) sweep(m, u, fitting_[k], sweeper);
+    const auto r = row_index(m, u);
+    if (alive_lo_[r] <= alive_hi_[r]) {
+      sweeper.live_lo = std::min(sweeper.live_lo, u);
+      sweeper.live_hi = std::max(sweeper.live_hi, u);
+    }
+  }
 }
 
 // Least sigma for every state whose steady period is strictly below
@@ -137,14 +157,36 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   for (int m = 1; m <= max_stages_; ++m) {
     const int lo = std::max(u_lo_[m], m == 1 ? 1 : live_lo + 1);
     const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
+    for (auto& sweeper : sweepers_) {
+      sweeper.live_lo = gpu_limit_ + 1;
+      sweeper.live_hi = 0;
+    }
+    // Rows of one m are independent: where there are enough of them, the
+    // threads take them in chunks (the values are the same either way).
+    const std::int64_t work = static_cast<std::int64_t>(std::max(0, hi - lo + 1)) * (layers_ - m + 1);
+    if (sweepers_.size() > 1 && work >= kRowsWorthThreads) {
+      if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
+      ++shared_levels_;
+      const int threads = static_cast<int>(sweepers_.size());
+      const int chunk = std::max(4, (hi - lo + 1) / (4 * threads));
+      std::atomic<int> next{lo};
+      workers_->run([&](int i) {
+        Sweeper& sweeper = sweepers_[static_cast<std::size_t>(i)];
+        for (int first = next.fetch_add(chunk); first <= hi; first = next.fetch_add(chunk)) {
+          sweep_rows(m, first, std::min(hi, first + chunk - 1), sweeper);
+        }
+      });
+    } else {
+      sweep_rows(m, lo, hi, sweepers_.front());
+    }
     int next_lo = gpu_limit_ + 1, next_hi = 0;
-    for (int u = lo; u <= hi; ++u) {
-      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) sweep(m, u, fitting_[k]);
-      const auto r = row_index(m, u);
-      if (alive_lo_[r] <= alive_hi_[r]) {
-        next_lo = std::min(next_lo, u);
-        next_hi = u;
-      }
+    for (auto& sweeper : sweepers_) {
+      next_lo = std::min(next_lo, sweeper.live_lo);
+      next_hi = std::max(next_hi, sweeper.live_hi);
+      live_rows_.insert(live_rows_.end(), sweeper.live_rows.begin(), sweeper.live_rows.end());
+      sweeper.live_rows.clear();
+      states_ += sweeper.states;
+      sweeper.states = 0;
     }
     if (next_hi == 0) break;  // no row of m stages lives, so none of more
     live_lo = next_lo;
@@ -169,12 +211,12 @@ std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpu
   return std::make_pair(best_value, reconstruct(best_m, u, nodes));
 }
 
-void TemplateSearch::sweep(int m, int u, std::size_t d) {
+void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   const int t = degree(d);
   const int u_next = u - t;
   const int l_max = layers_ - m;  // the suffix needs m layers
   if (l_max < 0) return;
-  states_ += l_max + 1;
+  sweeper.states += l_max + 1;
   const auto out_index = row_index(m, u);
   double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
   const double* prefix = prefix_[d].data();
@@ -206,8 +248,8 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
     // leave at the back; values decrease from front to back. Successors
     // exist only for e in [succ_lo, succ_hi].
     const double* transfer = transfers(u_next, d);
-    double* through = through_.data();
-    int* window = window_.data();
+    double* through = sweeper.through.data();
+    int* window = sweeper.window.data();
     // (Locals: the stores through `through` and `out` could alias a member.)
     const double transfer_limit = 2 * bound_;
     int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
@@ -247,7 +289,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d) {
       }
     }
   }
-  if (out_lo <= out_hi && alive_lo_[out_index] > alive_hi_[out_index]) live_rows_.push_back(out_index);
+  if (out_lo <= out_hi && alive_lo_[out_index] > alive_hi_[out_index]) sweeper.live_rows.push_back(out_index);
   alive_lo_[out_index] = out_lo;
   alive_hi_[out_index] = out_hi;
 }

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "oobleck/planner.h"
+#include "row_workers.h"
 
 namespace oobleck::detail {
 
@@ -17,6 +19,9 @@ namespace oobleck::detail {
 class TemplateSearch {
  public:
   TemplateSearch(const CostModel& cost, int max_nodes);
+  ~TemplateSearch();
+  TemplateSearch(const TemplateSearch&) = delete;
+  TemplateSearch& operator=(const TemplateSearch&) = delete;
 
   // Least sigma for every state whose steady period is strictly below
   // `bound` (every stage's compute, every transfer one way, and every
@@ -33,6 +38,8 @@ class TemplateSearch {
 
   // States (m, U, l) swept by all solves so far.
   [[nodiscard]] std::int64_t states() const { return states_; }
+  // Stage counts whose rows were shared among threads.
+  [[nodiscard]] std::int64_t shared_levels() const { return shared_levels_; }
 
  private:
   [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
@@ -70,7 +77,18 @@ class TemplateSearch {
     return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_[d].data();
   }
 
-  void sweep(int m, int u, std::size_t d);
+  // What one thread needs and finds while it sweeps rows: its sliding
+  // window, and the rows it made live.
+  struct alignas(64) Sweeper {  // (apart: each thread writes its own often)
+    std::vector<double> through;
+    std::vector<int> window;
+    std::vector<std::size_t> live_rows;
+    std::int64_t states = 0;
+    int live_lo = 0, live_hi = 0;  // GPU counts of its live rows of this m
+  };
+  void sweep(int m, int u, std::size_t d, Sweeper& sweeper);
+  // Rows [lo, hi] of m stages, each with every variant that may end on it.
+  void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
 
   [[nodiscard]] std::vector<Stage> reconstruct(int m, int u, int nodes) const;
 
@@ -102,9 +120,10 @@ class TemplateSearch {
   std::vector<int> u_lo_, u_hi_;
   std::vector<double> value_;
   std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
-  std::vector<double> through_;
-  std::vector<int> window_;
+  std::vector<Sweeper> sweepers_;       // [0]: the caller's
+  std::unique_ptr<RowWorkers> workers_;  // started at the first stage count worth them
   std::int64_t states_ = 0;
+  std::int64_t shared_levels_ = 0;
 };
 
 }  // namespace oobleck::detail

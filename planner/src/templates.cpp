@@ -160,6 +160,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   }
   set.search_solves = runs;
   set.search_states = search.states();
+  set.search_shared_levels = search.shared_levels();
   return set;
 }
 

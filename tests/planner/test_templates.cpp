@@ -409,3 +409,32 @@ TEST_CASE("selective recomputation: each backward also runs the attention core; 
   CHECK(tight.stage_max_in_flight(1, 4, 2, Recompute::selective) == 7);
   CHECK(tight.stage_max_in_flight(1, 4, 2) == 2);  // 300 bytes a microbatch without
 }
+
+TEST_CASE("the template search's threads share rows of a stage count, and the templates do not depend on them") {
+  const Profile profile = load_profile(std::string(OOBLECK_SOURCE_DIR) + "/profiles/gpt3-175b-a100.analytic.json");
+  CostModel cost(profile, 16);
+  cost.set_tensor_parallel_nodes(2);
+  std::vector<TemplateSet> by_threads;
+  for (const int threads : {1, 2, 3}) {
+    set_search_threads(threads);
+    by_threads.push_back(build_templates(cost, 24));
+  }
+  set_search_threads(1);  // (the default)
+  CHECK(by_threads[0].search_shared_levels == 0);
+  const TemplateSet& one = by_threads[0];
+  REQUIRE(!one.templates.empty());
+  for (std::size_t i = 1; i < by_threads.size(); ++i) {
+    const TemplateSet& many = by_threads[i];
+    CAPTURE(i + 1);
+    CHECK(many.search_shared_levels > 0);
+    CHECK(many.search_solves == one.search_solves);
+    CHECK(many.search_states == one.search_states);
+    REQUIRE(many.templates.size() == one.templates.size());
+    for (std::size_t t = 0; t < one.templates.size(); ++t) {
+      CHECK(many.templates[t].nodes == one.templates[t].nodes);
+      CHECK(many.templates[t].iteration_ms == one.templates[t].iteration_ms);  // bit for bit
+      CHECK(many.templates[t].stages == one.templates[t].stages);
+    }
+  }
+  CHECK_THROWS_AS(set_search_threads(-1), InputError);
+}

@@ -43,6 +43,7 @@ struct TemplateSet {
   // per stage bound) and the states they swept.
   std::int64_t search_solves = 0;
   std::int64_t search_states = 0;
+  std::int64_t search_shared_levels = 0;  // stage counts whose rows threads shared (set_search_threads)
   [[nodiscard]] const PipelineTemplate* find(int nodes) const;
   [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
 };
@@ -57,6 +58,13 @@ struct TemplateSet {
 // count's walk where it fits at this M (fewer solves; the same exactness).
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
                                           const Progress& progress = {}, const TemplateSet* earlier = nullptr);
+
+// Threads the template search may use (1 until this is called; 0: the
+// machine's cores, at most 8). Its dynamic programme hands them the rows of
+// one stage count where there are many, tens of thousands of times a
+// search, microseconds apart: worth it only on cores no other program is
+// busy on. The templates do not depend on it. InputError outside 0..256.
+void set_search_threads(int threads);
 
 // The template minimising T(M) exactly on `gpus` GPUs of one node (fewer
 // than its G), for pipelines that share a node: stages inside the node
