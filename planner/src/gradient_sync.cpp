@@ -126,6 +126,7 @@ Milliseconds CostModel::Tail::ms(int ranks) const {
 }
 
 Milliseconds CostModel::sync_tail_ms(const std::vector<Stage>& stages, int ranks) const {
+  if (ranks <= 1) return 0;  // (what Tail::ms says, without gathering)
   return tail(stages, false).ms(ranks);
 }
 
