@@ -7,29 +7,11 @@
 
 namespace oobleck::detail {
 
-// A walk per node count 0..searched (0 never active), each with the balanced
-// layout as its best so far.
-std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
-  const double mult = cost.microbatches() - 1;
-  std::vector<Walk> walk(searched + 1);
-  walk[0].active = false;
-  for (int n = 1; n <= searched; ++n) {
-    if (auto seed = balanced_layout(cost, n)) {
-      walk[n].best_suffix = cost.first_microbatch_ms(*seed) + mult * cost.suffix_bottleneck_ms(*seed);
-      walk[n].best = cost.first_microbatch_ms(*seed) + mult * cost.bottleneck_ms(*seed);
-      walk[n].stages = std::move(*seed);
-    }
-  }
-  return walk;
-}
+namespace {
 
-void offer_seed(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
-  const int count = static_cast<int>(stages.size());
-  for (int s = 0; s < count; ++s) {
-    const Stage& st = stages[static_cast<std::size_t>(s)];
-    const int in_flight = std::min(cost.microbatches(), count - s);
-    if (!cost.stage_fits(st.layer_begin, st.layer_end, st.gpus, in_flight, st.recompute)) return;
-  }
+// Keeps `stages` as the walk's best where they play faster, and lowers the
+// bound the suffixes' price sets.
+void keep_if_faster(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
   const double mult = cost.microbatches() - 1;
   const double first = cost.first_microbatch_ms(stages);
   w.best_suffix = std::min(w.best_suffix, first + mult * cost.suffix_bottleneck_ms(stages));
@@ -38,6 +20,23 @@ void offer_seed(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
     w.best = t;
     w.stages = std::move(stages);
   }
+}
+
+}  // namespace
+
+// A walk per node count 0..searched (0 never active), each with the balanced
+// layout as its best so far.
+std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
+  std::vector<Walk> walk(searched + 1);
+  walk[0].active = false;
+  for (int n = 1; n <= searched; ++n) {
+    if (auto seed = balanced_layout(cost, n)) keep_if_faster(walk[n], std::move(*seed), cost);
+  }
+  return walk;
+}
+
+void offer_seed(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
+  if (cost.pipeline_fits(stages, cost.microbatches())) keep_if_faster(w, std::move(stages), cost);
 }
 
 // Takes a solve's answer for the walk's node count: keeps it when it beats
