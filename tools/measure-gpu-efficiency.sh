@@ -4,14 +4,15 @@
 # first, each part given what is left of DEADLINE_S seconds:
 #   1. builds with tools/build-cuda.sh (only what changed, where BUILD_DIR was built before);
 #   2. the model's GPU tests: fused against plain attention, the padded head,
-#      the fused AdamW step, the norms;
-#   3. tools/bench-train-efficiency.sh: GPT-3 1.3B (2048 tokens) and GPT-2 XL
+#      the fused AdamW step, the norms, snapshot copies on a stream of their own;
+#   3. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the
+#      simulator, with deterministic kernels (losses bit for bit), and the
+#      same run with snapshots every step against none;
+#   4. tools/bench-train-efficiency.sh: GPT-3 1.3B (2048 tokens) and GPT-2 XL
 #      (1024 tokens), one process, bf16, against eager PyTorch (and GPT-3
 #      1.3B against torch.compile);
-#   4. the per-layer profile of GPT-3 1.3B (tools/measure-gpu.sh), for
+#   5. the per-layer profile of GPT-3 1.3B (tools/measure-gpu.sh), for
 #      refitting the analytic model;
-#   5. tools/run-gpu.sh: a live run, its workers sharing the GPU, against the
-#      simulator, with deterministic kernels (losses bit for bit);
 #   6. eager PyTorch's and torch.compile's steps on GPT-3 1.3B, operator by
 #      operator (tools/pytorch_gpt_reference.py --kernel-table);
 #   7. GPT-2 XL's per-layer profile;
@@ -55,15 +56,15 @@ part() {
 # Always: a build folder left by an earlier call is brought up to date.
 TARGETS="oobleck-run oobleck-profile oobleck-plan oobleck-sim executor_tests" part 01-build tools/build-cuda.sh "$build" ||
   exit 2
-part 02-tests "$build/bin/executor_tests" -tc="model:*,communicator: NCCL*"
+part 02-tests "$build/bin/executor_tests" -tc="model:*,communicator: NCCL*,snapshot copies:*"
+STEPS=12 SNAPSHOT_ROUNDS=${SNAPSHOT_ROUNDS:-2} part 03-live-run tools/run-gpu.sh "$build" "$out/live-run"
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak \
-  part 03-efficiency-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt3-1.3b" gpt3-1.3b:2048:4:4
+  part 04-efficiency-gpt3-1.3b tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt3-1.3b" gpt3-1.3b:2048:4:4
 DEVICE=cuda THREADS=8 ROUNDS=1 STEPS=5 WARMUP=2 PEAK_TFLOPS=$peak COMPILE=0 \
-  part 03-efficiency-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt2-xl" gpt2-xl:1024:8:4
-part 04-profile-gpt3-1.3b tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt3-1.3b:2048:4:bf16
-STEPS=12 part 05-live-run tools/run-gpu.sh "$build" "$out/live-run"
+  part 04-efficiency-gpt2-xl tools/bench-train-efficiency.sh "$build" "$out/efficiency-gpt2-xl" gpt2-xl:1024:8:4
+part 05-profile-gpt3-1.3b tools/measure-gpu.sh "$build" "$out/profiles" "$tag" gpt3-1.3b:2048:4:bf16
 # Where eager PyTorch and torch.compile spend the step, operator by operator,
-# on the profile and plan of part 3.
+# on the profile and plan of part 4.
 spec=$out/efficiency-gpt3-1.3b/gpt3-1.3b-s2048-mb4-x4
 for mode in eager compile; do
   flags=()

@@ -11,8 +11,12 @@
 # deterministic kernels (oobleck-run --deterministic), without which fused
 # attention's backward differs in its last bits from run to run. Exits 1
 # when the losses differ from the one process's by more than 1e-4 (relative).
+# Then what snapshots cost on the GPU (every step, the default, against
+# none): the 5-node run again without and with them, SNAPSHOT_ROUNDS times
+# alternated, the median steps side by side (snapshots.json).
 #
 #   tools/run-gpu.sh [BUILD_DIR] [OUT_DIR]     MODEL=gpt2-small SEQ=1024 MB=4 STEPS=12 DEVICE=cuda DTYPE=bf16
+#                                              SNAPSHOT_ROUNDS=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-cuda}
@@ -62,3 +66,18 @@ echo "== the same steps in one process on $device" >&2
 "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" \
   --device "$device" --deterministic --single-process --metrics "$out/single.jsonl" > /dev/null
 tools/oobleck-tools compare-losses "$out/run-5node.jsonl" "$out/single.jsonl" --table --json "$out/losses.json"
+
+rounds=${SNAPSHOT_ROUNDS:-1}
+pooled=(snapshots="$out/run-5node.jsonl")
+for round in $(seq 1 "$rounds"); do
+  for config in none:0 snapshots:1; do
+    name=${config%%:*} every=${config#*:}
+    if [ "$round" = 1 ] && [ "$name" = snapshots ]; then continue; fi  # the run above
+    echo "== snapshots, round $round/$rounds: --snapshot-every $every" >&2
+    "$bin/oobleck-run" --plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" \
+      --steps "$steps" --device "$device" --deterministic --snapshot-every "$every" \
+      --metrics "$out/run-5node-$name-$round.jsonl" > /dev/null
+    pooled+=("$name=$out/run-5node-$name-$round.jsonl")
+  done
+done
+tools/oobleck-tools step-times "${pooled[@]}" --skip 3 --json "$out/snapshots.json"

@@ -164,9 +164,11 @@ std::size_t tensor_bytes(const torch::Tensor& t) { return static_cast<std::size_
 // is copied by memcpy: snapshots are packed on a thread of their own, and
 // a libtorch copy there would start an OpenMP team of its own beside the
 // training thread's.
-char* copy_out(const torch::Tensor& t, char* out) {
+char* copy_out(const torch::Tensor& t, char* out, const DeviceToHost& device_to_host) {
   if (t.is_cpu() && t.is_contiguous()) {
     std::memcpy(out, t.data_ptr(), tensor_bytes(t));
+  } else if (device_to_host && t.is_cuda() && t.is_contiguous()) {
+    device_to_host(t.data_ptr(), tensor_bytes(t), out);
   } else {
     torch::from_blob(out, {t.numel()}, t.options().device(torch::kCPU)).copy_(t.reshape({-1}));
   }
@@ -191,7 +193,7 @@ std::size_t packed_layer_bytes(const HeldLayer& layer) {
   return total;
 }
 
-void pack_layer_into(const HeldLayer& layer, char* out) {
+void pack_layer_into(const HeldLayer& layer, char* out, const DeviceToHost& device_to_host) {
   torch::NoGradGuard no_grad;
   const auto parameters = layer.module->parameters();
   std::memcpy(out, kPackMagic, sizeof kPackMagic);
@@ -205,10 +207,10 @@ void pack_layer_into(const HeldLayer& layer, char* out) {
                                  state ? 1 : 0};
     std::memcpy(entry, &header, sizeof header);
     entry += sizeof header;
-    data = copy_out(p, data);
+    data = copy_out(p, data, device_to_host);
     if (!state) continue;
-    data = copy_out(state->exp_avg(), data);
-    data = copy_out(state->exp_avg_sq(), data);
+    data = copy_out(state->exp_avg(), data, device_to_host);
+    data = copy_out(state->exp_avg_sq(), data, device_to_host);
   }
 }
 

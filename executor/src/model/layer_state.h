@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,8 +52,11 @@ void deserialize_layer(HeldLayer& layer, const std::string& bytes);
 // AdamW moments, as the tensors' bytes. Only a layer built the same way
 // (same index, same shard) reads it back.
 [[nodiscard]] std::size_t packed_layer_bytes(const HeldLayer& layer);
-// Packs into `out`, which has packed_layer_bytes(layer) bytes.
-void pack_layer_into(const HeldLayer& layer, char* out);
+// Packs into `out`, which has packed_layer_bytes(layer) bytes. A tensor on
+// a GPU is copied by `device_to_host` where one is given (it may return
+// before the bytes land: the caller waits for them), else by libtorch.
+using DeviceToHost = std::function<void(const void* device_address, std::size_t bytes, char* out)>;
+void pack_layer_into(const HeldLayer& layer, char* out, const DeviceToHost& device_to_host = {});
 [[nodiscard]] std::string pack_layer(const HeldLayer& layer);
 [[nodiscard]] bool is_packed_layer(std::string_view bytes);
 // Throws std::runtime_error when the bytes do not fit the layer.

@@ -13,12 +13,14 @@
 
 namespace oobleck::executor {
 
-// A slot of the agent's memory, mapped for writing while the worker lives.
+// A slot of the agent's memory, mapped for writing while the worker lives;
+// page-locked when the layers copied into it live on a GPU.
 struct SnapshotTaker::MappedSlot {
   void* address = MAP_FAILED;
   std::size_t bytes = 0;
+  std::unique_ptr<PageLock> lock;
 
-  MappedSlot(const std::string& path, std::size_t size) : bytes(size) {
+  MappedSlot(const std::string& path, std::size_t size, bool from_gpu) : bytes(size) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot open the agent's memory " + path);
     // Populated now, on this background thread: a copy from a GPU into pages
@@ -27,8 +29,12 @@ struct SnapshotTaker::MappedSlot {
     address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     ::close(fd);
     if (address == MAP_FAILED) throw std::runtime_error("cannot map the agent's memory " + path);
+    if (from_gpu) lock = std::make_unique<PageLock>(address, bytes);
   }
-  ~MappedSlot() { ::munmap(address, bytes); }
+  ~MappedSlot() {
+    lock.reset();  // unlocked before it is unmapped
+    ::munmap(address, bytes);
+  }
   MappedSlot(const MappedSlot&) = delete;
   MappedSlot& operator=(const MappedSlot&) = delete;
 };
@@ -40,6 +46,9 @@ SnapshotTaker::~SnapshotTaker() { wait(); }
 void SnapshotTaker::start(SnapshotJob job, const std::map<int, HeldLayer>& held) {
   wait();
   sealed_ = false;
+  // Marked here, on the training thread, right after the optimizer step was
+  // queued: the copies wait for it and not for the next step's passes.
+  from_gpu_ = job.to_memory && port_ > 0 && gpu_copies_.mark_step_end(held);
   thread_ = std::thread([this, job = std::move(job), &held] { run(job, held); });
 }
 
@@ -92,11 +101,37 @@ bool SnapshotTaker::to_memory(const SnapshotSeal& s, const std::map<int, HeldLay
         it = it->first == slot->id ? std::next(it) : mapped_.erase(it);
       }
       auto& mapped = mapped_[slot->id];
-      if (!mapped) mapped = std::make_unique<MappedSlot>(slot->path, slot->bytes);
+      if (!mapped) {
+        mapped = std::make_unique<MappedSlot>(slot->path, slot->bytes, from_gpu_);
+        if (mapped->lock && !mapped->lock->locked() && !warned_unlocked_) {
+          warned_unlocked_ = true;
+          std::fprintf(stderr, "oobleck-run worker %s GPU %d: snapshot slots could not be page-locked: copies from "
+                       "the GPU run at pageable memory's speed\n", s.owner.c_str(), s.gpu);
+        }
+      }
       char* at = static_cast<char*>(mapped->address);
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        pack_layer_into(held.at(l), at);
-        at += size_of(l);
+      {
+        // Every copy queued lands before the slot is handed over, or
+        // unmapped, or the optimizer changes what it copies.
+        const DeviceToHost device_to_host = from_gpu_ ? gpu_copies_.begin() : DeviceToHost{};
+        struct Landed {
+          GpuSnapshotCopies& copies;
+          bool active;
+          ~Landed() {
+            if (!active) return;
+            try {
+              copies.finish();
+            } catch (const std::exception&) {
+              // A failed copy: the snapshot is incomplete and never sealed.
+            }
+          }
+        } landed{gpu_copies_, from_gpu_};
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          pack_layer_into(held.at(l), at, device_to_host);
+          at += size_of(l);
+        }
+        landed.active = false;
+        if (from_gpu_) gpu_copies_.finish();
       }
       return client_->adopt(slot->id, s, sizes);
     }

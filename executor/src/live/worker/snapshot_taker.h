@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_snapshot_copies.h"
 #include "live/snapshots/snapshot_wire.h"
 #include "model/layer_state.h"
 
@@ -53,6 +54,9 @@ class SnapshotTaker {
   std::unique_ptr<SnapshotClient> client_;  // to this node's agent, kept between snapshots
   std::map<int, std::unique_ptr<MappedSlot>> mapped_;  // the agent's slots this worker mapped, by id
   bool use_slots_ = true;  // false: the agent lends no memory, the bytes go over the connection
+  GpuSnapshotCopies gpu_copies_;  // on a GPU: copies on a stream of their own into page-locked slots
+  bool from_gpu_ = false;         // the job in hand's layers live on a GPU
+  bool warned_unlocked_ = false;
   std::thread thread_;
   bool sealed_ = false;
 };
