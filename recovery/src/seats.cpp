@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <set>
 
 namespace oobleck::recovery {
 
@@ -27,7 +28,12 @@ int node_count(const Plan& plan) { return plan_node_count(plan); }
 
 std::vector<std::string> trainer_nodes(const Plan& plan) {
   std::vector<std::string> out;
-  for (const auto& p : plan.pipelines) out.insert(out.end(), p.nodes.begin(), p.nodes.end());
+  std::set<std::string> seen;  // pipelines sharing a node: it ranks once
+  for (const auto& p : plan.pipelines) {
+    for (const auto& node : p.nodes) {
+      if (seen.insert(node).second) out.push_back(node);
+    }
+  }
   return out;
 }
 
@@ -39,9 +45,11 @@ std::vector<std::string> ranked_nodes(const Plan& plan) {
 
 std::map<std::string, LayerRange> node_layers(const Plan& plan) {
   std::map<std::string, LayerRange> out;
-  const auto seats = seats_of(plan);
-  const auto ranked = trainer_nodes(plan);
-  for (std::size_t r = 0; r < seats.size(); ++r) out[ranked[r]] = {seats[r].layer_begin, seats[r].layer_end};
+  for (const Seat& seat : seats_of(plan)) {
+    const std::string& node = plan.pipelines[static_cast<std::size_t>(seat.pipeline)].nodes[static_cast<std::size_t>(seat.position)];
+    const auto [it, first] = out.try_emplace(node, seat.layer_begin, seat.layer_end);
+    if (!first) it->second = {std::min(it->second.first, seat.layer_begin), std::max(it->second.second, seat.layer_end)};
+  }
   return out;
 }
 

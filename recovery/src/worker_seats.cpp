@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "oobleck/recovery/seats.h"
@@ -9,32 +10,53 @@
 namespace oobleck::recovery {
 
 std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node) {
-  std::vector<WorkerSeat> out;
-  int node_rank = 0;
+  const int G = gpus_per_node;
+  const std::vector<std::string> nodes = trainer_nodes(plan);
+  std::map<std::string, int> node_rank;
+  for (std::size_t i = 0; i < nodes.size(); ++i) node_rank[nodes[i]] = static_cast<int>(i);
+  std::vector<std::optional<WorkerSeat>> by_rank(nodes.size() * static_cast<std::size_t>(G));
+  // The GPUs of each node that earlier pipelines took: where pipelines
+  // share a node, each takes the next G / pipelines_per_node of them.
+  std::vector<int> taken(nodes.size(), 0);
+  const auto spread_wrong = [&](const std::string& where) {
+    return InputError("plan: " + where + ": its stages' gpus must add up to the node's " + std::to_string(G) +
+                      " GPUs (gpus_per_node)");
+  };
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     const Pipeline& pipeline = plan.pipelines[p];
     const int stages = static_cast<int>(pipeline.stages.size());
-    for (std::size_t position = 0; position < pipeline.nodes.size(); ++position, ++node_rank) {
-      int gpu = 0;
+    for (std::size_t position = 0; position < pipeline.nodes.size(); ++position) {
+      const int rank = node_rank.at(pipeline.nodes[position]);
+      int& gpu = taken[static_cast<std::size_t>(rank)];
+      const int first_gpu = gpu;
       for (int s = 0; s < stages; ++s) {
         const Stage& st = pipeline.stages[static_cast<std::size_t>(s)];
         if (!stage_on_node(st, static_cast<int>(position))) continue;
         // A stage over several nodes: this node's GPUs hold its shards from
-        // `before`, and its ranks start on its first node.
-        const int earlier_nodes = static_cast<int>(position) - st.node;
-        const int before = earlier_nodes * gpus_per_node;
-        const int first_rank = (node_rank - earlier_nodes) * gpus_per_node + gpu;
-        for (int shard = before; shard < st.gpus && gpu < gpus_per_node; ++shard, ++gpu) {
-          out.push_back({static_cast<int>(p), s, stages, static_cast<int>(position), gpu, st.layer_begin,
-                         st.layer_end, st.gpus, shard, first_rank});
+        // `before`, and its ranks start on its first node (whose GPUs it
+        // takes from the first, as it does this node's).
+        const int before = (static_cast<int>(position) - st.node) * G;
+        const int first_rank = node_rank.at(pipeline.nodes[static_cast<std::size_t>(st.node)]) * G + gpu;
+        for (int shard = before; shard < st.gpus && gpu < G; ++shard, ++gpu) {
+          by_rank[static_cast<std::size_t>(rank * G + gpu)] =
+              WorkerSeat{static_cast<int>(p), s, stages, static_cast<int>(position), gpu, st.layer_begin,
+                         st.layer_end, st.gpus, shard, first_rank};
         }
       }
-      if (gpu != gpus_per_node || static_cast<int>(out.size()) != (node_rank + 1) * gpus_per_node) {
-        throw InputError("plan: pipeline " + std::to_string(p) + ", node " + pipeline.nodes[position] +
-                         ": its stages' gpus must add up to the node's " + std::to_string(gpus_per_node) +
-                         " GPUs (gpus_per_node)");
+      const int share = plan.pipelines_per_node > 1 ? G / plan.pipelines_per_node : G;
+      if (gpu - first_gpu != share) {
+        throw spread_wrong(plan.pipelines_per_node > 1
+                               ? "pipeline " + std::to_string(p) + ", node " + pipeline.nodes[position] + " (" +
+                                     std::to_string(plan.pipelines_per_node) + " pipelines a node, " +
+                                     std::to_string(share) + " GPUs each)"
+                               : "pipeline " + std::to_string(p) + ", node " + pipeline.nodes[position]);
       }
     }
+  }
+  std::vector<WorkerSeat> out;
+  for (std::size_t r = 0; r < by_rank.size(); ++r) {
+    if (!by_rank[r]) throw spread_wrong("node " + nodes[r / static_cast<std::size_t>(G)] + " (its pipelines together)");
+    out.push_back(*by_rank[r]);
   }
   return out;
 }

@@ -15,6 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "live_setup.h"
 
 namespace {
@@ -252,5 +257,82 @@ TEST_CASE("run: a Llama-style model on a tensor-parallel plan loses a node and t
   REQUIRE(generations.size() == 2);
   CHECK(generations[1]["lost"] == nlohmann::json::array({"node1"}));
   CHECK(generations[1]["resume_step"] == 5);
+  CHECK(setup.s.processes_left() == 0);
+}
+
+namespace {
+
+// The set-up's profile with memory for the whole model on one GPU, so that
+// two pipelines fit on a node of two (each on one GPU).
+void give_whole_model_memory(LiveSetup& setup) {
+  auto profile = nlohmann::json::parse(setup.s.read("profile.json"));
+  profile["hardware"]["gpu_memory_bytes"] = 1e9;
+  setup.s.write("profile.json", profile.dump());
+}
+
+}  // namespace
+
+TEST_CASE("run: pipelines sharing nodes (two on each 2-GPU node) train bit for bit what one process trains, through "
+          "a loss and a join") {
+  LiveSetup setup(3, 1, 12, 2);
+  give_whole_model_memory(setup);
+  const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
+  const auto planned = setup.s.run_program(
+      bin + "/oobleck-plan", "instantiate --profile " + setup.s.str("profile.json") +
+                                 " --nodes 3 --fault-tolerance 1 --global-microbatches 12 --pipelines-per-node 2 "
+                                 "--json " + setup.s.str("plan.json"));
+  INFO(planned.err);
+  REQUIRE(planned.status == 0);
+  const auto plan = setup.plan();
+  REQUIRE(plan["pipelines_per_node"] == 2);
+  REQUIRE(plan["pipelines"].size() == 6);  // node0, node0, node1, node1, node2, node2
+  setup.s.write("inject.csv", "step:4,remove,node1\nstep:8,add,node3\n");
+  const auto run = setup.live(12, 5, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                      " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 5), 0.0);
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+  const auto generations = setup.of_kind("live.jsonl", "generation");
+  REQUIRE(generations.size() == 3);
+  using Shape = std::multiset<std::vector<std::string>>;
+  CHECK(generations[0]["pipelines"].get<Shape>() ==
+        Shape{{"node0"}, {"node0"}, {"node1"}, {"node1"}, {"node2"}, {"node2"}});
+  CHECK(generations[1]["lost"] == nlohmann::json::array({"node1"}));
+  CHECK(generations[1]["pipelines"].get<Shape>() == Shape{{"node0"}, {"node0"}, {"node2"}, {"node2"}});
+  CHECK(generations[1]["copy_bytes"] == 0);  // every survivor holds the whole model
+  CHECK(generations[2]["added"] == nlohmann::json::array({"node3"}));
+  CHECK(generations[2]["pipelines"].get<Shape>().count({"node3"}) == 2);
+  CHECK(generations[2]["copy_bytes"].get<std::int64_t>() > 0);  // the joining node fetches every layer
+  CHECK(setup.s.processes_left() == 0);
+}
+
+TEST_CASE("run: two pipelines of two stages on each 4-GPU node train bit for bit what one process trains") {
+  LiveSetup setup(2, 1, 8, 4);
+  give_whole_model_memory(setup);
+  auto plan = setup.plan();
+  const int layers = static_cast<int>(nlohmann::json::parse(setup.s.read("profile.json"))["layers"].size());
+  plan["pipelines_per_node"] = 2;
+  plan["spare_nodes"] = nlohmann::json::array();
+  plan["pipelines"] = nlohmann::json::array();
+  for (const char* node : {"node0", "node0", "node1", "node1"}) {
+    plan["pipelines"].push_back({{"template_nodes", 1},
+                                 {"nodes", {node}},
+                                 {"microbatches", 2},
+                                 {"iteration_ms", 0},
+                                 {"stages",
+                                  {{{"layers", {0, layers / 2}}, {"gpus", 1}, {"node", 0}},
+                                   {{"layers", {layers / 2, layers}}, {"gpus", 1}, {"node", 0}}}}});
+  }
+  setup.s.write("plan.json", plan.dump());
+  const auto run = setup.live(6, 7, "live.jsonl");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(6, 7), 0.0);
+  for (const auto& step : steps) CHECK(step["step_samples"] == 16);
+  // The per-stage summary names each pipeline's GPUs on the shared node.
+  CHECK(run.out.find("node1") != std::string::npos);
   CHECK(setup.s.processes_left() == 0);
 }

@@ -111,24 +111,6 @@ TEST_CASE("run: an agent whose ssh fails is reported as it fails, naming the nod
   CHECK(live.s.processes_left() == 0);
 }
 
-TEST_CASE("run: a plan whose pipelines share nodes is refused, naming the field, before any worker starts") {
-  const LiveSetup live(2, 1, 4, 2);
-  // Two pipelines on each node, each on one of its two GPUs.
-  nlohmann::json plan = live.plan();
-  const int layers = static_cast<int>(nlohmann::json::parse(live.s.read("profile.json"))["layers"].size());
-  plan["pipelines_per_node"] = 2;
-  plan["pipelines"] = nlohmann::json::array();
-  for (const char* node : {"node0", "node0", "node1", "node1"}) {
-    plan["pipelines"].push_back({{"template_nodes", 1},
-                                 {"nodes", {node}},
-                                 {"microbatches", 1},
-                                 {"stages", {{{"layers", {0, layers}}, {"gpus", 1}, {"node", 0}}}}});
-  }
-  refused_plan(live, "shared.json", plan,
-               "shared.json: pipelines_per_node 2: pipelines that share nodes are planned and simulated but not run "
-               "live");
-}
-
 TEST_CASE("run: an interleaved plan is refused, naming the pipeline, before any worker starts") {
   const LiveSetup live(2, 0, 4);
   nlohmann::json plan = live.plan();

@@ -21,11 +21,6 @@ namespace {
 // whose degree does not divide the blocks' heads (nor, then, the hidden
 // size), or a node whose stages do not cover its GPUs.
 void check_runnable(const Plan& plan, const Profile& profile, const std::string& origin) {
-  if (plan.pipelines_per_node > 1) {
-    throw InputError(origin + ": pipelines_per_node " + std::to_string(plan.pipelines_per_node) +
-                     ": pipelines that share nodes are planned and simulated but not run live; plan with "
-                     "--pipelines-per-node 1");
-  }
   for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
     if (plan.pipelines[p].interleave > 1) {
       throw InputError(origin + ": pipeline " + std::to_string(p) + ": interleave " +

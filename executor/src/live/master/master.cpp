@@ -88,6 +88,16 @@ Master::Master(const MasterOptions& options, std::optional<MasterState> kept)
   cost_.set_tensor_parallel_nodes(in_.initial_plan.tensor_parallel_nodes);
   cost_.set_gradient_sync(in_.initial_plan.gradient_sync);
   cost_.set_gradient_bucket_bytes(in_.initial_plan.gradient_bucket_bytes);
+  if (const int r = in_.initial_plan.pipelines_per_node; r > 1) {
+    // Pipelines sharing nodes re-plan with the one template on G / r GPUs
+    // (the controller grows no templates for them).
+    cost_.set_pipelines_per_node(r);
+    if (auto shared = build_shared_node_template(cost_, gpus_ / r)) {
+      no_templates_.templates = {std::move(*shared)};
+      no_templates_.max_nodes = 1;
+      no_templates_.microbatches = cost_.microbatches();
+    }
+  }
   // Gloo on CPU nodes: the all-reduces are the nodes' own work, at their speed.
   cost_.set_collectives_at_node_speed(o_.device == "cpu");
   if (in_.resume && !kept_) (void)controller_.handle(recovery::StateSaved{in_.resume->step, 0});

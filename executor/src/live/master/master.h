@@ -121,7 +121,7 @@ class Master {
   std::optional<MasterState> kept_;  // a restarted master's start
   JobInputs in_;
   CostModel cost_;
-  TemplateSet no_templates_;  // the controller builds them as nodes take part
+  TemplateSet no_templates_;  // the controller builds them as nodes take part (pipelines sharing nodes: their one)
   int gpus_;  // per node: a worker each
   std::string token_;
   ControlServer server_;

@@ -28,8 +28,10 @@ struct WorkerSeat {
   [[nodiscard]] bool holds(int layer) const { return layer_begin <= layer && layer < layer_end; }
 };
 
-// G seats per pipeline node, in rank order. InputError, naming the pipeline
-// and node, when a node's stages do not cover its G GPUs exactly.
+// G seats per node, in rank order; where pipelines share a node, they take
+// its GPUs in plan order, G / pipelines_per_node each. InputError, naming
+// the pipeline and node, when a node's stages do not cover its GPUs (its
+// share of them) exactly.
 [[nodiscard]] std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node);
 
 // Whether shard a of degree da and shard b of degree db share some of the layer.
