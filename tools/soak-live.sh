@@ -17,8 +17,10 @@
 #     trains again;
 #   - no process of the run is left.
 # Usage: tools/soak-live.sh [SEED]; STEPS, EVENTS, MEAN_MS, CRASHES, PAST_F, SLOW
-# and the MIN_ counts override the defaults. Outputs in build/soak/ (OUT_DIR
-# overrides it; the folder is emptied first).
+# and the MIN_ counts override the defaults. SHARED=1 soaks pipelines that
+# share nodes instead: four 2-GPU nodes with memory for the whole model on
+# one GPU, two pipelines on each (--pipelines-per-node 2, f = 1). Outputs in
+# build/soak/ (OUT_DIR overrides it; the folder is emptied first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seed=${1:-1}
@@ -29,7 +31,19 @@ out=${OUT_DIR:-build/soak}
 bin=build/bin
 rm -rf "$out" && mkdir -p "$out"
 
-tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microbatches 12
+if [ "${SHARED:-0}" = 1 ]; then
+  tools/cluster-setup.sh tiny "$out" --nodes 4 --fault-tolerance 1 --global-microbatches 12 --gpus-per-node 2
+  python3 - "$out/profile.json" <<'PY'
+import json, sys
+profile = json.load(open(sys.argv[1]))
+profile["hardware"]["gpu_memory_bytes"] = 1e9
+json.dump(profile, open(sys.argv[1], "w"))
+PY
+  "$bin/oobleck-plan" instantiate --profile "$out/profile.json" --nodes 4 --fault-tolerance 1 \
+    --global-microbatches 12 --pipelines-per-node 2 --json "$out/plan.json" > "$out/plan.txt"
+else
+  tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microbatches 12
+fi
 common=(--plan "$out/plan.json" --profile "$out/profile.json" --data "$out/tokens.bin" --steps "$steps" --seed 5)
 
 tag="soak-$$-$RANDOM"  # marks every process of the run (and only those), to find leftovers

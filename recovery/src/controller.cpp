@@ -253,8 +253,11 @@ Actions Controller::weigh_speeds(int step) {
   std::optional<Reconfiguration> moves;
   int horizon = std::max(1, options_.speeds_horizon_steps);
   if (options_.last_step >= 0) horizon = std::max(1, std::min(horizon, options_.last_step - step));
+  // Pipelines that share nodes or interleave are kept, or lose their slow
+  // nodes (drop) and take them back (readmit): neither split nor placed anew.
+  const bool plain = plans_at_speeds();
   try {
-    split = split_at_speeds(cost_, plan, speeds);
+    if (plain) split = split_at_speeds(cost_, plan, speeds);
   } catch (const NoPlanError&) {
   }
   // Re-plan: the pipelines' nodes placed anew within them, or (only to be
@@ -273,8 +276,8 @@ Actions Controller::weigh_speeds(int step) {
     } catch (const NoPlanError&) {
     }
   };
-  offer_replan([&] { return apply_node_speeds(cost_, plan, speeds); });
-  if (options_.speeds_may_replan) {
+  if (plain) offer_replan([&] { return apply_node_speeds(cost_, plan, speeds); });
+  if (plain && options_.speeds_may_replan) {
     offer_replan([&] {
       std::vector<std::string> training;
       for (const auto& p : plan.pipelines) training.insert(training.end(), p.nodes.begin(), p.nodes.end());
@@ -292,10 +295,8 @@ Actions Controller::weigh_speeds(int step) {
   // (their layers copied from replicas), and stay as spares holding
   // nothing. Readmit: dropped nodes no longer slow come back, as joins.
   std::vector<std::string> slow, recovered;
-  for (const auto& p : plan.pipelines) {
-    for (const auto& n : p.nodes) {
-      if (const auto it = speeds.find(n); it != speeds.end() && it->second < 1) slow.push_back(n);
-    }
+  for (const auto& n : trainer_nodes(plan)) {  // (each once, where pipelines share it)
+    if (const auto it = speeds.find(n); it != speeds.end() && it->second < 1) slow.push_back(n);
   }
   for (const auto& n : dropped_) {
     if (!speeds.count(n) && rank_of(n) >= 0) recovered.push_back(n);
@@ -674,7 +675,14 @@ NodeSpeeds Controller::speeds_of(const std::vector<std::string>& nodes) const {
   return out;
 }
 
+bool Controller::plans_at_speeds() const {
+  const auto interleaved = [](const Pipeline& p) { return p.interleave > 1; };
+  return cost_.pipelines_per_node() == 1 && cost_.interleave() == 1 && base_ && base_->pipelines_per_node == 1 &&
+         std::none_of(base_->pipelines.begin(), base_->pipelines.end(), interleaved);
+}
+
 ReconfigureOptions Controller::at_speeds(const std::vector<std::string>& added) const {
+  if (!plans_at_speeds()) return {};
   std::vector<std::string> nodes = ranked_nodes(*base_);
   nodes.insert(nodes.end(), added.begin(), added.end());
   ReconfigureOptions options;

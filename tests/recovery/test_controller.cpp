@@ -735,3 +735,41 @@ TEST_CASE("controller: a slow node is not dropped when that would leave fewer th
   CHECK(c.dropped.empty());
   CHECK(controller.trains("b"));
 }
+
+TEST_CASE("controller: where pipelines share nodes, a slow node is kept or dropped, never re-split nor re-placed") {
+  // Two one-GPU pipelines on each of three 2-GPU nodes; the model fits one
+  // GPU. Splits and placements at node speeds are of whole-node pipelines.
+  const Profile profile = test::uniform_profile(4, 2, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
+  CostModel cost(profile, 2);
+  cost.set_pipelines_per_node(2);
+  const auto shared = build_shared_node_template(cost, 1);
+  REQUIRE(shared);
+  TemplateSet templates;
+  templates.templates = {*shared};
+  templates.max_nodes = 1;
+  templates.microbatches = cost.microbatches();
+  ControllerOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 12;
+  options.initial_plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 12);
+  options.last_step = 40;
+  options.speeds_may_replan = true;
+  REQUIRE(options.initial_plan->pipelines.size() == 6);
+  Controller controller(cost, templates, options);
+  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
+  (void)controller.handle(GenerationReady{1, 0});
+  (void)controller.handle(StepCompleted{1, 0, 0});
+  (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
+  const Actions actions = controller.handle(StepCompleted{1, 1, 0});
+  REQUIRE(actions.size() == 3);
+  const auto& c = std::get<SpeedsWeighed>(actions[1]).choice;
+  CHECK(c.resplit_ms == c.keep_ms);
+  CHECK(c.replan_ms == c.keep_ms);
+  CHECK(c.chosen == SpeedChoice::Kind::drop);
+  CHECK(c.dropped == std::vector<std::string>{"b"});
+  const Generation& without = *std::get<StartGeneration>(actions[2]).generation;
+  CHECK(without.plan.pipelines_per_node == 2);
+  CHECK(without.plan.pipelines.size() == 4);
+  CHECK(without.plan.spare_nodes == std::vector<std::string>{"b"});
+  CHECK_FALSE(controller.trains("b"));
+}

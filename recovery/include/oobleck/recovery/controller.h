@@ -168,6 +168,10 @@ class Controller {
   [[nodiscard]] NodeSpeeds speeds_of(const std::vector<std::string>& nodes) const;
   // Those of the base's nodes and of `added`, for a reconfiguration from the base.
   [[nodiscard]] ReconfigureOptions at_speeds(const std::vector<std::string>& added) const;
+  // Whether plans are made at node speeds: only of plain pipelines on whole
+  // nodes (node_speeds.h); pipelines sharing nodes or interleaving are
+  // planned at the profile's speed, and a slow node kept or dropped.
+  [[nodiscard]] bool plans_at_speeds() const;
 
   // The members of the job now: the current generation's nodes not lost,
   // then the nodes that joined since, in that order.
