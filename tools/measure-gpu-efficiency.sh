@@ -23,7 +23,7 @@
 #
 #   tools/measure-gpu-efficiency.sh [BUILD_DIR] [OUT_DIR]     DEADLINE_S=540 PEAK_TFLOPS=989
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 build=${1:-build-cuda}
 out=${2:-$build/gpu-efficiency}
 deadline=$((SECONDS + ${DEADLINE_S:-540}))
