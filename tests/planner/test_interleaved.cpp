@@ -164,9 +164,10 @@ TEST_CASE("interleaved templates against brute force over every cut: no slower t
   // A heuristic over the cuts, measured: most layouts are the fastest cut
   // or close to it.
   CHECK(compared > 500);
-  CHECK(at_best_cut * 10 >= compared * 6);
-  CHECK(within_5 * 10 >= compared * 9);
-  CHECK(gap_sum / compared <= 0.015);
+  CHECK(at_best_cut * 10 >= compared * 8);
+  CHECK(within_5 * 100 >= compared * 97);
+  CHECK(gap_sum / compared <= 0.005);
+  CHECK(worst_gap <= 0.12);
 }
 
 TEST_CASE("interleaved plans: each node count's faster layout, priced as its pipelines play, in the plan file and re-planned") {
