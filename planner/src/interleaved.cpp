@@ -44,6 +44,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include "interleaved_orders.h"
 #include "played_pipeline.h"
@@ -248,11 +250,20 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks) {
 // played at up to 2 D microbatches plus the steady increments to M (a
 // play at M would cost each move M / 2 D times as much); the result
 // replaces the layout only where it plays faster at M.
-void move_boundaries(const CostModel& cost, int chunks, Layout& layout) {
+// Layouts already weighed, by degree, recomputation and cut: the local
+// searches from several cuts often cross the same layouts.
+using WeighedLayouts = std::map<std::tuple<int, int, std::vector<int>>, Milliseconds>;
+
+void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedLayouts& weighed) {
   const int devices = static_cast<int>(layout.ends.size()) / chunks;
   const int weighed_at = std::min(cost.microbatches(), 2 * devices);
+  const auto weigh = [&](const Layout& l) {
+    const auto key = std::make_tuple(l.degree, static_cast<int>(l.recompute), l.ends);
+    if (const auto it = weighed.find(key); it != weighed.end()) return it->second;
+    return weighed[key] = played_ms(cost, chunks, l, weighed_at);
+  };
   Layout moving = layout;
-  moving.played_ms = played_ms(cost, chunks, moving, weighed_at);
+  moving.played_ms = weigh(moving);
   bool improved = false;
   // Boundaries j .. j + width - 1 moved together by a layer: one boundary,
   // or two (their chunk shifted whole); a pair is tried only once no single
@@ -268,7 +279,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout) {
           valid = next.ends[k] > (k == 0 ? 0 : next.ends[k - 1]) && next.ends[k] < next.ends[k + 1];
         }
         if (!valid) continue;
-        next.played_ms = played_ms(cost, chunks, next, weighed_at);
+        next.played_ms = weigh(next);
         if (next.played_ms < moving.played_ms * (1 - 1e-12)) {
           moving = std::move(next);
           moved = improved = true;
@@ -290,9 +301,10 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout) {
 constexpr double kStartsWithin = 1.05;
 Layout improve_best(const CostModel& cost, int chunks, std::vector<Layout> cuts) {
   Layout best = cuts.front();
+  WeighedLayouts weighed;
   for (Layout& start : cuts) {
     if (start.played_ms > cuts.front().played_ms * kStartsWithin) break;
-    move_boundaries(cost, chunks, start);
+    move_boundaries(cost, chunks, start, weighed);
     if (start.played_ms < best.played_ms) best = std::move(start);
   }
   return best;
