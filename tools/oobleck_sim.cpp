@@ -166,19 +166,20 @@ CLI::App* add_replay_command(CLI::App& app, ReplayFlags& flags) {
       ->check(CLI::Range(1, kMaxTensorParallelNodes));
   cmd->add_option("--interleave", flags.interleave,
                   "V: let the templates give each device 2 to V model chunks where that plays faster, as "
-                  "oobleck-plan --interleave (every policy but bamboo; stragglers then ignored or evicted, not "
-                  "mitigated; default 1: never)")
+                  "oobleck-plan --interleave (every policy but bamboo; stragglers mitigated then by keeping or "
+                  "dropping slow nodes, not by splits at node speeds; default 1: never)")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--pipelines-per-node", flags.pipelines_per_node,
                   std::string(cli::kPipelinesPerNodeHelp) +
-                      ", as oobleck-plan --pipelines-per-node (every policy but bamboo; stragglers then ignored or "
-                      "evicted, not mitigated)");
+                      ", as oobleck-plan --pipelines-per-node (every policy but bamboo; stragglers mitigated then by "
+                      "keeping or dropping slow nodes, not by splits at node speeds)");
   // Every policy plans for it and plays its iterations with it.
   cli::add_gradient_sync_options(cmd, flags.gradient_sync);
   cmd->add_option("--stragglers", flags.stragglers,
                   "With a trace that slows nodes: replay each policy per handling, ignore, evict (the slow node "
                   "leaves once detected and rejoins when it recovers) and mitigate (oobleck's re-split or "
-                  "re-plan), or all (the default; with --interleave or --pipelines-per-node, ignore,evict)");
+                  "re-plan; with --interleave or --pipelines-per-node, keeping or dropping slow nodes), or all (the "
+                  "default)");
   cmd->add_option("--timeline", flags.timeline_out, "Write the timeline CSV here");
   cmd->add_option("--plot", flags.plot_out, "Write an SVG plot of throughput and nodes over time here");
   cmd->add_option("--decisions", flags.decisions_out,
@@ -375,10 +376,7 @@ int run_replay(const ReplayFlags& flags) {
   options.fault_tolerance = flags.fault_tolerance;
   options.global_microbatches = flags.experiment.global_microbatches;
   options.policies = parse_policies(flags.policies);
-  options.stragglers =
-      parse_straggler_handlings(!flags.stragglers.empty()                                ? flags.stragglers
-                                : flags.interleave > 1 || flags.pipelines_per_node != "1" ? "ignore,evict"
-                                                                                          : "all");
+  options.stragglers = parse_straggler_handlings(flags.stragglers.empty() ? "all" : flags.stragglers);
   options.record_decisions = !flags.decisions_out.empty();
   options.recompute = *recompute_policy_named(flags.recompute);
   options.tensor_parallel_nodes = flags.tensor_parallel_nodes;

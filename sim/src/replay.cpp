@@ -103,16 +103,6 @@ ReplayResult replay(const Profile& profile, const Trace& trace, const ReplayOpti
   }
   if (options.fault_tolerance < 0) throw InputError("--fault-tolerance: expected a non-negative integer");
   if (options.global_microbatches < 1) throw InputError("--global-microbatches: expected a positive integer");
-  if ((options.interleave > 1 || options.pipelines_per_node != 1) && trace.has_stragglers()) {
-    const auto& handlings = options.stragglers;
-    const bool mitigates = std::find(handlings.begin(), handlings.end(), StragglerHandling::mitigate) != handlings.end();
-    if (mitigates && std::any_of(options.policies.begin(), options.policies.end(), policy_mitigates)) {
-      throw InputError(trace.origin +
-                       ": the trace slows nodes, and mitigating stragglers plans at node speeds, which is for "
-                       "plain pipelines on whole nodes; with --interleave or --pipelines-per-node, use "
-                       "--stragglers ignore,evict");
-    }
-  }
   const detail::Job job(profile, trace, options, scenario, progress);
   ReplayResult out;
   out.duration_ms = trace.duration_ms();

@@ -381,20 +381,18 @@ TEST_CASE("cli: a generated trace with stragglers is written and replays under e
     CHECK(result["policies"].contains(name));
   }
   CHECK_FALSE(result["policies"].contains("checkpoint+mitigate"));
-  // With --interleave or --pipelines-per-node the default handlings are
-  // ignore and evict; asking for mitigate is refused, naming the trace.
+  // With --interleave or --pipelines-per-node every handling is replayed
+  // too (mitigating by keeping or dropping slow nodes).
   for (const std::string flag : {"--interleave 2", "--pipelines-per-node 2"}) {
     CAPTURE(flag);
     const Run ran = replay_trace("--policy oobleck " + flag, "i.json");
     INFO(ran.err);
     REQUIRE(ran.status == 0);
     const json doc = json::parse(s.read("i.json"));
-    CHECK(doc["policies"].contains("oobleck+evict"));
-    CHECK_FALSE(doc["policies"].contains("oobleck+mitigate"));
-    const Run refused = replay_trace(flag + " --stragglers all", "x.json");
-    CHECK(refused.status == 2);
-    CHECK(refused.err.find("t.csv: the trace slows nodes") != std::string::npos);
-    CHECK_FALSE(fs::exists(s.path("x.json")));
+    for (const char* name : {"oobleck", "oobleck+evict", "oobleck+mitigate"}) {
+      CAPTURE(name);
+      CHECK(doc["policies"].contains(name));
+    }
   }
   // R must divide the GPUs per node.
   const Run odd = replay_trace("--pipelines-per-node 3", "o.json");

@@ -137,8 +137,10 @@ TEST_CASE("replay: pipelines sharing nodes: the books add up, deterministic, fas
   }
 }
 
-TEST_CASE("replay: interleaving or sharing nodes refuses to mitigate stragglers, naming the trace; it ignores or evicts them") {
-  const Trace trace = trace_of(start_with(8) + "7200000,slow,node3,0.5\n14400000,add,node99\n");
+TEST_CASE("replay: interleaving or sharing nodes mitigates stragglers by keeping or dropping slow nodes, never by "
+          "splits at node speeds") {
+  // node3 at 0.1 of its speed for two hours: worth dropping.
+  const Trace trace = trace_of(start_with(8) + "7200000,slow,node3,0.1\n14400000,slow,node3,1\n21600000,add,node99\n");
   for (const auto& [interleave, pipelines_per_node] : {std::pair{2, 1}, std::pair{1, 2}}) {
     CAPTURE(interleave);
     ReplayOptions options;
@@ -146,12 +148,27 @@ TEST_CASE("replay: interleaving or sharing nodes refuses to mitigate stragglers,
     options.global_microbatches = 16;
     options.interleave = interleave;
     options.pipelines_per_node = pipelines_per_node;
-    CHECK_THROWS_WITH_AS(replay(gpt3_1_3b(), trace, options),
-                         doctest::Contains("test trace: the trace slows nodes, and mitigating stragglers"), InputError);
-    options.stragglers = {StragglerHandling::ignore, StragglerHandling::evict};
+    options.record_decisions = true;
     const ReplayResult result = replay(gpt3_1_3b(), trace, options);
     check_books(result);
-    CHECK(result.policies.size() == 2 * std::size(kAllPolicies));
+    int mitigating = 0;
+    for (const auto& p : result.policies) {
+      if (p.stragglers != StragglerHandling::mitigate) continue;
+      ++mitigating;
+      int drops = 0;
+      for (const auto& line : p.decisions) {
+        CAPTURE(line);
+        const auto d = nlohmann::json::parse(line);
+        if (d["kind"] != "speeds") continue;
+        CHECK(d["resplit_ms"] == d["keep_ms"]);  // neither split nor placed at node speeds
+        CHECK(d["replan_ms"] == d["keep_ms"]);
+        CHECK(d["chosen"] != "resplit");
+        CHECK(d["chosen"] != "replan");
+        drops += d["chosen"] == "drop";
+      }
+      CHECK(drops >= 1);  // at 0.1, node3 is worth dropping
+    }
+    CHECK(mitigating == 2);  // oobleck and oobleck-snapshots
   }
 }
 

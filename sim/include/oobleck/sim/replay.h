@@ -132,9 +132,8 @@ struct ReplayOptions {
   // Pipelines sharing each node (oobleck-plan --pipelines-per-node; 0:
   // every divisor of G, the fastest kept): likewise for every policy but
   // Bamboo's, whose pipelines stay on whole nodes.
-  // With either, stragglers are not mitigated: plans at node speeds are of
-  // plain pipelines on whole nodes (InputError where the trace slows nodes
-  // and `stragglers` has mitigate).
+  // With either, mitigating stragglers keeps or drops slow nodes: splits
+  // and placements at node speeds are of plain pipelines on whole nodes.
   int pipelines_per_node = 1;
   // When the gradients are all-reduced, as every policy's plans assume and
   // its iterations are played (oobleck-plan --gradient-sync).
