@@ -324,9 +324,6 @@ PYBIND11_MODULE(oobleck, m) {
         }
         options.interleave = interleave;
         options.pipelines_per_node = pipelines_per_node;  // (plan_cluster checks it)
-        if (interleave > 1 || pipelines_per_node != 1) {
-          options.stragglers = {sim::StragglerHandling::ignore, sim::StragglerHandling::evict};
-        }
         const sim::Scenario parsed = scenario_from(scenario);
         sim::ReplayResult result;
         {
@@ -356,7 +353,7 @@ PYBIND11_MODULE(oobleck, m) {
       "Replays the trace under each policy (oobleck-sim replay) into its JSON document as a dict; the scenario "
       "is a dict or a file's path. timeline=True adds \"timeline\": {policy: [(time_s, nodes, pipelines, "
       "samples_per_s), ...]}. interleave=V lets the plans give a device 2 to V model chunks, pipelines_per_node=R "
-      "puts R pipelines on every node (0 chooses R); with either, stragglers are ignored or evicted, not mitigated");
+      "puts R pipelines on every node (0 chooses R); with either, mitigating stragglers keeps or drops slow nodes");
   m.def(
       "sweep",
       [](const ProfilePtr& profile, const std::shared_ptr<sim::Trace>& trace, const std::vector<int>& fault_tolerances,
