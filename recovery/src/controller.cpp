@@ -314,8 +314,12 @@ Actions Controller::weigh_speeds(int step) {
   std::optional<Reconfiguration> dropping = reconfigured(slow, {}, !slow.empty());
   // A node dropped by choice must not cost fault tolerance: the plan keeps
   // f + 1 pipelines, or as many as it had.
-  const std::size_t keeps = std::min(static_cast<std::size_t>(options_.fault_tolerance) + 1, plan.pipelines.size());
-  if (dropping && dropping->plan.pipelines.size() < keeps) dropping.reset();
+  // (Where pipelines share nodes, a loss takes all of a node's: nodes count.)
+  const auto holders = [](const Plan& p) {
+    return p.pipelines_per_node > 1 ? trainer_nodes(p).size() : p.pipelines.size();
+  };
+  const std::size_t keeps = std::min(static_cast<std::size_t>(options_.fault_tolerance) + 1, holders(plan));
+  if (dropping && holders(dropping->plan) < keeps) dropping.reset();
   if (dropping) {
     dropping->plan.spare_nodes.insert(dropping->plan.spare_nodes.end(), slow.begin(), slow.end());
     c.dropped = slow;

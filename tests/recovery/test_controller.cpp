@@ -736,29 +736,51 @@ TEST_CASE("controller: a slow node is not dropped when that would leave fewer th
   CHECK(controller.trains("b"));
 }
 
-TEST_CASE("controller: where pipelines share nodes, a slow node is kept or dropped, never re-split nor re-placed") {
-  // Two one-GPU pipelines on each of three 2-GPU nodes; the model fits one
-  // GPU. Splits and placements at node speeds are of whole-node pipelines.
-  const Profile profile = test::uniform_profile(4, 2, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000);
-  CostModel cost(profile, 2);
-  cost.set_pipelines_per_node(2);
-  const auto shared = build_shared_node_template(cost, 1);
-  REQUIRE(shared);
+// Two one-GPU pipelines on each of `nodes` 2-GPU nodes (the model fits one
+// GPU), f = 1, the first step committed.
+struct SharedNodePipelines {
+  explicit SharedNodePipelines(const std::vector<std::string>& nodes)
+      : profile(test::uniform_profile(4, 2, 1.0, 2.0, 1'000'000, 1'000, 1'000'000'000)),
+        cost(shared_cost(profile)),
+        templates(shared_templates(cost)),
+        controller(cost, templates, options_for(nodes)) {
+    (void)controller.handle(NodesJoined{nodes, 0});
+    (void)controller.handle(GenerationReady{1, 0});
+    (void)controller.handle(StepCompleted{1, 0, 0});
+  }
+  static CostModel shared_cost(const Profile& profile) {
+    CostModel cost(profile, 2);
+    cost.set_pipelines_per_node(2);
+    return cost;
+  }
+  static TemplateSet shared_templates(const CostModel& cost) {
+    const auto shared = build_shared_node_template(cost, 1);
+    REQUIRE(shared);
+    TemplateSet out;
+    out.templates = {*shared};
+    out.max_nodes = 1;
+    out.microbatches = cost.microbatches();
+    return out;
+  }
+  ControllerOptions options_for(const std::vector<std::string>& nodes) const {
+    ControllerOptions options;
+    options.fault_tolerance = 1;
+    options.global_microbatches = 12;
+    options.initial_plan = instantiate_sharing_nodes(cost, templates.templates.front(), nodes, 1, 12);
+    options.last_step = 40;
+    options.speeds_may_replan = true;
+    REQUIRE(options.initial_plan->pipelines.size() == 2 * nodes.size());
+    return options;
+  }
+  Profile profile;
+  CostModel cost;
   TemplateSet templates;
-  templates.templates = {*shared};
-  templates.max_nodes = 1;
-  templates.microbatches = cost.microbatches();
-  ControllerOptions options;
-  options.fault_tolerance = 1;
-  options.global_microbatches = 12;
-  options.initial_plan = instantiate_sharing_nodes(cost, *shared, {"a", "b", "c"}, 1, 12);
-  options.last_step = 40;
-  options.speeds_may_replan = true;
-  REQUIRE(options.initial_plan->pipelines.size() == 6);
-  Controller controller(cost, templates, options);
-  (void)controller.handle(NodesJoined{{"a", "b", "c"}, 0});
-  (void)controller.handle(GenerationReady{1, 0});
-  (void)controller.handle(StepCompleted{1, 0, 0});
+  Controller controller;
+};
+
+TEST_CASE("controller: where pipelines share nodes, a slow node is kept or dropped, never re-split nor re-placed") {
+  SharedNodePipelines cluster({"a", "b", "c"});
+  Controller& controller = cluster.controller;
   (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
   const Actions actions = controller.handle(StepCompleted{1, 1, 0});
   REQUIRE(actions.size() == 3);
@@ -772,4 +794,23 @@ TEST_CASE("controller: where pipelines share nodes, a slow node is kept or dropp
   CHECK(without.plan.pipelines.size() == 4);
   CHECK(without.plan.spare_nodes == std::vector<std::string>{"b"});
   CHECK_FALSE(controller.trains("b"));
+}
+
+TEST_CASE("controller: where pipelines share nodes, a slow node is not dropped when fewer than f + 1 nodes would "
+          "hold pipelines") {
+  // Dropping b would leave a's two pipelines: two pipelines, but one node,
+  // whose loss takes both.
+  SharedNodePipelines cluster({"a", "b"});
+  Controller& controller = cluster.controller;
+  (void)controller.handle(NodeSpeedsMeasured{{{"b", 0.1}}, 0});
+  const Actions actions = controller.handle(StepCompleted{1, 1, 0});
+  REQUIRE(!actions.empty());
+  for (const auto& action : actions) {
+    if (const auto* weighed = std::get_if<SpeedsWeighed>(&action)) {
+      CHECK(weighed->choice.chosen == SpeedChoice::Kind::keep);
+      CHECK(weighed->choice.dropped.empty());
+    }
+    CHECK_FALSE(std::holds_alternative<StartGeneration>(action));
+  }
+  CHECK(controller.trains("b"));
 }

@@ -24,16 +24,20 @@ void on_device(int device, Work work) {
   int previous = 0;
   check(cudaGetDevice(&previous), "cudaGetDevice");
   check(cudaSetDevice(device), "cudaSetDevice");
+  struct Restore {
+    int device;
+    ~Restore() { (void)cudaSetDevice(device); }
+  } restore{previous};
   work();
-  check(cudaSetDevice(previous), "cudaSetDevice");
 }
 
 // The GPU a worker's layers live on (they all share one); -1: the CPU.
 int gpu_of(const std::map<int, HeldLayer>& held) {
-  if (held.empty()) return -1;
-  const auto parameters = held.begin()->second.module->parameters();
-  if (parameters.empty() || !parameters.front().is_cuda()) return -1;
-  return parameters.front().device().index();
+  for (const auto& [index, layer] : held) {
+    const auto parameters = layer.module->parameters();
+    if (!parameters.empty()) return parameters.front().is_cuda() ? parameters.front().device().index() : -1;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -70,9 +74,13 @@ bool GpuSnapshotCopies::mark_step_end(const std::map<int, HeldLayer>& held) {
   return true;
 }
 
+void GpuSnapshotCopies::use_device() const {
+  if (device_ >= 0) check(cudaSetDevice(device_), "cudaSetDevice");
+}
+
 DeviceToHost GpuSnapshotCopies::begin() {
   if (device_ < 0) return {};
-  check(cudaSetDevice(device_), "cudaSetDevice");
+  use_device();
   check(cudaStreamWaitEvent(stream_, step_end_, 0), "cudaStreamWaitEvent");
   return [stream = stream_](const void* from, std::size_t bytes, char* to) {
     check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
@@ -89,6 +97,7 @@ PageLock::PageLock(void* address, std::size_t) : address_(address) {}
 PageLock::~PageLock() = default;
 GpuSnapshotCopies::~GpuSnapshotCopies() = default;
 bool GpuSnapshotCopies::mark_step_end(const std::map<int, HeldLayer>&) { return false; }
+void GpuSnapshotCopies::use_device() const {}
 DeviceToHost GpuSnapshotCopies::begin() { return {}; }
 void GpuSnapshotCopies::finish() {}
 

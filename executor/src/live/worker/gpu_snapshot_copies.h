@@ -52,6 +52,10 @@ class GpuSnapshotCopies {
   // copies of `held` wait for them and for nothing queued later. Returns
   // whether `held` lives on a GPU.
   bool mark_step_end(const std::map<int, HeldLayer>& held);
+  // On the copying thread: makes the marked layers' GPU its current device
+  // (page-locking memory, or letting it go, on another would make a CUDA
+  // context there).
+  void use_device() const;
   // On the copying thread: a DeviceToHost for pack_layer_into that queues
   // each copy on this stream; empty unless mark_step_end found a GPU.
   [[nodiscard]] DeviceToHost begin();

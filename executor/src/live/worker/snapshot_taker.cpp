@@ -41,7 +41,13 @@ struct SnapshotTaker::MappedSlot {
 
 SnapshotTaker::SnapshotTaker(std::string token, int port) : token_(std::move(token)), port_(port) {}
 
-SnapshotTaker::~SnapshotTaker() { wait(); }
+SnapshotTaker::~SnapshotTaker() {
+  wait();
+  try {
+    gpu_copies_.use_device();  // the slots are let go on their GPU
+  } catch (const std::exception&) {
+  }
+}
 
 void SnapshotTaker::start(SnapshotJob job, const std::map<int, HeldLayer>& held) {
   wait();
@@ -94,6 +100,7 @@ bool SnapshotTaker::to_memory(const SnapshotSeal& s, const std::map<int, HeldLay
   for (int l = s.layer_begin; l < s.layer_end; ++l) total += sizes.emplace_back(packed_layer_bytes(held.at(l)));
   const auto size_of = [&](int l) { return sizes[static_cast<std::size_t>(l - s.layer_begin)]; };
   if (use_slots_) {
+    if (from_gpu_) gpu_copies_.use_device();  // before slots are page-locked or let go
     if (const auto slot = client_->claim(s.owner, s.gpu, total)) {
       // Slots the agent has let go of are never claimed again: the oldest
       // others go.
