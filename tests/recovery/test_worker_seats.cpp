@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "oobleck/recovery/seats.h"
@@ -266,3 +267,33 @@ TEST_CASE("shard copies after a loss in a stage over two nodes: each part gather
                        doctest::Contains("no surviving replica"), NoPlanError);
 }
 
+
+TEST_CASE("worker seats: pipelines sharing nodes take each node's GPUs in plan order, and each node ranks once") {
+  // Four 1-node pipelines on two 4-GPU nodes, two a node, each on two
+  // GPUs: pipelines 0 and 2 on a (listed apart, as a re-plan may), 1 and 3
+  // on b. Pipeline 0: one stage at degree 2; the others: two stages of one GPU.
+  Plan plan;
+  plan.pipelines_per_node = 2;
+  plan.pipelines = {pipeline({"a"}, {{0, 5, 2, 0}}), pipeline({"b"}, {{0, 2, 1, 0}, {2, 5, 1, 0}}),
+                    pipeline({"a"}, {{0, 3, 1, 0}, {3, 5, 1, 0}}), pipeline({"b"}, {{0, 1, 1, 0}, {1, 5, 1, 0}})};
+  plan.spare_nodes = {"c"};
+  CHECK(trainer_nodes(plan) == std::vector<std::string>{"a", "b"});
+  CHECK(ranked_nodes(plan) == std::vector<std::string>{"a", "b", "c"});
+  CHECK(node_layers(plan) == std::map<std::string, LayerRange>{{"a", {0, 5}}, {"b", {0, 5}}});
+  // pipeline, stage, node position, GPU, layers, degree, shard, first rank
+  check_seats(worker_seats(plan, 4), {{0, 0, 0, 0, 0, 5, 2, 0, 0},
+                                      {0, 0, 0, 1, 0, 5, 2, 1, 0},
+                                      {2, 0, 0, 2, 0, 3, 1, 0, 2},
+                                      {2, 1, 0, 3, 3, 5, 1, 0, 3},
+                                      {1, 0, 0, 0, 0, 2, 1, 0, 4},
+                                      {1, 1, 0, 1, 2, 5, 1, 0, 5},
+                                      {3, 0, 0, 2, 0, 1, 1, 0, 6},
+                                      {3, 1, 0, 3, 1, 5, 1, 0, 7}});
+  const auto by_node = seats_by_node(plan, 4);
+  CHECK(by_node.at({"a", 2}).pipeline == 2);
+  CHECK(by_node.at({"b", 3}).layer_begin == 1);
+  // A pipeline on more or fewer than its share of a node is refused, naming it.
+  plan.pipelines[3].stages = {{0, 5, 1, 0}};
+  CHECK_THROWS_WITH_AS((void)worker_seats(plan, 4),
+                       doctest::Contains("pipeline 3, node b (2 pipelines a node, 2 GPUs each)"), InputError);
+}
