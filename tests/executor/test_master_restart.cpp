@@ -232,3 +232,30 @@ TEST_CASE("master restart: the state folder is the job's alone, and the default 
   CHECK(folder.find("oobleck-state-") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(folder));
 }
+
+TEST_CASE("master restart: pipelines sharing nodes, killed during a recovery: the resumed master re-plans them on "
+          "part of each node") {
+  // Two one-GPU pipelines on each of four 2-GPU nodes, the model on one GPU.
+  LiveSetup setup(4, 1, 8, 2);
+  auto profile = json::parse(setup.s.read("profile.json"));
+  profile["hardware"]["gpu_memory_bytes"] = 1e9;
+  setup.s.write("profile.json", profile.dump());
+  const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
+  const auto planned = setup.s.run_program(bin + "/oobleck-plan", "instantiate --profile " + setup.s.str("profile.json") +
+                                                                      " --nodes 4 --fault-tolerance 1 "
+                                                                      "--global-microbatches 8 --pipelines-per-node 2 "
+                                                                      "--json " + setup.s.str("plan.json"));
+  INFO(planned.err);
+  REQUIRE(planned.status == 0);
+  REQUIRE(setup.plan()["pipelines"].size() == 8);
+  const auto r = kill_and_resume(setup, 9, "step:3,remove,node1\nrecovery:1,kill-master,master\n");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  REQUIRE(r.generations_after.size() == 1);
+  const json& g = r.generations_after[0];
+  CHECK(g["cause"] == "master_restart");
+  CHECK(g["lost"] == json::array({"node1"}));
+  CHECK(g["pipelines"].size() == 6);  // two on each of the three nodes left
+  check_every_step_once(setup.steps("live.jsonl"), setup.reference_losses(9, 3), 16);
+  CHECK(setup.s.processes_left() == 0);
+}
