@@ -262,6 +262,19 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
     if (const auto it = weighed.find(key); it != weighed.end()) return it->second;
     return weighed[key] = played_ms(cost, chunks, l, weighed_at);
   };
+  // A device runs each microbatch's passes of its chunks one after another,
+  // and the steady increment is at least the busiest device's passes: no
+  // layout plays faster than M times those (the play is skipped, with a
+  // margin for rounding, where that bound already reaches `time`).
+  const int M = cost.microbatches();
+  std::vector<double> load(static_cast<std::size_t>(devices));
+  const auto cannot_beat = [&](const Layout& l, Milliseconds time) {
+    std::fill(load.begin(), load.end(), 0.0);
+    for (std::size_t j = 0; j < l.ends.size(); ++j) {
+      load[j % load.size()] += cost.stage_compute_ms(j == 0 ? 0 : l.ends[j - 1], l.ends[j], l.degree, l.recompute);
+    }
+    return M * *std::max_element(load.begin(), load.end()) * (1 - 1e-9) >= time;
+  };
   Layout moving = layout;
   moving.played_ms = weigh(moving);
   bool improved = false;
@@ -278,7 +291,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
         for (std::size_t k = j; k < j + width && valid; ++k) {
           valid = next.ends[k] > (k == 0 ? 0 : next.ends[k - 1]) && next.ends[k] < next.ends[k + 1];
         }
-        if (!valid) continue;
+        if (!valid || cannot_beat(next, moving.played_ms)) continue;
         next.played_ms = weigh(next);
         if (next.played_ms < moving.played_ms * (1 - 1e-12)) {
           moving = std::move(next);
