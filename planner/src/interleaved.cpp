@@ -245,15 +245,15 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks) {
   return out;
 }
 
-// Moves each chunk boundary by a layer while that plays faster (and
-// fits), until no single move does: a local optimum. Moves are weighed
-// played at up to 2 D microbatches plus the steady increments to M (a
-// play at M would cost each move M / 2 D times as much); the result
-// replaces the layout only where it plays faster at M.
 // Layouts already weighed, by degree, recomputation and cut: the local
 // searches from several cuts often cross the same layouts.
 using WeighedLayouts = std::map<std::tuple<int, int, std::vector<int>>, Milliseconds>;
 
+// Moves chunk boundaries by a layer while that plays faster (and fits),
+// until no move does: a local optimum. Moves are weighed
+// played at up to 2 D microbatches plus the steady increments to M (a
+// play at M would cost each move M / 2 D times as much); the result
+// replaces the layout only where it plays faster at M.
 void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedLayouts& weighed) {
   const int devices = static_cast<int>(layout.ends.size()) / chunks;
   const int weighed_at = std::min(cost.microbatches(), 2 * devices);
@@ -351,9 +351,9 @@ PipelineTemplate make_interleaved_template(const CostModel& cost, int nodes, int
 }  // namespace
 
 void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<PipelineTemplate>& chosen) {
-  // Each v's fastest cut; the fastest of them is then improved, unless it
-  // starts far behind the plain template (moving boundaries gains a few
-  // per cent, and each move costs a play).
+  // The cuts of the v whose fastest cut is fastest; they are then improved
+  // (improve_best), unless the fastest starts far behind the plain template
+  // (moving boundaries gains a few per cent, and each move costs a play).
   std::vector<Layout> best;
   int best_chunks = 0;
   for (int v = 2; v <= cost.interleave(); ++v) {

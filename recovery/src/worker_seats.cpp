@@ -18,6 +18,7 @@ std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node) {
   // The GPUs of each node that earlier pipelines took: where pipelines
   // share a node, each takes the next G / pipelines_per_node of them.
   std::vector<int> taken(nodes.size(), 0);
+  const int share = plan.pipelines_per_node > 1 ? G / plan.pipelines_per_node : G;  // each pipeline's
   const auto spread_wrong = [&](const std::string& where) {
     return InputError("plan: " + where + ": its stages' gpus must add up to the node's " + std::to_string(G) +
                       " GPUs (gpus_per_node)");
@@ -43,7 +44,6 @@ std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node) {
                          st.layer_end, st.gpus, shard, first_rank};
         }
       }
-      const int share = plan.pipelines_per_node > 1 ? G / plan.pipelines_per_node : G;
       if (gpu - first_gpu != share) {
         throw spread_wrong(plan.pipelines_per_node > 1
                                ? "pipeline " + std::to_string(p) + ", node " + pipeline.nodes[position] + " (" +

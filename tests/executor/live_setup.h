@@ -18,6 +18,8 @@
 namespace oobleck::test {
 
 inline const std::string kSource = OOBLECK_SOURCE_DIR;
+// This build's programs (oobleck-run's folder).
+inline const std::string kBin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
 
 class LiveSetup {
  public:
@@ -34,14 +36,31 @@ class LiveSetup {
     std::string kind, flags;
   };
   explicit LiveSetup(const SetUp& set_up) : s(OOBLECK_RUN_BINARY) {
-    const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
-    const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + bin + " " + kSource + "/tools/cluster-setup.sh " +
+    const auto setup = s.run_program("/usr/bin/env", "OOBLECK_BIN=" + kBin + " " + kSource + "/tools/cluster-setup.sh " +
                                                          set_up.kind + " " + s.str("") + " " + set_up.flags);
     INFO(setup.err);
     REQUIRE(setup.status == 0);
   }
 
   [[nodiscard]] nlohmann::json plan() const { return nlohmann::json::parse(s.read("plan.json")); }
+
+  // The profile with memory for the whole model on one GPU, so that
+  // pipelines can share a node.
+  void give_whole_model_memory() const {
+    auto profile = nlohmann::json::parse(s.read("profile.json"));
+    profile["hardware"]["gpu_memory_bytes"] = 1e9;
+    s.write("profile.json", profile.dump());
+  }
+  // plan.json made again by oobleck-plan with two pipelines on every node.
+  void plan_two_pipelines_a_node(int nodes, int fault_tolerance, int global_microbatches) const {
+    const auto planned = s.run_program(
+        kBin + "/oobleck-plan", "instantiate --profile " + s.str("profile.json") + " --nodes " + std::to_string(nodes) +
+                                   " --fault-tolerance " + std::to_string(fault_tolerance) +
+                                   " --global-microbatches " + std::to_string(global_microbatches) +
+                                   " --pipelines-per-node 2 --json " + s.str("plan.json"));
+    INFO(planned.err);
+    REQUIRE(planned.status == 0);
+  }
 
   // oobleck-run on the plan; `extra` adds flags.
   Run live(int steps, int seed, const std::string& metrics, const std::string& extra = "") const {

@@ -237,16 +237,8 @@ TEST_CASE("master restart: pipelines sharing nodes, killed during a recovery: th
           "part of each node") {
   // Two one-GPU pipelines on each of four 2-GPU nodes, the model on one GPU.
   LiveSetup setup(4, 1, 8, 2);
-  auto profile = json::parse(setup.s.read("profile.json"));
-  profile["hardware"]["gpu_memory_bytes"] = 1e9;
-  setup.s.write("profile.json", profile.dump());
-  const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
-  const auto planned = setup.s.run_program(bin + "/oobleck-plan", "instantiate --profile " + setup.s.str("profile.json") +
-                                                                      " --nodes 4 --fault-tolerance 1 "
-                                                                      "--global-microbatches 8 --pipelines-per-node 2 "
-                                                                      "--json " + setup.s.str("plan.json"));
-  INFO(planned.err);
-  REQUIRE(planned.status == 0);
+  setup.give_whole_model_memory();
+  setup.plan_two_pipelines_a_node(4, 1, 8);
   REQUIRE(setup.plan()["pipelines"].size() == 8);
   const auto r = kill_and_resume(setup, 9, "step:3,remove,node1\nrecovery:1,kill-master,master\n");
   INFO(r.err);

@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -260,29 +259,11 @@ TEST_CASE("run: a Llama-style model on a tensor-parallel plan loses a node and t
   CHECK(setup.s.processes_left() == 0);
 }
 
-namespace {
-
-// The set-up's profile with memory for the whole model on one GPU, so that
-// two pipelines fit on a node of two (each on one GPU).
-void give_whole_model_memory(LiveSetup& setup) {
-  auto profile = nlohmann::json::parse(setup.s.read("profile.json"));
-  profile["hardware"]["gpu_memory_bytes"] = 1e9;
-  setup.s.write("profile.json", profile.dump());
-}
-
-}  // namespace
-
 TEST_CASE("run: pipelines sharing nodes (two on each 2-GPU node) train bit for bit what one process trains, through "
           "a loss and a join") {
   LiveSetup setup(3, 1, 12, 2);
-  give_whole_model_memory(setup);
-  const std::string bin = std::filesystem::path(OOBLECK_RUN_BINARY).parent_path().string();
-  const auto planned = setup.s.run_program(
-      bin + "/oobleck-plan", "instantiate --profile " + setup.s.str("profile.json") +
-                                 " --nodes 3 --fault-tolerance 1 --global-microbatches 12 --pipelines-per-node 2 "
-                                 "--json " + setup.s.str("plan.json"));
-  INFO(planned.err);
-  REQUIRE(planned.status == 0);
+  setup.give_whole_model_memory();
+  setup.plan_two_pipelines_a_node(3, 1, 12);
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines_per_node"] == 2);
   REQUIRE(plan["pipelines"].size() == 6);  // node0, node0, node1, node1, node2, node2
@@ -310,7 +291,7 @@ TEST_CASE("run: pipelines sharing nodes (two on each 2-GPU node) train bit for b
 
 TEST_CASE("run: two pipelines of two stages on each 4-GPU node train bit for bit what one process trains") {
   LiveSetup setup(2, 1, 8, 4);
-  give_whole_model_memory(setup);
+  setup.give_whole_model_memory();
   auto plan = setup.plan();
   const int layers = static_cast<int>(nlohmann::json::parse(setup.s.read("profile.json"))["layers"].size());
   plan["pipelines_per_node"] = 2;

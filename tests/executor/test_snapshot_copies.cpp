@@ -65,6 +65,14 @@ std::size_t total_bytes(const std::map<int, HeldLayer>& held) {
   return total;
 }
 
+// Every layer packed into `region`, one after another.
+void pack_all(const std::map<int, HeldLayer>& held, char* region, const DeviceToHost& device_to_host) {
+  for (const auto& [l, layer] : held) {
+    pack_layer_into(layer, region, device_to_host);
+    region += packed_layer_bytes(layer);
+  }
+}
+
 // Each layer's bytes in `region` equal pack_layer's (libtorch's copy).
 void check_packed_as_libtorch(const std::map<int, HeldLayer>& held, const char* region) {
   for (const auto& [l, layer] : held) {
@@ -83,11 +91,7 @@ TEST_CASE("snapshot copies: layers on the CPU have no GPU copier and pack as bef
   const DeviceToHost device_to_host = copies.begin();
   CHECK_FALSE(device_to_host);
   SharedRegion region(total_bytes(held));
-  char* at = region.address;
-  for (const auto& [l, layer] : held) {
-    pack_layer_into(layer, at, device_to_host);
-    at += packed_layer_bytes(layer);
-  }
+  pack_all(held, region.address, device_to_host);
   copies.finish();
   check_packed_as_libtorch(held, region.address);
 }
@@ -110,22 +114,13 @@ TEST_CASE("snapshot copies: on a GPU, copies on a stream of their own into page-
   REQUIRE(copies.mark_step_end(held));
   const DeviceToHost device_to_host = copies.begin();
   REQUIRE(device_to_host);
-  char* at = region.address;
-  for (const auto& [l, layer] : held) {
-    pack_layer_into(layer, at, device_to_host);
-    at += packed_layer_bytes(layer);
-  }
+  pack_all(held, region.address, device_to_host);
   copies.finish();
   check_packed_as_libtorch(held, region.address);
   // Again, as the next step's snapshot reuses the stream and the event.
   REQUIRE(copies.mark_step_end(held));
   std::memset(region.address, 0, region.bytes);
-  at = region.address;
-  const DeviceToHost again = copies.begin();
-  for (const auto& [l, layer] : held) {
-    pack_layer_into(layer, at, again);
-    at += packed_layer_bytes(layer);
-  }
+  pack_all(held, region.address, copies.begin());
   copies.finish();
   check_packed_as_libtorch(held, region.address);
 }
