@@ -198,6 +198,7 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   auto counted = [&](ClusterPlan out) {
     out.template_searches = searches;
     out.template_states = states;
+    out.templates.solve_memo.reset();  // for the rounds over M only: not held past planning
     return out;
   };
   if (microbatches > 0) return counted(plan_for(microbatches));

@@ -36,7 +36,14 @@
 // solves later). A balanced layout (min-max split with equal degrees, or
 // with the fewest stages over several nodes where no one degree fills them)
 // seeds the best T, so that on fronts where sigma is flat (uniform layers) the walk starts
-// near its bottom instead of stepping down through every tie.
+// near its bottom instead of stepping down through every tie. A search
+// without earlier templates also seeds each walk from a solve just above its
+// node count's period floor (probe_near_floors): a layout of nearly the
+// least period, which at large M lets the walk jump past most of the front.
+// (Where stages may span nodes: within them the balanced seed does as
+// well.) Every solve's answers are kept (solve_memo.h): a search at another M of
+// the same model takes them wherever they hold in a walk's range of
+// bounds, as instantiation's rounds over M do.
 //
 // The dynamic programme itself is in template_search.cpp.
 #include <algorithm>
@@ -47,6 +54,7 @@
 #include "interleaved.h"
 #include "layout_moves.h"
 #include "period_floor.h"
+#include "solve_memo.h"
 #include "template_search.h"
 #include "template_walk.h"
 
@@ -80,6 +88,45 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
   return out;
 }
 
+// Probes near the bottom of each node count's front: a solve at a bound
+// a little above its period floor finds the least sigma among the layouts
+// of nearly the least period, one that plays well where M is large. Taken
+// as the walk's best so far, it lets the walk jump past most of the front
+// above it, where a balanced layout would have it step down through every
+// point (GPT-3 175B over up to 4 nodes at M = 820: 1,463 solves to 578).
+// Node counts whose floors lie within that margin of each other share a
+// solve. Its answers join the memo: they are solves like any other. The
+// number of solves. Only where stages may span nodes: within nodes the
+// balanced layout is a start as good, and the probes cost more solves than
+// they save (175B to 32 nodes: 31 solves to 48).
+int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::PeriodFloor& floors,
+                      detail::SolveMemo& memo, std::vector<Walk>& walk) {
+  constexpr double kMargin = 0.005;
+  std::vector<std::pair<double, int>> targets;  // (bound, node count), by bound
+  for (int n = 1; n < static_cast<int>(walk.size()); ++n) {
+    if (walk[n].active) targets.emplace_back(floors.at(n) * (1 + kMargin), n);
+  }
+  std::sort(targets.begin(), targets.end());
+  int solves = 0;
+  for (std::size_t i = 0; i < targets.size();) {
+    std::size_t j = i;
+    int largest = 0;
+    for (; j < targets.size() && targets[j].first <= targets[i].first * (1 + kMargin); ++j) {
+      largest = std::max(largest, targets[j].second);
+    }
+    const double bound = targets[j - 1].first;
+    search.solve(bound, largest * cost.gpus_per_node());
+    ++solves;
+    for (; i < j; ++i) {
+      const int n = targets[i].second;
+      auto found = search.best(n);
+      memo.record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
+      if (found) detail::offer_seed(walk[n], std::move(found->second), cost);
+    }
+  }
+  return solves;
+}
+
 }  // namespace
 
 const PipelineTemplate* TemplateSet::find(int nodes) const {
@@ -101,13 +148,26 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   TemplateSearch search(cost, searched);  // (first: it refuses tables too large)
   detail::PeriodFloor mu_floors(cost);
   std::vector<Walk> walk = seeded_walks(cost, searched);
+  auto memo = std::make_shared<detail::SolveMemo>(cost);
   if (earlier) {
     for (const PipelineTemplate& t : earlier->templates) {
       const bool plain = t.interleave == 1 && t.gpus == t.nodes * gpus;  // not interleaved, not on part of a node
       if (plain && t.nodes <= searched) detail::offer_seed(walk[t.nodes], t.stages, cost);
     }
+    if (earlier->solve_memo && memo->same_programme(*earlier->solve_memo)) memo->take(*earlier->solve_memo);
   }
+  // A walk takes earlier answers while one holds in its range of bounds.
+  const auto walk_on_answers = [&](int n) {
+    Walk& w = walk[n];
+    while (w.active) {
+      auto hit = memo->find(n, w.bound, w.highest_bound);
+      if (!hit) return;
+      w.bound = hit->bound;
+      step_down(w, std::move(hit->found), cost, mu_floors.at(n));
+    }
+  };
   int runs = 0;
+  if (!earlier && cost.tensor_parallel_nodes() > 1) runs += probe_near_floors(cost, search, mu_floors, *memo, walk);
   // Each solve is at the highest bound still open, over the rows of the
   // largest node count whose walk is at it (and a tenth more), and serves
   // every walk up to there whose range of bounds holds it.
@@ -115,6 +175,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     return w.active && w.bound <= bound && bound <= w.highest_bound;
   };
   while (true) {
+    for (int n = 1; n <= searched; ++n) walk_on_answers(n);
     double bound = -1;
     for (int n = 1; n <= searched; ++n) {
       if (walk[n].active && walk[n].bound > bound) bound = walk[n].bound;
@@ -140,7 +201,9 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
         continue;
       }
       w.bound = bound;
-      still_active += step_down(w, search.best(n), cost, mu_floors.at(n));
+      auto found = search.best(n);
+      memo->record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
+      still_active += step_down(w, std::move(found), cost, mu_floors.at(n));
     }
     if (progress) {
       std::ostringstream line;
@@ -159,6 +222,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     if (chosen) set.templates.push_back(std::move(*chosen));
   }
   set.search_solves = runs;
+  set.solve_memo = std::move(memo);
   set.search_states = search.states();
   set.search_shared_levels = search.shared_levels();
   return set;

@@ -64,6 +64,27 @@ struct Optimality {
   }
 };
 
+// Each node count's template against brute force (Optimality, the layout's
+// rules); `also` sees each template compared. The templates compared.
+template <typename Also>
+int compare_with_brute_force(const CostModel& cost, const TemplateSet& set, int max_nodes, int instance,
+                             Optimality& optimality, Also&& also) {
+  const auto brute = test::brute_force_templates(cost, max_nodes);
+  int compared = 0;
+  for (int n = 1; n <= max_nodes; ++n) {
+    const PipelineTemplate* t = set.find(n);
+    CAPTURE(instance);
+    CAPTURE(n);
+    REQUIRE(static_cast<bool>(t) == brute[n].has_value());
+    if (!t) continue;
+    ++compared;
+    optimality.check(*t, *brute[n]);
+    check_layout(cost, *t);
+    also(*t);
+  }
+  return compared;
+}
+
 }  // namespace
 
 TEST_CASE("templates against brute force, 1200 random instances: the least T(M) wherever the suffixes' bound certifies it") {
@@ -229,6 +250,50 @@ TEST_CASE("stages over whole nodes against brute force, 600 random instances: th
   CHECK(optimality.worst_gap < 0.1);
 }
 
+TEST_CASE("templates searched after a search at another M, taking its seeds and its answers, against brute force") {
+  // The rounds of instantiation over M: a search given `earlier` takes that
+  // search's templates as seeds and its programme's answers wherever they
+  // hold (the same programme when both M reach the layer count). It must
+  // stay exact, and spend fewer solves than a search from scratch.
+  std::mt19937_64 rng(20261129);
+  std::uniform_int_distribution<int> microbatches(1, 12);
+  int compared = 0, shared = 0;
+  std::int64_t solves_after = 0, solves_alone = 0;
+  Optimality optimality;
+  for (int instance = 0; instance < 600; ++instance) {
+    const int gpus = std::array{1, 2, 4}[instance % 3];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 4 ? 6 : 7;
+    options.memory_bound = instance % 2 == 1;
+    Profile profile = test::random_profile(rng, options);
+    if (instance % 5 == 4) profile.hardware.inter_node_bytes_per_s /= 300;
+    CostModel first(profile, microbatches(rng)), second(profile, microbatches(rng));
+    if (gpus < 4 && instance % 4 == 3) {
+      first.set_tensor_parallel_nodes(2);
+      second.set_tensor_parallel_nodes(2);
+    }
+    const TemplateSet earlier = build_templates(first, 4);
+    const TemplateSet set = build_templates(second, 4, {}, &earlier);
+    const TemplateSet alone = build_templates(second, 4);
+    const int layers = static_cast<int>(profile.layers.size());
+    if (std::min(first.microbatches(), layers) == std::min(second.microbatches(), layers)) {
+      ++shared;
+      solves_after += set.search_solves;
+      solves_alone += alone.search_solves;
+    }
+    compared += compare_with_brute_force(second, set, 4, instance, optimality, [](const PipelineTemplate&) {});
+  }
+  MESSAGE("compared " << compared << " templates; " << shared << " searches took earlier answers, "
+                      << solves_after << " solves against " << solves_alone << " from scratch; " << optimality.least
+                      << " the least T(M) over every run (" << optimality.certified << " certified)");
+  CHECK(compared > 1000);
+  CHECK(shared > 150);
+  CHECK(solves_after < solves_alone / 2);
+  CHECK(optimality.least >= optimality.compared * 99 / 100);
+  CHECK(optimality.worst_gap < 0.1);
+}
+
 TEST_CASE("layers too large for one node: no template within nodes, templates whose stages span two or three") {
   // One GPU per node holds 1000 bytes; each of two layers' state is 1500:
   // a layer needs a stage over two nodes (750 bytes each), both layers
@@ -314,33 +379,25 @@ TEST_CASE("templates with recomputation against brute force: the least T(M) wher
     const TemplateSet without = build_templates(cost, 4);
     cost.set_recompute(policy);
     const TemplateSet set = build_templates(cost, 4);
-    const auto brute = test::brute_force_templates(cost, 4);
-    for (int n = 1; n <= 4; ++n) {
-      const PipelineTemplate* t = set.find(n);
-      CAPTURE(instance);
-      CAPTURE(n);
-      REQUIRE(static_cast<bool>(t) == brute[n].has_value());
-      if (!t) continue;
-      ++compared;
-      optimality.check(*t, *brute[n]);
-      check_layout(cost, *t);
+    compared += compare_with_brute_force(cost, set, 4, instance, optimality, [&](const PipelineTemplate& t) {
       const auto count_of = [&](Recompute r) {
-        return std::count_if(t->stages.begin(), t->stages.end(), [r](const Stage& s) { return s.recompute == r; });
+        return std::count_if(t.stages.begin(), t.stages.end(), [r](const Stage& s) { return s.recompute == r; });
       };
       const auto full = count_of(Recompute::full), selective = count_of(Recompute::selective);
-      const auto stages = static_cast<long>(t->stages.size());
+      const auto stages = static_cast<long>(t.stages.size());
       if (policy == RecomputePolicy::full) CHECK(full == stages);
       if (policy == RecomputePolicy::selective) CHECK(selective == stages);
       if (policy == RecomputePolicy::automatic) {
         // Choosing is never worse than not recomputing at all.
-        if (const PipelineTemplate* plain = without.find(n)) CHECK(t->iteration_ms <= plain->iteration_ms + 1e-9);
-        only_by_recomputing += without.find(n) == nullptr;
+        const PipelineTemplate* plain = without.find(t.nodes);
+        if (plain) CHECK(t.iteration_ms <= plain->iteration_ms + 1e-9);
+        only_by_recomputing += plain == nullptr;
         recomputing += full + selective > 0;
         mixed += full + selective > 0 && full + selective < stages;
         selective_chosen += selective > 0;
         kinds_mixed += full > 0 && selective > 0;
       }
-    }
+    });
   }
   MESSAGE("compared " << compared << " templates; " << recomputing << " recompute somewhere (" << mixed
                       << " some stages only, " << selective_chosen << " selectively, " << kinds_mixed

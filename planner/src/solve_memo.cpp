@@ -1,0 +1,44 @@
+#include "solve_memo.h"
+
+#include <algorithm>
+
+namespace oobleck::detail {
+
+SolveMemo::SolveMemo(const CostModel& cost)
+    : programme_{cost.layers(), cost.gpus_per_node(), cost.tensor_parallel_nodes(),
+                 std::min(cost.microbatches(), cost.layers()), cost.recompute_policy()} {}
+
+bool SolveMemo::same_programme(const SolveMemo& earlier) const { return programme_ == earlier.programme_; }
+
+void SolveMemo::record(int nodes, double bound, const std::optional<std::pair<double, std::vector<Stage>>>& found,
+                       double mu) {
+  answers_[nodes].push_back({bound, mu, found});
+}
+
+std::optional<SolveMemo::Hit> SolveMemo::find(int nodes, double lowest, double highest) const {
+  const auto it = answers_.find(nodes);
+  if (it == answers_.end()) return std::nullopt;
+  const Answer* best = nullptr;
+  double best_bound = 0;
+  for (const Answer& a : it->second) {
+    // The answer holds for b in (mu, a.bound]; the margin keeps it clear of
+    // the few ulps by which the programme's own sums may differ from mu.
+    const double top = std::min(a.bound, highest);
+    if (top < lowest) continue;
+    if (a.found && !(a.mu * (1 + 1e-9) < top)) continue;
+    if (!best || top > best_bound) {
+      best = &a;
+      best_bound = top;
+    }
+  }
+  if (!best) return std::nullopt;
+  return Hit{best_bound, best->found};
+}
+
+std::size_t SolveMemo::size() const {
+  std::size_t count = 0;
+  for (const auto& [nodes, answers] : answers_) count += answers.size();
+  return count;
+}
+
+}  // namespace oobleck::detail
