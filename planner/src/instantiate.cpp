@@ -5,6 +5,7 @@
 
 #include "composition.h"
 #include "plan_building.h"
+#include "solve_memo.h"
 
 namespace oobleck {
 namespace detail {
@@ -178,8 +179,10 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   const int max_nodes = static_cast<int>(nodes.size());
   int searches = 0;
   std::int64_t states = 0;
-  // Each search at another M starts from the templates of the one before.
+  // Each search at another M starts from the templates of the one before,
+  // and takes its programme's answers where they hold.
   std::optional<TemplateSet> earlier;
+  detail::SolveMemo memo;
   auto plan_for = [&](int m) {
     CostModel cost(profile, m);
     cost.set_recompute(recompute);
@@ -188,7 +191,7 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
     cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
     cost.set_interleave(interleave);
     ClusterPlan out;
-    out.templates = build_templates(cost, max_nodes, progress, earlier ? &*earlier : nullptr);
+    out.templates = detail::build_templates_remembering(cost, max_nodes, progress, earlier ? &*earlier : nullptr, memo);
     earlier = out.templates;
     ++searches;
     states += out.templates.search_states;
@@ -198,7 +201,6 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   auto counted = [&](ClusterPlan out) {
     out.template_searches = searches;
     out.template_states = states;
-    out.templates.solve_memo.reset();  // for the rounds over M only: not held past planning
     return out;
   };
   if (microbatches > 0) return counted(plan_for(microbatches));

@@ -4,11 +4,14 @@
 
 namespace oobleck::detail {
 
-SolveMemo::SolveMemo(const CostModel& cost)
-    : programme_{cost.layers(), cost.gpus_per_node(), cost.tensor_parallel_nodes(),
-                 std::min(cost.microbatches(), cost.layers()), cost.recompute_policy()} {}
-
-bool SolveMemo::same_programme(const SolveMemo& earlier) const { return programme_ == earlier.programme_; }
+bool SolveMemo::serve(const CostModel& cost) {
+  Programme programme{profile_fingerprint(cost.profile()), cost.tensor_parallel_nodes(),
+                      std::min(cost.microbatches(), cost.layers()), cost.recompute_policy()};
+  if (programme_ == programme) return !answers_.empty();
+  programme_ = std::move(programme);
+  answers_.clear();
+  return false;
+}
 
 void SolveMemo::record(int nodes, double bound, const std::optional<std::pair<double, std::vector<Stage>>>& found,
                        double mu) {

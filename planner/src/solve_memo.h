@@ -1,5 +1,5 @@
-// The template search's earlier answers, kept for later searches of the
-// same model at another M (solve_memo.cpp).
+// The template search's answers, kept from one search to the next of the
+// same programme (solve_memo.cpp).
 //
 // A solve at bound K finds, for n nodes, the least sigma among the layouts
 // whose every term (a stage's compute, a transfer, a suffix's round trip)
@@ -11,12 +11,13 @@
 //
 // The programme depends on M only through memory: a suffix of m stages
 // keeps min(M, m) microbatches in flight, and m never exceeds the layer
-// count. So the answers hold for every M at or above it, or for the same M,
-// with the cost model otherwise the same (build_templates' `earlier`).
+// count. So the answers hold across every M at or above it (instantiation's
+// rounds over M), for the same profile and the same stage kinds.
 #pragma once
 
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,12 +27,9 @@ namespace oobleck::detail {
 
 class SolveMemo {
  public:
-  explicit SolveMemo(const CostModel& cost);
-
-  // Whether `earlier`'s answers hold for this memo's programme.
-  [[nodiscard]] bool same_programme(const SolveMemo& earlier) const;
-  // Takes `earlier`'s answers (same_programme must hold).
-  void take(const SolveMemo& earlier) { answers_ = earlier.answers_; }
+  // Readies the memo for a search with `cost`: keeps the answers when they
+  // came from its programme, drops them otherwise. Whether any were kept.
+  bool serve(const CostModel& cost);
 
   // A solve at `bound` found `found` (sigma and stages) for `nodes` nodes,
   // or nothing. `mu`: the found layout's period as the cost model prices it.
@@ -54,15 +52,23 @@ class SolveMemo {
     double mu;  // the found layout's period; unused without one
     std::optional<std::pair<double, std::vector<Stage>>> found;
   };
-  // What the programme depends on besides the profile (the same model, by
-  // build_templates' contract).
+  // What the programme depends on: the profile (its costs, memory and
+  // links), the stage kinds, and the microbatches a stage may keep in flight.
   struct Programme {
-    int layers, gpus_per_node, tensor_parallel_nodes, in_flight_cap;
+    std::string profile;  // profile_fingerprint
+    int tensor_parallel_nodes, in_flight_cap;
     RecomputePolicy recompute;
     friend bool operator==(const Programme&, const Programme&) = default;
   };
-  Programme programme_;
+  std::optional<Programme> programme_;
   std::map<int, std::vector<Answer>> answers_;  // by node count
 };
+
+// build_templates, taking the answers in `memo` where they hold and adding
+// this search's: instantiation's rounds over M pass one memo from round to
+// round. Probes near the period floors (templates.cpp) are made only when
+// the memo had nothing for this programme.
+[[nodiscard]] TemplateSet build_templates_remembering(const CostModel& cost, int max_nodes, const Progress& progress,
+                                                      const TemplateSet* earlier, SolveMemo& memo);
 
 }  // namespace oobleck::detail

@@ -36,14 +36,14 @@
 // solves later). A balanced layout (min-max split with equal degrees, or
 // with the fewest stages over several nodes where no one degree fills them)
 // seeds the best T, so that on fronts where sigma is flat (uniform layers) the walk starts
-// near its bottom instead of stepping down through every tie. A search
-// without earlier templates also seeds each walk from a solve just above its
-// node count's period floor (probe_near_floors): a layout of nearly the
-// least period, which at large M lets the walk jump past most of the front.
-// (Where stages may span nodes: within them the balanced seed does as
-// well.) Every solve's answers are kept (solve_memo.h): a search at another M of
-// the same model takes them wherever they hold in a walk's range of
-// bounds, as instantiation's rounds over M do.
+// near its bottom instead of stepping down through every tie. Where stages
+// may span nodes, a search with no earlier answers also seeds each walk
+// from a solve just above its node count's period floor
+// (probe_near_floors): a layout of nearly the least period, which at large
+// M lets the walk jump past most of the front (within nodes the balanced
+// seed does as well). Every solve's answers are kept (solve_memo.h): a
+// search at another M of the same programme takes them wherever they hold
+// in a walk's range of bounds, as instantiation's rounds over M do.
 //
 // The dynamic programme itself is in template_search.cpp.
 #include <algorithm>
@@ -95,8 +95,8 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
 // above it, where a balanced layout would have it step down through every
 // point (GPT-3 175B over up to 4 nodes at M = 820: 1,463 solves to 578).
 // Node counts whose floors lie within that margin of each other share a
-// solve. Its answers join the memo: they are solves like any other. The
-// number of solves. Only where stages may span nodes: within nodes the
+// solve. Its answers join the memo: they are solves like any other.
+// Returns the number of solves. Only where stages may span nodes: within nodes the
 // balanced layout is a start as good, and the probes cost more solves than
 // they save (175B to 32 nodes: 31 solves to 48).
 int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::PeriodFloor& floors,
@@ -109,8 +109,8 @@ int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::Per
   std::sort(targets.begin(), targets.end());
   int solves = 0;
   for (std::size_t i = 0; i < targets.size();) {
-    std::size_t j = i;
-    int largest = 0;
+    std::size_t j = i + 1;
+    int largest = targets[i].second;
     for (; j < targets.size() && targets[j].first <= targets[i].first * (1 + kMargin); ++j) {
       largest = std::max(largest, targets[j].second);
     }
@@ -137,6 +137,12 @@ const PipelineTemplate* TemplateSet::find(int nodes) const {
 
 TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress& progress,
                             const TemplateSet* earlier) {
+  detail::SolveMemo memo;
+  return detail::build_templates_remembering(cost, max_nodes, progress, earlier, memo);
+}
+
+TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_nodes, const Progress& progress,
+                                                const TemplateSet* earlier, SolveMemo& memo) {
   if (max_nodes < 1) throw InputError("max-nodes: expected at least 1, got " + std::to_string(max_nodes));
   TemplateSet set;
   set.microbatches = cost.microbatches();
@@ -148,26 +154,25 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
   TemplateSearch search(cost, searched);  // (first: it refuses tables too large)
   detail::PeriodFloor mu_floors(cost);
   std::vector<Walk> walk = seeded_walks(cost, searched);
-  auto memo = std::make_shared<detail::SolveMemo>(cost);
+  const bool answered = memo.serve(cost);
   if (earlier) {
     for (const PipelineTemplate& t : earlier->templates) {
       const bool plain = t.interleave == 1 && t.gpus == t.nodes * gpus;  // not interleaved, not on part of a node
       if (plain && t.nodes <= searched) detail::offer_seed(walk[t.nodes], t.stages, cost);
     }
-    if (earlier->solve_memo && memo->same_programme(*earlier->solve_memo)) memo->take(*earlier->solve_memo);
   }
   // A walk takes earlier answers while one holds in its range of bounds.
   const auto walk_on_answers = [&](int n) {
     Walk& w = walk[n];
     while (w.active) {
-      auto hit = memo->find(n, w.bound, w.highest_bound);
+      auto hit = memo.find(n, w.bound, w.highest_bound);
       if (!hit) return;
       w.bound = hit->bound;
       step_down(w, std::move(hit->found), cost, mu_floors.at(n));
     }
   };
   int runs = 0;
-  if (!earlier && cost.tensor_parallel_nodes() > 1) runs += probe_near_floors(cost, search, mu_floors, *memo, walk);
+  if (!answered && cost.tensor_parallel_nodes() > 1) runs += probe_near_floors(cost, search, mu_floors, memo, walk);
   // Each solve is at the highest bound still open, over the rows of the
   // largest node count whose walk is at it (and a tenth more), and serves
   // every walk up to there whose range of bounds holds it.
@@ -202,7 +207,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
       }
       w.bound = bound;
       auto found = search.best(n);
-      memo->record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
+      memo.record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
       still_active += step_down(w, std::move(found), cost, mu_floors.at(n));
     }
     if (progress) {
@@ -222,7 +227,6 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
     if (chosen) set.templates.push_back(std::move(*chosen));
   }
   set.search_solves = runs;
-  set.solve_memo = std::move(memo);
   set.search_states = search.states();
   set.search_shared_levels = search.shared_levels();
   return set;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -12,10 +11,6 @@
 #include "oobleck/planner/cost_model.h"
 
 namespace oobleck {
-
-namespace detail {
-class SolveMemo;
-}
 
 struct PipelineTemplate {
   int nodes = 0;
@@ -49,10 +44,6 @@ struct TemplateSet {
   std::int64_t search_solves = 0;
   std::int64_t search_states = 0;
   std::int64_t search_shared_levels = 0;  // stage counts whose rows threads shared (set_search_threads)
-  // The search's answers, which a later search of the same model at
-  // another M (build_templates' `earlier`) takes instead of solving again
-  // where they hold (planner/src/solve_memo.h).
-  std::shared_ptr<const detail::SolveMemo> solve_memo;
   [[nodiscard]] const PipelineTemplate* find(int nodes) const;
   [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
 };
@@ -64,9 +55,7 @@ struct TemplateSet {
 // of least largest compute) replace its template where one plays faster at
 // M than the template does, the fastest of them. `earlier`: templates of
 // the same model searched at another M, each a starting point for its node
-// count's walk where it fits at this M, and the answers of that search's
-// programme, taken where they hold at this M (fewer solves; the same
-// exactness).
+// count's walk where it fits at this M (fewer solves; the same exactness).
 [[nodiscard]] TemplateSet build_templates(const CostModel& cost, int max_nodes,
                                           const Progress& progress = {}, const TemplateSet* earlier = nullptr);
 
