@@ -96,9 +96,9 @@ PipelineTemplate make_template(const CostModel& cost, int nodes, std::vector<Sta
 // point (GPT-3 175B over up to 4 nodes at M = 820: 1,463 solves to 578).
 // Node counts whose floors lie within that margin of each other share a
 // solve. Its answers join the memo: they are solves like any other.
-// Returns the number of solves. Only where stages may span nodes: within nodes the
-// balanced layout is a start as good, and the probes cost more solves than
-// they save (175B to 32 nodes: 31 solves to 48).
+// Returns the number of solves. Made only where stages may span nodes:
+// within nodes the balanced layout is a start as good, and the probes cost
+// more solves than they save (175B to 32 nodes: 31 solves to 48).
 int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::PeriodFloor& floors,
                       detail::SolveMemo& memo, std::vector<Walk>& walk) {
   constexpr double kMargin = 0.005;
