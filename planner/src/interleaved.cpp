@@ -179,20 +179,27 @@ std::vector<Stage> stages_of(const CostModel& cost, int chunks, const Layout& la
   return stages;
 }
 
-// The busiest device's passes per microbatch, or the slowest link: the
-// steady increment of the played time in M.
-Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const std::vector<Stage>& stages) {
-  const std::size_t devices = stages.size() / static_cast<std::size_t>(chunks);
-  double period = 0;
-  std::vector<double> load(devices, 0.0);
-  for (std::size_t j = 0; j < stages.size(); ++j) {
-    const Stage& st = stages[j];
-    load[j % devices] += cost.stage_compute_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
-    if (j + 1 < stages.size()) {
-      period = std::max(period, cost.transfer_ms(st.layer_end, st.node == stages[j + 1].node, st.gpus));
-    }
+// The busiest device's passes per microbatch: a device runs its chunks'
+// passes of a microbatch one after another. (`load`: scratch, reused.)
+Milliseconds busiest_device_ms(const CostModel& cost, int chunks, const Layout& layout, std::vector<double>& load) {
+  load.assign(layout.ends.size() / static_cast<std::size_t>(chunks), 0.0);
+  for (std::size_t j = 0; j < layout.ends.size(); ++j) {
+    load[j % load.size()] +=
+        cost.stage_compute_ms(j == 0 ? 0 : layout.ends[j - 1], layout.ends[j], layout.degree, layout.recompute);
   }
-  return std::max(period, *std::max_element(load.begin(), load.end()));
+  return *std::max_element(load.begin(), load.end());
+}
+
+// The busiest device's passes per microbatch, or the slowest link: the
+// steady increment of the played time in M. (`stages`: the layout's.)
+Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const Layout& layout, const std::vector<Stage>& stages) {
+  std::vector<double> load;
+  double period = busiest_device_ms(cost, chunks, layout, load);
+  for (std::size_t j = 0; j + 1 < stages.size(); ++j) {
+    const Stage& st = stages[j];
+    period = std::max(period, cost.transfer_ms(st.layer_end, st.node == stages[j + 1].node, st.gpus));
+  }
+  return period;
 }
 
 // The microbatches after which a device's activations in flight stop
@@ -210,7 +217,7 @@ Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, 
     return std::numeric_limits<double>::infinity();
   }
   const Milliseconds played = play_pipeline(cost, stages, microbatches, nullptr, chunks).end_ms;
-  return microbatches == M ? played : played + (M - microbatches) * bottleneck_ms(cost, chunks, stages);
+  return microbatches == M ? played : played + (M - microbatches) * bottleneck_ms(cost, chunks, layout, stages);
 }
 
 // The three cuts over every degree and recomputation choice that gives at
@@ -267,13 +274,9 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
   // layout plays faster than M times those (the play is skipped, with a
   // margin for rounding, where that bound already reaches `time`).
   const int M = cost.microbatches();
-  std::vector<double> load(static_cast<std::size_t>(devices));
+  std::vector<double> load;
   const auto cannot_beat = [&](const Layout& l, Milliseconds time) {
-    std::fill(load.begin(), load.end(), 0.0);
-    for (std::size_t j = 0; j < l.ends.size(); ++j) {
-      load[j % load.size()] += cost.stage_compute_ms(j == 0 ? 0 : l.ends[j - 1], l.ends[j], l.degree, l.recompute);
-    }
-    return M * *std::max_element(load.begin(), load.end()) * (1 - 1e-9) >= time;
+    return M * busiest_device_ms(cost, chunks, l, load) * (1 - 1e-9) >= time;
   };
   Layout moving = layout;
   moving.played_ms = weigh(moving);
@@ -334,7 +337,7 @@ PipelineTemplate make_interleaved_template(const CostModel& cost, int nodes, int
   out.microbatches = M;
   out.interleave = chunks;
   out.iteration_ms = layout.played_ms;
-  out.bottleneck_ms = bottleneck_ms(cost, chunks, stages);
+  out.bottleneck_ms = bottleneck_ms(cost, chunks, layout, stages);
   out.first_microbatch_ms = std::max(0.0, layout.played_ms - (M - 1) * out.bottleneck_ms);
   // The most microbatches it fits with, once more than its warm-up (where
   // the activations in flight stop growing) do not fit.

@@ -14,8 +14,8 @@ bool SolveMemo::serve(const CostModel& cost) {
 }
 
 void SolveMemo::record(int nodes, double bound, const std::optional<std::pair<double, std::vector<Stage>>>& found,
-                       double mu) {
-  answers_[nodes].push_back({bound, mu, found});
+                       const CostModel& cost) {
+  answers_[nodes].push_back({bound, found ? cost.suffix_bottleneck_ms(found->second) : 0.0, found});
 }
 
 std::optional<SolveMemo::Hit> SolveMemo::find(int nodes, double lowest, double highest) const {

@@ -32,9 +32,9 @@ class SolveMemo {
   bool serve(const CostModel& cost);
 
   // A solve at `bound` found `found` (sigma and stages) for `nodes` nodes,
-  // or nothing. `mu`: the found layout's period as the cost model prices it.
+  // or nothing; `cost` prices the found layout's period.
   void record(int nodes, double bound, const std::optional<std::pair<double, std::vector<Stage>>>& found,
-              double mu);
+              const CostModel& cost);
 
   struct Hit {
     double bound;  // where in the walk's range the answer holds

@@ -120,7 +120,7 @@ int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::Per
     for (; i < j; ++i) {
       const int n = targets[i].second;
       auto found = search.best(n);
-      memo.record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
+      memo.record(n, bound, found, cost);
       if (found) detail::offer_seed(walk[n], std::move(found->second), cost);
     }
   }
@@ -207,7 +207,7 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       }
       w.bound = bound;
       auto found = search.best(n);
-      memo.record(n, bound, found, found ? cost.suffix_bottleneck_ms(found->second) : 0.0);
+      memo.record(n, bound, found, cost);
       still_active += step_down(w, std::move(found), cost, mu_floors.at(n));
     }
     if (progress) {

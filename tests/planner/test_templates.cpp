@@ -254,6 +254,21 @@ TEST_CASE("stages over whole nodes against brute force, 600 random instances: th
   CHECK(optimality.worst_gap < 0.1);
 }
 
+namespace {
+
+// The random instance the kept-answer tests use: 1, 2 or 4 GPUs a node,
+// in turn, half of them bound by memory.
+Profile memo_instance_profile(std::mt19937_64& rng, int instance) {
+  const int gpus = std::array{1, 2, 4}[instance % 3];
+  test::RandomProfileOptions options;
+  options.gpus_per_node_choices = {gpus};
+  options.max_layers = gpus == 4 ? 6 : 7;
+  options.memory_bound = instance % 2 == 1;
+  return test::random_profile(rng, options);
+}
+
+}  // namespace
+
 TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sigma, or none") {
   // solve_memo.h's claim, bit for bit: an answer found under bound K for n
   // nodes, of period mu, answers every bound in (mu, K]; none under K, none
@@ -263,12 +278,8 @@ TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sig
   std::uniform_real_distribution<double> share(0.3, 1.2);
   int checked = 0, found = 0;
   for (int instance = 0; instance < 300; ++instance) {
-    const int gpus = std::array{1, 2, 4}[instance % 3];
-    test::RandomProfileOptions options;
-    options.gpus_per_node_choices = {gpus};
-    options.max_layers = gpus == 4 ? 6 : 7;
-    options.memory_bound = instance % 2 == 1;
-    const Profile profile = test::random_profile(rng, options);
+    const Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
     CostModel cost(profile, microbatches(rng));
     if (gpus < 4 && instance % 4 == 3) cost.set_tensor_parallel_nodes(2);
     detail::TemplateSearch search(cost, 4);
@@ -282,7 +293,7 @@ TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sig
         const auto answer = search.best(n);
         const double mu = answer ? cost.suffix_bottleneck_ms(answer->second) : 0.0;
         if (answer) periods.push_back(mu);
-        memo.record(n, bound, answer, mu);
+        memo.record(n, bound, answer, cost);
       }
     };
     // Bounds as walks take them: none, then under the periods found.
@@ -329,12 +340,8 @@ TEST_CASE("templates searched after a search at another M, taking its seeds and 
   std::int64_t solves_remembering = 0, solves_seeded = 0;
   Optimality optimality;
   for (int instance = 0; instance < 600; ++instance) {
-    const int gpus = std::array{1, 2, 4}[instance % 3];
-    test::RandomProfileOptions options;
-    options.gpus_per_node_choices = {gpus};
-    options.max_layers = gpus == 4 ? 6 : 7;
-    options.memory_bound = instance % 2 == 1;
-    Profile profile = test::random_profile(rng, options);
+    Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
     if (instance % 5 == 4) profile.hardware.inter_node_bytes_per_s /= 300;
     CostModel first(profile, microbatches(rng)), second(profile, microbatches(rng));
     const bool spanning = gpus < 4 && instance % 4 == 3;
