@@ -15,6 +15,15 @@
 // fixed (m, U, t) the best successor boundary e of a stage starting at l is
 // a sliding-window minimum over e in [l+1, hi(l)], with hi non-decreasing
 // in l, so every state costs O(1).
+//
+// Many layouts may share the least sigma bit for bit: uniform layers on
+// stages of different degrees, permuted, sum the same. The values do not
+// tell them apart, but their suffix periods differ, and a walk that took
+// them one at a time would step down through each (templates.cpp: GPT-3
+// 175B to 256 nodes over up to 4 nodes, 438 solves). So the layout an answer
+// returns is, of the least-sigma layouts under the bound, one of least
+// suffix period (least_period_choice, a programme over the tied states
+// alone), and the walk's next bound passes every tie at once (302 solves).
 #include "template_search.h"
 
 #include <algorithm>
@@ -140,6 +149,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     alive_hi_[r] = -1;
   }
   live_rows_.clear();
+  choices_.clear();
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     int e = 0;
     const double* prefix = prefix_[d].data();
@@ -209,6 +219,18 @@ std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpu
     }
   }
   if (best_m == 0) return std::nullopt;
+  // Of the stage counts that reach it, the one whose layout has the least period.
+  Choice best = least_period_choice(best_m, u, 0);
+  for (int m = best_m + 1; m <= max_stages_; ++m) {
+    const double* r = row(m, u);
+    if (r && r[0] == best_value) {
+      const Choice choice = least_period_choice(m, u, 0);
+      if (choice.period < best.period || (choice.period == best.period && choice.run < best.run)) {
+        best = choice;
+        best_m = m;
+      }
+    }
+  }
   return std::make_pair(best_value, reconstruct(best_m, u, nodes));
 }
 
@@ -295,44 +317,78 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   alive_hi_[out_index] = out_hi;
 }
 
+// The successors that reach a state's value exactly are its layouts of
+// least sigma; of those, the one of least suffix period: the largest of the
+// suffix's round trip over its m stages, the first stage's compute, its link
+// one way, and the rest's own period, itself least among the rest's ties.
+// Ties in that period too go to the layout whose costliest run of
+// neighbouring stages (steady_period.h) is cheapest, as far as its first
+// kRunStages stages show it: a guide among equals, not part of the claim.
+TemplateSearch::Choice TemplateSearch::least_period_choice(int m, int u, int l) const {
+  const std::size_t key = static_cast<std::size_t>(row_index(m, u)) * static_cast<std::size_t>(layers_ + 1) +
+                          static_cast<std::size_t>(l);
+  if (const auto it = choices_.find(key); it != choices_.end()) return it->second;
+  const double target = row(m, u)[l];
+  Choice best{kInfinity, kInfinity, 0, -1, {}, {}, 0};
+  for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
+    const std::size_t d = fitting_[k];
+    const int t = degree(d);
+    const double* prefix = prefix_[d].data();
+    const int hi = std::min({reach_[d * static_cast<std::size_t>(layers_ + 1) + l], hi_memory_[window_index(d, m, l)],
+                             last_boundary(m)});
+    if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target && target < best.period) {
+      best = {target, target, d, layers_, {target}, {0.0}, 1};
+    }
+    const int u_next = u - t;
+    if (u_next < 1) continue;
+    int lo_alive = layers_ + 1, hi_alive = -1;
+    const double* rest = live_row(m - 1, u_next, lo_alive, hi_alive);
+    if (!rest) continue;
+    const double* transfer = transfers(u_next, d);
+    for (int e = l + 1; e <= hi; ++e) {
+      if (!(transfer[e] < 2 * bound_)) continue;
+      const double r = rest[e];
+      if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
+      const double compute = prefix[e] - prefix[l], link = transfer[e] / 2;
+      double period = std::max({target / m, compute, link});
+      if (period > best.period) continue;
+      const Choice after = least_period_choice(m - 1, u_next, e);
+      period = std::max(period, after.period);
+      if (period > best.period) continue;
+      double run = std::max(period, after.run), sum = compute;
+      for (int j = 0; j < after.stages; ++j) {
+        sum += 2 * (j == 0 ? link : after.link[j - 1]) + after.compute[j];
+        run = std::max(run, sum / (j + 2));
+      }
+      if (period < best.period || run < best.run) {
+        best = {period, run, d, e, {compute}, {link}, 1};
+        for (int j = 0; j < after.stages && j + 1 < kRunStages; ++j) {
+          best.compute[j + 1] = after.compute[j];
+          best.link[j + 1] = after.link[j];
+          ++best.stages;
+        }
+      }
+    }
+  }
+  assert(best.end > l && "template reconstruction lost its path");
+  choices_.emplace(key, best);
+  return best;
+}
+
 std::vector<Stage> TemplateSearch::reconstruct(int m, int u, int nodes) const {
   std::vector<Stage> stages;
   int l = 0;
-  while (true) {
-    const double target = row(m, u)[l];
-    bool found = false;
-    for (std::size_t d = 0; d < variants_.size() && !found; ++d) {
-      const int t = degree(d);
-      if (!fits_in_node(u, t)) continue;
-      const int node = nodes - 1 - (u - 1) / gpus_;
-      const double* prefix = prefix_[d].data();
-      const int hi = std::min({reach_[d * static_cast<std::size_t>(layers_ + 1) + l],
-                               hi_memory_[window_index(d, m, l)], last_boundary(m)});
-      if (terminal_allowed(m, u, t) && hi >= layers_ && prefix[layers_] - prefix[l] == target) {
-        stages.push_back({l, layers_, t, node, recompute(d), span(t)});
-        return stages;
-      }
-      const int u_next = u - t;
-      if (u_next < 1) continue;
-      int lo = layers_ + 1, hi_alive = -1;
-      const double* rest = live_row(m - 1, u_next, lo, hi_alive);
-      if (!rest) continue;
-      const double* transfer = transfers(u_next, d);
-      for (int e = l + 1; e <= hi; ++e) {
-        if (!(transfer[e] < 2 * bound_)) continue;
-        const double r = rest[e];
-        if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;
-        stages.push_back({l, e, t, node, recompute(d), span(t)});
-        --m;
-        u = u_next;
-        l = e;
-        found = true;
-        break;
-      }
-    }
-    assert(found && "template reconstruction lost its path");
-    if (!found) return {};
+  while (l < layers_) {
+    const Choice choice = least_period_choice(m, u, l);
+    if (choice.end <= l) return {};
+    const int t = degree(choice.variant);
+    const int node = nodes - 1 - (u - 1) / gpus_;
+    stages.push_back({l, choice.end, t, node, recompute(choice.variant), span(t)});
+    --m;
+    u -= t;
+    l = choice.end;
   }
+  return stages;
 }
 
 }  // namespace oobleck::detail

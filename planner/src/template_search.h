@@ -2,11 +2,13 @@
 // bound on the steady period, the least sigma of every suffix state.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,7 +30,8 @@ class TemplateSearch {
   // suffix's sum over its stage count), on at most `gpu_limit` GPUs.
   void solve(double bound, int gpu_limit);
 
-  // The best solution of the last solve() for `nodes` nodes: its sigma and stages.
+  // The best solution of the last solve() for `nodes` nodes: its sigma and
+  // stages; of the layouts of that sigma, one of least suffix period.
   [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best(int nodes) const {
     return best_on_gpus(nodes * gpus_);
   }
@@ -90,6 +93,21 @@ class TemplateSearch {
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
 
+  // Among the layouts of a state's least sigma (bit for bit), the one of
+  // least suffix period, and of those the one whose runs of neighbouring
+  // stages cost least (priced over its first kRunStages stages).
+  static constexpr int kRunStages = 8;
+  struct Choice {
+    double period;  // the layout's suffix period
+    double run;     // the costliest run's mean, from its first kRunStages stages or within its rest
+    std::size_t variant;  // the first stage's
+    int end;              // the first stage's end (layers_: the state's only stage)
+    // The first stages' compute and the links after them, one way.
+    std::array<double, kRunStages> compute;
+    std::array<double, kRunStages> link;
+    int stages;  // of those
+  };
+  [[nodiscard]] Choice least_period_choice(int m, int u, int l) const;
   [[nodiscard]] std::vector<Stage> reconstruct(int m, int u, int nodes) const;
 
   // The stage kinds: a tensor-parallel degree and a recomputation choice.
@@ -120,6 +138,8 @@ class TemplateSearch {
   std::vector<int> u_lo_, u_hi_;
   std::vector<double> value_;
   std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
+  // This solve's choices by state: every node count's answer shares them.
+  mutable std::unordered_map<std::size_t, Choice> choices_;
   std::vector<Sweeper> sweepers_;       // [0]: the caller's
   std::unique_ptr<RowWorkers> workers_;  // started at the first stage count worth them
   std::int64_t states_ = 0;

@@ -582,3 +582,68 @@ TEST_CASE("the template search's threads share rows of a stage count, and the te
   }
   CHECK_THROWS_AS(set_search_threads(-1), InputError);
 }
+
+TEST_CASE("of the layouts of least sigma, a solve returns one of least suffix period, against every layout") {
+  // One GPU a node, no transfers, and whole-millisecond layers: every
+  // layout on n nodes has the same sigma (all the layers' compute), bit for
+  // bit, and differs only in its suffix period. A solve under bound K must
+  // return, for each n, one whose period is the least of all layouts under
+  // K, so that a walk's next bound passes every tie at once.
+  std::mt19937_64 rng(20261201);
+  std::uniform_int_distribution<int> layer_count(2, 9), layer_ms(1, 4), microbatches(1, 12);
+  int checked = 0, ties = 0;
+  for (int instance = 0; instance < 200; ++instance) {
+    const int layers = layer_count(rng);
+    Profile profile = test::uniform_profile(layers, 1, 1.0, 2.0, 1000, 0, Bytes{1} << 30);
+    profile.hardware.latency_ms = 0;
+    for (auto& layer : profile.layers) {
+      layer.forward_ms = layer_ms(rng);
+      layer.backward_ms = 2 * layer.forward_ms;
+      layer.output_bytes = 0;
+    }
+    const CostModel cost(profile, microbatches(rng));
+    REQUIRE(cost.transfer_ms(1, false) == 0);
+    // Every layout on n nodes: a stage a node, so a composition of the layers.
+    std::vector<std::vector<std::vector<Stage>>> layouts(layers + 1);
+    for (unsigned mask = 0; mask < (1u << (layers - 1)); ++mask) {
+      std::vector<Stage> stages;
+      int begin = 0;
+      for (int l = 1; l <= layers; ++l) {
+        if (l == layers || (mask & (1u << (l - 1)))) {
+          const int node = static_cast<int>(stages.size());
+          stages.push_back({begin, l, 1, node, Recompute::none, 1});
+          begin = l;
+        }
+      }
+      layouts[stages.size()].push_back(std::move(stages));
+    }
+    detail::TemplateSearch search(cost, layers);
+    std::vector<double> bounds = {std::numeric_limits<double>::infinity()};
+    for (int k = 0; k < 4; ++k) bounds.push_back(std::uniform_real_distribution<double>(1.0, 3.0 * layers)(rng));
+    for (const double bound : bounds) {
+      search.solve(bound, layers);
+      for (int n = 1; n <= layers; ++n) {
+        std::optional<double> least_period;
+        int under = 0;
+        for (const auto& stages : layouts[n]) {
+          const double period = cost.suffix_bottleneck_ms(stages);
+          if (!(period < bound)) continue;
+          ++under;
+          if (!least_period || period < *least_period) least_period = period;
+        }
+        const auto answer = search.best(n);
+        CAPTURE(instance);
+        CAPTURE(n);
+        CAPTURE(bound);
+        REQUIRE(answer.has_value() == least_period.has_value());
+        if (!answer) continue;
+        ++checked;
+        ties += under > 1;
+        CHECK(answer->first == cost.first_microbatch_ms(layouts[n].front()));
+        CHECK(cost.suffix_bottleneck_ms(answer->second) == *least_period);
+      }
+    }
+  }
+  MESSAGE(checked << " answers checked, " << ties << " among several layouts of equal sigma");
+  CHECK(ties > 1000);
+}
