@@ -14,7 +14,10 @@
 // stage over k nodes starts where a node does (U a multiple of G). For
 // fixed (m, U, t) the best successor boundary e of a stage starting at l is
 // a sliding-window minimum over e in [l+1, hi(l)], with hi non-decreasing
-// in l, so every state costs O(1).
+// in l, so every state costs O(1). Under a bound, a stage kind may hold no
+// layer at all (a layer on one GPU of 175B takes longer than the period
+// allows), or only some: a kind is swept only along its runs of l where a
+// stage holds a layer, and only into rows whose successor row lives.
 //
 // Many layouts may share the least sigma bit for bit: uniform layers on
 // stages of different degrees, permuted, sum the same. The values do not
@@ -84,6 +87,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
     }
   }
   reach_.assign(degree_count * (layers_ + 1), 0);
+  fitting_runs_.resize(degree_count);
   // The variants whose stage may end on GPU u, for every u.
   fitting_start_.assign(static_cast<std::size_t>(max_gpus_) + 2, 0);
   for (int u = 1; u <= max_gpus_; ++u) {
@@ -126,7 +130,16 @@ TemplateSearch::~TemplateSearch() = default;
 
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {
-    for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) sweep(m, u, fitting_[k], sweeper);
+    for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
+      const std::size_t d = fitting_[k];
+      if (fitting_runs_[d].empty()) continue;  // no stage of this kind holds a layer under the bound
+      const int t = degree(d);
+      if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
+        const auto next = row_index(m - 1, u - t);
+        if (next < 0 || alive_lo_[next] > alive_hi_[next]) continue;
+      }
+      sweep(m, u, d, sweeper);
+    }
     const auto r = row_index(m, u);
     if (alive_lo_[r] <= alive_hi_[r]) {
       sweeper.live_lo = std::min(sweeper.live_lo, u);
@@ -158,6 +171,17 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       e = std::max(e, l);
       while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
       reach[l] = e;
+    }
+    // Its runs of l where a stage holds a layer, from the top.
+    auto& runs = fitting_runs_[d];
+    runs.clear();
+    for (int l = layers_ - 1; l >= 0; --l) {
+      if (reach[l] <= l) continue;
+      if (!runs.empty() && runs.back().first == l + 1) {
+        runs.back().first = l;
+      } else {
+        runs.emplace_back(l, l);
+      }
     }
   }
   // Rows of m stages depend on rows of m - 1 alone, and only on those
@@ -281,9 +305,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
     // longest chain of dependent loads.
     int back = 0;
     double back_through = kInfinity;
-    const int last = std::min(last_boundary(m), succ_hi);
-    for (int l = std::min(l_max, last - 1); l >= 0; --l) {
-      const int e = l + 1;
+    const auto enter = [&](int e) {
       if (e >= succ_lo && transfer[e] < transfer_limit) {
         const double r = rest[e];
         if (r < kInfinity) {
@@ -297,18 +319,30 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
           }
         }
       }
-      if (head < tail && back > hi(l)) {
-        --tail;
-        while (head < tail && window[tail - 1] > hi(l)) --tail;
-        if (head < tail) {
-          back = window[tail - 1];
-          back_through = through[back];
+    };
+    const int last = std::min(last_boundary(m), succ_hi);
+    const int top = std::min(l_max, last - 1);
+    // Only where a stage of this variant can hold a layer under the bound
+    // (its runs of l): elsewhere the window is empty. Each run starts with
+    // the window the layers above it would have left, [b + 1, hi(b)].
+    for (const auto& [run_lo, run_hi] : fitting_runs_[d]) {
+      if (run_lo > top) continue;
+      const int b = std::min(run_hi, top);
+      const int reach_b = std::min(hi(b), last);
+      if (reach_b < succ_lo) break;  // no successor in reach, here or below (hi grows with l)
+      head = tail = layers_ + 1;
+      for (int e = reach_b; e >= b + 2; --e) enter(e);
+      for (int l = b; l >= run_lo; --l) {
+        enter(l + 1);
+        if (head < tail && back > hi(l)) {
+          --tail;
+          while (head < tail && window[tail - 1] > hi(l)) --tail;
+          if (head < tail) {
+            back = window[tail - 1];
+            back_through = through[back];
+          }
         }
-      }
-      if (head < tail) {
-        improve(l, back_through - prefix[l]);
-      } else if (l < succ_lo) {
-        break;  // no candidate left, none to come
+        if (head < tail) improve(l, back_through - prefix[l]);
       }
     }
   }

@@ -132,6 +132,7 @@ class TemplateSearch {
   std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
   std::vector<int> hi_memory_;                          // memory limit on the window end
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
+  std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
   std::vector<std::size_t> live_rows_;                  // the rows this solve made live
   std::vector<std::size_t> row_base_;
