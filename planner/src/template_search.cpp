@@ -325,7 +325,9 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
     // Only where a stage of this variant can hold a layer under the bound
     // (its runs of l): elsewhere the window is empty. Each run starts with
     // the window the layers above it would have left, [b + 1, hi(b)].
+    bool done = false;  // no candidate left, none to come
     for (const auto& [run_lo, run_hi] : fitting_runs_[d]) {
+      if (done) break;
       if (run_lo > top) continue;
       const int b = std::min(run_hi, top);
       const int reach_b = std::min(hi(b), last);
@@ -342,7 +344,12 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
             back_through = through[back];
           }
         }
-        if (head < tail) improve(l, back_through - prefix[l]);
+        if (head < tail) {
+          improve(l, back_through - prefix[l]);
+        } else if (l < succ_lo) {
+          done = true;  // (lower l have no candidate either: hi only shrinks)
+          break;
+        }
       }
     }
   }
