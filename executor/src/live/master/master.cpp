@@ -352,10 +352,13 @@ void Master::on_ready(const std::string& node, int gpu, const protocol::Ready& m
 }
 
 // The first worker of a recovery started rebuilding: injections aimed at it
-// are due.
+// are due (a step restarted after a communication failure goes on with the
+// recovery it interrupted, if any).
 void Master::on_recovering() {
   if (generation_->number < 2 || timing_.recovered > 0) return;
-  for (const auto& e : injector_.at_recovery(generation_->number - 1)) fire(e);
+  if (recoveries_ > 0) {
+    for (const auto& e : injector_.at_recovery(recoveries_)) fire(e);
+  }
   if (generation_->rolled_back_from >= 0) {
     for (const auto& e : injector_.at_rollback(rollbacks_)) fire(e);
   }

@@ -188,6 +188,10 @@ class Master {
   };
   std::vector<PendingStepEvent> pending_step_events_;
   int rollbacks_ = 0;  // generations started that roll back
+  // Generations started for lost or joined nodes, speeds or nodes back: what
+  // recovery:R counts. A step restarted after a communication failure with no
+  // node lost is not one, so a transient error does not move a script's aim.
+  int recoveries_ = 0;
   std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
   std::map<std::string, Milliseconds> worker_gone_;
   // (node, GPU): a worker's hello on a node whose workers were all there, the

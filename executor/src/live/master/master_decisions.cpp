@@ -61,6 +61,10 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
     chain_failure_ms_ = chain_detected_ms_ = now;
   }
   wait_deadline_ms_ = -1;
+  if (g.cause != recovery::Cause::start && g.cause != recovery::Cause::communication &&
+      g.cause != recovery::Cause::master_restart) {
+    ++recoveries_;
+  }
   if (g.rolled_back_from >= 0) {
     ++rollbacks_;
     // The steps after the save are trained again; saves of them in the
