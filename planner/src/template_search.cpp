@@ -17,7 +17,11 @@
 // in l, so every state costs O(1). Under a bound, a stage kind may hold no
 // layer at all (a layer on one GPU of 175B takes longer than the period
 // allows), or only some: a kind is swept only along its runs of l where a
-// stage holds a layer, and only into rows whose successor row lives.
+// stage holds a layer, and only into rows whose successor row lives. And a
+// state whose suffix from l takes u GPUs leaves its prefix [0, l) at most
+// the GPU limit less u: where stages under the bound cannot cover [0, l) on
+// so few (cover_prefixes), no layout within the limit passes through it, so
+// its value matters to no answer and it is not swept.
 //
 // Many layouts may share the least sigma bit for bit: uniform layers on
 // stages of different degrees, permuted, sum the same. The values do not
@@ -184,6 +188,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       }
     }
   }
+  cover_prefixes();
   // Rows of m stages depend on rows of m - 1 alone, and only on those
   // that hold some finite value: a row of m stages on u GPUs can be live
   // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
@@ -229,6 +234,34 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   }
 }
 
+// The fewest GPUs on which stages under the bound, each holding one
+// microbatch in flight, cover layers [0, l): node boundaries, transfers and
+// the suffixes' round trips set aside, a lower bound on the GPUs of any
+// layout's prefix [0, l). It grows with l (a cover of more layers, cut at l,
+// covers [0, l)), so for each variant the longest last stage ending at l is
+// the one to take: its start rises with l.
+void TemplateSearch::cover_prefixes() {
+  constexpr int kNever = std::numeric_limits<int>::max() / 2;
+  prefix_gpus_.assign(static_cast<std::size_t>(layers_ + 1), kNever);
+  prefix_gpus_[0] = 0;
+  std::vector<int> start(variants_.size(), 0);  // per variant: the first start of a stage that holds [start, l)
+  for (int l = 1; l <= layers_; ++l) {
+    for (std::size_t d = 0; d < variants_.size(); ++d) {
+      const int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
+      const int* memory = hi_memory_.data() + window_index(d, 1, 0);
+      int& a = start[d];
+      while (a < l && (reach[a] < l || memory[a] < l)) ++a;
+      if (a < l) prefix_gpus_[l] = std::min(prefix_gpus_[l], prefix_gpus_[a] + degree(d));
+    }
+  }
+  covered_.assign(static_cast<std::size_t>(gpu_limit_ + 1), 0);
+  int l = 0;
+  for (int g = 0; g <= gpu_limit_; ++g) {
+    while (l < layers_ && prefix_gpus_[l + 1] <= g) ++l;
+    covered_[g] = l;
+  }
+}
+
 // The same on `u` GPUs: whole nodes, or fewer than one node's.
 std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpus(int u) const {
   const int nodes = (u + gpus_ - 1) / gpus_;
@@ -261,7 +294,8 @@ std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpu
 void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   const int t = degree(d);
   const int u_next = u - t;
-  const int l_max = layers_ - m;  // the suffix needs m layers
+  // The suffix needs m layers, and its prefix a cover on the GPUs left.
+  const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
   if (l_max < 0) return;
   sweeper.states += l_max + 1;
   const auto out_index = row_index(m, u);

@@ -92,6 +92,8 @@ class TemplateSearch {
   void sweep(int m, int u, std::size_t d, Sweeper& sweeper);
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
+  // prefix_gpus_ and covered_ for this solve's bound and GPU limit.
+  void cover_prefixes();
 
   // Among the layouts of a state's least sigma (bit for bit), the one of
   // least suffix period, and of those the one whose runs of neighbouring
@@ -134,6 +136,8 @@ class TemplateSearch {
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
+  std::vector<int> prefix_gpus_;  // this solve's fewest GPUs covering layers [0, l) with stages under the bound
+  std::vector<int> covered_;      // per GPU count g <= gpu_limit_: the most layers [0, l) so covered on g GPUs
   std::vector<std::size_t> live_rows_;                  // the rows this solve made live
   std::vector<std::size_t> row_base_;
   std::vector<int> u_lo_, u_hi_;
