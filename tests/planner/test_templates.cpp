@@ -328,6 +328,45 @@ TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sig
   CHECK(found < checked);
 }
 
+TEST_CASE("a solve's answer for n nodes does not depend on the GPU limit it was solved under") {
+  // A state whose prefix stages under the bound cannot cover on the GPUs its
+  // suffix leaves lies on no layout within the limit, and is not swept: the
+  // answers within the limit stay the same, layout and sigma bit for bit.
+  std::mt19937_64 rng(20261201);
+  std::uniform_int_distribution<int> microbatches(1, 12);
+  std::uniform_real_distribution<double> share(0.4, 1.1);
+  int checked = 0, found = 0;
+  for (int instance = 0; instance < 200; ++instance) {
+    const Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
+    CostModel cost(profile, microbatches(rng));
+    if (gpus < 4 && instance % 4 == 3) cost.set_tensor_parallel_nodes(2);
+    detail::TemplateSearch wide(cost, 4), narrow(cost, 4);
+    wide.solve(std::numeric_limits<double>::infinity(), 4 * gpus);
+    const auto loosest = wide.best(4);
+    if (!loosest) continue;
+    const double period = cost.suffix_bottleneck_ms(loosest->second);
+    for (int q = 0; q < 4; ++q) {
+      const double bound = q == 0 ? std::numeric_limits<double>::infinity() : period * share(rng);
+      wide.solve(bound, 4 * gpus);
+      for (int n = 1; n <= 4; ++n) {
+        narrow.solve(bound, n * gpus);
+        const auto a = wide.best(n), b = narrow.best(n);
+        CAPTURE(instance);
+        CAPTURE(n);
+        ++checked;
+        REQUIRE(a.has_value() == b.has_value());
+        if (!a) continue;
+        ++found;
+        CHECK(a->first == b->first);  // bit for bit
+        CHECK(a->second == b->second);
+      }
+    }
+  }
+  MESSAGE(checked << " answers checked, " << found << " of them layouts");
+  CHECK(found > 500);
+}
+
 TEST_CASE("templates searched after a search at another M, taking its seeds and its answers, against brute force") {
   // The rounds of instantiation over M: a search given `earlier` and the
   // memo of that search takes its templates as seeds and its programme's
