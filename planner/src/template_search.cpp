@@ -308,8 +308,10 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   const auto hi = [&](int l) { return std::min(reach[l], memory[l]); };
   int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
   const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
+  // Outside [out_lo, out_hi] the row holds infinity: no need to load it
+  // (the row is often cold, and the load the sweep's longest wait).
   auto improve = [&](int l, double v) {
-    if (v < out[l] && v < round_trip_limit) {
+    if (v < round_trip_limit && (l < out_lo || l > out_hi || v < out[l])) {
       out[l] = v;
       out_lo = std::min(out_lo, l);
       out_hi = std::max(out_hi, l);
