@@ -134,13 +134,19 @@ TemplateSearch::~TemplateSearch() = default;
 
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {
+    // The layers the prefix can leave to the suffix (sweep()).
+    const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
     for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
       const std::size_t d = fitting_[k];
       if (fitting_runs_[d].empty()) continue;  // no stage of this kind holds a layer under the bound
       const int t = degree(d);
       if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
         const auto next = row_index(m - 1, u - t);
-        if (next < 0 || alive_lo_[next] > alive_hi_[next]) continue;
+        if (next < 0 || alive_lo_[next] > alive_hi_[next] || l_max < 0) continue;
+        // ... that a stage from l_max or below reaches (its reach grows with l).
+        const int reach = std::min(reach_[d * static_cast<std::size_t>(layers_ + 1) + l_max],
+                                   hi_memory_[window_index(d, m, l_max)]);
+        if (reach < alive_lo_[next]) continue;
       }
       sweep(m, u, d, sweeper);
     }
