@@ -63,8 +63,13 @@ class LiveSetup {
   }
 
   // oobleck-run on the plan; `extra` adds flags.
+  // Unless a test sets --heartbeat-timeout-ms, a generous one: a node is
+  // found lost by its closed connections, not by a heartbeat that a loaded
+  // machine delayed.
   Run live(int steps, int seed, const std::string& metrics, const std::string& extra = "") const {
-    return s.run(common(steps, seed) + " --metrics " + s.str(metrics) + " " + extra);
+    const std::string heartbeat =
+        extra.find("--heartbeat-timeout-ms") == std::string::npos ? " --heartbeat-timeout-ms 10000" : "";
+    return s.run(common(steps, seed) + " --metrics " + s.str(metrics) + heartbeat + " " + extra);
   }
   // The same model trained by one process on the same global batches.
   [[nodiscard]] std::vector<double> reference_losses(int steps, int seed, const std::string& extra = "") const {

@@ -23,6 +23,7 @@ TEST_CASE("run: pipelines of 3 and 2 nodes train what one process trains") {
   // --deterministic reaches every worker (on the CPU, whose kernels are
   // deterministic already, it changes nothing).
   const auto live = setup.live(12, 3, "live.jsonl", "--deterministic");
+  INFO(live.err);
   REQUIRE(live.status == 0);
   const auto steps = setup.steps("live.jsonl");
   oobleck::test::check_losses_equal(steps, setup.reference_losses(12, 3));
