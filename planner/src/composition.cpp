@@ -124,9 +124,51 @@ struct Problem {
   return fixed + problem.pool * envelope_at(points, static_cast<double>(problem.nodes) / problem.pool);
 }
 
-// A time that the relaxation proves infeasible (so the optimum is larger),
-// or nullopt when no time is feasible.
-[[nodiscard]] std::optional<double> relaxed_lower_bound(const Problem& problem) {
+// The least time t* at which the relaxation takes B (it takes less below),
+// in (lo, hi]: the relaxation changes only where some kind's slot time
+// lies, so t* is one. Bisection narrows (lo, hi] until few slot times lie
+// in it, and a bisection over those finds t*.
+[[nodiscard]] double least_relaxed_time(const Problem& problem, double need, double lo, double hi) {
+  constexpr long long kFewSlots = 32;
+  thread_local std::vector<double> slots;  // (kept between calls)
+  while (true) {
+    long long count = 0;
+    for (const auto& k : problem.kinds) count += capacity(k, hi) - capacity(k, lo);
+    if (count <= kFewSlots || !(hi - lo > 1e-15 * hi)) break;
+    const double mid = lo + (hi - lo) / 2;
+    if (relaxed_capacity(problem, mid) < need) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  slots.clear();
+  for (const auto& k : problem.kinds) {
+    for (int q = capacity(k, lo) + 1; q <= capacity(k, hi); ++q) slots.push_back(slot_time(k, q));
+  }
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  // The least slot time that takes B; hi takes it, and so does the last
+  // slot time at or below hi.
+  std::size_t first = 0, last = slots.size();  // the answer lies in slots[first, last], or is hi
+  while (first < last) {
+    const std::size_t mid = first + (last - first) / 2;
+    if (relaxed_capacity(problem, slots[mid]) < need) {
+      first = mid + 1;
+    } else {
+      last = mid;
+    }
+  }
+  return first < slots.size() ? slots[first] : hi;
+}
+
+// Where relaxed_lower_bound's bisection starts: from just below the
+// earliest first microbatch to the latest last slot; nullopt when the
+// problem allows no kind.
+struct RelaxedRange {
+  double lo, hi;
+};
+[[nodiscard]] std::optional<RelaxedRange> relaxed_range(const Problem& problem) {
   double min_first = kInfinity, max_time = 0;
   for (const auto& k : problem.kinds) {
     if (k.limit < 1) continue;  // not allowed
@@ -134,13 +176,34 @@ struct Problem {
     max_time = std::max(max_time, slot_time(k, k.limit));
   }
   if (min_first == kInfinity) return std::nullopt;
-  const double need = problem.B * (1 - 1e-12);
-  double lo = std::nextafter(min_first, -kInfinity);
-  double hi = max_time;
-  if (relaxed_capacity(problem, hi) < need) return std::nullopt;
+  return RelaxedRange{std::nextafter(min_first, -kInfinity), max_time};
+}
+
+[[nodiscard]] double relaxed_need(const Problem& problem) { return problem.B * (1 - 1e-12); }
+
+// Whether the relaxation takes B at all: at the range's end every allowed
+// kind runs its most microbatches.
+[[nodiscard]] bool relaxed_fits(const Problem& problem) {
+  const auto range = relaxed_range(problem);
+  return range && relaxed_capacity(problem, range->hi) >= relaxed_need(problem);
+}
+
+// A time that the relaxation proves infeasible (so the optimum is larger),
+// for a problem where it takes B at all (relaxed_fits): where a bisection
+// over relaxed_range, to a relative 1e-12, stops. The relaxation is a step
+// function of the time, below B before t* and at or above it from there,
+// so each of the bisection's tests is whether its midpoint lies below t*:
+// found first (least_relaxed_time), it lets the bisection run without
+// evaluating the relaxation at all. (The relaxation's value, fixed + p x
+// the envelope at N / p of integer capacities, is a multiple of one over a
+// difference of node counts: far from B (1 - 1e-12) unless at least B, so
+// rounding never turns a test.)
+[[nodiscard]] double relaxed_lower_bound(const Problem& problem) {
+  auto [lo, hi] = *relaxed_range(problem);
+  const double least = least_relaxed_time(problem, relaxed_need(problem), lo, hi);
   for (int iteration = 0; iteration < 100 && hi - lo > 1e-12 * hi; ++iteration) {
     const double mid = lo + (hi - lo) / 2;
-    if (relaxed_capacity(problem, mid) < need) {
+    if (mid < least) {
       lo = mid;
     } else {
       hi = mid;
@@ -260,8 +323,9 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   for (int p = pool_min; p <= pool_limit; ++p) {
     if (!has(reach, p) || p + fixed_count == 0) continue;
     ++tests;
-    if (auto bound = relaxed_lower_bound(Problem{kinds, fixed, nodes, p, B})) {
-      candidates.push_back({p, *bound, cost.sync_tail_lower_bound_ms(p + fixed_count)});
+    const Problem problem{kinds, fixed, nodes, p, B};
+    if (relaxed_fits(problem)) {
+      candidates.push_back({p, relaxed_lower_bound(problem), cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
   }
   // (p, sigma) pairs in order of their bounds, lazily tightened (top
@@ -284,6 +348,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   struct Tails {
     std::vector<double> of_kind;  // s_n(p) per kind
     std::vector<double> levels;   // the distinct thresholds worth trying, increasing
+    int fits_from = -1;           // the first level whose relaxation takes B; -1: not known yet
   };
   std::map<std::size_t, Tails> tails_of;
   // Each kind's tail, gathered once and priced at each count that needs it.
@@ -300,6 +365,24 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       if (t.of_kind[i] > sigma) out[i].limit = 0;
     }
     return out;
+  };
+  // A higher threshold allows more kinds, and the relaxation at the range's
+  // end only grows with them (relaxed_fits), so the levels where it takes B
+  // are those from one on: found by bisection, once per count.
+  const auto fits_from = [&](std::size_t candidate) {
+    Tails& t = tails_of.at(candidate);
+    if (t.fits_from >= 0) return t.fits_from;
+    int lo = 0, hi = static_cast<int>(t.levels.size());
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      const std::vector<Kind> restricted = allowed(t, t.levels[static_cast<std::size_t>(mid)]);
+      if (relaxed_fits(Problem{restricted, fixed, nodes, candidates[candidate].pool, B})) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return t.fits_from = lo;
   };
   TubeSearch tube;
   double best_total = kInfinity;
@@ -326,15 +409,17 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       continue;
     }
     const double sigma = tails_of.at(e.candidate).levels[static_cast<std::size_t>(e.level)];
-    const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
-    const Problem problem{restricted, fixed, nodes, c.pool, B};
     if (!e.tight) {
       ++tests;
-      if (const auto tight = relaxed_lower_bound(problem)) {
-        queue.push({std::max(*tight + sigma, e.bound), e.candidate, e.level, true});
+      if (fits_from(e.candidate) <= e.level) {
+        const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
+        const double tight = relaxed_lower_bound(Problem{restricted, fixed, nodes, c.pool, B});
+        queue.push({std::max(tight + sigma, e.bound), e.candidate, e.level, true});
       }
       continue;
     }
+    const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
+    const Problem problem{restricted, fixed, nodes, c.pool, B};
     auto solution = solve_for_count(problem, e.bound - sigma, best_total * (1 - 1e-12) - sigma, tube, tests);
     if (!solution) continue;
     if (solution->pipelines_ms + sigma < best_total * (1 - 1e-12)) {

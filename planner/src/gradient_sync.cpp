@@ -113,11 +113,24 @@ CostModel::Tail CostModel::tail(const std::vector<Stage>& stages, bool with_opti
 
 Milliseconds CostModel::Tail::ms(int ranks) const {
   if (ranks <= 1 && !with_optimizer_) return 0;
+  // Without a measured table and with a pipeline a node, an all-reduce is
+  // the ring's law: its terms in the rank count are taken out of the loop,
+  // the same operations in the same order, so the same bits as
+  // gradient_allreduce_ms (the composition search prices every template's
+  // tail at every pipeline count it weighs).
+  const Hardware& hw = cost_->profile_->hardware;
+  const bool ring = hw.allreduce_table.empty() && cost_->pipelines_per_node_ == 1 && ranks > 1;
+  const double k = ranks, ring_share = 2 * (k - 1) / k, ring_latency_ms = 2 * (k - 1) * hw.latency_ms;
+  const double ring_bytes_per_s = hw.gradient_allreduce_bytes_per_s();
+  const auto allreduce_ms = [&](double bytes) {
+    return ring ? ring_share * bytes / ring_bytes_per_s * 1000.0 + ring_latency_ms
+                : cost_->gradient_allreduce_ms(bytes, ranks);
+  };
   Milliseconds tail = 0;
   for (const StageEnd& st : stages_) {
     Milliseconds finish = -std::numeric_limits<double>::infinity();
     for (std::size_t i = st.first; ranks > 1 && i < st.last; ++i) {
-      finish = std::max(finish, allreduces_[i].ready_ms) + cost_->gradient_allreduce_ms(allreduces_[i].bytes, ranks);
+      finish = std::max(finish, allreduces_[i].ready_ms) + allreduce_ms(allreduces_[i].bytes);
     }
     if (with_optimizer_) finish = std::max(finish, st.end_ms) + st.optimizer_ms;
     tail = std::max(tail, finish);
