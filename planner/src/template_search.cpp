@@ -120,7 +120,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
                      std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
                      " MiB; lower --max-nodes or profile coarser layers");
   }
-  value_.assign(rows * (layers_ + 1), kInfinity);
+  value_ = std::make_unique_for_overwrite<double[]>(rows * (layers_ + 1));
   alive_lo_.assign(rows, layers_ + 1);
   alive_hi_.assign(rows, -1);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
@@ -164,10 +164,9 @@ void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
 void TemplateSearch::solve(double bound, int gpu_limit) {
   gpu_limit_ = std::min(gpu_limit, max_gpus_);
   bound_ = bound;
-  // Only the rows made live last time, and their live layers, need clearing.
+  // The rows made live last time become empty again (their values are
+  // not read outside the live layers).
   for (const std::size_t r : live_rows_) {
-    double* row_values = value_.data() + r * static_cast<std::size_t>(layers_ + 1);
-    std::fill(row_values + alive_lo_[r], row_values + alive_hi_[r] + 1, kInfinity);
     alive_lo_[r] = layers_ + 1;
     alive_hi_[r] = -1;
   }
@@ -275,9 +274,9 @@ std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpu
   int best_m = 0;
   double best_value = kInfinity;
   for (int m = 1; m <= max_stages_; ++m) {
-    const double* r = row(m, u);
-    if (r && r[0] < best_value) {
-      best_value = r[0];
+    const double v = value_at(m, u, 0);
+    if (v < best_value) {
+      best_value = v;
       best_m = m;
     }
   }
@@ -285,8 +284,7 @@ std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpu
   // Of the stage counts that reach it, the one whose layout has the least period.
   Choice best = least_period_choice(best_m, u, 0);
   for (int m = best_m + 1; m <= max_stages_; ++m) {
-    const double* r = row(m, u);
-    if (r && r[0] == best_value) {
+    if (value_at(m, u, 0) == best_value) {
       const Choice choice = least_period_choice(m, u, 0);
       if (choice.period < best.period || (choice.period == best.period && choice.run < best.run)) {
         best = choice;
@@ -305,7 +303,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   if (l_max < 0) return;
   sweeper.states += l_max + 1;
   const auto out_index = row_index(m, u);
-  double* out = value_.data() + static_cast<std::size_t>(out_index) * (layers_ + 1);
+  double* out = value_.get() + static_cast<std::size_t>(out_index) * (layers_ + 1);
   const double* prefix = prefix_[d].data();
   // The window's end: the bound on compute, and memory. (A successor's
   // m - 1 layers need no term: its row is infinite past last_boundary(m).)
@@ -314,14 +312,23 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   const auto hi = [&](int l) { return std::min(reach[l], memory[l]); };
   int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
   const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
-  // Outside [out_lo, out_hi] the row holds infinity: no need to load it
-  // (the row is often cold, and the load the sweep's longest wait).
+  // Outside [out_lo, out_hi] the row holds no value of this solve: no need
+  // to load it (the row is often cold, and the load the sweep's longest
+  // wait). Widening the range makes the layers it passes over infinite.
   auto improve = [&](int l, double v) {
-    if (v < round_trip_limit && (l < out_lo || l > out_hi || v < out[l])) {
-      out[l] = v;
-      out_lo = std::min(out_lo, l);
-      out_hi = std::max(out_hi, l);
+    if (!(v < round_trip_limit)) return;
+    if (out_lo > out_hi) {
+      out_lo = out_hi = l;
+    } else if (l < out_lo) {
+      std::fill(out + l + 1, out + out_lo, kInfinity);
+      out_lo = l;
+    } else if (l > out_hi) {
+      std::fill(out + out_hi + 1, out + l, kInfinity);
+      out_hi = l;
+    } else if (!(v < out[l])) {
+      return;
     }
+    out[l] = v;
   };
   if (terminal_allowed(m, u, t)) {
     for (int l = 0; l <= l_max; ++l) {
@@ -411,7 +418,7 @@ TemplateSearch::Choice TemplateSearch::least_period_choice(int m, int u, int l) 
   const std::size_t key = static_cast<std::size_t>(row_index(m, u)) * static_cast<std::size_t>(layers_ + 1) +
                           static_cast<std::size_t>(l);
   if (const auto it = choices_.find(key); it != choices_.end()) return it->second;
-  const double target = row(m, u)[l];
+  const double target = value_at(m, u, l);
   Choice best{kInfinity, kInfinity, 0, -1, {}, {}, 0};
   for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
     const std::size_t d = fitting_[k];
@@ -428,7 +435,7 @@ TemplateSearch::Choice TemplateSearch::least_period_choice(int m, int u, int l) 
     const double* rest = live_row(m - 1, u_next, lo_alive, hi_alive);
     if (!rest) continue;
     const double* transfer = transfers(u_next, d);
-    for (int e = l + 1; e <= hi; ++e) {
+    for (int e = std::max(l + 1, lo_alive); e <= std::min(hi, hi_alive); ++e) {
       if (!(transfer[e] < 2 * bound_)) continue;
       const double r = rest[e];
       if (r == kInfinity || (prefix[e] + transfer[e] + r) - prefix[l] != target) continue;

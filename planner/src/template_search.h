@@ -60,18 +60,21 @@ class TemplateSearch {
     if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
-  [[nodiscard]] const double* row(int m, int u) const {
+  // The least sigma of state (m, u, l): infinite outside its row's live layers.
+  [[nodiscard]] double value_at(int m, int u, int l) const {
     const auto i = row_index(m, u);
-    return i < 0 ? nullptr : value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
+    if (i < 0 || l < alive_lo_[i] || l > alive_hi_[i]) return std::numeric_limits<double>::infinity();
+    return value_[static_cast<std::size_t>(i) * (layers_ + 1) + static_cast<std::size_t>(l)];
   }
   // A successor row only if it holds some finite value; widens [lo, hi] to
-  // the layers where it does.
+  // the layers where it does (only those may be read: outside them the
+  // row holds whatever an earlier solve left, or was never written).
   [[nodiscard]] const double* live_row(int m, int u, int& lo, int& hi) const {
     const auto i = row_index(m, u);
     if (i < 0 || alive_lo_[i] > alive_hi_[i]) return nullptr;
     lo = std::min(lo, alive_lo_[i]);
     hi = std::max(hi, alive_hi_[i]);
-    return value_.data() + static_cast<std::size_t>(i) * (layers_ + 1);
+    return value_.get() + static_cast<std::size_t>(i) * (layers_ + 1);
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
   [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
@@ -141,8 +144,11 @@ class TemplateSearch {
   std::vector<std::size_t> live_rows_;                  // the rows this solve made live
   std::vector<std::size_t> row_base_;
   std::vector<int> u_lo_, u_hi_;
-  std::vector<double> value_;
-  std::vector<int> alive_lo_, alive_hi_;  // per row: the layers with finite values
+  // Per row, its layers' values; only those in [alive_lo_, alive_hi_] are
+  // this solve's, and among them a layer no layout reaches is infinite.
+  // Never filled as a whole: a page of it costs a fault only once written.
+  std::unique_ptr<double[]> value_;
+  std::vector<int> alive_lo_, alive_hi_;  // per row: the layers this solve wrote
   // This solve's choices by state: every node count's answer shares them.
   mutable std::unordered_map<std::size_t, Choice> choices_;
   std::vector<Sweeper> sweepers_;       // [0]: the caller's
