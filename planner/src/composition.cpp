@@ -36,6 +36,13 @@
 //    sigma with that relaxation plus sigma; then the relaxation over the
 //    allowed templates plus sigma. Only a pair whose tightest bound is the
 //    least is solved, and the search stops when the least bound cannot win.
+//    Each relaxation is bisected over the time, and a bisection need not
+//    finish before its pair comes first: its lower end is a lower bound on
+//    where it ends (RelaxedBound). Its end is found among the few slot
+//    times left between its ends, not by evaluating the relaxation 40
+//    times, and a higher sigma, allowing more templates, relaxes further,
+//    so the levels of sigma at which a count can take B at all are
+//    bisected once per count.
 //
 // The batch split is batch_split.cpp; which pipeline counts a node count
 // admits, node_counts.cpp.
@@ -124,47 +131,9 @@ struct Problem {
   return fixed + problem.pool * envelope_at(points, static_cast<double>(problem.nodes) / problem.pool);
 }
 
-// The least time t* at which the relaxation takes B (it takes less below),
-// in (lo, hi]: the relaxation changes only where some kind's slot time
-// lies, so t* is one. Bisection narrows (lo, hi] until few slot times lie
-// in it, and a bisection over those finds t*.
-[[nodiscard]] double least_relaxed_time(const Problem& problem, double need, double lo, double hi) {
-  constexpr long long kFewSlots = 32;
-  thread_local std::vector<double> slots;  // (kept between calls)
-  while (true) {
-    long long count = 0;
-    for (const auto& k : problem.kinds) count += capacity(k, hi) - capacity(k, lo);
-    if (count <= kFewSlots || !(hi - lo > 1e-15 * hi)) break;
-    const double mid = lo + (hi - lo) / 2;
-    if (relaxed_capacity(problem, mid) < need) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  slots.clear();
-  for (const auto& k : problem.kinds) {
-    for (int q = capacity(k, lo) + 1; q <= capacity(k, hi); ++q) slots.push_back(slot_time(k, q));
-  }
-  std::sort(slots.begin(), slots.end());
-  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-  // The least slot time that takes B; hi takes it, and so does the last
-  // slot time at or below hi.
-  std::size_t first = 0, last = slots.size();  // the answer lies in slots[first, last], or is hi
-  while (first < last) {
-    const std::size_t mid = first + (last - first) / 2;
-    if (relaxed_capacity(problem, slots[mid]) < need) {
-      first = mid + 1;
-    } else {
-      last = mid;
-    }
-  }
-  return first < slots.size() ? slots[first] : hi;
-}
-
-// Where relaxed_lower_bound's bisection starts: from just below the
-// earliest first microbatch to the latest last slot; nullopt when the
-// problem allows no kind.
+// Where the relaxed bound's bisection starts: from just below the earliest
+// first microbatch to the latest last slot; nullopt when the problem allows
+// no kind.
 struct RelaxedRange {
   double lo, hi;
 };
@@ -190,27 +159,82 @@ struct RelaxedRange {
 
 // A time that the relaxation proves infeasible (so the optimum is larger),
 // for a problem where it takes B at all (relaxed_fits): where a bisection
-// over relaxed_range, to a relative 1e-12, stops. The relaxation is a step
-// function of the time, below B before t* and at or above it from there,
-// so each of the bisection's tests is whether its midpoint lies below t*:
-// found first (least_relaxed_time), it lets the bisection run without
-// evaluating the relaxation at all. (The relaxation's value, fixed + p x
-// the envelope at N / p of integer capacities, is a multiple of one over a
-// difference of node counts: far from B (1 - 1e-12) unless at least B, so
-// rounding never turns a test.)
-[[nodiscard]] double relaxed_lower_bound(const Problem& problem) {
-  auto [lo, hi] = *relaxed_range(problem);
-  const double least = least_relaxed_time(problem, relaxed_need(problem), lo, hi);
-  for (int iteration = 0; iteration < 100 && hi - lo > 1e-12 * hi; ++iteration) {
-    const double mid = lo + (hi - lo) / 2;
-    if (mid < least) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
+// over relaxed_range, to a relative 1e-12, stops.
+//
+// The relaxation is a step function of the time, below B before some t*
+// and at or above it from there, and it changes only at the kinds' slot
+// times, so t* is one of them. Each of the bisection's tests is whether
+// its midpoint lies below t*. So once few slot times lie between its ends,
+// a bisection over those finds t*, and the bisection runs on to its end
+// without evaluating the relaxation again. (The relaxation's value, fixed
+// + p x the envelope at N / p of integer capacities, is a multiple of one
+// over a difference of node counts: far from B (1 - 1e-12) unless at least
+// B, so rounding never turns a test.)
+//
+// The bisection can also stop and resume: its lo only rises, so at every
+// step lo is a lower bound on the time it ends with, and the composition
+// search orders its pairs by such partial bounds, finishing a bisection
+// only where their order needs it. Stopped or not, it takes the same
+// steps, so it ends with the same time bit for bit.
+class RelaxedBound {
+ public:
+  explicit RelaxedBound(const Problem& problem) : need_(relaxed_need(problem)) {
+    const RelaxedRange range = *relaxed_range(problem);
+    lo_ = range.lo;
+    hi_ = range.hi;
   }
-  return lo;
-}
+  // Up to `steps` more steps, each evaluating the relaxation.
+  void advance(const Problem& problem, int steps) {
+    for (; steps > 0 && !done(); --steps) step(relaxed_capacity(problem, mid()) < need_);
+  }
+  // Every step left.
+  void finish(const Problem& problem) {
+    constexpr long long kFewSlots = 32;
+    while (!done() && slots_between_ends(problem) > kFewSlots) step(relaxed_capacity(problem, mid()) < need_);
+    if (done()) return;
+    const double least = least_slot_time(problem);
+    while (!done()) step(mid() < least);
+  }
+  [[nodiscard]] bool done() const { return iteration_ >= 100 || !(hi_ - lo_ > 1e-12 * hi_); }
+  [[nodiscard]] double lo() const { return lo_; }
+
+ private:
+  [[nodiscard]] double mid() const { return lo_ + (hi_ - lo_) / 2; }
+  void step(bool below) {
+    const double m = mid();
+    (below ? lo_ : hi_) = m;
+    ++iteration_;
+  }
+  [[nodiscard]] long long slots_between_ends(const Problem& problem) const {
+    long long count = 0;
+    for (const auto& k : problem.kinds) count += capacity(k, hi_) - capacity(k, lo_);
+    return count;
+  }
+  // t*: the least slot time in (lo, hi] at which the relaxation takes B
+  // (hi takes it, and so does the last slot time at or below hi).
+  [[nodiscard]] double least_slot_time(const Problem& problem) const {
+    thread_local std::vector<double> slots;  // (kept between calls)
+    slots.clear();
+    for (const auto& k : problem.kinds) {
+      for (int q = capacity(k, lo_) + 1; q <= capacity(k, hi_); ++q) slots.push_back(slot_time(k, q));
+    }
+    std::sort(slots.begin(), slots.end());
+    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+    std::size_t first = 0, last = slots.size();
+    while (first < last) {
+      const std::size_t mid = first + (last - first) / 2;
+      if (relaxed_capacity(problem, slots[mid]) < need_) {
+        first = mid + 1;
+      } else {
+        last = mid;
+      }
+    }
+    return first < slots.size() ? slots[first] : hi_;
+  }
+
+  double need_, lo_ = 0, hi_ = 0;
+  int iteration_ = 0;
+};
 
 // Distinct slot values strictly between lo and hi, or nullopt when more than `most`.
 [[nodiscard]] std::optional<std::vector<double>> slots_between(const std::vector<Kind>& kinds, double lo, double hi,
@@ -313,9 +337,13 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   if (kinds.empty() || fixed_count > B || pool_limit < pool_min) return std::nullopt;
   const auto reach = counts_for(templates, nodes, std::max(pool_limit, 0));
 
+  // Steps a relaxed bound's bisection takes when it starts (RelaxedBound):
+  // pairs far from the optimum are passed over on such partial bounds, and
+  // a bisection is finished only when its pair comes first on it.
+  constexpr int kFirstCountSteps = 16, kFirstTightSteps = 0;
   struct Candidate {
     int pool;
-    double lower_bound;  // on pipelines_ms, over every template
+    RelaxedBound lower;  // on pipelines_ms, over every template
     double sync_ms;      // a lower bound on every template's tail
   };
   std::vector<Candidate> candidates;
@@ -325,11 +353,25 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     ++tests;
     const Problem problem{kinds, fixed, nodes, p, B};
     if (relaxed_fits(problem)) {
-      candidates.push_back({p, relaxed_lower_bound(problem), cost.sync_tail_lower_bound_ms(p + fixed_count)});
+      RelaxedBound lower(problem);
+      lower.advance(problem, kFirstCountSteps);
+      candidates.push_back({p, lower, cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
   }
+  struct Tails {
+    std::vector<double> of_kind;  // s_n(p) per kind
+    std::vector<double> levels;   // the distinct thresholds worth trying, increasing
+    int fits_from = -1;           // the first level whose relaxation takes B; -1: not known yet
+    // Per level, once its pair was tightened: the relaxation over the kinds it allows.
+    std::vector<std::optional<RelaxedBound>> tight;
+  };
+  std::map<std::size_t, Tails> tails_of;
   // (p, sigma) pairs in order of their bounds, lazily tightened (top
   // comment): level -1 stands for a count whose tails are not computed yet.
+  // A pair's place in the queue is its bound from the bisections so far
+  // (key_of), never above the bound that finished ones give: so pairs are
+  // solved in the order, and with the bounds, that finished bisections
+  // would give them, and the plan is the same.
   struct Entry {
     double bound;
     std::size_t candidate;
@@ -341,16 +383,23 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       return level > o.level;
     }
   };
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    queue.push({candidates[i].lower_bound + candidates[i].sync_ms, i, -1, false});
-  }
-  struct Tails {
-    std::vector<double> of_kind;  // s_n(p) per kind
-    std::vector<double> levels;   // the distinct thresholds worth trying, increasing
-    int fits_from = -1;           // the first level whose relaxation takes B; -1: not known yet
+  // The entry's bound from its bisections so far, and whether they are done.
+  const auto key_of = [&](const Entry& e) -> std::pair<double, bool> {
+    const Candidate& c = candidates[e.candidate];
+    double bound = c.lower.lo() + c.sync_ms;
+    if (e.level < 0) return {bound, c.lower.done()};
+    const Tails& t = tails_of.at(e.candidate);
+    const auto j = static_cast<std::size_t>(e.level);
+    bound = std::max(bound, c.lower.lo() + t.levels[j]);
+    if (!e.tight) return {bound, c.lower.done()};
+    return {std::max(t.tight[j]->lo() + t.levels[j], bound), c.lower.done() && t.tight[j]->done()};
   };
-  std::map<std::size_t, Tails> tails_of;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  const auto push = [&](Entry e) {
+    e.bound = key_of(e).first;
+    queue.push(e);
+  };
+  for (std::size_t i = 0; i < candidates.size(); ++i) push({0, i, -1, false});
   // Each kind's tail, gathered once and priced at each count that needs it.
   std::vector<std::optional<CostModel::Tail>> kind_tails(kinds.size());
   for (std::size_t i = 0; i < kinds.size(); ++i) {
@@ -390,7 +439,12 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   while (!queue.empty() && queue.top().bound < best_total * (1 - 1e-12)) {
     const Entry e = queue.top();
     queue.pop();
-    const Candidate& c = candidates[e.candidate];
+    Candidate& c = candidates[e.candidate];
+    const auto [bound, exact] = key_of(e);
+    if (bound > e.bound) {  // a bisection its count shares went on since it was queued
+      push(e);
+      continue;
+    }
     if (e.level < 0) {
       Tails& t = tails_of[e.candidate];
       double floor = 0;  // the fixed pipelines' tails are there regardless
@@ -403,23 +457,35 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       }
       std::sort(t.levels.begin(), t.levels.end());
       t.levels.erase(std::unique(t.levels.begin(), t.levels.end()), t.levels.end());
-      for (std::size_t j = 0; j < t.levels.size(); ++j) {
-        queue.push({std::max(e.bound, c.lower_bound + t.levels[j]), e.candidate, static_cast<int>(j), false});
-      }
+      t.tight.resize(t.levels.size());
+      for (std::size_t j = 0; j < t.levels.size(); ++j) push({0, e.candidate, static_cast<int>(j), false});
       continue;
     }
-    const double sigma = tails_of.at(e.candidate).levels[static_cast<std::size_t>(e.level)];
+    Tails& t = tails_of.at(e.candidate);
+    const auto j = static_cast<std::size_t>(e.level);
+    const double sigma = t.levels[j];
     if (!e.tight) {
       ++tests;
       if (fits_from(e.candidate) <= e.level) {
-        const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
-        const double tight = relaxed_lower_bound(Problem{restricted, fixed, nodes, c.pool, B});
-        queue.push({std::max(tight + sigma, e.bound), e.candidate, e.level, true});
+        const std::vector<Kind> restricted = allowed(t, sigma);
+        const Problem problem{restricted, fixed, nodes, c.pool, B};
+        t.tight[j].emplace(problem);
+        t.tight[j]->advance(problem, kFirstTightSteps);
+        push({0, e.candidate, e.level, true});
       }
       continue;
     }
-    const std::vector<Kind> restricted = allowed(tails_of.at(e.candidate), sigma);
+    const std::vector<Kind> restricted = allowed(t, sigma);
     const Problem problem{restricted, fixed, nodes, c.pool, B};
+    if (!exact) {  // its count's bound first: the count's other pairs share it
+      if (!c.lower.done()) {
+        c.lower.finish(Problem{kinds, fixed, nodes, c.pool, B});
+      } else {
+        t.tight[j]->finish(problem);
+      }
+      push(e);
+      continue;
+    }
     auto solution = solve_for_count(problem, e.bound - sigma, best_total * (1 - 1e-12) - sigma, tube, tests);
     if (!solution) continue;
     if (solution->pipelines_ms + sigma < best_total * (1 - 1e-12)) {
