@@ -40,13 +40,24 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
       const int t = devices[static_cast<std::size_t>(s)].degree;
       const int in_flight = std::min(cost.microbatches(), count - s);
       const int last_end = layers - (count - s - 1);
+      const auto holds = [&](int end) {
+        return cost.stage_compute_ms(begin, end, t, r) <= limit && cost.stage_fits(begin, end, t, in_flight, r);
+      };
+      // The stage's compute and memory only grow with its end, so the ends
+      // that hold are those up to the last: galloping, then bisection.
       int end = begin + 1;
-      if (cost.stage_compute_ms(begin, end, t, r) > limit || !cost.stage_fits(begin, end, t, in_flight, r)) {
-        return std::nullopt;
+      if (!holds(end)) return std::nullopt;
+      int fails = last_end + 1;  // the least end known not to hold
+      for (int step = 1; end + step < fails; step *= 2) {
+        if (!holds(end + step)) {
+          fails = end + step;
+          break;
+        }
+        end += step;
       }
-      while (end + 1 <= last_end && cost.stage_compute_ms(begin, end + 1, t, r) <= limit &&
-             cost.stage_fits(begin, end + 1, t, in_flight, r)) {
-        ++end;
+      while (fails - end > 1) {
+        const int mid = end + (fails - end) / 2;
+        (holds(mid) ? end : fails) = mid;
       }
       if (s == count - 1 && end != layers) return std::nullopt;
       stages.push_back({begin, end, t, devices[static_cast<std::size_t>(s)].node, r, t > gpus ? t / gpus : 1});
@@ -70,7 +81,25 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
   return found;
 }
 
+// split_layers, taken from `splits` where it was found before.
+std::optional<std::vector<Stage>> split_kept(const CostModel& cost, const std::vector<Device>& devices, Recompute r,
+                                             BalancedSplits* splits) {
+  if (!splits) return split_layers(cost, devices, r);
+  BalancedSplits::Key key{{}, r, std::min(cost.microbatches(), static_cast<int>(devices.size()))};
+  for (const Device& d : devices) key.devices.emplace_back(d.degree, d.node);
+  auto [it, fresh] = splits->kept.try_emplace(std::move(key));
+  if (fresh) it->second = split_layers(cost, devices, r);
+  return it->second;
+}
+
 }  // namespace
+
+void BalancedSplits::serve(const CostModel& cost) {
+  std::string profile = profile_fingerprint(cost.profile());
+  if (profile == profile_) return;
+  profile_ = std::move(profile);
+  kept.clear();
+}
 
 // A balanced layout: j stages of G/j GPUs on every node (or one stage on
 // every k nodes, at degree k G), layers split by min-max bisection with a
@@ -80,7 +109,7 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
 // node stages fill the rest, first or last. Not optimal; it seeds the
 // exact search with an upper bound whose slowest stage is near the least
 // possible, so the walk down the Pareto front can start near its bottom.
-std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes) {
+std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes, BalancedSplits* splits) {
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
   std::optional<std::vector<Stage>> best;
@@ -89,7 +118,7 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
   // nothing here: the seed recomputes only when every stage must.
   const Recompute r = cost.recompute_choices().front();
   const auto consider = [&](const std::vector<Device>& devices) {
-    auto found = split_layers(cost, devices, r);
+    auto found = split_kept(cost, devices, r, splits);
     if (!found) return;
     const double time = cost.pipeline_ms(*found, cost.microbatches());
     if (time < best_time) {

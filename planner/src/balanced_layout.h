@@ -1,17 +1,48 @@
 // A quick, balanced template layout (balanced_layout.cpp).
 #pragma once
 
+#include <compare>
+#include <map>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "oobleck/planner.h"
 
 namespace oobleck::detail {
 
+// The splits of layers over lists of devices that balanced_layout found,
+// kept from one search to the next at another M: a split depends on M only
+// through the microbatches each stage keeps in flight, min(M, the stages
+// from it on), the same for every M at or above the list's length.
+class BalancedSplits {
+ public:
+  // Readies the splits for searches with `cost`: drops them when they were
+  // found on another profile.
+  void serve(const CostModel& cost);
+
+  // (A list of devices: per stage, its degree and first node.)
+  using Devices = std::vector<std::pair<int, int>>;
+  struct Key {
+    Devices devices;
+    Recompute recompute;
+    int in_flight_cap;  // min(M, stages)
+    friend auto operator<=>(const Key&, const Key&) = default;
+  };
+  std::map<Key, std::optional<std::vector<Stage>>> kept;
+
+ private:
+  std::string profile_;
+};
+
 // j stages of G/j GPUs on every one of `nodes` nodes (or one on every k
 // nodes), layers split evenly by compute within memory; the best such
 // layout over j, or where none fills the nodes with at most a stage a layer,
 // the fewest stages over k nodes beside one a node; nullopt when none fits.
-[[nodiscard]] std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes);
+// With `splits`, the layer splits are taken from there where they were
+// found before, and kept there.
+[[nodiscard]] std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes,
+                                                                BalancedSplits* splits = nullptr);
 
 }  // namespace oobleck::detail

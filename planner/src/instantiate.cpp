@@ -183,6 +183,7 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   // and takes its programme's answers where they hold.
   std::optional<TemplateSet> earlier;
   detail::SolveMemo memo;
+  detail::SearchScratch scratch;
   auto plan_for = [&](int m) {
     CostModel cost(profile, m);
     cost.set_recompute(recompute);
@@ -191,7 +192,8 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
     cost.set_tensor_parallel_nodes(tensor_parallel_nodes);
     cost.set_interleave(interleave);
     ClusterPlan out;
-    out.templates = detail::build_templates_remembering(cost, max_nodes, progress, earlier ? &*earlier : nullptr, memo);
+    out.templates = detail::build_templates_remembering(cost, max_nodes, progress, earlier ? &*earlier : nullptr, memo,
+                                                         &scratch);
     earlier = out.templates;
     ++searches;
     states += out.templates.search_states;

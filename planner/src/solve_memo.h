@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "oobleck/planner.h"
+#include "balanced_layout.h"
+#include "template_search.h"
 
 namespace oobleck::detail {
 
@@ -64,11 +66,19 @@ class SolveMemo {
   std::map<int, std::vector<Answer>> answers_;  // by node count
 };
 
+// What else one search leaves to the next at another M: the value table's
+// memory, and the balanced seeds' layer splits (balanced_layout.h).
+struct SearchScratch {
+  TemplateSearch::Storage table;
+  BalancedSplits splits;
+};
+
 // build_templates, taking the answers in `memo` where they hold and adding
 // this search's: instantiation's rounds over M pass one memo from round to
-// round. Probes near the period floors (templates.cpp) are made only when
-// the memo had nothing for this programme.
+// round, and one scratch. Probes near the period floors (templates.cpp)
+// are made only when the memo had nothing for this programme.
 [[nodiscard]] TemplateSet build_templates_remembering(const CostModel& cost, int max_nodes, const Progress& progress,
-                                                      const TemplateSet* earlier, SolveMemo& memo);
+                                                      const TemplateSet* earlier, SolveMemo& memo,
+                                                      SearchScratch* scratch = nullptr);
 
 }  // namespace oobleck::detail

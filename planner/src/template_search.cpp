@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cassert>
 #include <string>
+#include <utility>
 
 namespace oobleck::detail {
 namespace {
@@ -50,8 +51,9 @@ constexpr std::int64_t kRowsWorthThreads = 5000;
 
 }  // namespace
 
-TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
-    : layers_(cost.layers()), gpus_(cost.gpus_per_node()), max_gpus_(max_nodes * cost.gpus_per_node()) {
+TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* storage)
+    : layers_(cost.layers()), gpus_(cost.gpus_per_node()), max_gpus_(max_nodes * cost.gpus_per_node()),
+      storage_(storage) {
   for (int t : cost.degrees()) {
     for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
   }
@@ -120,7 +122,13 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
                      std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
                      " MiB; lower --max-nodes or profile coarser layers");
   }
-  value_ = std::make_unique_for_overwrite<double[]>(rows * (layers_ + 1));
+  value_size_ = rows * (layers_ + 1);
+  if (storage_ && storage_->size >= value_size_) {
+    value_ = std::move(storage_->values);
+    value_size_ = std::exchange(storage_->size, 0);
+  } else {
+    value_ = std::make_unique_for_overwrite<double[]>(value_size_);
+  }
   alive_lo_.assign(rows, layers_ + 1);
   alive_hi_.assign(rows, -1);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
@@ -130,7 +138,12 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes)
   }
 }
 
-TemplateSearch::~TemplateSearch() = default;
+TemplateSearch::~TemplateSearch() {
+  if (storage_ && value_size_ > storage_->size) {
+    storage_->values = std::move(value_);
+    storage_->size = value_size_;
+  }
+}
 
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {

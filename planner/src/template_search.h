@@ -20,7 +20,16 @@ namespace oobleck::detail {
 // Reusable: solve() at one bound after another on the same tables.
 class TemplateSearch {
  public:
-  TemplateSearch(const CostModel& cost, int max_nodes);
+  // The value table's memory, handed from one search to the next (its
+  // pages are written once, not faulted in again by every search): a
+  // search takes it when it is large enough and hands it back when done.
+  // What it holds is never read, only overwritten (value_).
+  struct Storage {
+    std::unique_ptr<double[]> values;
+    std::size_t size = 0;
+  };
+
+  TemplateSearch(const CostModel& cost, int max_nodes, Storage* storage = nullptr);
   ~TemplateSearch();
   TemplateSearch(const TemplateSearch&) = delete;
   TemplateSearch& operator=(const TemplateSearch&) = delete;
@@ -148,6 +157,8 @@ class TemplateSearch {
   // this solve's, and among them a layer no layout reaches is infinite.
   // Never filled as a whole: a page of it costs a fault only once written.
   std::unique_ptr<double[]> value_;
+  std::size_t value_size_ = 0;
+  Storage* storage_;  // where value_ goes back to, if anywhere
   std::vector<int> alive_lo_, alive_hi_;  // per row: the layers this solve wrote
   // This solve's choices by state: every node count's answer shares them.
   mutable std::unordered_map<std::size_t, Choice> choices_;

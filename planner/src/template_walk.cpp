@@ -26,11 +26,12 @@ void keep_if_faster(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
 
 // A walk per node count 0..searched (0 never active), each with the balanced
 // layout as its best so far.
-std::vector<Walk> seeded_walks(const CostModel& cost, int searched) {
+std::vector<Walk> seeded_walks(const CostModel& cost, int searched, BalancedSplits* splits) {
   std::vector<Walk> walk(searched + 1);
   walk[0].active = false;
+  if (splits) splits->serve(cost);
   for (int n = 1; n <= searched; ++n) {
-    if (auto seed = balanced_layout(cost, n)) keep_if_faster(walk[n], std::move(*seed), cost);
+    if (auto seed = balanced_layout(cost, n, splits)) keep_if_faster(walk[n], std::move(*seed), cost);
   }
   return walk;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "oobleck/planner.h"
+#include "balanced_layout.h"
 
 namespace oobleck::detail {
 
@@ -32,8 +33,8 @@ struct Walk {
 };
 
 // A walk per node count 0..searched (0 never active), each with the balanced
-// layout as its best so far.
-std::vector<Walk> seeded_walks(const CostModel& cost, int searched);
+// layout as its best so far (its layer splits kept in `splits`, if given).
+std::vector<Walk> seeded_walks(const CostModel& cost, int searched, BalancedSplits* splits = nullptr);
 
 // Offers the walk another starting layout on its node count (a template
 // searched at another M): kept as its best where it fits in memory at this

@@ -142,7 +142,7 @@ TemplateSet build_templates(const CostModel& cost, int max_nodes, const Progress
 }
 
 TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_nodes, const Progress& progress,
-                                                const TemplateSet* earlier, SolveMemo& memo) {
+                                                const TemplateSet* earlier, SolveMemo& memo, SearchScratch* scratch) {
   if (max_nodes < 1) throw InputError("max-nodes: expected at least 1, got " + std::to_string(max_nodes));
   TemplateSet set;
   set.microbatches = cost.microbatches();
@@ -151,9 +151,9 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
   const int searched = static_cast<int>(
       std::min<std::int64_t>(max_nodes, std::int64_t{cost.layers()} * cost.tensor_parallel_nodes()));
   const int gpus = cost.gpus_per_node();
-  TemplateSearch search(cost, searched);  // (first: it refuses tables too large)
+  TemplateSearch search(cost, searched, scratch ? &scratch->table : nullptr);  // (first: it refuses tables too large)
   detail::PeriodFloor mu_floors(cost);
-  std::vector<Walk> walk = seeded_walks(cost, searched);
+  std::vector<Walk> walk = seeded_walks(cost, searched, scratch ? &scratch->splits : nullptr);
   const bool answered = memo.serve(cost);
   if (earlier) {
     for (const PipelineTemplate& t : earlier->templates) {
