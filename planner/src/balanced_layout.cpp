@@ -33,6 +33,15 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
   const int gpus = cost.gpus_per_node();
   const int count = static_cast<int>(devices.size());
   if (count == 0 || count > layers) return std::nullopt;
+  if (count == layers) {  // a layer a stage, the only split: what the bisection below ends with, if anything
+    std::vector<Stage> stages;
+    for (int s = 0; s < count; ++s) {
+      const int t = devices[static_cast<std::size_t>(s)].degree;
+      if (!cost.stage_fits(s, s + 1, t, std::min(cost.microbatches(), count - s), r)) return std::nullopt;
+      stages.push_back({s, s + 1, t, devices[static_cast<std::size_t>(s)].node, r, t > gpus ? t / gpus : 1});
+    }
+    return stages;
+  }
   auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
     std::vector<Stage> stages;
     int begin = 0;

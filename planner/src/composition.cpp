@@ -54,6 +54,7 @@
 #include <map>
 #include <optional>
 #include <queue>
+#include <tuple>
 
 #include "node_counts.h"
 #include "pipeline_kinds.h"
@@ -318,9 +319,19 @@ std::optional<Solution> solve_for_count(const Problem& problem, double lower_bou
 
 }  // namespace
 
+bool TailMemo::Less::operator()(const std::vector<Stage>& a, const std::vector<Stage>& b) const {
+  const auto key = [](const Stage& s) {
+    return std::tuple(s.layer_begin, s.layer_end, s.gpus, s.node, s.recompute, s.node_span);
+  };
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                      [&](const Stage& x, const Stage& y) { return key(x) < key(y); });
+}
+
+std::vector<double>& TailMemo::of(const std::vector<Stage>& stages) { return kept_[stages]; }
+
 std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates, int nodes,
                                             int min_pipelines, int global_microbatches,
-                                            const std::vector<int>& fixed_sizes) {
+                                            const std::vector<int>& fixed_sizes, TailMemo* tails) {
   const int B = global_microbatches;
   int largest_fixed = 0;
   for (int size : fixed_sizes) largest_fixed = std::max(largest_fixed, size);
@@ -400,13 +411,26 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     queue.push(e);
   };
   for (std::size_t i = 0; i < candidates.size(); ++i) push({0, i, -1, false});
-  // Each kind's tail, gathered once and priced at each count that needs it.
+  // Each kind's tail at a pipeline count: from the memo where it was priced
+  // before, else gathered once (at the first count that needs it) and priced.
   std::vector<std::optional<CostModel::Tail>> kind_tails(kinds.size());
-  for (std::size_t i = 0; i < kinds.size(); ++i) {
-    if (fixed[i] > 0 || kinds[i].nodes <= nodes) {
-      kind_tails[i] = cost.iteration_tail(templates.find(kinds[i].nodes)->stages);
-    }
+  std::vector<std::vector<double>*> kept_tails(kinds.size(), nullptr);
+  for (std::size_t i = 0; tails && i < kinds.size(); ++i) {
+    kept_tails[i] = &tails->of(templates.find(kinds[i].nodes)->stages);
   }
+  const auto tail_of = [&](std::size_t i, int pipelines) {
+    if (fixed[i] == 0 && kinds[i].nodes > nodes) return kInfinity;
+    std::vector<double>* kept = kept_tails[i];
+    const auto at = static_cast<std::size_t>(pipelines);
+    if (kept && at < kept->size() && !std::isnan((*kept)[at])) return (*kept)[at];
+    if (!kind_tails[i]) kind_tails[i] = cost.iteration_tail(templates.find(kinds[i].nodes)->stages);
+    const double tail = kind_tails[i]->ms(pipelines);
+    if (kept) {
+      if (kept->size() <= at) kept->resize(at + 1, std::numeric_limits<double>::quiet_NaN());
+      (*kept)[at] = tail;
+    }
+    return tail;
+  };
   // The kinds a threshold allows: the others get no capacity.
   auto allowed = [&](const Tails& t, double sigma) {
     std::vector<Kind> out = kinds;
@@ -449,7 +473,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       Tails& t = tails_of[e.candidate];
       double floor = 0;  // the fixed pipelines' tails are there regardless
       for (std::size_t i = 0; i < kinds.size(); ++i) {
-        t.of_kind.push_back(kind_tails[i] ? kind_tails[i]->ms(c.pool + fixed_count) : kInfinity);
+        t.of_kind.push_back(tail_of(i, c.pool + fixed_count));
         if (fixed[i] > 0) floor = std::max(floor, t.of_kind.back());
       }
       for (double tail : t.of_kind) {
@@ -502,10 +526,13 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
 }
 
 std::optional<Composition> best_composition_on_most_nodes(const CostModel& cost, const TemplateSet& templates,
-                                                          int nodes, int min_pipelines, int global_microbatches) {
+                                                          int nodes, int min_pipelines, int global_microbatches,
+                                                          TailMemo* tails) {
   for (int m = usable_nodes(templates, nodes, min_pipelines, global_microbatches);
        m >= 1 && may_take(templates, m, global_microbatches); --m) {
-    if (auto composition = best_composition(cost, templates, m, min_pipelines, global_microbatches)) return composition;
+    if (auto composition = best_composition(cost, templates, m, min_pipelines, global_microbatches, {}, tails)) {
+      return composition;
+    }
   }
   return std::nullopt;
 }

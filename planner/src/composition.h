@@ -29,13 +29,34 @@ struct Composition {
 // Largest pipeline count formable from at most `nodes` nodes, at most `limit`.
 [[nodiscard]] int most_pipelines(const TemplateSet& templates, int nodes, int limit);
 
+// Templates' iteration tails (CostModel::iteration_tail_ms) at the
+// pipeline counts a search priced them at, kept for the next search: a tail
+// depends on the template's stages and on the cost model's synchronisation
+// and optimizer, not on M, and instantiation's rounds over M search
+// templates that are mostly the same (GPT-3 175B on 2,048 nodes at K = 2:
+// 93, then 179, of 192). One memo serves searches with one profile and
+// one synchronisation only.
+class TailMemo {
+ public:
+  // The kept tails of `stages` by pipeline count; NaN where not priced yet.
+  [[nodiscard]] std::vector<double>& of(const std::vector<Stage>& stages);
+
+ private:
+  struct Less {
+    bool operator()(const std::vector<Stage>& a, const std::vector<Stage>& b) const;
+  };
+  std::map<std::vector<Stage>, std::vector<double>, Less> kept_;
+};
+
 // The composition of exactly `nodes` nodes into pipelines that, next to the
 // pipelines of `fixed_sizes` (there regardless, their nodes not counted in
 // `nodes`), makes at least `min_pipelines` pipelines and minimises the
-// iteration time; nullopt when none exists.
+// iteration time; nullopt when none exists. Tails are taken from and kept
+// in `tails`, if given.
 [[nodiscard]] std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates,
                                                           int nodes, int min_pipelines, int global_microbatches,
-                                                          const std::vector<int>& fixed_sizes = {});
+                                                          const std::vector<int>& fixed_sizes = {},
+                                                          TailMemo* tails = nullptr);
 
 // The most nodes, at most `nodes`, that some composition with at least
 // `min_pipelines` pipelines (and at most `global_microbatches`) uses; 0 if none.
@@ -46,7 +67,8 @@ struct Composition {
 // microbatches may rule out the largest node counts); nullopt when none.
 [[nodiscard]] std::optional<Composition> best_composition_on_most_nodes(const CostModel& cost,
                                                                        const TemplateSet& templates, int nodes,
-                                                                       int min_pipelines, int global_microbatches);
+                                                                       int min_pipelines, int global_microbatches,
+                                                                       TailMemo* tails = nullptr);
 
 // False when no composition of at most `nodes` nodes can take B microbatches
 // within the templates' memory limits on microbatches (a quick bound).

@@ -98,8 +98,11 @@ std::string wider_stages_hint(const CostModel& cost) {
 
 }  // namespace
 
-Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
-                 int fault_tolerance, int global_microbatches) {
+namespace {
+
+// instantiate, its compositions' tails taken from and kept in `tails`.
+Plan instantiate_remembering(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
+                             int fault_tolerance, int global_microbatches, detail::TailMemo* tails) {
   detail::check_node_names(nodes, "nodes");
   const int count = static_cast<int>(nodes.size());
   if (count < 1) throw InputError("nodes: expected at least one node");
@@ -114,7 +117,8 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
                       " nodes, so no plan exists" + wider_stages_hint(cost));
   }
   const int needed = fault_tolerance + 1;
-  const auto composition = detail::best_composition_on_most_nodes(cost, templates, count, needed, global_microbatches);
+  const auto composition =
+      detail::best_composition_on_most_nodes(cost, templates, count, needed, global_microbatches, tails);
   if (!composition) {
     const int smallest = templates.min_nodes();
     std::ostringstream why;
@@ -139,6 +143,13 @@ Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std:
   }
   std::vector<std::string> spare(nodes.begin() + static_cast<std::ptrdiff_t>(next), nodes.end());
   return detail::plan_from(cost, templates, *composition, groups, std::move(spare), fault_tolerance);
+}
+
+}  // namespace
+
+Plan instantiate(const CostModel& cost, const TemplateSet& templates, const std::vector<std::string>& nodes,
+                 int fault_tolerance, int global_microbatches) {
+  return instantiate_remembering(cost, templates, nodes, fault_tolerance, global_microbatches, nullptr);
 }
 
 namespace {
@@ -184,6 +195,7 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
   std::optional<TemplateSet> earlier;
   detail::SolveMemo memo;
   detail::SearchScratch scratch;
+  detail::TailMemo tails;  // (the rounds share the profile and the synchronisation)
   auto plan_for = [&](int m) {
     CostModel cost(profile, m);
     cost.set_recompute(recompute);
@@ -197,7 +209,7 @@ ClusterPlan plan_whole_nodes(const Profile& profile, const std::vector<std::stri
     earlier = out.templates;
     ++searches;
     states += out.templates.search_states;
-    out.plan = instantiate(cost, out.templates, nodes, fault_tolerance, global_microbatches);
+    out.plan = instantiate_remembering(cost, out.templates, nodes, fault_tolerance, global_microbatches, &tails);
     return out;
   };
   auto counted = [&](ClusterPlan out) {
