@@ -28,7 +28,12 @@ std::vector<Device> devices_of(int t, int gpus, int first, int count) {
 
 // The layers over `devices` by min-max bisection of the largest stage's
 // compute, with a greedy that respects memory; none where nothing fits.
-std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std::vector<Device>& devices, Recompute r) {
+// The greedy sees the limit only through comparisons with stages' compute,
+// so once no stage's compute (`splits`' breakpoints) lies between the
+// bisection's ends, every limit left gives the layout it has: the
+// bisection stops there with the same layout as at its end.
+std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std::vector<Device>& devices, Recompute r,
+                                               BalancedSplits& splits) {
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
   const int count = static_cast<int>(devices.size());
@@ -78,7 +83,18 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
   for (const Device& d : devices) hi = std::max(hi, cost.stage_compute_ms(0, layers, d.degree, r));
   auto found = greedy(hi);
   if (!found) return std::nullopt;
-  for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi; ++iteration) {
+  std::vector<const std::vector<double>*> breakpoints;
+  for (const Device& d : devices) {
+    const auto* b = &splits.breakpoints(cost, d.degree, r);
+    if (std::find(breakpoints.begin(), breakpoints.end(), b) == breakpoints.end()) breakpoints.push_back(b);
+  }
+  const auto some_between = [&](double a, double b) {  // a stage's compute in (a, b]
+    return std::any_of(breakpoints.begin(), breakpoints.end(), [&](const std::vector<double>* values) {
+      const auto it = std::upper_bound(values->begin(), values->end(), a);
+      return it != values->end() && *it <= b;
+    });
+  };
+  for (int iteration = 0; iteration < 60 && hi - lo > 1e-9 * hi && some_between(lo, hi); ++iteration) {
     const double mid = lo + (hi - lo) / 2;
     if (auto stages = greedy(mid)) {
       found = std::move(stages);
@@ -92,12 +108,11 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
 
 // split_layers, taken from `splits` where it was found before.
 std::optional<std::vector<Stage>> split_kept(const CostModel& cost, const std::vector<Device>& devices, Recompute r,
-                                             BalancedSplits* splits) {
-  if (!splits) return split_layers(cost, devices, r);
+                                             BalancedSplits& splits) {
   BalancedSplits::Key key{{}, r, std::min(cost.microbatches(), static_cast<int>(devices.size()))};
   for (const Device& d : devices) key.devices.emplace_back(d.degree, d.node);
-  auto [it, fresh] = splits->kept.try_emplace(std::move(key));
-  if (fresh) it->second = split_layers(cost, devices, r);
+  auto [it, fresh] = splits.kept.try_emplace(std::move(key));
+  if (fresh) it->second = split_layers(cost, devices, r, splits);
   return it->second;
 }
 
@@ -108,6 +123,20 @@ void BalancedSplits::serve(const CostModel& cost) {
   if (profile == profile_) return;
   profile_ = std::move(profile);
   kept.clear();
+  breakpoints_.clear();
+}
+
+const std::vector<double>& BalancedSplits::breakpoints(const CostModel& cost, int degree, Recompute r) {
+  auto [it, fresh] = breakpoints_.try_emplace({degree, r});
+  if (fresh) {
+    std::vector<double>& values = it->second;
+    for (int begin = 0; begin < cost.layers(); ++begin) {
+      for (int end = begin + 1; end <= cost.layers(); ++end) values.push_back(cost.stage_compute_ms(begin, end, degree, r));
+    }
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+  }
+  return it->second;
 }
 
 // A balanced layout: j stages of G/j GPUs on every node (or one stage on
@@ -118,7 +147,7 @@ void BalancedSplits::serve(const CostModel& cost) {
 // node stages fill the rest, first or last. Not optimal; it seeds the
 // exact search with an upper bound whose slowest stage is near the least
 // possible, so the walk down the Pareto front can start near its bottom.
-std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes, BalancedSplits* splits) {
+std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes, BalancedSplits& splits) {
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
   std::optional<std::vector<Stage>> best;
@@ -135,7 +164,11 @@ std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nod
       best = std::move(found);
     }
   };
-  for (int t : cost.degrees()) consider(devices_of(t, gpus, 0, nodes));
+  for (int t : cost.degrees()) {
+    // (More stages than layers split nothing: not even listed.)
+    const bool few = t > gpus ? nodes / (t / gpus) <= layers : static_cast<long long>(nodes) * (gpus / t) <= layers;
+    if (few) consider(devices_of(t, gpus, 0, nodes));
+  }
   if (best) return best;
   for (int wide : cost.degrees()) {
     if (wide <= gpus) continue;

@@ -22,6 +22,10 @@ class BalancedSplits {
   // found on another profile.
   void serve(const CostModel& cost);
 
+  // Every stage's compute at `degree` (stage_compute_ms of every [begin,
+  // end)), sorted and distinct: where the splits' bisections may stop.
+  [[nodiscard]] const std::vector<double>& breakpoints(const CostModel& cost, int degree, Recompute r);
+
   // (A list of devices: per stage, its degree and first node.)
   using Devices = std::vector<std::pair<int, int>>;
   struct Key {
@@ -34,15 +38,16 @@ class BalancedSplits {
 
  private:
   std::string profile_;
+  std::map<std::pair<int, Recompute>, std::vector<double>> breakpoints_;
 };
 
 // j stages of G/j GPUs on every one of `nodes` nodes (or one on every k
 // nodes), layers split evenly by compute within memory; the best such
 // layout over j, or where none fills the nodes with at most a stage a layer,
 // the fewest stages over k nodes beside one a node; nullopt when none fits.
-// With `splits`, the layer splits are taken from there where they were
-// found before, and kept there.
+// The layer splits are taken from `splits` where they were found before,
+// and kept there (serve() it first).
 [[nodiscard]] std::optional<std::vector<Stage>> balanced_layout(const CostModel& cost, int nodes,
-                                                                BalancedSplits* splits = nullptr);
+                                                                BalancedSplits& splits);
 
 }  // namespace oobleck::detail
