@@ -55,6 +55,19 @@ class CountSets {
 }  // namespace
 
 CountSet counts_for(const TemplateSet& templates, int nodes, int max_count) {
+  const int n_min = templates.min_nodes();
+  const int n_max = templates.templates.empty() ? 0 : templates.templates.back().nodes;
+  if (!templates.templates.empty() && static_cast<int>(templates.templates.size()) == n_max - n_min + 1) {
+    // Every size in [n_min, n_max]: c pipelines make exactly the node
+    // counts in [c n_min, c n_max] (usable_nodes below).
+    CountSet out(static_cast<std::size_t>(max_count) / 64 + 1, 0);
+    for (int c = nodes == 0 ? 0 : 1; c <= max_count; ++c) {
+      if (static_cast<long long>(c) * n_min <= nodes && nodes <= static_cast<long long>(c) * n_max) {
+        out[static_cast<std::size_t>(c) / 64] |= std::uint64_t{1} << (static_cast<unsigned>(c) % 64);
+      }
+    }
+    return out;
+  }
   CountSet out;
   CountSets(templates, max_count).run(nodes, [&](int m, const std::vector<std::uint64_t>& bits) {
     if (m == nodes) out = bits;
