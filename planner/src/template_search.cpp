@@ -330,16 +330,18 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   // wait). Widening the range makes the layers it passes over infinite.
   auto improve = [&](int l, double v) {
     if (!(v < round_trip_limit)) return;
+    if (l >= out_lo && l <= out_hi) {
+      if (v < out[l]) out[l] = v;
+      return;
+    }
     if (out_lo > out_hi) {
       out_lo = out_hi = l;
     } else if (l < out_lo) {
-      std::fill(out + l + 1, out + out_lo, kInfinity);
+      for (int j = l + 1; j < out_lo; ++j) out[j] = kInfinity;  // (mostly none: l descends)
       out_lo = l;
-    } else if (l > out_hi) {
-      std::fill(out + out_hi + 1, out + l, kInfinity);
+    } else {
+      for (int j = out_hi + 1; j < l; ++j) out[j] = kInfinity;
       out_hi = l;
-    } else if (!(v < out[l])) {
-      return;
     }
     out[l] = v;
   };
