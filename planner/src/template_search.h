@@ -24,8 +24,14 @@ class TemplateSearch {
   // pages are written once, not faulted in again by every search): a
   // search takes it when it is large enough and hands it back when done.
   // What it holds is never read, only overwritten (value_).
+  // (Freed with std::free: allocated aligned to huge pages, see
+  // template_search.cpp.)
+  struct FreeValues {
+    void operator()(double* values) const;
+  };
+  using Values = std::unique_ptr<double[], FreeValues>;
   struct Storage {
-    std::unique_ptr<double[]> values;
+    Values values;
     std::size_t size = 0;
   };
 
@@ -156,7 +162,7 @@ class TemplateSearch {
   // Per row, its layers' values; only those in [alive_lo_, alive_hi_] are
   // this solve's, and among them a layer no layout reaches is infinite.
   // Never filled as a whole: a page of it costs a fault only once written.
-  std::unique_ptr<double[]> value_;
+  Values value_;
   std::size_t value_size_ = 0;
   Storage* storage_;  // where value_ goes back to, if anywhere
   std::vector<int> alive_lo_, alive_hi_;  // per row: the layers this solve wrote
