@@ -109,6 +109,7 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
 // split_layers, taken from `splits` where it was found before.
 std::optional<std::vector<Stage>> split_kept(const CostModel& cost, const std::vector<Device>& devices, Recompute r,
                                              BalancedSplits& splits) {
+  if (!splits.keeps()) return split_layers(cost, devices, r, splits);
   BalancedSplits::Key key{{}, r, std::min(cost.microbatches(), static_cast<int>(devices.size()))};
   for (const Device& d : devices) key.devices.emplace_back(d.degree, d.node);
   auto [it, fresh] = splits.kept.try_emplace(std::move(key));

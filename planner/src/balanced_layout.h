@@ -18,6 +18,10 @@ namespace oobleck::detail {
 // from it on), the same for every M at or above the list's length.
 class BalancedSplits {
  public:
+  // Without `keep`, no split is kept (a single search: each list of
+  // devices is split once), only the breakpoints.
+  explicit BalancedSplits(bool keep = true) : keep_(keep) {}
+
   // Readies the splits for searches with `cost`: drops them when they were
   // found on another profile.
   void serve(const CostModel& cost);
@@ -35,8 +39,10 @@ class BalancedSplits {
     friend auto operator<=>(const Key&, const Key&) = default;
   };
   std::map<Key, std::optional<std::vector<Stage>>> kept;
+  [[nodiscard]] bool keeps() const { return keep_; }
 
  private:
+  bool keep_;
   std::string profile_;
   std::map<std::pair<int, Recompute>, std::vector<double>> breakpoints_;
 };

@@ -100,6 +100,7 @@ struct Problem {
   int nodes;
   int pool;
   int B;
+  std::int64_t* evaluations = nullptr;  // counts relaxed_capacity's (the search's work)
 
   // Microbatches the fixed pipelines take within tau; -1 if one cannot run.
   [[nodiscard]] int fixed_capacity(double tau) const {
@@ -120,6 +121,7 @@ struct Problem {
 // Linear relaxation: the most microbatches the pool could take within tau
 // when its pipeline counts may be fractional, plus the fixed pipelines.
 [[nodiscard]] double relaxed_capacity(const Problem& problem, double tau) {
+  if (problem.evaluations) ++*problem.evaluations;
   const int fixed = problem.fixed_capacity(tau);
   if (fixed < 0) return -kInfinity;
   if (problem.pool == 0) return problem.nodes == 0 ? fixed : -kInfinity;
@@ -358,11 +360,11 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     double sync_ms;      // a lower bound on every template's tail
   };
   std::vector<Candidate> candidates;
-  std::int64_t tests = 0;  // relaxed bounds and feasibility tests
+  // The search's work: the relaxation's evaluations and the feasibility tests.
+  std::int64_t evaluations = 0, tests = 0;
   for (int p = pool_min; p <= pool_limit; ++p) {
     if (!has(reach, p) || p + fixed_count == 0) continue;
-    ++tests;
-    const Problem problem{kinds, fixed, nodes, p, B};
+    const Problem problem{kinds, fixed, nodes, p, B, &evaluations};
     if (relaxed_fits(problem)) {
       RelaxedBound lower(problem);
       lower.advance(problem, kFirstCountSteps);
@@ -449,7 +451,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     while (lo < hi) {
       const int mid = lo + (hi - lo) / 2;
       const std::vector<Kind> restricted = allowed(t, t.levels[static_cast<std::size_t>(mid)]);
-      if (relaxed_fits(Problem{restricted, fixed, nodes, candidates[candidate].pool, B})) {
+      if (relaxed_fits(Problem{restricted, fixed, nodes, candidates[candidate].pool, B, &evaluations})) {
         hi = mid;
       } else {
         lo = mid + 1;
@@ -489,10 +491,9 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     const auto j = static_cast<std::size_t>(e.level);
     const double sigma = t.levels[j];
     if (!e.tight) {
-      ++tests;
       if (fits_from(e.candidate) <= e.level) {
         const std::vector<Kind> restricted = allowed(t, sigma);
-        const Problem problem{restricted, fixed, nodes, c.pool, B};
+        const Problem problem{restricted, fixed, nodes, c.pool, B, &evaluations};
         t.tight[j].emplace(problem);
         t.tight[j]->advance(problem, kFirstTightSteps);
         push({0, e.candidate, e.level, true});
@@ -500,10 +501,10 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
       continue;
     }
     const std::vector<Kind> restricted = allowed(t, sigma);
-    const Problem problem{restricted, fixed, nodes, c.pool, B};
+    const Problem problem{restricted, fixed, nodes, c.pool, B, &evaluations};
     if (!exact) {  // its count's bound first: the count's other pairs share it
       if (!c.lower.done()) {
-        c.lower.finish(Problem{kinds, fixed, nodes, c.pool, B});
+        c.lower.finish(Problem{kinds, fixed, nodes, c.pool, B, &evaluations});
       } else {
         t.tight[j]->finish(problem);
       }
@@ -521,7 +522,7 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   std::vector<int> sizes = fixed_sizes;
   for (std::size_t i = 0; i < kinds.size(); ++i) sizes.insert(sizes.end(), (*best_counts)[i], kinds[i].nodes);
   Composition out = evaluate_composition(cost, templates, std::move(sizes), B);
-  out.tests = tests;
+  out.steps = evaluations + tests;
   return out;
 }
 

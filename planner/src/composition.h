@@ -18,7 +18,7 @@ struct Composition {
   std::vector<Milliseconds> pipeline_ms;  // each pipeline's passes, played
   Milliseconds sync_ms = 0;       // iteration_ms - pipelines_ms
   Milliseconds iteration_ms = 0;  // the synchronised iteration (synced_iteration.h)
-  std::int64_t tests = 0;         // the search's relaxed bounds and feasibility tests (work)
+  std::int64_t steps = 0;  // the search's work: evaluations of its relaxations and feasibility tests
 };
 
 // The integer split of `global_microbatches` (each pipeline at least one, at

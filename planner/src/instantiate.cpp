@@ -38,7 +38,7 @@ Plan plan_from(const CostModel& cost, const TemplateSet& templates, const Compos
   plan.pipelines_ms = composition.pipelines_ms;
   plan.sync_ms = composition.sync_ms;
   plan.iteration_ms = composition.iteration_ms;
-  plan.composition_tests = composition.tests;
+  plan.composition_steps = composition.steps;
   plan.spare_nodes = std::move(spare);
   plan.profile_fingerprint = profile_fingerprint(cost.profile());
   for (std::size_t i = 0; i < composition.template_nodes.size(); ++i) {

@@ -29,9 +29,9 @@ void keep_if_faster(Walk& w, std::vector<Stage> stages, const CostModel& cost) {
 std::vector<Walk> seeded_walks(const CostModel& cost, int searched, BalancedSplits* splits) {
   std::vector<Walk> walk(searched + 1);
   walk[0].active = false;
-  BalancedSplits own;  // (where no one keeps them for later searches)
+  BalancedSplits own(false);  // (where no one keeps them for later searches)
   BalancedSplits& kept = splits ? *splits : own;
-  kept.serve(cost);
+  if (splits) splits->serve(cost);
   for (int n = 1; n <= searched; ++n) {
     if (auto seed = balanced_layout(cost, n, kept)) keep_if_faster(walk[n], std::move(*seed), cost);
   }

@@ -92,7 +92,7 @@ void BM_Instantiate(benchmark::State& state) {
   }
   state.counters["iteration_ms"] = plan.iteration_ms;
   state.counters["pipelines"] = static_cast<double>(plan.pipelines.size());
-  state.counters["work_composition_tests"] = static_cast<double>(plan.composition_tests);
+  state.counters["work_composition_steps"] = static_cast<double>(plan.composition_steps);
 }
 BENCHMARK(BM_Instantiate)->Arg(2048)->Unit(benchmark::kMillisecond);
 
@@ -108,7 +108,7 @@ void BM_PlanCluster(benchmark::State& state) {
   state.counters["M"] = result.plan.template_microbatches;
   state.counters["work_template_searches"] = result.template_searches;
   state.counters["work_dp_states"] = static_cast<double>(result.template_states);
-  state.counters["work_composition_tests"] = static_cast<double>(result.plan.composition_tests);
+  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
 }
 BENCHMARK(BM_PlanCluster)->Arg(2048)->Unit(benchmark::kMillisecond);
 
@@ -127,7 +127,7 @@ void BM_Reconfigure(benchmark::State& state) {
   state.counters["layer_copies"] = static_cast<double>(result.transfers.size());
   state.counters["copy_GiB"] = static_cast<double>(result.copy_bytes) / (1 << 30);
   state.counters["iteration_ms"] = result.plan.iteration_ms;
-  state.counters["work_composition_tests"] = static_cast<double>(result.plan.composition_tests);
+  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
 }
 BENCHMARK(BM_Reconfigure)->Args({2048, 0})->Args({2048, 1})->Unit(benchmark::kMillisecond);
 

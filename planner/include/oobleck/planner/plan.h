@@ -47,9 +47,10 @@ struct Plan {
   std::vector<Pipeline> pipelines;
   std::vector<std::string> spare_nodes;  // nodes no template combination could use
   std::string profile_fingerprint;       // of the profile it was made from
-  // Feasibility tests the composition search made for this plan (work, for
-  // the benchmarks; not part of the plan's file).
-  std::int64_t composition_tests = 0;
+  // The composition search's evaluations of its linear relaxations and
+  // feasibility tests for this plan (work, for the benchmarks; not part of
+  // the plan's file).
+  std::int64_t composition_steps = 0;
 };
 
 // Uses all nodes in at least f+1 pipelines (fewer nodes only when no
