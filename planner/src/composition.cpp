@@ -183,8 +183,24 @@ class RelaxedBound {
  public:
   explicit RelaxedBound(const Problem& problem) : need_(relaxed_need(problem)) {
     const RelaxedRange range = *relaxed_range(problem);
-    lo_ = range.lo;
-    hi_ = range.hi;
+    lo_ = start_lo_ = range.lo;
+    hi_ = start_hi_ = range.hi;
+  }
+  // Takes the steps `other` (of another problem, from the same range, not
+  // started here yet) took, where this problem's t* lies between other's
+  // ends: every one of its midpoints then lies on the same side of both
+  // t*s, so this bisection would take the very same steps. Two
+  // evaluations instead of other's steps; whether it took them.
+  bool follow(const Problem& problem, const RelaxedBound& other) {
+    if (iteration_ > 0 || other.iteration_ == 0 || other.start_lo_ != start_lo_ || other.start_hi_ != start_hi_ ||
+        other.need_ != need_) {
+      return false;
+    }
+    if (!(relaxed_capacity(problem, other.lo_) < need_) || relaxed_capacity(problem, other.hi_) < need_) return false;
+    lo_ = other.lo_;
+    hi_ = other.hi_;
+    iteration_ = other.iteration_;
+    return true;
   }
   // Up to `steps` more steps, each evaluating the relaxation.
   void advance(const Problem& problem, int steps) {
@@ -236,6 +252,7 @@ class RelaxedBound {
   }
 
   double need_, lo_ = 0, hi_ = 0;
+  double start_lo_ = 0, start_hi_ = 0;
   int iteration_ = 0;
 };
 
@@ -366,8 +383,12 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
     if (!has(reach, p) || p + fixed_count == 0) continue;
     const Problem problem{kinds, fixed, nodes, p, B, &evaluations};
     if (relaxed_fits(problem)) {
+      // (Neighbouring counts' relaxations take B at nearly the same time,
+      // so a count mostly takes its neighbour's first steps.)
       RelaxedBound lower(problem);
-      lower.advance(problem, kFirstCountSteps);
+      if (candidates.empty() || !lower.follow(problem, candidates.back().lower)) {
+        lower.advance(problem, kFirstCountSteps);
+      }
       candidates.push_back({p, lower, cost.sync_tail_lower_bound_ms(p + fixed_count)});
     }
   }
