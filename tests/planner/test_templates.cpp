@@ -2,11 +2,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "oobleck/planner.h"
 #include "reference.h"
+#include "composition.h"
 #include "solve_memo.h"
 #include "template_search.h"
 
@@ -418,6 +421,72 @@ TEST_CASE("templates searched after a search at another M, taking its seeds and 
   CHECK(solves_remembering < solves_seeded / 2);
   CHECK(optimality.least >= optimality.compared * 99 / 100);
   CHECK(optimality.worst_gap < 0.1);
+}
+
+namespace {
+
+// Two template sets equal bit for bit: the same node counts, stages and times.
+void check_same_templates(const TemplateSet& a, const TemplateSet& b) {
+  REQUIRE(a.templates.size() == b.templates.size());
+  for (std::size_t i = 0; i < a.templates.size(); ++i) {
+    CHECK(a.templates[i].nodes == b.templates[i].nodes);
+    CHECK(a.templates[i].stages == b.templates[i].stages);
+    CHECK(a.templates[i].first_microbatch_ms == b.templates[i].first_microbatch_ms);
+    CHECK(a.templates[i].bottleneck_ms == b.templates[i].bottleneck_ms);
+    CHECK(a.templates[i].max_microbatches == b.templates[i].max_microbatches);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("rounds over M that share a scratch and the templates' tails search and compose as rounds without them") {
+  // Instantiation's rounds pass a SearchScratch (the value table, never
+  // filled, and the balanced seeds' splits) and a TailMemo from one M to
+  // the next: what they pass must change nothing, bit for bit.
+  std::mt19937_64 rng(20261201);
+  std::uniform_int_distribution<int> microbatches(1, 12), fault(0, 1), extra(0, 8);
+  int searches = 0, compositions = 0;
+  for (int instance = 0; instance < 300; ++instance) {
+    const Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
+    std::vector<CostModel> rounds;
+    for (int r = 0; r < 3; ++r) {
+      rounds.emplace_back(profile, microbatches(rng));
+      if (gpus < 4 && instance % 4 == 3) rounds.back().set_tensor_parallel_nodes(2);
+      if (instance % 3 == 1) rounds.back().set_gradient_sync(GradientSync::after_backward);
+    }
+    // Growing node counts: a later search's table may outgrow the kept one.
+    const std::array max_nodes{3, 2, 5};
+    detail::SolveMemo kept_memo, plain_memo;
+    detail::SearchScratch scratch;
+    detail::TailMemo tails;
+    std::optional<TemplateSet> kept_earlier, plain_earlier;
+    const int f = fault(rng), B = f + 1 + extra(rng);
+    CAPTURE(instance);
+    for (int r = 0; r < 3; ++r) {
+      const CostModel& cost = rounds[static_cast<std::size_t>(r)];
+      const int n = max_nodes[static_cast<std::size_t>(r)];
+      const TemplateSet kept = detail::build_templates_remembering(cost, n, {}, kept_earlier ? &*kept_earlier : nullptr,
+                                                                   kept_memo, &scratch);
+      const TemplateSet plain =
+          detail::build_templates_remembering(cost, n, {}, plain_earlier ? &*plain_earlier : nullptr, plain_memo);
+      check_same_templates(kept, plain);
+      ++searches;
+      kept_earlier = kept;
+      plain_earlier = plain;
+      if (plain.templates.empty()) continue;
+      const auto with_tails = detail::best_composition_on_most_nodes(cost, kept, n, f + 1, B, &tails);
+      const auto without = detail::best_composition_on_most_nodes(cost, plain, n, f + 1, B);
+      REQUIRE(with_tails.has_value() == without.has_value());
+      if (!without) continue;
+      CHECK(with_tails->template_nodes == without->template_nodes);
+      CHECK(with_tails->microbatches == without->microbatches);
+      CHECK(with_tails->iteration_ms == without->iteration_ms);
+      ++compositions;
+    }
+  }
+  MESSAGE(searches << " searches and " << compositions << " compositions the same with and without what rounds share");
+  CHECK(compositions > 300);
 }
 
 TEST_CASE("layers too large for one node: no template within nodes, templates whose stages span two or three") {
