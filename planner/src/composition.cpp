@@ -54,207 +54,14 @@
 #include <map>
 #include <optional>
 #include <queue>
-#include <tuple>
 
 #include "node_counts.h"
 #include "pipeline_kinds.h"
+#include "relaxed_bound.h"
 #include "tube_search.h"
 
 namespace oobleck::detail {
 namespace {
-
-// Upper concave envelope of points sorted by x, at x; -inf outside their range.
-[[nodiscard]] double envelope_at(const std::vector<std::pair<double, double>>& points, double x) {
-  if (points.empty() || x < points.front().first || x > points.back().first) return -kInfinity;
-  thread_local std::vector<std::pair<double, double>> hull;  // (kept between the bisection's many calls)
-  hull.clear();
-  for (const auto& p : points) {
-    while (hull.size() >= 2) {
-      const auto& a = hull[hull.size() - 2];
-      const auto& b = hull.back();
-      // Drop b when it lies on or below the chord from a to p.
-      if ((b.second - a.second) * (p.first - a.first) <= (p.second - a.second) * (b.first - a.first)) {
-        hull.pop_back();
-      } else {
-        break;
-      }
-    }
-    hull.push_back(p);
-  }
-  for (std::size_t j = 0; j + 1 < hull.size(); ++j) {
-    if (x <= hull[j + 1].first) {
-      const auto& [x0, y0] = hull[j];
-      const auto& [x1, y1] = hull[j + 1];
-      return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-    }
-  }
-  return hull.back().second;
-}
-
-// The search for one pipeline count: `nodes` pool nodes in exactly `pool`
-// pipelines, next to `fixed` pipelines (counts per kind) that are there
-// regardless. Pool pipelines use kinds with at most `nodes` nodes.
-struct Problem {
-  const std::vector<Kind>& kinds;
-  const std::vector<int>& fixed;
-  int nodes;
-  int pool;
-  int B;
-  std::int64_t* evaluations = nullptr;  // counts relaxed_capacity's (the search's work)
-
-  // Microbatches the fixed pipelines take within tau; -1 if one cannot run.
-  [[nodiscard]] int fixed_capacity(double tau) const {
-    long long total = 0;
-    for (std::size_t i = 0; i < kinds.size(); ++i) {
-      if (fixed[i] == 0) continue;
-      const int c = capacity(kinds[i], tau);
-      if (c == 0) return -1;
-      total += static_cast<long long>(fixed[i]) * c;
-    }
-    return static_cast<int>(std::min<long long>(total, B));
-  }
-  [[nodiscard]] int pool_capacity_cap(std::size_t i, double tau) const {
-    return kinds[i].nodes <= nodes ? capacity(kinds[i], tau) : 0;
-  }
-};
-
-// Linear relaxation: the most microbatches the pool could take within tau
-// when its pipeline counts may be fractional, plus the fixed pipelines.
-[[nodiscard]] double relaxed_capacity(const Problem& problem, double tau) {
-  if (problem.evaluations) ++*problem.evaluations;
-  const int fixed = problem.fixed_capacity(tau);
-  if (fixed < 0) return -kInfinity;
-  if (problem.pool == 0) return problem.nodes == 0 ? fixed : -kInfinity;
-  thread_local std::vector<std::pair<double, double>> points;  // (as the hull's)
-  points.clear();
-  for (std::size_t i = 0; i < problem.kinds.size(); ++i) {
-    const int c = problem.pool_capacity_cap(i, tau);
-    if (c > 0) points.emplace_back(problem.kinds[i].nodes, c);
-  }
-  return fixed + problem.pool * envelope_at(points, static_cast<double>(problem.nodes) / problem.pool);
-}
-
-// Where the relaxed bound's bisection starts: from just below the earliest
-// first microbatch to the latest last slot; nullopt when the problem allows
-// no kind.
-struct RelaxedRange {
-  double lo, hi;
-};
-[[nodiscard]] std::optional<RelaxedRange> relaxed_range(const Problem& problem) {
-  double min_first = kInfinity, max_time = 0;
-  for (const auto& k : problem.kinds) {
-    if (k.limit < 1) continue;  // not allowed
-    min_first = std::min(min_first, k.first);
-    max_time = std::max(max_time, slot_time(k, k.limit));
-  }
-  if (min_first == kInfinity) return std::nullopt;
-  return RelaxedRange{std::nextafter(min_first, -kInfinity), max_time};
-}
-
-[[nodiscard]] double relaxed_need(const Problem& problem) { return problem.B * (1 - 1e-12); }
-
-// Whether the relaxation takes B at all: at the range's end every allowed
-// kind runs its most microbatches.
-[[nodiscard]] bool relaxed_fits(const Problem& problem) {
-  const auto range = relaxed_range(problem);
-  return range && relaxed_capacity(problem, range->hi) >= relaxed_need(problem);
-}
-
-// A time that the relaxation proves infeasible (so the optimum is larger),
-// for a problem where it takes B at all (relaxed_fits): where a bisection
-// over relaxed_range, to a relative 1e-12, stops.
-//
-// The relaxation is a step function of the time, below B before some t*
-// and at or above it from there, and it changes only at the kinds' slot
-// times, so t* is one of them. Each of the bisection's tests is whether
-// its midpoint lies below t*. So once few slot times lie between its ends,
-// a bisection over those finds t*, and the bisection runs on to its end
-// without evaluating the relaxation again. (The relaxation's value, fixed
-// + p x the envelope at N / p of integer capacities, is a multiple of one
-// over a difference of node counts: far from B (1 - 1e-12) unless at least
-// B, so rounding never turns a test.)
-//
-// The bisection can also stop and resume: its lo only rises, so at every
-// step lo is a lower bound on the time it ends with, and the composition
-// search orders its pairs by such partial bounds, finishing a bisection
-// only where their order needs it. Stopped or not, it takes the same
-// steps, so it ends with the same time bit for bit.
-class RelaxedBound {
- public:
-  explicit RelaxedBound(const Problem& problem) : need_(relaxed_need(problem)) {
-    const RelaxedRange range = *relaxed_range(problem);
-    lo_ = start_lo_ = range.lo;
-    hi_ = start_hi_ = range.hi;
-  }
-  // Takes the steps `other` (of another problem, from the same range, not
-  // started here yet) took, where this problem's t* lies between other's
-  // ends: every one of its midpoints then lies on the same side of both
-  // t*s, so this bisection would take the very same steps. Two
-  // evaluations instead of other's steps; whether it took them.
-  bool follow(const Problem& problem, const RelaxedBound& other) {
-    if (iteration_ > 0 || other.iteration_ == 0 || other.start_lo_ != start_lo_ || other.start_hi_ != start_hi_ ||
-        other.need_ != need_) {
-      return false;
-    }
-    if (!(relaxed_capacity(problem, other.lo_) < need_) || relaxed_capacity(problem, other.hi_) < need_) return false;
-    lo_ = other.lo_;
-    hi_ = other.hi_;
-    iteration_ = other.iteration_;
-    return true;
-  }
-  // Up to `steps` more steps, each evaluating the relaxation.
-  void advance(const Problem& problem, int steps) {
-    for (; steps > 0 && !done(); --steps) step(relaxed_capacity(problem, mid()) < need_);
-  }
-  // Every step left.
-  void finish(const Problem& problem) {
-    constexpr long long kFewSlots = 32;
-    while (!done() && slots_between_ends(problem) > kFewSlots) step(relaxed_capacity(problem, mid()) < need_);
-    if (done()) return;
-    const double least = least_slot_time(problem);
-    while (!done()) step(mid() < least);
-  }
-  [[nodiscard]] bool done() const { return iteration_ >= 100 || !(hi_ - lo_ > 1e-12 * hi_); }
-  [[nodiscard]] double lo() const { return lo_; }
-
- private:
-  [[nodiscard]] double mid() const { return lo_ + (hi_ - lo_) / 2; }
-  void step(bool below) {
-    const double m = mid();
-    (below ? lo_ : hi_) = m;
-    ++iteration_;
-  }
-  [[nodiscard]] long long slots_between_ends(const Problem& problem) const {
-    long long count = 0;
-    for (const auto& k : problem.kinds) count += capacity(k, hi_) - capacity(k, lo_);
-    return count;
-  }
-  // t*: the least slot time in (lo, hi] at which the relaxation takes B
-  // (hi takes it, and so does the last slot time at or below hi).
-  [[nodiscard]] double least_slot_time(const Problem& problem) const {
-    thread_local std::vector<double> slots;  // (kept between calls)
-    slots.clear();
-    for (const auto& k : problem.kinds) {
-      for (int q = capacity(k, lo_) + 1; q <= capacity(k, hi_); ++q) slots.push_back(slot_time(k, q));
-    }
-    std::sort(slots.begin(), slots.end());
-    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-    std::size_t first = 0, last = slots.size();
-    while (first < last) {
-      const std::size_t mid = first + (last - first) / 2;
-      if (relaxed_capacity(problem, slots[mid]) < need_) {
-        first = mid + 1;
-      } else {
-        last = mid;
-      }
-    }
-    return first < slots.size() ? slots[first] : hi_;
-  }
-
-  double need_, lo_ = 0, hi_ = 0;
-  double start_lo_ = 0, start_hi_ = 0;
-  int iteration_ = 0;
-};
 
 // Distinct slot values strictly between lo and hi, or nullopt when more than `most`.
 [[nodiscard]] std::optional<std::vector<double>> slots_between(const std::vector<Kind>& kinds, double lo, double hi,
@@ -338,14 +145,6 @@ std::optional<Solution> solve_for_count(const Problem& problem, double lower_bou
 
 }  // namespace
 
-bool TailMemo::Less::operator()(const std::vector<Stage>& a, const std::vector<Stage>& b) const {
-  const auto key = [](const Stage& s) {
-    return std::tuple(s.layer_begin, s.layer_end, s.gpus, s.node, s.recompute, s.node_span);
-  };
-  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                      [&](const Stage& x, const Stage& y) { return key(x) < key(y); });
-}
-
 std::vector<double>& TailMemo::of(const std::vector<Stage>& stages) { return kept_[stages]; }
 
 std::optional<Composition> best_composition(const CostModel& cost, const TemplateSet& templates, int nodes,
@@ -370,7 +169,9 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
   // Steps a relaxed bound's bisection takes when it starts (RelaxedBound):
   // pairs far from the optimum are passed over on such partial bounds, and
   // a bisection is finished only when its pair comes first on it.
-  constexpr int kFirstCountSteps = 16, kFirstTightSteps = 0;
+  // (A threshold's tight bound starts with none: its loose bound orders it
+  // until it comes first.)
+  constexpr int kFirstCountSteps = 16;
   struct Candidate {
     int pool;
     RelaxedBound lower;  // on pipelines_ms, over every template
@@ -516,7 +317,6 @@ std::optional<Composition> best_composition(const CostModel& cost, const Templat
         const std::vector<Kind> restricted = allowed(t, sigma);
         const Problem problem{restricted, fixed, nodes, c.pool, B, &evaluations};
         t.tight[j].emplace(problem);
-        t.tight[j]->advance(problem, kFirstTightSteps);
         push({0, e.candidate, e.level, true});
       }
       continue;

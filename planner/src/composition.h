@@ -42,10 +42,7 @@ class TailMemo {
   [[nodiscard]] std::vector<double>& of(const std::vector<Stage>& stages);
 
  private:
-  struct Less {
-    bool operator()(const std::vector<Stage>& a, const std::vector<Stage>& b) const;
-  };
-  std::map<std::vector<Stage>, std::vector<double>, Less> kept_;
+  std::map<std::vector<Stage>, std::vector<double>> kept_;
 };
 
 // The composition of exactly `nodes` nodes into pipelines that, next to the

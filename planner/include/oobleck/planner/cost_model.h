@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -86,6 +87,7 @@ struct Stage {
   int node = 0;
   Recompute recompute = Recompute::none;
   int node_span = 1;
+  friend auto operator<=>(const Stage&, const Stage&) = default;  // (field by field: layouts as map keys)
   friend bool operator==(const Stage&, const Stage&) = default;
 };
 
