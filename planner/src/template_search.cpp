@@ -117,6 +117,16 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
       }
     }
   }
+  // The limit only tightens with m; from settled_from_ on it is the last.
+  settled_from_.assign(degree_count * (layers_ + 1), 1);
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int l = 0; l < layers_; ++l) {
+      const int last = hi_memory_[window_index(d, max_stages_, l)];
+      int m = max_stages_;
+      while (m > 1 && hi_memory_[window_index(d, m - 1, l)] == last) --m;
+      settled_from_[d * static_cast<std::size_t>(layers_ + 1) + l] = m;
+    }
+  }
   reach_.assign(degree_count * (layers_ + 1), 0);
   fitting_runs_.resize(degree_count);
   // The variants whose stage may end on GPU u, for every u.
@@ -170,6 +180,41 @@ TemplateSearch::~TemplateSearch() {
   }
 }
 
+void TemplateSearch::compute_reach(std::size_t d, double bound, int* reach) const {
+  const double* prefix = prefix_[d].data();
+  int e = 0;
+  for (int l = 0; l < layers_; ++l) {
+    e = std::max(e, l);
+    while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
+    reach[l] = e;
+  }
+}
+
+// Every window end is min(reach, the limit of m's in-flight count). A lower
+// cap c raises the limits of the rows past c to row c's: the same ends
+// wherever the last row's limit already lies at or past the reach, or row
+// c's limit is already the last one's. And rows past c start at layers
+// below L - c only (each of m stages holds a layer).
+int TemplateSearch::same_down_to_for(std::size_t d, const int* reach) const {
+  const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
+  const int* tightest = hi_memory_.data() + window_index(d, max_stages_, 0);
+  int cap = 1;
+  for (int l = 0; l < layers_; ++l) {
+    if (tightest[l] < reach[l]) cap = std::max(cap, std::min(settled_from_[base + l], layers_ - l));
+  }
+  return cap;
+}
+
+int TemplateSearch::same_down_to_in_flight_at(double bound) const {
+  std::vector<int> reach(static_cast<std::size_t>(layers_ + 1));
+  int cap = 1;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    compute_reach(d, bound, reach.data());
+    cap = std::max(cap, same_down_to_for(d, reach.data()));
+  }
+  return cap;
+}
+
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {
     // The layers the prefix can leave to the suffix (sweep()).
@@ -211,14 +256,8 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   live_rows_.clear();
   choices_.clear();
   for (std::size_t d = 0; d < variants_.size(); ++d) {
-    int e = 0;
-    const double* prefix = prefix_[d].data();
     int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
-    for (int l = 0; l < layers_; ++l) {
-      e = std::max(e, l);
-      while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
-      reach[l] = e;
-    }
+    compute_reach(d, bound, reach);
     // Its runs of l where a stage holds a layer, from the top.
     auto& runs = fitting_runs_[d];
     runs.clear();
@@ -230,6 +269,11 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
         runs.emplace_back(l, l);
       }
     }
+  }
+  same_down_to_in_flight_ = 1;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    same_down_to_in_flight_ = std::max(same_down_to_in_flight_,
+                                       same_down_to_for(d, reach_.data() + d * static_cast<std::size_t>(layers_ + 1)));
   }
   cover_prefixes();
   // Rows of m stages depend on rows of m - 1 alone, and only on those

@@ -54,6 +54,15 @@ class TemplateSearch {
   // The same on `u` GPUs: whole nodes, or fewer than one node's.
   [[nodiscard]] std::optional<std::pair<double, std::vector<Stage>>> best_on_gpus(int u) const;
 
+  // The last solve was the same, bit for bit, under any cap on the
+  // microbatches in flight from this one up to this search's own
+  // (min(M, layers)): a suffix of m stages keeps min(cap, m) in flight,
+  // and where its memory limit lies beyond the bound's compute reach
+  // (or is already the tightest it gets) a lower cap changes no window.
+  [[nodiscard]] int same_down_to_in_flight() const { return same_down_to_in_flight_; }
+  // The same for a solve at `bound`, without solving.
+  [[nodiscard]] int same_down_to_in_flight_at(double bound) const;
+
   // States (m, U, l) swept by all solves so far.
   [[nodiscard]] std::int64_t states() const { return states_; }
   // Stage counts whose rows were shared among threads.
@@ -108,6 +117,11 @@ class TemplateSearch {
     int live_lo = 0, live_hi = 0;  // GPU counts of its live rows of this m
   };
   void sweep(int m, int u, std::size_t d, Sweeper& sweeper);
+  // Per layer l, the last boundary e such that variant d's stage [l, e)
+  // computes under `bound`.
+  void compute_reach(std::size_t d, double bound, int* reach) const;
+  // same_down_to_in_flight() of variant d's windows, given its reach.
+  [[nodiscard]] int same_down_to_for(std::size_t d, const int* reach) const;
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
   // prefix_gpus_ and covered_ for this solve's bound and GPU limit.
@@ -151,6 +165,8 @@ class TemplateSearch {
   std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
   std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
   std::vector<int> hi_memory_;                          // memory limit on the window end
+  std::vector<int> settled_from_;  // per (d, l): the first m whose memory limit is the last m's
+  int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])

@@ -296,7 +296,7 @@ TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sig
         const auto answer = search.best(n);
         const double mu = answer ? cost.suffix_bottleneck_ms(answer->second) : 0.0;
         if (answer) periods.push_back(mu);
-        memo.record(n, bound, answer, cost);
+        memo.record(n, bound, answer, cost, search.same_down_to_in_flight());
       }
     };
     // Bounds as walks take them: none, then under the periods found.
@@ -329,6 +329,71 @@ TEST_CASE("a kept answer is what a fresh solve at that bound finds: the same sig
   CHECK(checked > 2000);
   CHECK(found > 1000);
   CHECK(found < checked);
+}
+
+TEST_CASE("a kept answer serves a lower cap on microbatches in flight only where it is what a fresh solve finds") {
+  // solve_memo.h's claim across M: an answer solved with min(M, layers) = c
+  // holds for a cap c' < c from the solve's same_down_to_in_flight() up,
+  // and a search at c' that takes it finds what its own solve would, bit
+  // for bit (sigma and layout).
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> share(0.3, 1.2);
+  int checked = 0, found = 0, refused = 0;
+  for (int instance = 0; instance < 300; ++instance) {
+    const Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
+    const int layers = static_cast<int>(profile.layers.size());
+    if (layers < 3) continue;
+    const int lower = std::uniform_int_distribution<int>(1, layers - 1)(rng);
+    CostModel high(profile, layers + 2), low(profile, lower);
+    if (gpus < 4 && instance % 4 == 3) {
+      high.set_tensor_parallel_nodes(2);
+      low.set_tensor_parallel_nodes(2);
+    }
+    detail::TemplateSearch first(high, 4), second(low, 4);
+    detail::SolveMemo memo;
+    CHECK_FALSE(memo.serve(high));
+    const int rows = 4 * gpus;
+    std::vector<double> periods;
+    const auto solve_and_keep = [&](double bound) {
+      first.solve(bound, rows);
+      for (int n = 1; n <= 4; ++n) {
+        const auto answer = first.best(n);
+        if (answer) periods.push_back(high.suffix_bottleneck_ms(answer->second));
+        memo.record(n, bound, answer, high, first.same_down_to_in_flight());
+        refused += first.same_down_to_in_flight() > lower;
+      }
+    };
+    solve_and_keep(std::numeric_limits<double>::infinity());
+    for (int k = 0; k < 6 && !periods.empty(); ++k) {
+      solve_and_keep(periods[rng() % periods.size()] * std::uniform_real_distribution<double>(0.6, 1.0)(rng));
+    }
+    CHECK_FALSE(memo.serve(low));  // none at this cap yet
+    if (periods.empty()) continue;
+    const double widest = *std::max_element(periods.begin(), periods.end());
+    for (int q = 0; q < 12; ++q) {
+      const double b = widest * share(rng);
+      second.solve(b, rows);
+      for (int n = 1; n <= 4; ++n) {
+        const auto hit = memo.find_at(n, b);
+        if (!hit) continue;
+        CAPTURE(instance);
+        CAPTURE(n);
+        const auto fresh = second.best(n);
+        ++checked;
+        REQUIRE(hit->found.has_value() == fresh.has_value());
+        if (!fresh) continue;
+        ++found;
+        CHECK(hit->found->first == fresh->first);
+        CHECK(hit->found->second == fresh->second);
+      }
+    }
+  }
+  MESSAGE(checked << " answers kept at a higher cap checked against fresh solves, " << found
+                  << " of them layouts; " << refused << " refused to the lower cap");
+  CHECK(checked > 1000);
+  CHECK(found > 500);
+  CHECK(refused > 100);
 }
 
 TEST_CASE("a solve's answer for n nodes does not depend on the GPU limit it was solved under") {
@@ -754,4 +819,52 @@ TEST_CASE("of the layouts of least sigma, a solve returns one of least suffix pe
   }
   MESSAGE(checked << " answers checked, " << ties << " among several layouts of equal sigma");
   CHECK(ties > 1000);
+}
+
+TEST_CASE("a search below the layer count takes a higher cap's answers and finds the templates it finds without them") {
+  // Instantiation's later rounds run at M under the layer count, where the
+  // memo holds the answers of rounds at a higher cap on the microbatches in
+  // flight. Taken only at a solve's very bound, in its place, they leave
+  // every walk as it was: the same templates bit for bit, with fewer
+  // solves, or fewer GPUs' rows swept.
+  std::mt19937_64 rng(20261203);
+  int searches = 0, took = 0;
+  std::int64_t solves_taking = 0, solves_alone = 0, states_taking = 0, states_alone = 0;
+  for (int instance = 0; instance < 400; ++instance) {
+    const Profile profile = memo_instance_profile(rng, instance);
+    const int gpus = profile.hardware.gpus_per_node;
+    const int layers = static_cast<int>(profile.layers.size());
+    if (layers < 3) continue;
+    CostModel high(profile, layers + std::uniform_int_distribution<int>(0, 20)(rng));
+    CostModel middle(profile, std::uniform_int_distribution<int>(2, layers - 1)(rng));
+    CostModel low(profile, std::uniform_int_distribution<int>(1, middle.microbatches() - 1)(rng));
+    if (gpus < 4 && instance % 4 == 3) {
+      for (CostModel* cost : {&high, &middle, &low}) cost->set_tensor_parallel_nodes(2);
+    }
+    const int max_nodes = 4;
+    detail::SolveMemo memo;
+    const TemplateSet first = detail::build_templates_remembering(high, max_nodes, {}, nullptr, memo);
+    std::optional<TemplateSet> earlier = first;
+    for (const CostModel* cost : {&middle, &low}) {
+      CAPTURE(instance);
+      detail::SolveMemo alone_memo;
+      const TemplateSet taking = detail::build_templates_remembering(*cost, max_nodes, {}, &*earlier, memo);
+      const TemplateSet alone = detail::build_templates_remembering(*cost, max_nodes, {}, &*earlier, alone_memo);
+      check_same_templates(taking, alone);
+      ++searches;
+      took += taking.search_solves < alone.search_solves || taking.search_states < alone.search_states;
+      CHECK(taking.search_solves <= alone.search_solves);
+      solves_taking += taking.search_solves;
+      solves_alone += alone.search_solves;
+      states_taking += taking.search_states;
+      states_alone += alone.search_states;
+      earlier = taking;
+    }
+  }
+  MESSAGE(searches << " searches below the layer count the same with a higher cap's answers; " << took
+                   << " took some: " << solves_taking << " solves against " << solves_alone << ", "
+                   << states_taking << " states against " << states_alone);
+  CHECK(searches > 500);
+  CHECK(took > 100);
+  CHECK(solves_taking < solves_alone);
 }
