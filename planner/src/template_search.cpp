@@ -138,26 +138,32 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     }
   }
   fitting_start_[max_gpus_ + 1] = fitting_.size();
-  // Value rows: for each m, U in [u_lo, u_hi], each with layers_+1 entries.
+  // Value rows: for each m, U in [u_lo, u_hi], each with the layers a suffix
+  // of m stages may start at, 0 to L - m (a third of L + 1 on the whole:
+  // fewer pages to fault in and to sweep through).
   row_base_.assign(max_stages_ + 1, 0);
+  value_base_.assign(max_stages_ + 1, 0);
   u_lo_.assign(max_stages_ + 1, 0);
   u_hi_.assign(max_stages_ + 1, -1);
-  std::size_t rows = 0;
+  std::size_t rows = 0, cells = 0;
   for (int m = 1; m <= max_stages_; ++m) {
     u_lo_[m] = m;
     u_hi_[m] = std::min(widest_ * m, max_gpus_);  // m stages hold at most m of the widest
     row_base_[m] = rows;
-    if (u_hi_[m] >= u_lo_[m]) rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
+    value_base_[m] = cells;
+    if (u_hi_[m] >= u_lo_[m]) {
+      rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
+      cells += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1) * static_cast<std::size_t>(layers_ - m + 1);
+    }
   }
   // The exact search needs a table of (stage counts x GPUs x layers).
-  const double cells = static_cast<double>(rows) * (layers_ + 1);
-  if (cells > kMaxCells) {
+  if (static_cast<double>(cells) > kMaxCells) {
     throw InputError("exact template search for " + std::to_string(layers_) + " layers on up to " +
                      std::to_string(max_nodes) + " nodes of " + std::to_string(gpus_) + " GPUs needs " +
                      std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
                      " MiB; lower --max-nodes or profile coarser layers");
   }
-  value_size_ = rows * (layers_ + 1);
+  value_size_ = cells;
   if (storage_ && storage_->size >= value_size_) {
     value_ = std::move(storage_->values);
     value_size_ = std::exchange(storage_->size, 0);
@@ -357,7 +363,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
   if (l_max < 0) return;
   sweeper.states += l_max + 1;
   const auto out_index = row_index(m, u);
-  double* out = value_.get() + static_cast<std::size_t>(out_index) * (layers_ + 1);
+  double* out = value_.get() + row_offset(m, u);
   const double* prefix = prefix_[d].data();
   // The window's end: the bound on compute, and memory. (A successor's
   // m - 1 layers need no term: its row is infinite past last_boundary(m).)

@@ -84,11 +84,15 @@ class TemplateSearch {
     if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
+  // Where row (m, u)'s values start: layers 0 to L - m.
+  [[nodiscard]] std::size_t row_offset(int m, int u) const {
+    return value_base_[m] + static_cast<std::size_t>(u - u_lo_[m]) * static_cast<std::size_t>(layers_ - m + 1);
+  }
   // The least sigma of state (m, u, l): infinite outside its row's live layers.
   [[nodiscard]] double value_at(int m, int u, int l) const {
     const auto i = row_index(m, u);
     if (i < 0 || l < alive_lo_[i] || l > alive_hi_[i]) return std::numeric_limits<double>::infinity();
-    return value_[static_cast<std::size_t>(i) * (layers_ + 1) + static_cast<std::size_t>(l)];
+    return value_[row_offset(m, u) + static_cast<std::size_t>(l)];
   }
   // A successor row only if it holds some finite value; widens [lo, hi] to
   // the layers where it does (only those may be read: outside them the
@@ -98,7 +102,7 @@ class TemplateSearch {
     if (i < 0 || alive_lo_[i] > alive_hi_[i]) return nullptr;
     lo = std::min(lo, alive_lo_[i]);
     hi = std::max(hi, alive_hi_[i]);
-    return value_.get() + static_cast<std::size_t>(i) * (layers_ + 1);
+    return value_.get() + row_offset(m, u);
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
   [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
@@ -173,7 +177,8 @@ class TemplateSearch {
   std::vector<int> prefix_gpus_;  // this solve's fewest GPUs covering layers [0, l) with stages under the bound
   std::vector<int> covered_;      // per GPU count g <= gpu_limit_: the most layers [0, l) so covered on g GPUs
   std::vector<std::size_t> live_rows_;                  // the rows this solve made live
-  std::vector<std::size_t> row_base_;
+  std::vector<std::size_t> row_base_;    // per m: its first row's index
+  std::vector<std::size_t> value_base_;  // per m: where its first row's values start
   std::vector<int> u_lo_, u_hi_;
   // Per row, its layers' values; only those in [alive_lo_, alive_hi_] are
   // this solve's, and among them a layer no layout reaches is infinite.
