@@ -101,7 +101,7 @@ if [ "$short" = 1 ]; then
   # The quick ones: the ones left out take seconds each (BM_ReplayLlama3,
   # the largest count trace, the recomputing template search) or repeat
   # what another size shows.
-  filter="${filter:-^BM_(Templates/32|Instantiate|PlanCluster|Reconfigure|EventQueueHold/256|EventQueueCancel|Iteration|ReplayCountTrace/10000)(/|$)}"
+  filter="${filter:-^BM_(Templates/32|Instantiate|PlanCluster|PlanClusterOverNodes|Reconfigure|EventQueueHold/256|EventQueueCancel|Iteration|ReplayCountTrace/10000)(/|$)}"
   if ((live)) || [ -n "$history" ]; then die "--live and --history belong to the long mode"; fi
 else
   rounds="${rounds:-5}" repetitions="${repetitions:-4}" min_time="${min_time:-0.2}"

@@ -8,6 +8,9 @@
 //   BM_TemplatesOverNodes/256: the same with stages over up to two nodes
 //   BM_Instantiate/2048: 2048 nodes, f = 16, B = 4096, templates given (< 0.5 s)
 //   BM_PlanCluster/2048: the same with templates and the default M search
+//   BM_PlanClusterOverNodes/2048: the analytic profile with stages over up
+//     to two nodes, f = 4: its later rounds run at M below the layer count
+//     and take the first round's answers where they hold
 //   BM_Reconfigure/2048: two nodes of different pipelines lost in a 2048-node
 //     plan; /0 keeps the intact pipelines (default), /1 re-plans everything
 // Counters named work_* count the work done (dynamic-programme states,
@@ -111,6 +114,23 @@ void BM_PlanCluster(benchmark::State& state) {
   state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
 }
 BENCHMARK(BM_PlanCluster)->Arg(2048)->Unit(benchmark::kMillisecond);
+
+void BM_PlanClusterOverNodes(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  const auto all = names(nodes);
+  ClusterPlan result;
+  for (auto _ : state) {
+    result = plan_cluster(gpt3_175b_analytic(), all, 4, 4096, 0, {}, RecomputePolicy::none, GradientSync::per_layer,
+                          kDefaultGradientBucketBytes, 2);
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["iteration_ms"] = result.plan.iteration_ms;
+  state.counters["M"] = result.plan.template_microbatches;
+  state.counters["work_template_searches"] = result.template_searches;
+  state.counters["work_dp_states"] = static_cast<double>(result.template_states);
+  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
+}
+BENCHMARK(BM_PlanClusterOverNodes)->Arg(2048)->Unit(benchmark::kMillisecond);
 
 void BM_Reconfigure(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
