@@ -17,7 +17,9 @@
 
 namespace oobleck::detail {
 
-// Reusable: solve() at one bound after another on the same tables.
+// Reusable: solve() at one bound after another on the same tables (a bound
+// just under the last, on no more GPUs, may update the last solve's table
+// instead of sweeping anew: the same answers).
 class TemplateSearch {
  public:
   // The value table's memory, handed from one search to the next (its
@@ -65,6 +67,9 @@ class TemplateSearch {
 
   // States (m, U, l) swept by all solves so far.
   [[nodiscard]] std::int64_t states() const { return states_; }
+  // Solves that updated the last one's table instead of sweeping anew
+  // (tighten_round_trips).
+  [[nodiscard]] std::int64_t tightened_solves() const { return tightened_solves_; }
   // Stage counts whose rows were shared among threads.
   [[nodiscard]] std::int64_t shared_levels() const { return shared_levels_; }
 
@@ -128,6 +133,13 @@ class TemplateSearch {
   [[nodiscard]] int same_down_to_for(std::size_t d, const int* reach) const;
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
+  // Row (m, u), each variant that may end on it.
+  void sweep_row(int m, int u, Sweeper& sweeper);
+  // Whether some transfer passes under a bound of `upper` and not of `lower`.
+  [[nodiscard]] bool transfer_between(double lower, double upper) const;
+  // The last solve's table brought down to this solve's bound, where only
+  // the suffixes' round trips differ (template_search.cpp).
+  void tighten_round_trips();
   // prefix_gpus_ and covered_ for this solve's bound and GPU limit.
   void cover_prefixes();
 
@@ -172,6 +184,10 @@ class TemplateSearch {
   std::vector<int> settled_from_;  // per (d, l): the first m whose memory limit is the last m's
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
+  std::vector<int> last_reach_;                         // the last solve's
+  std::vector<double> transfer_values_;                 // every transfer (2 C), sorted, distinct
+  std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
+  bool solved_ = false;                                 // whether the table holds a solve's values
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
   std::vector<int> prefix_gpus_;  // this solve's fewest GPUs covering layers [0, l) with stages under the bound
@@ -193,6 +209,7 @@ class TemplateSearch {
   std::unique_ptr<RowWorkers> workers_;  // started at the first stage count worth them
   std::int64_t states_ = 0;
   std::int64_t shared_levels_ = 0;
+  std::int64_t tightened_solves_ = 0;
 };
 
 }  // namespace oobleck::detail

@@ -396,6 +396,105 @@ TEST_CASE("a kept answer serves a lower cap on microbatches in flight only where
   CHECK(refused > 100);
 }
 
+TEST_CASE("a solve just under the last one, where only the round trips tighten, answers as a fresh solve does") {
+  // TemplateSearch updates the last solve's table where the new bound is
+  // no higher, no stage's compute and no transfer lies between the two,
+  // and the GPU limit is no larger. Walks make such solves one after
+  // another (each bound just under the last answer's period): every
+  // answer must be what a search that sweeps anew finds, bit for bit.
+  // Uniform blocks between a first and a last layer of their own, as in a
+  // GPT: stages of equal blocks compute alike, and suffixes of many stages
+  // average to many periods in between.
+  std::mt19937_64 rng(20261204);
+  std::uniform_int_distribution<int> microbatches(1, 12);
+  std::int64_t tightened = 0, checked = 0, found = 0;
+  constexpr int kNodes = 6;
+  for (int instance = 0; instance < 200; ++instance) {
+    const int gpus = std::array{1, 2, 4}[instance % 3];
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.min_layers = 10;
+    options.max_layers = 16;
+    options.memory_bound = instance % 2 == 1;
+    Profile profile = test::random_profile(rng, options);
+    for (std::size_t i = 2; i + 1 < profile.layers.size(); ++i) profile.layers[i] = profile.layers[1];
+    // Slow links, on some: the suffixes' round trips then set most periods.
+    if (instance % 5 < 3) profile.hardware.inter_node_bytes_per_s /= 100;
+    CostModel cost(profile, microbatches(rng));
+    if (gpus < 4 && instance % 4 == 3) cost.set_tensor_parallel_nodes(2);
+    // Every link's time one way, inside nodes and between them at each degree.
+    std::vector<double> links;
+    for (int e = 1; e < cost.layers(); ++e) {
+      links.push_back(cost.transfer_ms(e, true));
+      for (int t : cost.degrees()) links.push_back(cost.transfer_ms(e, false, t));
+    }
+    detail::TemplateSearch walked(cost, kNodes);
+    int limit = kNodes * gpus;
+    double bound = std::numeric_limits<double>::infinity();
+    for (int step = 0; step < 40; ++step) {
+      walked.solve(bound, limit);
+      detail::TemplateSearch fresh(cost, kNodes);
+      fresh.solve(bound, limit);
+      double lowest = 0;  // the largest period among the answers: the next bound goes just under it
+      for (int n = 1; n <= kNodes; ++n) {
+        const auto a = walked.best(n), b = fresh.best(n);
+        CAPTURE(instance);
+        CAPTURE(step);
+        CAPTURE(n);
+        ++checked;
+        REQUIRE(a.has_value() == b.has_value());
+        if (!a) continue;
+        ++found;
+        CHECK(a->first == b->first);
+        CHECK(a->second == b->second);
+        lowest = std::max(lowest, cost.suffix_bottleneck_ms(a->second));
+      }
+      if (lowest == 0) break;
+      // Just under the widest answer's period, as a walk goes; or a little
+      // further, past a few more suffixes' round trips.
+      // Or just under the slowest link below that, which then no longer
+      // passes (a full solve: a value may rise without its round trip).
+      bound = lowest * (1 - (step % 3 == 2 ? 1e-4 : 1e-12));
+      if (step % 7 == 6) {
+        double link = 0;
+        for (const double c : links) {
+          if (c < bound) link = std::max(link, c);
+        }
+        if (link > 0) bound = link * (1 - 1e-12);
+      }
+      if (rng() % 4 == 0) limit = std::max(1, limit - static_cast<int>(rng() % 3));
+    }
+    tightened += walked.tightened_solves();
+    // Bounds just above and just under each link in turn: a link that no
+    // longer passes while nothing else changes.
+    std::sort(links.begin(), links.end(), std::greater<>());
+    detail::TemplateSearch straddled(cost, kNodes);
+    for (const double c : links) {
+      for (const double at : {c * (1 + 1e-12), c * (1 - 1e-12)}) {
+        straddled.solve(at, kNodes * gpus);
+        detail::TemplateSearch fresh(cost, kNodes);
+        fresh.solve(at, kNodes * gpus);
+        for (int n = 1; n <= kNodes; ++n) {
+          const auto a = straddled.best(n), b = fresh.best(n);
+          CAPTURE(instance);
+          CAPTURE(n);
+          ++checked;
+          REQUIRE(a.has_value() == b.has_value());
+          if (!a) continue;
+          ++found;
+          CHECK(a->first == b->first);
+          CHECK(a->second == b->second);
+        }
+      }
+    }
+    tightened += straddled.tightened_solves();
+  }
+  MESSAGE(checked << " answers checked, " << found << " of them layouts; " << tightened
+                  << " solves updated the last one's table");
+  CHECK(found > 2000);
+  CHECK(tightened > 300);
+}
+
 TEST_CASE("a solve's answer for n nodes does not depend on the GPU limit it was solved under") {
   // A state whose prefix stages under the bound cannot cover on the GPUs its
   // suffix leaves lies on no layout within the limit, and is not swept: the
