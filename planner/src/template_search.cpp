@@ -183,11 +183,22 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
   }
   alive_lo_.assign(rows, layers_ + 1);
   changed_.assign(rows, 0);
+  row_max_.assign(rows, 0.0);
+  level_live_lo_.assign(static_cast<std::size_t>(max_stages_) + 1, 1);
+  level_live_hi_.assign(static_cast<std::size_t>(max_stages_) + 1, 0);
   last_reach_.assign(reach_.size(), 0);
   transfer_values_.assign(transfer_same_.begin(), transfer_same_.end());
   for (const auto& cross : transfer_cross_) transfer_values_.insert(transfer_values_.end(), cross.begin(), cross.end());
   std::sort(transfer_values_.begin(), transfer_values_.end());
   transfer_values_.erase(std::unique(transfer_values_.begin(), transfer_values_.end()), transfer_values_.end());
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int l = 0; l < layers_; ++l) {
+      for (int e = l + 1; e <= layers_; ++e) edges_.push_back(prefix_[d][e] - prefix_[d][l]);
+    }
+  }
+  for (const double t : transfer_values_) edges_.push_back(t / 2);
+  std::sort(edges_.begin(), edges_.end());
+  edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
   alive_hi_.assign(rows, -1);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
   for (auto& sweeper : sweepers_) {
@@ -255,6 +266,14 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
     }
     sweep(m, u, d, sweeper);
   }
+  // Its largest finite value, which the next solve's round trips check.
+  const auto r = static_cast<std::size_t>(row_index(m, u));
+  const double* row = value_.get() + row_offset(m, u);
+  double largest = 0;
+  for (int l = alive_lo_[r]; l <= alive_hi_[r]; ++l) {
+    if (row[l] != kInfinity) largest = std::max(largest, row[l]);
+  }
+  row_max_[r] = largest;
 }
 
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
@@ -323,6 +342,8 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
   // is a degree).
   int live_lo = 0, live_hi = 0;  // the live rows of m - 1: GPU counts [lo, hi]
+  std::fill(level_live_lo_.begin(), level_live_lo_.end(), 1);
+  std::fill(level_live_hi_.begin(), level_live_hi_.end(), 0);
   for (int m = 1; m <= max_stages_; ++m) {
     const int lo = std::max(u_lo_[m], m == 1 ? 1 : live_lo + 1);
     const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
@@ -357,10 +378,17 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       states_ += sweeper.states;
       sweeper.states = 0;
     }
+    level_live_lo_[m] = next_lo;
+    level_live_hi_[m] = next_hi;
     if (next_hi == 0) break;  // no row of m stages lives, so none of more
     live_lo = next_lo;
     live_hi = next_hi;
   }
+}
+
+double TemplateSearch::last_change_below(double bound) const {
+  const auto it = std::lower_bound(edges_.begin(), edges_.end(), bound);
+  return it == edges_.begin() ? 0.0 : *std::prev(it);
 }
 
 bool TemplateSearch::transfer_between(double lower, double upper) const {
@@ -386,15 +414,15 @@ void TemplateSearch::tighten_round_trips() {
   for (int m = 1; m <= max_stages_; ++m) {
     const double limit = bound_ * m;
     bool any_live = false;
-    const int top = std::min(u_hi_[m], gpu_limit_);
-    for (int u = u_lo_[m]; u <= top; ++u) {
+    // (Rows outside those the last full sweep made live stay dead.)
+    const int top = std::min(level_live_hi_[m], gpu_limit_);
+    for (int u = level_live_lo_[m]; u <= top; ++u) {
       const auto r = row_index(m, u);
       const int lo = alive_lo_[r], hi = alive_hi_[r];
       if (lo > hi) continue;
       any_live = true;
       double* row = value_.get() + row_offset(m, u);
-      bool stale = false;
-      for (int l = lo; l <= hi && !stale; ++l) stale = row[l] != kInfinity && !(row[l] < limit);
+      bool stale = !(row_max_[static_cast<std::size_t>(r)] < limit);
       for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !stale && m > 1; ++k) {
         const auto next = row_index(m - 1, u - degree(fitting_[k]));
         stale = next >= 0 && changed_[static_cast<std::size_t>(next)];

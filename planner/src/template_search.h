@@ -67,6 +67,10 @@ class TemplateSearch {
 
   // States (m, U, l) swept by all solves so far.
   [[nodiscard]] std::int64_t states() const { return states_; }
+  // The highest value under `bound` at which a stage's compute or a
+  // transfer stops passing: a solve at any bound above it and up to
+  // `bound` sees the same stages and links (0: none).
+  [[nodiscard]] double last_change_below(double bound) const;
   // Solves that updated the last one's table instead of sweeping anew
   // (tighten_round_trips).
   [[nodiscard]] std::int64_t tightened_solves() const { return tightened_solves_; }
@@ -186,7 +190,10 @@ class TemplateSearch {
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<int> last_reach_;                         // the last solve's
   std::vector<double> transfer_values_;                 // every transfer (2 C), sorted, distinct
+  std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
+  std::vector<double> row_max_;                         // per row: its largest finite value when last swept
+  std::vector<int> level_live_lo_, level_live_hi_;      // per m: the GPU counts of its live rows, last full sweep
   bool solved_ = false;                                 // whether the table holds a solve's values
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])

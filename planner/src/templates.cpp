@@ -33,7 +33,11 @@
 // sweeps the rows of the largest node count whose walk asked for that very
 // bound, a tenth more, and serves the walks up to there (sweeping every row
 // for walks that only happen to be in range costs more than their own
-// solves later). A balanced layout (min-max split with equal degrees, or
+// solves later). It sweeps further, without serving more, up to the
+// largest node count whose walk is sure to be solved before the bound
+// passes a stage's compute or a link: those solves then update its table
+// instead of sweeping anew (template_search.cpp), which a solve on more
+// GPUs than the last cannot. A balanced layout (min-max split with equal degrees, or
 // with the fewest stages over several nodes where no one degree fills them)
 // seeds the best T, so that on fronts where sigma is flat (uniform layers) the walk starts
 // near its bottom instead of stepping down through every tie. Where stages
@@ -235,7 +239,18 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
     }
     KeptAnswers kept = kept_answers(memo, counts, bound, gpus);
     if (kept.gpus_to_solve > 0) {
-      search.solve(bound, kept.gpus_to_solve);
+      // Walks whose next solves are sure to stay where this bound's stages
+      // and links hold may update this table (TemplateSearch::solve) if it
+      // spans their rows: sweep those now.
+      int rows = kept.gpus_to_solve;
+      const double band = search.last_change_below(bound);
+      for (int n = searched; n * gpus > rows; --n) {
+        if (walk[n].active && walk[n].bound > band) {
+          rows = n * gpus;
+          break;
+        }
+      }
+      search.solve(bound, rows);
       ++runs;
     }
     const int same_down_to = search.same_down_to_in_flight_at(bound);
