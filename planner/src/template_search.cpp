@@ -40,8 +40,9 @@
 // sigma under the bound times m), values only rise, and the last table is
 // updated instead of swept anew (tighten_round_trips): a row whose values
 // all still lie under the new limit, none of whose successor rows changed,
-// keeps them. (GPT-3 175B to 256 nodes over up to 8 nodes: 192 of 563
-// solves so.)
+// keeps them. Such an update needs the last table to span its GPUs, so a
+// walk's full solve sweeps further ahead (templates.cpp). (GPT-3 175B to 256
+// nodes over up to 8 nodes: 320 of 563 solves so.)
 #include "template_search.h"
 
 #include <sys/mman.h>
