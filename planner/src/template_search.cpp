@@ -32,17 +32,9 @@
 // suffix period (least_period_choice, a programme over the tied states
 // alone), and the walk's next bound passes every tie at once (302 solves).
 //
-// Layouts whose sigma differs only in its last bits (the same stages summed
-// in another order) are not ties, and a walk still steps through them one
-// solve at a time, each bound just under the last answer's period. Often no
-// stage's compute and no transfer lies between the two bounds: then only
-// the suffixes' round-trip limits tighten (a state of m stages keeps its
-// sigma under the bound times m), values only rise, and the last table is
-// updated instead of swept anew (tighten_round_trips): a row whose values
-// all still lie under the new limit, none of whose successor rows changed,
-// keeps them. Such an update needs the last table to span its GPUs, so a
-// walk's full solve sweeps further ahead (templates.cpp). (GPT-3 175B to 256
-// nodes over up to 8 nodes: 320 of 563 solves so.)
+// What one solve leaves to others (answers that hold at a lower M, a
+// table the next solve just under its bound updates) is in
+// template_search_reuse.cpp.
 #include "template_search.h"
 
 #include <sys/mman.h>
@@ -129,16 +121,6 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
       }
     }
   }
-  // The limit only tightens with m; from settled_from_ on it is the last.
-  settled_from_.assign(degree_count * (layers_ + 1), 1);
-  for (std::size_t d = 0; d < degree_count; ++d) {
-    for (int l = 0; l < layers_; ++l) {
-      const int last = hi_memory_[window_index(d, max_stages_, l)];
-      int m = max_stages_;
-      while (m > 1 && hi_memory_[window_index(d, m - 1, l)] == last) --m;
-      settled_from_[d * static_cast<std::size_t>(layers_ + 1) + l] = m;
-    }
-  }
   reach_.assign(degree_count * (layers_ + 1), 0);
   fitting_runs_.resize(degree_count);
   // The variants whose stage may end on GPU u, for every u.
@@ -183,24 +165,8 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     value_ = allocate_values(value_size_);
   }
   alive_lo_.assign(rows, layers_ + 1);
-  changed_.assign(rows, 0);
-  row_max_.assign(rows, 0.0);
-  level_live_lo_.assign(static_cast<std::size_t>(max_stages_) + 1, 1);
-  level_live_hi_.assign(static_cast<std::size_t>(max_stages_) + 1, 0);
-  last_reach_.assign(reach_.size(), 0);
-  transfer_values_.assign(transfer_same_.begin(), transfer_same_.end());
-  for (const auto& cross : transfer_cross_) transfer_values_.insert(transfer_values_.end(), cross.begin(), cross.end());
-  std::sort(transfer_values_.begin(), transfer_values_.end());
-  transfer_values_.erase(std::unique(transfer_values_.begin(), transfer_values_.end()), transfer_values_.end());
-  for (std::size_t d = 0; d < degree_count; ++d) {
-    for (int l = 0; l < layers_; ++l) {
-      for (int e = l + 1; e <= layers_; ++e) edges_.push_back(prefix_[d][e] - prefix_[d][l]);
-    }
-  }
-  for (const double t : transfer_values_) edges_.push_back(t / 2);
-  std::sort(edges_.begin(), edges_.end());
-  edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
   alive_hi_.assign(rows, -1);
+  prepare_reuse(rows);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
   for (auto& sweeper : sweepers_) {
     sweeper.through.assign(layers_ + 1, kInfinity);
@@ -223,31 +189,6 @@ void TemplateSearch::compute_reach(std::size_t d, double bound, int* reach) cons
     while (e + 1 <= layers_ && prefix[e + 1] - prefix[l] < bound) ++e;
     reach[l] = e;
   }
-}
-
-// Every window end is min(reach, the limit of m's in-flight count). A lower
-// cap c raises the limits of the rows past c to row c's: the same ends
-// wherever the last row's limit already lies at or past the reach, or row
-// c's limit is already the last one's. And rows past c start at layers
-// below L - c only (each of m stages holds a layer).
-int TemplateSearch::same_down_to_for(std::size_t d, const int* reach) const {
-  const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
-  const int* tightest = hi_memory_.data() + window_index(d, max_stages_, 0);
-  int cap = 1;
-  for (int l = 0; l < layers_; ++l) {
-    if (tightest[l] < reach[l]) cap = std::max(cap, std::min(settled_from_[base + l], layers_ - l));
-  }
-  return cap;
-}
-
-int TemplateSearch::same_down_to_in_flight_at(double bound) const {
-  std::vector<int> reach(static_cast<std::size_t>(layers_ + 1));
-  int cap = 1;
-  for (std::size_t d = 0; d < variants_.size(); ++d) {
-    compute_reach(d, bound, reach.data());
-    cap = std::max(cap, same_down_to_for(d, reach.data()));
-  }
-  return cap;
 }
 
 void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
@@ -298,7 +239,6 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   gpu_limit_ = limit;
   bound_ = bound;
   choices_.clear();
-  std::swap(reach_, last_reach_);
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
     compute_reach(d, bound, reach);
@@ -323,8 +263,8 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   // Just below the last solve's bound, on no more GPUs, where no stage's
   // compute and no transfer lies between the two bounds: only the suffixes'
   // round trips tighten, and the table is updated where they do.
-  const bool lower_alike = solved_ && bound < last_bound && limit <= last_limit && reach_ == last_reach_ &&
-                           !transfer_between(bound, last_bound);
+  const bool lower_alike =
+      solved_ && bound < last_bound && limit <= last_limit && last_change_below(last_bound) < bound;
   solved_ = true;
   if (lower_alike) {
     ++tightened_solves_;
@@ -385,67 +325,6 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     live_lo = next_lo;
     live_hi = next_hi;
   }
-}
-
-double TemplateSearch::last_change_below(double bound) const {
-  const auto it = std::lower_bound(edges_.begin(), edges_.end(), bound);
-  return it == edges_.begin() ? 0.0 : *std::prev(it);
-}
-
-bool TemplateSearch::transfer_between(double lower, double upper) const {
-  // A transfer of 2 C passes where C lies under the bound (sweep()).
-  const auto it = std::lower_bound(transfer_values_.begin(), transfer_values_.end(), 2 * lower);
-  return it != transfer_values_.end() && *it < 2 * upper;
-}
-
-// The last solve's table, its bound lowered to bound_ where only the
-// round-trip limits (a state of m stages: sigma under bound x m) move.
-// Values only rise when the bound falls. A row keeps its values where all
-// of them still lie under the new limit and no row it reads (m - 1 stages)
-// changed: each of its values was the least of candidates that are all
-// still there or, above the limit, were not the least. Other rows are
-// swept again, as a full solve would sweep them, and count as changed only
-// where their layers or values differ. Rows that were dead stay dead.
-// (A row kept whole may hold layers past what this solve's GPU limit
-// leaves to its prefix: no layout within the limit passes through them.)
-void TemplateSearch::tighten_round_trips() {
-  Sweeper& sweeper = sweepers_.front();
-  std::vector<std::size_t> changed;
-  std::vector<double> before(static_cast<std::size_t>(layers_ + 1));
-  for (int m = 1; m <= max_stages_; ++m) {
-    const double limit = bound_ * m;
-    bool any_live = false;
-    // (Rows outside those the last full sweep made live stay dead.)
-    const int top = std::min(level_live_hi_[m], gpu_limit_);
-    for (int u = level_live_lo_[m]; u <= top; ++u) {
-      const auto r = row_index(m, u);
-      const int lo = alive_lo_[r], hi = alive_hi_[r];
-      if (lo > hi) continue;
-      any_live = true;
-      double* row = value_.get() + row_offset(m, u);
-      bool stale = !(row_max_[static_cast<std::size_t>(r)] < limit);
-      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !stale && m > 1; ++k) {
-        const auto next = row_index(m - 1, u - degree(fitting_[k]));
-        stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
-      }
-      if (!stale) continue;
-      std::copy(row + lo, row + hi + 1, before.begin());
-      alive_lo_[r] = layers_ + 1;
-      alive_hi_[r] = -1;
-      sweep_row(m, u, sweeper);
-      bool differs = alive_lo_[r] != lo || alive_hi_[r] != hi;
-      for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != before[static_cast<std::size_t>(l - lo)];
-      if (differs) {
-        changed_[static_cast<std::size_t>(r)] = 1;
-        changed.push_back(static_cast<std::size_t>(r));
-      }
-    }
-    if (!any_live) break;
-  }
-  sweeper.live_rows.clear();  // (rows swept again were live already: live_rows_ holds them)
-  states_ += sweeper.states;
-  sweeper.states = 0;
-  for (const std::size_t r : changed) changed_[r] = 0;
 }
 
 // The fewest GPUs on which stages under the bound, each holding one

@@ -139,11 +139,12 @@ class TemplateSearch {
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
   // Row (m, u), each variant that may end on it.
   void sweep_row(int m, int u, Sweeper& sweeper);
-  // Whether some transfer passes under a bound of `upper` and not of `lower`.
-  [[nodiscard]] bool transfer_between(double lower, double upper) const;
   // The last solve's table brought down to this solve's bound, where only
-  // the suffixes' round trips differ (template_search.cpp).
+  // the suffixes' round trips differ (template_search_reuse.cpp).
   void tighten_round_trips();
+  // What the reuse of answers and tables needs, made once with the
+  // tables (template_search_reuse.cpp).
+  void prepare_reuse(std::size_t rows);
   // prefix_gpus_ and covered_ for this solve's bound and GPU limit.
   void cover_prefixes();
 
@@ -188,8 +189,6 @@ class TemplateSearch {
   std::vector<int> settled_from_;  // per (d, l): the first m whose memory limit is the last m's
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
-  std::vector<int> last_reach_;                         // the last solve's
-  std::vector<double> transfer_values_;                 // every transfer (2 C), sorted, distinct
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
   std::vector<double> row_max_;                         // per row: its largest finite value when last swept

@@ -36,7 +36,7 @@
 // solves later). It sweeps further, without serving more, up to the
 // largest node count whose walk is sure to be solved before the bound
 // passes a stage's compute or a link: those solves then update its table
-// instead of sweeping anew (template_search.cpp), which a solve on more
+// instead of sweeping anew (template_search_reuse.cpp), which a solve on more
 // GPUs than the last cannot. A balanced layout (min-max split with equal degrees, or
 // with the fewest stages over several nodes where no one degree fills them)
 // seeds the best T, so that on fronts where sigma is flat (uniform layers) the walk starts
@@ -153,7 +153,8 @@ int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::Per
       search.solve(bound, kept.gpus_to_solve);
       ++solves;
     }
-    const int same_down_to = search.same_down_to_in_flight_at(bound);
+    const int same_down_to =
+        kept.gpus_to_solve > 0 ? search.same_down_to_in_flight() : search.same_down_to_in_flight_at(bound);
     for (std::size_t k = 0; i < j; ++i, ++k) {
       const int n = targets[i].second;
       auto found = kept.answers[k] ? std::move(*kept.answers[k]) : search.best(n);
@@ -253,7 +254,8 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       search.solve(bound, rows);
       ++runs;
     }
-    const int same_down_to = search.same_down_to_in_flight_at(bound);
+    const int same_down_to =
+        kept.gpus_to_solve > 0 ? search.same_down_to_in_flight() : search.same_down_to_in_flight_at(bound);
     int still_active = 0;
     std::size_t k = 0;
     for (int n = 1; n <= searched; ++n) {

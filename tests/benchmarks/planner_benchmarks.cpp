@@ -99,6 +99,16 @@ void BM_Instantiate(benchmark::State& state) {
 }
 BENCHMARK(BM_Instantiate)->Arg(2048)->Unit(benchmark::kMillisecond);
 
+// A cluster plan's outcome and its work: the rounds' template searches,
+// their states, the compositions' steps.
+void count_cluster_plan(benchmark::State& state, const ClusterPlan& result) {
+  state.counters["iteration_ms"] = result.plan.iteration_ms;
+  state.counters["M"] = result.plan.template_microbatches;
+  state.counters["work_template_searches"] = result.template_searches;
+  state.counters["work_dp_states"] = static_cast<double>(result.template_states);
+  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
+}
+
 void BM_PlanCluster(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   const auto all = names(nodes);
@@ -107,11 +117,7 @@ void BM_PlanCluster(benchmark::State& state) {
     result = plan_cluster(gpt3_175b(), all, 16, 4096);
     benchmark::DoNotOptimize(result);
   }
-  state.counters["iteration_ms"] = result.plan.iteration_ms;
-  state.counters["M"] = result.plan.template_microbatches;
-  state.counters["work_template_searches"] = result.template_searches;
-  state.counters["work_dp_states"] = static_cast<double>(result.template_states);
-  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
+  count_cluster_plan(state, result);
 }
 BENCHMARK(BM_PlanCluster)->Arg(2048)->Unit(benchmark::kMillisecond);
 
@@ -124,11 +130,7 @@ void BM_PlanClusterOverNodes(benchmark::State& state) {
                           kDefaultGradientBucketBytes, 2);
     benchmark::DoNotOptimize(result);
   }
-  state.counters["iteration_ms"] = result.plan.iteration_ms;
-  state.counters["M"] = result.plan.template_microbatches;
-  state.counters["work_template_searches"] = result.template_searches;
-  state.counters["work_dp_states"] = static_cast<double>(result.template_states);
-  state.counters["work_composition_steps"] = static_cast<double>(result.plan.composition_steps);
+  count_cluster_plan(state, result);
 }
 BENCHMARK(BM_PlanClusterOverNodes)->Arg(2048)->Unit(benchmark::kMillisecond);
 

@@ -428,18 +428,17 @@ TEST_CASE("a solve just under the last one, where only the round trips tighten, 
       links.push_back(cost.transfer_ms(e, true));
       for (int t : cost.degrees()) links.push_back(cost.transfer_ms(e, false, t));
     }
-    detail::TemplateSearch walked(cost, kNodes);
-    int limit = kNodes * gpus;
-    double bound = std::numeric_limits<double>::infinity();
-    for (int step = 0; step < 40; ++step) {
-      walked.solve(bound, limit);
+    // Solves `search` at `bound` on `limit` GPUs and checks every answer
+    // against a search that sweeps anew; the largest period among them.
+    const auto solve_and_check = [&](detail::TemplateSearch& search, double bound, int limit) {
+      search.solve(bound, limit);
       detail::TemplateSearch fresh(cost, kNodes);
       fresh.solve(bound, limit);
-      double lowest = 0;  // the largest period among the answers: the next bound goes just under it
+      double widest = 0;
       for (int n = 1; n <= kNodes; ++n) {
-        const auto a = walked.best(n), b = fresh.best(n);
+        const auto a = search.best(n), b = fresh.best(n);
         CAPTURE(instance);
-        CAPTURE(step);
+        CAPTURE(bound);
         CAPTURE(n);
         ++checked;
         REQUIRE(a.has_value() == b.has_value());
@@ -447,14 +446,21 @@ TEST_CASE("a solve just under the last one, where only the round trips tighten, 
         ++found;
         CHECK(a->first == b->first);
         CHECK(a->second == b->second);
-        lowest = std::max(lowest, cost.suffix_bottleneck_ms(a->second));
+        widest = std::max(widest, cost.suffix_bottleneck_ms(a->second));
       }
-      if (lowest == 0) break;
+      return widest;
+    };
+    detail::TemplateSearch walked(cost, kNodes);
+    int limit = kNodes * gpus;
+    double bound = std::numeric_limits<double>::infinity();
+    for (int step = 0; step < 40; ++step) {
+      const double widest = solve_and_check(walked, bound, limit);
+      if (widest == 0) break;
       // Just under the widest answer's period, as a walk goes; or a little
-      // further, past a few more suffixes' round trips.
-      // Or just under the slowest link below that, which then no longer
-      // passes (a full solve: a value may rise without its round trip).
-      bound = lowest * (1 - (step % 3 == 2 ? 1e-4 : 1e-12));
+      // further, past a few more suffixes' round trips; or just under the
+      // slowest link below that, which then no longer passes (a full
+      // solve: a value may rise without its round trip).
+      bound = widest * (1 - (step % 3 == 2 ? 1e-4 : 1e-12));
       if (step % 7 == 6) {
         double link = 0;
         for (const double c : links) {
@@ -470,22 +476,7 @@ TEST_CASE("a solve just under the last one, where only the round trips tighten, 
     std::sort(links.begin(), links.end(), std::greater<>());
     detail::TemplateSearch straddled(cost, kNodes);
     for (const double c : links) {
-      for (const double at : {c * (1 + 1e-12), c * (1 - 1e-12)}) {
-        straddled.solve(at, kNodes * gpus);
-        detail::TemplateSearch fresh(cost, kNodes);
-        fresh.solve(at, kNodes * gpus);
-        for (int n = 1; n <= kNodes; ++n) {
-          const auto a = straddled.best(n), b = fresh.best(n);
-          CAPTURE(instance);
-          CAPTURE(n);
-          ++checked;
-          REQUIRE(a.has_value() == b.has_value());
-          if (!a) continue;
-          ++found;
-          CHECK(a->first == b->first);
-          CHECK(a->second == b->second);
-        }
-      }
+      for (const double at : {c * (1 + 1e-12), c * (1 - 1e-12)}) solve_and_check(straddled, at, kNodes * gpus);
     }
     tightened += straddled.tightened_solves();
   }

@@ -1,0 +1,136 @@
+// What one solve of the template search (template_search.cpp) leaves to
+// others: where its answers hold at a lower cap on the microbatches in
+// flight (a later round of instantiation at a lower M, solve_memo.h), and
+// its table, which the next solve just under its bound may update instead
+// of sweeping anew.
+//
+// Layouts whose sigma differs only in its last bits (the same stages summed
+// in another order) are not ties, and a walk still steps through them one
+// solve at a time, each bound just under the last answer's period. Often no
+// stage's compute and no transfer lies between the two bounds: then only
+// the suffixes' round-trip limits tighten (a state of m stages keeps its
+// sigma under the bound times m), values only rise, and the last table is
+// updated instead of swept anew (tighten_round_trips): a row whose values
+// all still lie under the new limit, none of whose successor rows changed,
+// keeps them. Such an update needs the last table to span its GPUs, so a
+// walk's full solve sweeps further ahead (templates.cpp). (GPT-3 175B to 256
+// nodes over up to 8 nodes: 320 of 563 solves so.)
+#include <algorithm>
+#include <vector>
+
+#include "template_search.h"
+
+namespace oobleck::detail {
+
+void TemplateSearch::prepare_reuse(std::size_t rows) {
+  const std::size_t degree_count = variants_.size();
+  // The memory limit only tightens with m; from settled_from_ on it is the last.
+  settled_from_.assign(degree_count * (layers_ + 1), 1);
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int l = 0; l < layers_; ++l) {
+      const int last = hi_memory_[window_index(d, max_stages_, l)];
+      int m = max_stages_;
+      while (m > 1 && hi_memory_[window_index(d, m - 1, l)] == last) --m;
+      settled_from_[d * static_cast<std::size_t>(layers_ + 1) + l] = m;
+    }
+  }
+  // Every value at which a stage's compute or a transfer one way (2 C
+  // passes where C lies under the bound) stops passing.
+  for (std::size_t d = 0; d < degree_count; ++d) {
+    for (int l = 0; l < layers_; ++l) {
+      for (int e = l + 1; e <= layers_; ++e) edges_.push_back(prefix_[d][e] - prefix_[d][l]);
+    }
+  }
+  for (int e = 1; e < layers_; ++e) {
+    edges_.push_back(transfer_same_[e] / 2);
+    for (const auto& cross : transfer_cross_) edges_.push_back(cross[e] / 2);
+  }
+  std::sort(edges_.begin(), edges_.end());
+  edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
+  changed_.assign(rows, 0);
+  row_max_.assign(rows, 0.0);
+  level_live_lo_.assign(static_cast<std::size_t>(max_stages_) + 1, 1);
+  level_live_hi_.assign(static_cast<std::size_t>(max_stages_) + 1, 0);
+}
+
+// Every window end is min(reach, the limit of m's in-flight count). A lower
+// cap c raises the limits of the rows past c to row c's: the same ends
+// wherever the last row's limit already lies at or past the reach, or row
+// c's limit is already the last one's. And rows past c start at layers
+// below L - c only (each of m stages holds a layer).
+int TemplateSearch::same_down_to_for(std::size_t d, const int* reach) const {
+  const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
+  const int* tightest = hi_memory_.data() + window_index(d, max_stages_, 0);
+  int cap = 1;
+  for (int l = 0; l < layers_; ++l) {
+    if (tightest[l] < reach[l]) cap = std::max(cap, std::min(settled_from_[base + l], layers_ - l));
+  }
+  return cap;
+}
+
+int TemplateSearch::same_down_to_in_flight_at(double bound) const {
+  std::vector<int> reach(static_cast<std::size_t>(layers_ + 1));
+  int cap = 1;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    compute_reach(d, bound, reach.data());
+    cap = std::max(cap, same_down_to_for(d, reach.data()));
+  }
+  return cap;
+}
+
+double TemplateSearch::last_change_below(double bound) const {
+  const auto it = std::lower_bound(edges_.begin(), edges_.end(), bound);
+  return it == edges_.begin() ? 0.0 : *std::prev(it);
+}
+
+// The last solve's table, its bound lowered to bound_ where only the
+// round-trip limits (a state of m stages: sigma under bound x m) move.
+// Values only rise when the bound falls. A row keeps its values where all
+// of them still lie under the new limit and no row it reads (m - 1 stages)
+// changed: each of its values was the least of candidates that are all
+// still there or, above the limit, were not the least. Other rows are
+// swept again, as a full solve would sweep them, and count as changed only
+// where their layers or values differ. Rows that were dead stay dead.
+// (A row kept whole may hold layers past what this solve's GPU limit
+// leaves to its prefix: no layout within the limit passes through them.)
+void TemplateSearch::tighten_round_trips() {
+  Sweeper& sweeper = sweepers_.front();
+  std::vector<std::size_t> changed;
+  std::vector<double> before(static_cast<std::size_t>(layers_ + 1));
+  for (int m = 1; m <= max_stages_; ++m) {
+    const double limit = bound_ * m;
+    bool any_live = false;
+    // (Rows outside those the last full sweep made live stay dead.)
+    const int top = std::min(level_live_hi_[m], gpu_limit_);
+    for (int u = level_live_lo_[m]; u <= top; ++u) {
+      const auto r = row_index(m, u);
+      const int lo = alive_lo_[r], hi = alive_hi_[r];
+      if (lo > hi) continue;
+      any_live = true;
+      double* row = value_.get() + row_offset(m, u);
+      bool stale = !(row_max_[static_cast<std::size_t>(r)] < limit);
+      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !stale && m > 1; ++k) {
+        const auto next = row_index(m - 1, u - degree(fitting_[k]));
+        stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
+      }
+      if (!stale) continue;
+      std::copy(row + lo, row + hi + 1, before.begin());
+      alive_lo_[r] = layers_ + 1;
+      alive_hi_[r] = -1;
+      sweep_row(m, u, sweeper);
+      bool differs = alive_lo_[r] != lo || alive_hi_[r] != hi;
+      for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != before[static_cast<std::size_t>(l - lo)];
+      if (differs) {
+        changed_[static_cast<std::size_t>(r)] = 1;
+        changed.push_back(static_cast<std::size_t>(r));
+      }
+    }
+    if (!any_live) break;
+  }
+  sweeper.live_rows.clear();  // (rows swept again were live already: live_rows_ holds them)
+  states_ += sweeper.states;
+  sweeper.states = 0;
+  for (const std::size_t r : changed) changed_[r] = 0;
+}
+
+}  // namespace oobleck::detail
