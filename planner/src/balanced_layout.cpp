@@ -47,15 +47,19 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
     }
     return stages;
   }
+  // Per device, its degree's stages.
+  std::vector<const BalancedSplits::Stages*> kinds;
+  for (const Device& d : devices) kinds.push_back(&splits.stages(cost, d.degree, r));
   auto greedy = [&](double limit) -> std::optional<std::vector<Stage>> {
     std::vector<Stage> stages;
     int begin = 0;
     for (int s = 0; s < count; ++s) {
       const int t = devices[static_cast<std::size_t>(s)].degree;
+      const BalancedSplits::Stages& kind = *kinds[static_cast<std::size_t>(s)];
       const int in_flight = std::min(cost.microbatches(), count - s);
       const int last_end = layers - (count - s - 1);
       const auto holds = [&](int end) {
-        return cost.stage_compute_ms(begin, end, t, r) <= limit && cost.stage_fits(begin, end, t, in_flight, r);
+        return kind.compute_ms(begin, end) <= limit && kind.max_in_flight(begin, end) >= in_flight;
       };
       // The stage's compute and memory only grow with its end, so the ends
       // that hold are those up to the last: galloping, then bisection.
@@ -80,12 +84,12 @@ std::optional<std::vector<Stage>> split_layers(const CostModel& cost, const std:
     return stages;
   };
   double lo = 0, hi = 0;
-  for (const Device& d : devices) hi = std::max(hi, cost.stage_compute_ms(0, layers, d.degree, r));
+  for (const auto* kind : kinds) hi = std::max(hi, kind->compute_ms(0, layers));
   auto found = greedy(hi);
   if (!found) return std::nullopt;
   std::vector<const std::vector<double>*> breakpoints;
-  for (const Device& d : devices) {
-    const auto* b = &splits.breakpoints(cost, d.degree, r);
+  for (const auto* kind : kinds) {
+    const auto* b = &kind->breakpoints();
     if (std::find(breakpoints.begin(), breakpoints.end(), b) == breakpoints.end()) breakpoints.push_back(b);
   }
   const auto some_between = [&](double a, double b) {  // a stage's compute in (a, b]
@@ -124,19 +128,26 @@ void BalancedSplits::serve(const CostModel& cost) {
   if (profile == profile_) return;
   profile_ = std::move(profile);
   kept.clear();
-  breakpoints_.clear();
+  stages_.clear();
 }
 
-const std::vector<double>& BalancedSplits::breakpoints(const CostModel& cost, int degree, Recompute r) {
-  auto [it, fresh] = breakpoints_.try_emplace({degree, r});
-  if (fresh) {
-    std::vector<double>& values = it->second;
-    for (int begin = 0; begin < cost.layers(); ++begin) {
-      for (int end = begin + 1; end <= cost.layers(); ++end) values.push_back(cost.stage_compute_ms(begin, end, degree, r));
+BalancedSplits::Stages::Stages(const CostModel& cost, int degree, Recompute r) {
+  const int layers = cost.layers();
+  for (int begin = 0; begin < layers; ++begin) {
+    row_start_.push_back(compute_.size());
+    for (int end = begin + 1; end <= layers; ++end) {
+      compute_.push_back(cost.stage_compute_ms(begin, end, degree, r));
+      max_in_flight_.push_back(cost.stage_max_in_flight(begin, end, degree, r));
     }
-    std::sort(values.begin(), values.end());
-    values.erase(std::unique(values.begin(), values.end()), values.end());
   }
+  breakpoints_ = compute_;
+  std::sort(breakpoints_.begin(), breakpoints_.end());
+  breakpoints_.erase(std::unique(breakpoints_.begin(), breakpoints_.end()), breakpoints_.end());
+}
+
+const BalancedSplits::Stages& BalancedSplits::stages(const CostModel& cost, int degree, Recompute r) {
+  auto it = stages_.find({degree, r});
+  if (it == stages_.end()) it = stages_.try_emplace({degree, r}, cost, degree, r).first;
   return it->second;
 }
 

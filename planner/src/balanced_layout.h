@@ -26,9 +26,29 @@ class BalancedSplits {
   // found on another profile.
   void serve(const CostModel& cost);
 
-  // Every stage's compute at `degree` (stage_compute_ms of every [begin,
-  // end)), sorted and distinct: where the splits' bisections may stop.
-  [[nodiscard]] const std::vector<double>& breakpoints(const CostModel& cost, int degree, Recompute r);
+  // Every stage [begin, end) at `degree`: its compute (stage_compute_ms)
+  // and the most microbatches it keeps in flight (stage_max_in_flight),
+  // looked up instead of recomputed: the splits' bisections ask for the
+  // same stages many times over.
+  class Stages {
+   public:
+    Stages(const CostModel& cost, int degree, Recompute r);
+    [[nodiscard]] double compute_ms(int begin, int end) const { return compute_[index(begin, end)]; }
+    [[nodiscard]] int max_in_flight(int begin, int end) const { return max_in_flight_[index(begin, end)]; }
+    // Every stage's compute, sorted and distinct: where the splits'
+    // bisections may stop.
+    [[nodiscard]] const std::vector<double>& breakpoints() const { return breakpoints_; }
+
+   private:
+    [[nodiscard]] std::size_t index(int begin, int end) const {
+      return row_start_[static_cast<std::size_t>(begin)] + static_cast<std::size_t>(end - begin - 1);
+    }
+    std::vector<std::size_t> row_start_;  // per begin: where its stages [begin, begin + 1 ..] start
+    std::vector<double> compute_;
+    std::vector<int> max_in_flight_;
+    std::vector<double> breakpoints_;
+  };
+  [[nodiscard]] const Stages& stages(const CostModel& cost, int degree, Recompute r);
 
   // (A list of devices: per stage, its degree and first node.)
   using Devices = std::vector<std::pair<int, int>>;
@@ -44,7 +64,7 @@ class BalancedSplits {
  private:
   bool keep_;
   std::string profile_;
-  std::map<std::pair<int, Recompute>, std::vector<double>> breakpoints_;
+  std::map<std::pair<int, Recompute>, Stages> stages_;
 };
 
 // j stages of G/j GPUs on every one of `nodes` nodes (or one on every k
