@@ -16,7 +16,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // The same on `u` GPUs: whole nodes, or fewer than one node's.
 std::optional<std::pair<double, std::vector<Stage>>> TemplateSearch::best_on_gpus(int u) const {
   const int nodes = (u + gpus_ - 1) / gpus_;
-  if (u > gpu_limit_) return std::nullopt;
+  if (u > asked_limit_) return std::nullopt;
   int best_m = 0;
   double best_value = kInfinity;
   for (int m = 1; m <= max_stages_; ++m) {

@@ -236,7 +236,16 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   const int limit = std::min(gpu_limit, max_gpus_);
   const double last_bound = bound_;
   const int last_limit = gpu_limit_;
-  gpu_limit_ = limit;
+  // Just below the last solve's bound, on no more GPUs, where no stage's
+  // compute and no transfer lies between the two bounds: only the suffixes'
+  // round trips tighten, and the table is updated where they do. It stays
+  // a table on the last limit's GPUs (no count's answer depends on the
+  // limit), so that a solve after it on more GPUs than this one, but no
+  // more than that, updates it too.
+  const bool lower_alike =
+      solved_ && bound < last_bound && limit <= last_limit && last_change_below(last_bound) < bound;
+  gpu_limit_ = lower_alike ? last_limit : limit;
+  asked_limit_ = limit;
   bound_ = bound;
   choices_.clear();
   for (std::size_t d = 0; d < variants_.size(); ++d) {
@@ -260,17 +269,14 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
                                        same_down_to_for(d, reach_.data() + d * static_cast<std::size_t>(layers_ + 1)));
   }
   cover_prefixes();
-  // Just below the last solve's bound, on no more GPUs, where no stage's
-  // compute and no transfer lies between the two bounds: only the suffixes'
-  // round trips tighten, and the table is updated where they do.
-  const bool lower_alike =
-      solved_ && bound < last_bound && limit <= last_limit && last_change_below(last_bound) < bound;
   solved_ = true;
   if (lower_alike) {
     ++tightened_solves_;
     tighten_round_trips();
     return;
   }
+  for (const std::size_t r : deferred_rows_) deferred_[r] = 0;
+  deferred_rows_.clear();
   // The rows made live last time become empty again (their values are
   // not read outside the live layers).
   for (const std::size_t r : live_rows_) {

@@ -180,7 +180,8 @@ class TemplateSearch {
   int max_gpus_;
   int max_stages_ = 1;
   int widest_ = 1;  // the largest degree
-  int gpu_limit_ = 0;
+  int gpu_limit_ = 0;    // the GPUs the table spans: the last full solve's limit
+  int asked_limit_ = 0;  // the GPUs the last solve was asked for: answers on no more
   double bound_ = std::numeric_limits<double>::infinity();  // the last solve's bound on the steady period
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
   std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
@@ -191,6 +192,11 @@ class TemplateSearch {
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
+  // Per row: on more GPUs than an update was asked for, so left as it was,
+  // to be swept again by the first update asked for its GPUs (a full solve
+  // sweeps every row anew).
+  std::vector<unsigned char> deferred_;
+  std::vector<std::size_t> deferred_rows_;
   std::vector<double> row_max_;                         // per row: its largest finite value when last swept
   std::vector<int> level_live_lo_, level_live_hi_;      // per m: the GPU counts of its live rows, last full sweep
   bool solved_ = false;                                 // whether the table holds a solve's values

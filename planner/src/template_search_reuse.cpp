@@ -48,6 +48,7 @@ void TemplateSearch::prepare_reuse(std::size_t rows) {
   std::sort(edges_.begin(), edges_.end());
   edges_.erase(std::unique(edges_.begin(), edges_.end()), edges_.end());
   changed_.assign(rows, 0);
+  deferred_.assign(rows, 0);
   row_max_.assign(rows, 0.0);
   level_live_lo_.assign(static_cast<std::size_t>(max_stages_) + 1, 1);
   level_live_hi_.assign(static_cast<std::size_t>(max_stages_) + 1, 0);
@@ -107,8 +108,18 @@ void TemplateSearch::tighten_round_trips() {
       const int lo = alive_lo_[r], hi = alive_hi_[r];
       if (lo > hi) continue;
       any_live = true;
+      // Past the GPUs asked for, no answer reads the row (nor any row it
+      // feeds: those lie on more GPUs still): it waits for an update that
+      // needs it, which sweeps it whatever its values.
+      auto& deferred = deferred_[static_cast<std::size_t>(r)];  // bit 0: deferred; bit 1: listed
+      if (u > asked_limit_) {
+        if (!(deferred & 2)) deferred_rows_.push_back(static_cast<std::size_t>(r));
+        deferred = 3;
+        continue;
+      }
       double* row = value_.get() + row_offset(m, u);
-      bool stale = !(row_max_[static_cast<std::size_t>(r)] < limit);
+      bool stale = (deferred & 1) || !(row_max_[static_cast<std::size_t>(r)] < limit);
+      deferred &= 2;
       for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !stale && m > 1; ++k) {
         const auto next = row_index(m - 1, u - degree(fitting_[k]));
         stale = next >= 0 && changed_[static_cast<std::size_t>(next)];

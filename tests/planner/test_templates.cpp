@@ -399,7 +399,8 @@ TEST_CASE("a kept answer serves a lower cap on microbatches in flight only where
 TEST_CASE("a solve just under the last one, where only the round trips tighten, answers as a fresh solve does") {
   // TemplateSearch updates the last solve's table where the new bound is
   // no higher, no stage's compute and no transfer lies between the two,
-  // and the GPU limit is no larger. Walks make such solves one after
+  // and the GPU limit is no larger than the table's (that of the last full
+  // solve, which updates on fewer GPUs keep). Walks make such solves one after
   // another (each bound just under the last answer's period): every
   // answer must be what a search that sweeps anew finds, bit for bit.
   // Uniform blocks between a first and a last layer of their own, as in a
@@ -471,6 +472,18 @@ TEST_CASE("a solve just under the last one, where only the round trips tighten, 
       if (rng() % 4 == 0) limit = std::max(1, limit - static_cast<int>(rng() % 3));
     }
     tightened += walked.tightened_solves();
+    // The same bounds on every GPU and on fewer, by turns: an update on
+    // fewer keeps the table on all of them, which the next solve, on all
+    // of them again, updates too.
+    detail::TemplateSearch alternating(cost, kNodes);
+    std::uniform_int_distribution<int> fewer(1, kNodes * gpus);
+    bound = std::numeric_limits<double>::infinity();
+    for (int step = 0; step < 40; ++step) {
+      const double widest = solve_and_check(alternating, bound, step % 2 == 0 ? kNodes * gpus : fewer(rng));
+      if (widest == 0 && step % 2 == 0) break;
+      if (widest > 0) bound = widest * (1 - 1e-12);
+    }
+    tightened += alternating.tightened_solves();
     // Bounds just above and just under each link in turn: a link that no
     // longer passes while nothing else changes.
     std::sort(links.begin(), links.end(), std::greater<>());
