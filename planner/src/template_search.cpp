@@ -51,10 +51,6 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
-// Rows x layers of one stage count below which one thread sweeps them all:
-// handing rows to the others and waiting for their last costs more than
-// such a level's few microseconds of work.
-constexpr std::int64_t kRowsWorthThreads = 5000;
 
 }  // namespace
 

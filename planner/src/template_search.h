@@ -74,8 +74,10 @@ class TemplateSearch {
   // Solves that updated the last one's table instead of sweeping anew
   // (tighten_round_trips).
   [[nodiscard]] std::int64_t tightened_solves() const { return tightened_solves_; }
-  // Stage counts whose rows were shared among threads.
+  // Stage counts whose rows were shared among threads, in all and in
+  // updates.
   [[nodiscard]] std::int64_t shared_levels() const { return shared_levels_; }
+  [[nodiscard]] std::int64_t shared_update_levels() const { return shared_update_levels_; }
 
  private:
   [[nodiscard]] std::size_t window_index(std::size_t d, int m, int l) const {
@@ -120,12 +122,17 @@ class TemplateSearch {
     return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_[d].data();
   }
 
+  // Rows x layers of one stage count below which one thread sweeps them all:
+  // handing rows to the others and waiting for their last costs more than
+  // such a level's few microseconds of work.
+  static constexpr std::int64_t kRowsWorthThreads = 5000;
   // What one thread needs and finds while it sweeps rows: its sliding
   // window, and the rows it made live.
   struct alignas(64) Sweeper {  // (apart: each thread writes its own often)
     std::vector<double> through;
     std::vector<int> window;
     std::vector<std::size_t> live_rows;
+    std::vector<double> before;  // a row's values before an update sweeps it again
     std::int64_t states = 0;
     int live_lo = 0, live_hi = 0;  // GPU counts of its live rows of this m
   };
@@ -192,6 +199,7 @@ class TemplateSearch {
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
+  std::vector<std::size_t> changed_rows_;
   // Per row: on more GPUs than an update was asked for, so left as it was,
   // to be swept again by the first update asked for its GPUs (a full solve
   // sweeps every row anew).
@@ -222,6 +230,7 @@ class TemplateSearch {
   std::int64_t states_ = 0;
   std::int64_t shared_levels_ = 0;
   std::int64_t tightened_solves_ = 0;
+  std::int64_t shared_update_levels_ = 0;
 };
 
 }  // namespace oobleck::detail

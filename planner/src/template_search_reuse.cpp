@@ -16,6 +16,8 @@
 // walk's full solve sweeps further ahead (templates.cpp). (GPT-3 175B to 256
 // nodes over up to 8 nodes: 320 of 563 solves so.)
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <vector>
 
 #include "template_search.h"
@@ -95,18 +97,18 @@ double TemplateSearch::last_change_below(double bound) const {
 // (A row kept whole may hold layers past what this solve's GPU limit
 // leaves to its prefix: no layout within the limit passes through them.)
 void TemplateSearch::tighten_round_trips() {
-  Sweeper& sweeper = sweepers_.front();
-  std::vector<std::size_t> changed;
-  std::vector<double> before(static_cast<std::size_t>(layers_ + 1));
+  std::vector<std::size_t> stale;  // rows of this m to sweep again, then their GPU counts beside
+  std::vector<int> stale_gpus;
   for (int m = 1; m <= max_stages_; ++m) {
     const double limit = bound_ * m;
     bool any_live = false;
+    stale.clear();
+    stale_gpus.clear();
     // (Rows outside those the last full sweep made live stay dead.)
     const int top = std::min(level_live_hi_[m], gpu_limit_);
     for (int u = level_live_lo_[m]; u <= top; ++u) {
       const auto r = row_index(m, u);
-      const int lo = alive_lo_[r], hi = alive_hi_[r];
-      if (lo > hi) continue;
+      if (alive_lo_[r] > alive_hi_[r]) continue;
       any_live = true;
       // Past the GPUs asked for, no answer reads the row (nor any row it
       // feeds: those lie on more GPUs still): it waits for an update that
@@ -117,31 +119,60 @@ void TemplateSearch::tighten_round_trips() {
         deferred = 3;
         continue;
       }
-      double* row = value_.get() + row_offset(m, u);
-      bool stale = (deferred & 1) || !(row_max_[static_cast<std::size_t>(r)] < limit);
+      bool is_stale = (deferred & 1) || !(row_max_[static_cast<std::size_t>(r)] < limit);
       deferred &= 2;
-      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !stale && m > 1; ++k) {
+      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !is_stale && m > 1; ++k) {
         const auto next = row_index(m - 1, u - degree(fitting_[k]));
-        stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
+        is_stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
       }
-      if (!stale) continue;
-      std::copy(row + lo, row + hi + 1, before.begin());
+      if (is_stale) {
+        stale.push_back(static_cast<std::size_t>(r));
+        stale_gpus.push_back(u);
+      }
+    }
+    if (!any_live) break;
+    // Rows of one m read only rows of m - 1 (and the marks of those that
+    // changed): swept again in any order, by as many threads as there are.
+    const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
+      const std::size_t r = stale[i];
+      const int u = stale_gpus[i];
+      const int lo = alive_lo_[r], hi = alive_hi_[r];
+      double* row = value_.get() + row_offset(m, u);
+      sweeper.before.assign(row + lo, row + hi + 1);
       alive_lo_[r] = layers_ + 1;
       alive_hi_[r] = -1;
       sweep_row(m, u, sweeper);
       bool differs = alive_lo_[r] != lo || alive_hi_[r] != hi;
-      for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != before[static_cast<std::size_t>(l - lo)];
-      if (differs) {
-        changed_[static_cast<std::size_t>(r)] = 1;
-        changed.push_back(static_cast<std::size_t>(r));
-      }
+      for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != sweeper.before[static_cast<std::size_t>(l - lo)];
+      if (differs) changed_[r] = 1;
+    };
+    const std::int64_t work = static_cast<std::int64_t>(stale.size()) * (layers_ - m + 1);
+    if (sweepers_.size() > 1 && work >= kRowsWorthThreads) {
+      if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
+      ++shared_levels_;
+      ++shared_update_levels_;
+      const std::size_t chunk = std::max<std::size_t>(2, stale.size() / (4 * sweepers_.size()));
+      std::atomic<std::size_t> next{0};
+      workers_->run([&](int t) {
+        Sweeper& sweeper = sweepers_[static_cast<std::size_t>(t)];
+        for (std::size_t first = next.fetch_add(chunk); first < stale.size(); first = next.fetch_add(chunk)) {
+          for (std::size_t i = first; i < std::min(stale.size(), first + chunk); ++i) sweep_again(i, sweeper);
+        }
+      });
+    } else {
+      for (std::size_t i = 0; i < stale.size(); ++i) sweep_again(i, sweepers_.front());
     }
-    if (!any_live) break;
+    for (const std::size_t r : stale) {
+      if (changed_[r]) changed_rows_.push_back(r);
+    }
   }
-  sweeper.live_rows.clear();  // (rows swept again were live already: live_rows_ holds them)
-  states_ += sweeper.states;
-  sweeper.states = 0;
-  for (const std::size_t r : changed) changed_[r] = 0;
+  for (auto& sweeper : sweepers_) {
+    sweeper.live_rows.clear();  // (rows swept again were live already: live_rows_ holds them)
+    states_ += sweeper.states;
+    sweeper.states = 0;
+  }
+  for (const std::size_t r : changed_rows_) changed_[r] = 0;
+  changed_rows_.clear();
 }
 
 }  // namespace oobleck::detail

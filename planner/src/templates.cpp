@@ -289,6 +289,8 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
   set.search_solves = runs;
   set.search_states = search.states();
   set.search_shared_levels = search.shared_levels();
+  set.search_updates = search.tightened_solves();
+  set.search_shared_update_levels = search.shared_update_levels();
   return set;
 }
 

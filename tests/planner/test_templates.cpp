@@ -859,6 +859,31 @@ TEST_CASE("the template search's threads share rows of a stage count, and the te
   CHECK_THROWS_AS(set_search_threads(-1), InputError);
 }
 
+TEST_CASE("the threads share the rows an update sweeps again, and the templates do not depend on them") {
+  // Large enough that updates (a solve just under the last one) sweep
+  // many rows of one stage count again: GPT-3 175B over up to 8 nodes a
+  // stage.
+  const Profile profile = load_profile(std::string(OOBLECK_SOURCE_DIR) + "/profiles/gpt3-175b-a100.analytic.json");
+  CostModel cost(profile, 98);
+  cost.set_tensor_parallel_nodes(8);
+  set_search_threads(2);
+  const TemplateSet many = build_templates(cost, 160);
+  set_search_threads(1);  // (the default)
+  const TemplateSet one = build_templates(cost, 160);
+  MESSAGE(one.search_solves << " solves, " << one.search_updates << " of them updates; "
+                            << many.search_shared_update_levels << " of the updates' stage counts shared");
+  CHECK(one.search_updates > 10);
+  CHECK(one.search_shared_update_levels == 0);
+  CHECK(many.search_shared_update_levels > 0);
+  CHECK(many.search_updates == one.search_updates);
+  CHECK(many.search_states == one.search_states);
+  REQUIRE(many.templates.size() == one.templates.size());
+  for (std::size_t t = 0; t < one.templates.size(); ++t) {
+    CHECK(many.templates[t].iteration_ms == one.templates[t].iteration_ms);  // bit for bit
+    CHECK(many.templates[t].stages == one.templates[t].stages);
+  }
+}
+
 TEST_CASE("of the layouts of least sigma, a solve returns one of least suffix period, against every layout") {
   // One GPU a node, no transfers, and whole-millisecond layers: every
   // layout on n nodes has the same sigma (all the layers' compute), bit for

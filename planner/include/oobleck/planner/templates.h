@@ -44,6 +44,8 @@ struct TemplateSet {
   std::int64_t search_solves = 0;
   std::int64_t search_states = 0;
   std::int64_t search_shared_levels = 0;  // stage counts whose rows threads shared (set_search_threads)
+  std::int64_t search_updates = 0;        // solves that updated the last one's table instead of sweeping anew
+  std::int64_t search_shared_update_levels = 0;  // of the shared stage counts, those of updates
   [[nodiscard]] const PipelineTemplate* find(int nodes) const;
   [[nodiscard]] int min_nodes() const { return templates.empty() ? 0 : templates.front().nodes; }
 };
