@@ -13,8 +13,10 @@
 // updated instead of swept anew (tighten_round_trips): a row whose values
 // all still lie under the new limit, none of whose successor rows changed,
 // keeps them. Such an update needs the last table to span its GPUs, so a
-// walk's full solve sweeps further ahead (templates.cpp). (GPT-3 175B to 256
-// nodes over up to 8 nodes: 320 of 563 solves so.)
+// walk's full solve sweeps further ahead (templates.cpp), and an update
+// asked for fewer keeps the table on all of them: the rows past its GPUs
+// wait, marked, for the first update asked for theirs. (GPT-3 175B to 256
+// nodes over up to 8 nodes: 354 of 563 solves so.)
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -96,6 +98,8 @@ double TemplateSearch::last_change_below(double bound) const {
 // where their layers or values differ. Rows that were dead stay dead.
 // (A row kept whole may hold layers past what this solve's GPU limit
 // leaves to its prefix: no layout within the limit passes through them.)
+// Rows past the GPUs this solve was asked for are left as they were, and
+// marked (deferred_).
 void TemplateSearch::tighten_round_trips() {
   std::vector<std::size_t> stale;  // rows of this m to sweep again, then their GPU counts beside
   std::vector<int> stale_gpus;
