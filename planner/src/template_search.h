@@ -18,8 +18,9 @@
 namespace oobleck::detail {
 
 // Reusable: solve() at one bound after another on the same tables (a bound
-// just under the last, on no more GPUs, may update the last solve's table
-// instead of sweeping anew: the same answers).
+// just under the last, on no more GPUs than the last full solve's, may
+// update the last solve's table instead of sweeping anew: the same
+// answers).
 class TemplateSearch {
  public:
   // The value table's memory, handed from one search to the next (its
