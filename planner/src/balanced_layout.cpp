@@ -146,9 +146,7 @@ BalancedSplits::Stages::Stages(const CostModel& cost, int degree, Recompute r) {
 }
 
 const BalancedSplits::Stages& BalancedSplits::stages(const CostModel& cost, int degree, Recompute r) {
-  auto it = stages_.find({degree, r});
-  if (it == stages_.end()) it = stages_.try_emplace({degree, r}, cost, degree, r).first;
-  return it->second;
+  return stages_.try_emplace({degree, r}, cost, degree, r).first->second;  // (made only where absent)
 }
 
 // A balanced layout: j stages of G/j GPUs on every node (or one stage on

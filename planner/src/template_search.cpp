@@ -214,6 +214,19 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
   row_max_[r] = largest;
 }
 
+void TemplateSearch::share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job) {
+  if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
+  ++shared_levels_;
+  const std::size_t chunk = std::max(min_chunk, count / (4 * sweepers_.size()));
+  std::atomic<std::size_t> next{0};
+  workers_->run([&](int i) {
+    Sweeper& sweeper = sweepers_[static_cast<std::size_t>(i)];
+    for (std::size_t first = next.fetch_add(chunk); first < count; first = next.fetch_add(chunk)) {
+      job(first, std::min(count, first + chunk), sweeper);
+    }
+  });
+}
+
 void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {
     sweep_row(m, u, sweeper);
@@ -298,17 +311,10 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     // threads take them in chunks (the values are the same either way).
     const std::int64_t work = static_cast<std::int64_t>(std::max(0, hi - lo + 1)) * (layers_ - m + 1);
     if (sweepers_.size() > 1 && work >= kRowsWorthThreads) {
-      if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
-      ++shared_levels_;
-      const int threads = static_cast<int>(sweepers_.size());
-      const int chunk = std::max(4, (hi - lo + 1) / (4 * threads));
-      std::atomic<int> next{lo};
-      workers_->run([&](int i) {
-        Sweeper& sweeper = sweepers_[static_cast<std::size_t>(i)];
-        for (int first = next.fetch_add(chunk); first <= hi; first = next.fetch_add(chunk)) {
-          sweep_rows(m, first, std::min(hi, first + chunk - 1), sweeper);
-        }
-      });
+      share_among_threads(static_cast<std::size_t>(hi - lo + 1), 4,
+                          [&](std::size_t first, std::size_t end, Sweeper& sweeper) {
+                            sweep_rows(m, lo + static_cast<int>(first), lo + static_cast<int>(end) - 1, sweeper);
+                          });
     } else {
       sweep_rows(m, lo, hi, sweepers_.front());
     }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -143,6 +144,12 @@ class TemplateSearch {
   void compute_reach(std::size_t d, double bound, int* reach) const;
   // same_down_to_in_flight() of variant d's windows, given its reach.
   [[nodiscard]] int same_down_to_for(std::size_t d, const int* reach) const;
+  // job(first, end, sweeper) over chunks [first, end) of [0, count), at
+  // least `min_chunk` long, on every thread of the search, each with its
+  // own sweeper: for the rows of one stage count, which read only those of
+  // one fewer (the values the same in any order).
+  using ChunkJob = std::function<void(std::size_t, std::size_t, Sweeper&)>;
+  void share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job);
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
   // Row (m, u), each variant that may end on it.

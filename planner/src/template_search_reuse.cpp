@@ -18,8 +18,6 @@
 // wait, marked, for the first update asked for theirs. (GPT-3 175B to 256
 // nodes over up to 8 nodes: 354 of 563 solves so.)
 #include <algorithm>
-#include <atomic>
-#include <memory>
 #include <vector>
 
 #include "template_search.h"
@@ -101,13 +99,11 @@ double TemplateSearch::last_change_below(double bound) const {
 // Rows past the GPUs this solve was asked for are left as they were, and
 // marked (deferred_).
 void TemplateSearch::tighten_round_trips() {
-  std::vector<std::size_t> stale;  // rows of this m to sweep again, then their GPU counts beside
-  std::vector<int> stale_gpus;
+  std::vector<std::size_t> stale;  // rows of this m to sweep again
   for (int m = 1; m <= max_stages_; ++m) {
     const double limit = bound_ * m;
     bool any_live = false;
     stale.clear();
-    stale_gpus.clear();
     // (Rows outside those the last full sweep made live stay dead.)
     const int top = std::min(level_live_hi_[m], gpu_limit_);
     for (int u = level_live_lo_[m]; u <= top; ++u) {
@@ -129,17 +125,14 @@ void TemplateSearch::tighten_round_trips() {
         const auto next = row_index(m - 1, u - degree(fitting_[k]));
         is_stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
       }
-      if (is_stale) {
-        stale.push_back(static_cast<std::size_t>(r));
-        stale_gpus.push_back(u);
-      }
+      if (is_stale) stale.push_back(static_cast<std::size_t>(r));
     }
     if (!any_live) break;
     // Rows of one m read only rows of m - 1 (and the marks of those that
     // changed): swept again in any order, by as many threads as there are.
     const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
       const std::size_t r = stale[i];
-      const int u = stale_gpus[i];
+      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
       const int lo = alive_lo_[r], hi = alive_hi_[r];
       double* row = value_.get() + row_offset(m, u);
       sweeper.before.assign(row + lo, row + hi + 1);
@@ -152,16 +145,9 @@ void TemplateSearch::tighten_round_trips() {
     };
     const std::int64_t work = static_cast<std::int64_t>(stale.size()) * (layers_ - m + 1);
     if (sweepers_.size() > 1 && work >= kRowsWorthThreads) {
-      if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
-      ++shared_levels_;
       ++shared_update_levels_;
-      const std::size_t chunk = std::max<std::size_t>(2, stale.size() / (4 * sweepers_.size()));
-      std::atomic<std::size_t> next{0};
-      workers_->run([&](int t) {
-        Sweeper& sweeper = sweepers_[static_cast<std::size_t>(t)];
-        for (std::size_t first = next.fetch_add(chunk); first < stale.size(); first = next.fetch_add(chunk)) {
-          for (std::size_t i = first; i < std::min(stale.size(), first + chunk); ++i) sweep_again(i, sweeper);
-        }
+      share_among_threads(stale.size(), 2, [&](std::size_t first, std::size_t end, Sweeper& sweeper) {
+        for (std::size_t i = first; i < end; ++i) sweep_again(i, sweeper);
       });
     } else {
       for (std::size_t i = 0; i < stale.size(); ++i) sweep_again(i, sweepers_.front());

@@ -119,6 +119,13 @@ KeptAnswers kept_answers(const detail::SolveMemo& memo, const std::vector<int>& 
   return out;
 }
 
+// The lowest cap on the microbatches in flight down to which the answers
+// at `bound` hold (solve_memo.h): the solve's own where there was one
+// (kept.gpus_to_solve), else worked out without solving.
+int same_down_to_at(const TemplateSearch& search, const KeptAnswers& kept, double bound) {
+  return kept.gpus_to_solve > 0 ? search.same_down_to_in_flight() : search.same_down_to_in_flight_at(bound);
+}
+
 // Probes near the bottom of each node count's front: a solve at a bound
 // a little above its period floor finds the least sigma among the layouts
 // of nearly the least period, one that plays well where M is large. Taken
@@ -153,8 +160,7 @@ int probe_near_floors(const CostModel& cost, TemplateSearch& search, detail::Per
       search.solve(bound, kept.gpus_to_solve);
       ++solves;
     }
-    const int same_down_to =
-        kept.gpus_to_solve > 0 ? search.same_down_to_in_flight() : search.same_down_to_in_flight_at(bound);
+    const int same_down_to = same_down_to_at(search, kept, bound);
     for (std::size_t k = 0; i < j; ++i, ++k) {
       const int n = targets[i].second;
       auto found = kept.answers[k] ? std::move(*kept.answers[k]) : search.best(n);
@@ -254,8 +260,7 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       search.solve(bound, rows);
       ++runs;
     }
-    const int same_down_to =
-        kept.gpus_to_solve > 0 ? search.same_down_to_in_flight() : search.same_down_to_in_flight_at(bound);
+    const int same_down_to = same_down_to_at(search, kept, bound);
     int still_active = 0;
     std::size_t k = 0;
     for (int n = 1; n <= searched; ++n) {

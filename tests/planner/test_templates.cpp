@@ -17,6 +17,20 @@ using namespace oobleck;
 
 namespace {
 
+using Answer = std::optional<std::pair<double, std::vector<Stage>>>;
+
+// Two answers for one node count, the same bit for bit (sigma and layout);
+// counts the pair in `checked` and, where it holds a layout, in `found`.
+template <typename Count>
+void check_same_answer(const Answer& a, const Answer& b, Count& checked, Count& found) {
+  ++checked;
+  REQUIRE(a.has_value() == b.has_value());
+  if (!a) return;
+  ++found;
+  CHECK(a->first == b->first);
+  CHECK(a->second == b->second);
+}
+
 void check_layout(const CostModel& cost, const PipelineTemplate& t) {
   const int gpus = cost.gpus_per_node();
   std::vector<int> on_node(t.nodes, 0);
@@ -379,13 +393,7 @@ TEST_CASE("a kept answer serves a lower cap on microbatches in flight only where
         if (!hit) continue;
         CAPTURE(instance);
         CAPTURE(n);
-        const auto fresh = second.best(n);
-        ++checked;
-        REQUIRE(hit->found.has_value() == fresh.has_value());
-        if (!fresh) continue;
-        ++found;
-        CHECK(hit->found->first == fresh->first);
-        CHECK(hit->found->second == fresh->second);
+        check_same_answer(hit->found, second.best(n), checked, found);
       }
     }
   }
@@ -441,13 +449,8 @@ TEST_CASE("a solve just under the last one, where only the round trips tighten, 
         CAPTURE(instance);
         CAPTURE(bound);
         CAPTURE(n);
-        ++checked;
-        REQUIRE(a.has_value() == b.has_value());
-        if (!a) continue;
-        ++found;
-        CHECK(a->first == b->first);
-        CHECK(a->second == b->second);
-        widest = std::max(widest, cost.suffix_bottleneck_ms(a->second));
+        check_same_answer(a, b, checked, found);
+        if (a) widest = std::max(widest, cost.suffix_bottleneck_ms(a->second));
       }
       return widest;
     };
@@ -525,12 +528,7 @@ TEST_CASE("a solve's answer for n nodes does not depend on the GPU limit it was 
         const auto a = wide.best(n), b = narrow.best(n);
         CAPTURE(instance);
         CAPTURE(n);
-        ++checked;
-        REQUIRE(a.has_value() == b.has_value());
-        if (!a) continue;
-        ++found;
-        CHECK(a->first == b->first);  // bit for bit
-        CHECK(a->second == b->second);
+        check_same_answer(a, b, checked, found);
       }
     }
   }
