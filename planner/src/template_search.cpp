@@ -118,6 +118,9 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     }
   }
   reach_.assign(degree_count * (layers_ + 1), 0);
+  window_end_.assign(degree_count * (layers_ + 1), 0);
+  entry_same_.assign(degree_count * (layers_ + 1), kInfinity);
+  entry_cross_.assign(degree_count * (layers_ + 1), kInfinity);
   fitting_runs_.resize(degree_count);
   // The variants whose stage may end on GPU u, for every u.
   fitting_start_.assign(static_cast<std::size_t>(max_gpus_) + 2, 0);
@@ -165,7 +168,8 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
   prepare_reuse(rows);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
   for (auto& sweeper : sweepers_) {
-    sweeper.through.assign(layers_ + 1, kInfinity);
+    sweeper.through.assign(layers_ + 2, kInfinity);
+    sweeper.least.assign(layers_ + 1, kInfinity);
     sweeper.window.assign(layers_ + 2, 0);
   }
 }
@@ -187,31 +191,74 @@ void TemplateSearch::compute_reach(std::size_t d, double bound, int* reach) cons
   }
 }
 
+void TemplateSearch::set_window_ends(int m) {
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
+    const int* memory = hi_memory_.data() + window_index(d, m, 0);
+    for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
+  }
+}
+
 void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
   // The layers the prefix can leave to the suffix (sweep()).
   const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
+  if (l_max < 0) return;
+  // Each variant lowers the row's values in the sweeper's own copy, which
+  // stays in the cache; the table's row is written once, at the end. (The
+  // copy is infinite between rows: each row's end resets what it touched.)
+  double* least = sweeper.least.data();
+  sweeper.touched_lo = l_max + 1;
+  sweeper.touched_hi = -1;
+  // The rows of m - 1 stages a first stage may lead to (none for m = 1).
+  const int next_lo = m > 1 ? u_lo_[m - 1] : 1, next_hi = m > 1 ? u_hi_[m - 1] : 0;
+  const std::size_t next_base = m > 1 ? row_base_[m - 1] : 0;
   for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
     const std::size_t d = fitting_[k];
     if (fitting_runs_[d].empty()) continue;  // no stage of this kind holds a layer under the bound
     const int t = degree(d);
-    if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
-      const auto next = row_index(m - 1, u - t);
-      if (next < 0 || alive_lo_[next] > alive_hi_[next] || l_max < 0) continue;
-      // ... that a stage from l_max or below reaches (its reach grows with l).
-      const int reach = std::min(reach_[d * static_cast<std::size_t>(layers_ + 1) + l_max],
-                                 hi_memory_[window_index(d, m, l_max)]);
-      if (reach < alive_lo_[next]) continue;
+    const int u_next = u - t;
+    std::ptrdiff_t next = -1;  // the successor row, if live
+    if (u_next >= next_lo && u_next <= next_hi) {
+      next = static_cast<std::ptrdiff_t>(next_base + static_cast<std::size_t>(u_next - next_lo));
+      if (alive_lo_[next] > alive_hi_[next]) next = -1;
     }
-    sweep(m, u, d, sweeper);
+    if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
+      if (next < 0) continue;
+      // ... that a stage from l_max or below reaches (its reach grows with l).
+      if (window_end_[d * static_cast<std::size_t>(layers_ + 1) + static_cast<std::size_t>(l_max)] < alive_lo_[next]) {
+        continue;
+      }
+    }
+    sweep(m, u, d, l_max, next, sweeper);
   }
-  // Its largest finite value, which the next solve's round trips check.
+  // The row holds the values under the suffix's round-trip limit (its sum
+  // over m stages below the bound), live from the first to the last, and
+  // its largest finite value, which the next solve's round trips check.
+  const double round_trip_limit = bound_ * m;
+  const int touched_lo = sweeper.touched_lo, touched_hi = sweeper.touched_hi;
+  const auto reset = [&] {
+    if (touched_lo <= touched_hi) std::fill(least + touched_lo, least + touched_hi + 1, kInfinity);
+  };
+  int lo = touched_lo, hi = touched_hi;
+  while (lo <= hi && !(least[lo] < round_trip_limit)) ++lo;
+  if (lo > hi) {
+    reset();
+    return;
+  }
+  while (!(least[hi] < round_trip_limit)) --hi;
   const auto r = static_cast<std::size_t>(row_index(m, u));
-  const double* row = value_.get() + row_offset(m, u);
+  double* row = value_.get() + row_offset(m, u);
   double largest = 0;
-  for (int l = alive_lo_[r]; l <= alive_hi_[r]; ++l) {
-    if (row[l] != kInfinity) largest = std::max(largest, row[l]);
+  for (int l = lo; l <= hi; ++l) {
+    const double v = least[l] < round_trip_limit ? least[l] : kInfinity;
+    row[l] = v;
+    if (v != kInfinity) largest = std::max(largest, v);
   }
+  reset();
   row_max_[r] = largest;
+  sweeper.live_rows.push_back(r);
+  alive_lo_[r] = lo;
+  alive_hi_[r] = hi;
 }
 
 void TemplateSearch::share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job) {
@@ -277,6 +324,17 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     same_down_to_in_flight_ = std::max(same_down_to_in_flight_,
                                        same_down_to_for(d, reach_.data() + d * static_cast<std::size_t>(layers_ + 1)));
   }
+  // Per variant and boundary: the stage's compute up to it plus the
+  // transfer after it, where the transfer passes the bound.
+  const double transfer_limit = 2 * bound;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    double* same = entry_same_.data() + d * static_cast<std::size_t>(layers_ + 1);
+    double* cross = entry_cross_.data() + d * static_cast<std::size_t>(layers_ + 1);
+    for (int e = 0; e <= layers_; ++e) {
+      same[e] = transfer_same_[e] < transfer_limit ? prefix_[d][e] + transfer_same_[e] : kInfinity;
+      cross[e] = transfer_cross_[d][e] < transfer_limit ? prefix_[d][e] + transfer_cross_[d][e] : kInfinity;
+    }
+  }
   cover_prefixes();
   solved_ = true;
   if (lower_alike) {
@@ -298,11 +356,12 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
   // is a degree).
   int live_lo = 0, live_hi = 0;  // the live rows of m - 1: GPU counts [lo, hi]
-  std::fill(level_live_lo_.begin(), level_live_lo_.end(), 1);
-  std::fill(level_live_hi_.begin(), level_live_hi_.end(), 0);
+  int m_end = 1;  // the first stage count not swept
   for (int m = 1; m <= max_stages_; ++m) {
+    m_end = m + 1;
     const int lo = std::max(u_lo_[m], m == 1 ? 1 : live_lo + 1);
     const int hi = std::min({u_hi_[m], gpu_limit_, m == 1 ? widest_ : live_hi + widest_});
+    set_window_ends(m);
     for (auto& sweeper : sweepers_) {
       sweeper.live_lo = gpu_limit_ + 1;
       sweeper.live_hi = 0;
@@ -319,6 +378,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       sweep_rows(m, lo, hi, sweepers_.front());
     }
     int next_lo = gpu_limit_ + 1, next_hi = 0;
+    level_rows_[m] = live_rows_.size();
     for (auto& sweeper : sweepers_) {
       next_lo = std::min(next_lo, sweeper.live_lo);
       next_hi = std::max(next_hi, sweeper.live_hi);
@@ -327,12 +387,11 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       states_ += sweeper.states;
       sweeper.states = 0;
     }
-    level_live_lo_[m] = next_lo;
-    level_live_hi_[m] = next_hi;
     if (next_hi == 0) break;  // no row of m stages lives, so none of more
     live_lo = next_lo;
     live_hi = next_hi;
   }
+  std::fill(level_rows_.begin() + std::min(m_end, max_stages_ + 1), level_rows_.end(), live_rows_.size());
 }
 
 // The fewest GPUs on which stages under the bound, each holding one
@@ -363,81 +422,73 @@ void TemplateSearch::cover_prefixes() {
   }
 }
 
-void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
+void TemplateSearch::sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_t next, Sweeper& sweeper) {
   const int t = degree(d);
   const int u_next = u - t;
-  // The suffix needs m layers, and its prefix a cover on the GPUs left.
-  const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
-  if (l_max < 0) return;
   sweeper.states += l_max + 1;
-  const auto out_index = row_index(m, u);
-  double* out = value_.get() + row_offset(m, u);
+  double* least = sweeper.least.data();
   const double* prefix = prefix_[d].data();
   // The window's end: the bound on compute, and memory. (A successor's
   // m - 1 layers need no term: its row is infinite past last_boundary(m).)
-  const int* reach = reach_.data() + d * static_cast<std::size_t>(layers_ + 1);
-  const int* memory = hi_memory_.data() + window_index(d, m, 0);
-  const auto hi = [&](int l) { return std::min(reach[l], memory[l]); };
-  int out_lo = alive_lo_[out_index], out_hi = alive_hi_[out_index];
-  const double round_trip_limit = bound_ * m;  // the suffix's sum over m stages below the bound
-  // Outside [out_lo, out_hi] the row holds no value of this solve: no need
-  // to load it (the row is often cold, and the load the sweep's longest
-  // wait). Widening the range makes the layers it passes over infinite.
-  auto improve = [&](int l, double v) {
-    if (!(v < round_trip_limit)) return;
-    if (l >= out_lo && l <= out_hi) {
-      if (v < out[l]) out[l] = v;
-      return;
-    }
-    if (out_lo > out_hi) {
-      out_lo = out_hi = l;
-    } else if (l < out_lo) {
-      for (int j = l + 1; j < out_lo; ++j) out[j] = kInfinity;  // (mostly none: l descends)
-      out_lo = l;
-    } else {
-      for (int j = out_hi + 1; j < l; ++j) out[j] = kInfinity;
-      out_hi = l;
-    }
-    out[l] = v;
-  };
+  const int* window_end = window_end_.data() + d * static_cast<std::size_t>(layers_ + 1);
+  const auto hi = [window_end](int l) { return window_end[l]; };
+  const auto improve = [least](int l, double v) { least[l] = std::min(least[l], v); };
   if (terminal_allowed(m, u, t)) {
     for (int l = 0; l <= l_max; ++l) {
       if (hi(l) >= layers_) improve(l, prefix[layers_] - prefix[l]);
     }
+    sweeper.touched_lo = 0;
+    sweeper.touched_hi = std::max(sweeper.touched_hi, l_max);
   }
-  int succ_lo = layers_ + 1, succ_hi = -1;
-  // Exactly m-1 stages follow.
-  const double* rest = (u_next >= 1) ? live_row(m - 1, u_next, succ_lo, succ_hi) : nullptr;
-  if (rest) {
+  // Exactly m-1 stages follow, on the row `next`, where it lives.
+  if (next >= 0) {
+    const int succ_lo = alive_lo_[next], succ_hi = alive_hi_[next];
+    const double* rest = value_.get() + row_offset(m - 1, u_next);
     // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
     // descending: candidates enter at the front (smallest e), expired ones
     // leave at the back; values decrease from front to back. Successors
     // exist only for e in [succ_lo, succ_hi].
-    const double* transfer = transfers(u_next, d);
+    const double* entry = entries(u_next, d);
     double* through = sweeper.through.data();
     int* window = sweeper.window.data();
-    // (Locals: the stores through `through` and `out` could alias a member.)
-    const double transfer_limit = 2 * bound_;
+    // (Locals: the stores through `through` and `least` could alias a member.)
     int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
-    // The window's back (its least value), held apart from the arrays: the
-    // loads of window[tail - 1] and then of its value were the sweep's
-    // longest chain of dependent loads.
+    // The window holds each candidate's value beside it (through[], by
+    // position), and its back (its least value) apart from the arrays:
+    // loading an index and then its value was the sweep's longest chain of
+    // dependent loads.
     int back = 0;
     double back_through = kInfinity;
-    const auto enter = [&](int e) {
-      if (e >= succ_lo && transfer[e] < transfer_limit) {
-        const double r = rest[e];
-        if (r < kInfinity) {
-          const double value = prefix[e] + transfer[e] + r;
-          through[e] = value;
-          while (head < tail && through[window[head]] >= value) ++head;
-          window[--head] = e;
-          if (head + 1 == tail) {  // it emptied the window: it is the back too
-            back = e;
-            back_through = value;
-          }
+    const auto enter = [&](int e) {  // (e >= succ_lo)
+      const double value = entry[e] + rest[e];
+      if (value < kInfinity) {
+        while (through[head] >= value) ++head;  // (through[tail]: the sentinel)
+        window[--head] = e;
+        through[head] = value;
+        if (head + 1 == tail) {  // it emptied the window: it is the back too
+          back = e;
+          back_through = value;
         }
       }
+    };
+    // Layer l takes the window's least value once those past hi(l) left;
+    // false where none is left and none can come (l below succ_lo: lower
+    // l have no candidate either, as hi only shrinks).
+    const auto take = [&](int l) {
+      if (head < tail && back > hi(l)) {
+        --tail;
+        while (head < tail && window[tail - 1] > hi(l)) --tail;
+        through[tail] = -kInfinity;
+        if (head < tail) {
+          back = window[tail - 1];
+          back_through = through[tail - 1];
+        }
+      }
+      if (head < tail) {
+        improve(l, back_through - prefix[l]);
+        return true;
+      }
+      return l >= succ_lo;
     };
     const int last = std::min(last_boundary(m), succ_hi);
     const int top = std::min(l_max, last - 1);
@@ -452,29 +503,22 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, Sweeper& sweeper) {
       const int reach_b = std::min(hi(b), last);
       if (reach_b < succ_lo) break;  // no successor in reach, here or below (hi grows with l)
       head = tail = layers_ + 1;
-      for (int e = reach_b; e >= b + 2; --e) enter(e);
-      for (int l = b; l >= run_lo; --l) {
+      through[tail] = -kInfinity;  // below every value: entering stops there
+      for (int e = reach_b; e >= std::max(b + 2, succ_lo); --e) enter(e);
+      // Down to succ_lo - 1 each layer's next boundary enters; below, none.
+      int l = b;
+      for (const int entering_to = std::max(run_lo, succ_lo - 1); l >= entering_to && !done; --l) {
         enter(l + 1);
-        if (head < tail && back > hi(l)) {
-          --tail;
-          while (head < tail && window[tail - 1] > hi(l)) --tail;
-          if (head < tail) {
-            back = window[tail - 1];
-            back_through = through[back];
-          }
-        }
-        if (head < tail) {
-          improve(l, back_through - prefix[l]);
-        } else if (l < succ_lo) {
-          done = true;  // (lower l have no candidate either: hi only shrinks)
-          break;
-        }
+        done = !take(l);
+      }
+      for (; l >= run_lo && !done; --l) done = !take(l);
+      if (done) ++l;  // (l did not take a value)
+      if (l < b) {  // layers (l, b] may have taken a value
+        sweeper.touched_lo = std::min(sweeper.touched_lo, l + 1);
+        sweeper.touched_hi = std::max(sweeper.touched_hi, b);
       }
     }
   }
-  if (out_lo <= out_hi && alive_lo_[out_index] > alive_hi_[out_index]) sweeper.live_rows.push_back(out_index);
-  alive_lo_[out_index] = out_lo;
-  alive_hi_[out_index] = out_hi;
 }
 
 }  // namespace oobleck::detail

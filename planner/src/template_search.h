@@ -124,6 +124,13 @@ class TemplateSearch {
     return (u_next % gpus_ != 0) ? transfer_same_.data() : transfer_cross_[d].data();
   }
 
+  // The same with the compute of variant d's stages up to u_next's
+  // boundaries added: prefix + 2 C at each boundary e, infinite where C
+  // does not pass this solve's bound.
+  [[nodiscard]] const double* entries(int u_next, std::size_t d) const {
+    return ((u_next % gpus_ != 0) ? entry_same_.data() : entry_cross_.data()) + d * static_cast<std::size_t>(layers_ + 1);
+  }
+
   // Rows x layers of one stage count below which one thread sweeps them all:
   // handing rows to the others and waiting for their last costs more than
   // such a level's few microseconds of work.
@@ -131,14 +138,18 @@ class TemplateSearch {
   // What one thread needs and finds while it sweeps rows: its sliding
   // window, and the rows it made live.
   struct alignas(64) Sweeper {  // (apart: each thread writes its own often)
-    std::vector<double> through;
+    std::vector<double> through;  // the window's values, by position
+    std::vector<double> least;  // the row being swept: its values so far, per layer
+    int touched_lo = 0, touched_hi = -1;  // the layers of `least` any variant may have lowered
     std::vector<int> window;
     std::vector<std::size_t> live_rows;
     std::vector<double> before;  // a row's values before an update sweeps it again
     std::int64_t states = 0;
     int live_lo = 0, live_hi = 0;  // GPU counts of its live rows of this m
   };
-  void sweep(int m, int u, std::size_t d, Sweeper& sweeper);
+  // Lowers sweeper.least[0..l_max] by the layouts whose first stage is of
+  // variant d (row (m, u)), followed by the live row `next` (-1: none).
+  void sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_t next, Sweeper& sweeper);
   // Per layer l, the last boundary e such that variant d's stage [l, e)
   // computes under `bound`.
   void compute_reach(std::size_t d, double bound, int* reach) const;
@@ -150,6 +161,8 @@ class TemplateSearch {
   // one fewer (the values the same in any order).
   using ChunkJob = std::function<void(std::size_t, std::size_t, Sweeper&)>;
   void share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job);
+  // window_end_ for the rows of m stages.
+  void set_window_ends(int m);
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
   // Row (m, u), each variant that may end on it.
@@ -201,10 +214,12 @@ class TemplateSearch {
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
   std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
   std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
+  std::vector<double> entry_same_, entry_cross_;        // per (variant, e): entries()
   std::vector<int> hi_memory_;                          // memory limit on the window end
   std::vector<int> settled_from_;  // per (d, l): the first m whose memory limit is the last m's
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
+  std::vector<int> window_end_;  // per (d, l), for the stage count being swept: min(reach, its memory limit)
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
   std::vector<std::size_t> changed_rows_;
@@ -214,7 +229,7 @@ class TemplateSearch {
   std::vector<unsigned char> deferred_;
   std::vector<std::size_t> deferred_rows_;
   std::vector<double> row_max_;                         // per row: its largest finite value when last swept
-  std::vector<int> level_live_lo_, level_live_hi_;      // per m: the GPU counts of its live rows, last full sweep
+  std::vector<std::size_t> level_rows_;  // per m: where its rows start in live_rows_ (m + 1's: where they end)
   bool solved_ = false;                                 // whether the table holds a solve's values
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])

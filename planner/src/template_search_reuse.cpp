@@ -52,8 +52,7 @@ void TemplateSearch::prepare_reuse(std::size_t rows) {
   changed_.assign(rows, 0);
   deferred_.assign(rows, 0);
   row_max_.assign(rows, 0.0);
-  level_live_lo_.assign(static_cast<std::size_t>(max_stages_) + 1, 1);
-  level_live_hi_.assign(static_cast<std::size_t>(max_stages_) + 1, 0);
+  level_rows_.assign(static_cast<std::size_t>(max_stages_) + 2, 0);
 }
 
 // Every window end is min(reach, the limit of m's in-flight count). A lower
@@ -104,30 +103,31 @@ void TemplateSearch::tighten_round_trips() {
     const double limit = bound_ * m;
     bool any_live = false;
     stale.clear();
-    // (Rows outside those the last full sweep made live stay dead.)
-    const int top = std::min(level_live_hi_[m], gpu_limit_);
-    for (int u = level_live_lo_[m]; u <= top; ++u) {
-      const auto r = row_index(m, u);
+    // (Rows other than those the last full sweep made live stay dead.)
+    for (std::size_t i = level_rows_[m]; i < level_rows_[m + 1]; ++i) {
+      const std::size_t r = live_rows_[i];
       if (alive_lo_[r] > alive_hi_[r]) continue;
+      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
       any_live = true;
       // Past the GPUs asked for, no answer reads the row (nor any row it
       // feeds: those lie on more GPUs still): it waits for an update that
       // needs it, which sweeps it whatever its values.
-      auto& deferred = deferred_[static_cast<std::size_t>(r)];  // bit 0: deferred; bit 1: listed
+      auto& deferred = deferred_[r];  // bit 0: deferred; bit 1: listed
       if (u > asked_limit_) {
-        if (!(deferred & 2)) deferred_rows_.push_back(static_cast<std::size_t>(r));
+        if (!(deferred & 2)) deferred_rows_.push_back(r);
         deferred = 3;
         continue;
       }
-      bool is_stale = (deferred & 1) || !(row_max_[static_cast<std::size_t>(r)] < limit);
+      bool is_stale = (deferred & 1) || !(row_max_[r] < limit);
       deferred &= 2;
       for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !is_stale && m > 1; ++k) {
         const auto next = row_index(m - 1, u - degree(fitting_[k]));
         is_stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
       }
-      if (is_stale) stale.push_back(static_cast<std::size_t>(r));
+      if (is_stale) stale.push_back(r);
     }
     if (!any_live) break;
+    if (!stale.empty()) set_window_ends(m);
     // Rows of one m read only rows of m - 1 (and the marks of those that
     // changed): swept again in any order, by as many threads as there are.
     const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
