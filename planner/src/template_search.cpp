@@ -77,12 +77,14 @@ TemplateSearch::Values allocate_values(std::size_t count) {
 void TemplateSearch::FreeValues::operator()(double* values) const { std::free(values); }
 
 TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* storage)
-    : layers_(cost.layers()), gpus_(cost.gpus_per_node()), max_gpus_(max_nodes * cost.gpus_per_node()),
+    : layers_(cost.layers()), gpus_(cost.gpus_per_node()), microbatches_(cost.microbatches()),
+      max_gpus_(max_nodes * cost.gpus_per_node()),
       storage_(storage) {
   for (int t : cost.degrees()) {
     for (Recompute r : cost.recompute_choices()) variants_.push_back({t, r});
   }
   widest_ = std::max(gpus_, cost.degrees().back());
+  degrees_ = cost.degrees();
   const std::size_t degree_count = variants_.size();
   prefix_.assign(degree_count, std::vector<double>(layers_ + 1, 0.0));
   for (std::size_t d = 0; d < degree_count; ++d) {
@@ -192,7 +194,13 @@ void TemplateSearch::compute_reach(std::size_t d, double bound, int* reach) cons
 }
 
 void TemplateSearch::set_window_ends(int m) {
+  // Past M microbatches in flight the memory limits stay those of M.
+  const int in_flight = std::min(m, microbatches_);
+  if (window_ends_solve_ == solves_ && window_ends_in_flight_ == in_flight) return;
+  window_ends_solve_ = solves_;
+  window_ends_in_flight_ = in_flight;
   for (std::size_t d = 0; d < variants_.size(); ++d) {
+    if (fitting_runs_[d].empty()) continue;  // (not swept)
     const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
     const int* memory = hi_memory_.data() + window_index(d, m, 0);
     for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
@@ -289,6 +297,7 @@ void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
 // `bound` (every stage's compute, every transfer one way, and every
 // suffix's sum over its stage count), on at most `gpu_limit` GPUs.
 void TemplateSearch::solve(double bound, int gpu_limit) {
+  ++solves_;
   const int limit = std::min(gpu_limit, max_gpus_);
   const double last_bound = bound_;
   const int last_limit = gpu_limit_;

@@ -204,6 +204,7 @@ class TemplateSearch {
 
   int layers_;
   int gpus_;
+  int microbatches_;  // M
   std::vector<Variant> variants_;
   int max_gpus_;
   int max_stages_ = 1;
@@ -220,9 +221,16 @@ class TemplateSearch {
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<int> window_end_;  // per (d, l), for the stage count being swept: min(reach, its memory limit)
+  std::int64_t solves_ = 0;      // solve() calls so far
+  std::int64_t window_ends_solve_ = -1;  // the solve and in-flight count window_end_ was set for
+  int window_ends_in_flight_ = 0;
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
-  std::vector<unsigned char> changed_;                  // per row: changed by this solve (tighten_round_trips)
+  // Per row, in an update (tighten_round_trips): whether it changed, and
+  // whether a row it reads did; changed_rows_ lists the rows marked.
+  static constexpr unsigned char kChanged = 1, kReadsChanged = 2;
+  std::vector<unsigned char> changed_;
   std::vector<std::size_t> changed_rows_;
+  std::vector<int> degrees_;  // the variants' distinct degrees
   // Per row: on more GPUs than an update was asked for, so left as it was,
   // to be swept again by the first update asked for its GPUs (a full solve
   // sweeps every row anew).

@@ -118,12 +118,8 @@ void TemplateSearch::tighten_round_trips() {
         deferred = 3;
         continue;
       }
-      bool is_stale = (deferred & 1) || !(row_max_[r] < limit);
+      const bool is_stale = (deferred & 1) || !(row_max_[r] < limit) || (changed_[r] & kReadsChanged);
       deferred &= 2;
-      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1] && !is_stale && m > 1; ++k) {
-        const auto next = row_index(m - 1, u - degree(fitting_[k]));
-        is_stale = next >= 0 && changed_[static_cast<std::size_t>(next)];
-      }
       if (is_stale) stale.push_back(r);
     }
     if (!any_live) break;
@@ -141,7 +137,7 @@ void TemplateSearch::tighten_round_trips() {
       sweep_row(m, u, sweeper);
       bool differs = alive_lo_[r] != lo || alive_hi_[r] != hi;
       for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != sweeper.before[static_cast<std::size_t>(l - lo)];
-      if (differs) changed_[r] = 1;
+      if (differs) changed_[r] |= kChanged;
     };
     const std::int64_t work = static_cast<std::int64_t>(stale.size()) * (layers_ - m + 1);
     if (sweepers_.size() > 1 && work >= kRowsWorthThreads) {
@@ -152,8 +148,17 @@ void TemplateSearch::tighten_round_trips() {
     } else {
       for (std::size_t i = 0; i < stale.size(); ++i) sweep_again(i, sweepers_.front());
     }
+    // The rows of m + 1 stages that read a row that changed are stale.
     for (const std::size_t r : stale) {
-      if (changed_[r]) changed_rows_.push_back(r);
+      if (!(changed_[r] & kChanged)) continue;
+      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);
+      if (!(changed_[r] & kReadsChanged)) changed_rows_.push_back(r);  // (else listed already)
+      for (const int t : degrees_) {
+        const auto reader = fits_in_node(u + t, t) ? row_index(m + 1, u + t) : -1;
+        if (reader < 0 || changed_[static_cast<std::size_t>(reader)]) continue;
+        changed_[static_cast<std::size_t>(reader)] = kReadsChanged;
+        changed_rows_.push_back(static_cast<std::size_t>(reader));
+      }
     }
   }
   for (auto& sweeper : sweepers_) {
