@@ -124,6 +124,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
   entry_same_.assign(degree_count * (layers_ + 1), kInfinity);
   entry_cross_.assign(degree_count * (layers_ + 1), kInfinity);
   fitting_runs_.resize(degree_count);
+  holds_layer_.assign(degree_count, 0);
   // The variants whose stage may end on GPU u, for every u.
   fitting_start_.assign(static_cast<std::size_t>(max_gpus_) + 2, 0);
   for (int u = 1; u <= max_gpus_; ++u) {
@@ -165,8 +166,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
   } else {
     value_ = allocate_values(value_size_);
   }
-  alive_lo_.assign(rows, layers_ + 1);
-  alive_hi_.assign(rows, -1);
+  alive_.assign(rows, Alive{layers_ + 1, -1});
   prepare_reuse(rows);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
   for (auto& sweeper : sweepers_) {
@@ -200,7 +200,7 @@ void TemplateSearch::set_window_ends(int m) {
   window_ends_solve_ = solves_;
   window_ends_in_flight_ = in_flight;
   for (std::size_t d = 0; d < variants_.size(); ++d) {
-    if (fitting_runs_[d].empty()) continue;  // (not swept)
+    if (!holds_layer_[d]) continue;  // (not swept)
     const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
     const int* memory = hi_memory_.data() + window_index(d, m, 0);
     for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
@@ -222,18 +222,18 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
   const std::size_t next_base = m > 1 ? row_base_[m - 1] : 0;
   for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
     const std::size_t d = fitting_[k];
-    if (fitting_runs_[d].empty()) continue;  // no stage of this kind holds a layer under the bound
+    if (!holds_layer_[d]) continue;  // no stage of this kind holds a layer under the bound
     const int t = degree(d);
     const int u_next = u - t;
     std::ptrdiff_t next = -1;  // the successor row, if live
     if (u_next >= next_lo && u_next <= next_hi) {
       next = static_cast<std::ptrdiff_t>(next_base + static_cast<std::size_t>(u_next - next_lo));
-      if (alive_lo_[next] > alive_hi_[next]) next = -1;
+      if (alive_[next].lo > alive_[next].hi) next = -1;
     }
     if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
       if (next < 0) continue;
       // ... that a stage from l_max or below reaches (its reach grows with l).
-      if (window_end_[d * static_cast<std::size_t>(layers_ + 1) + static_cast<std::size_t>(l_max)] < alive_lo_[next]) {
+      if (window_end_[d * static_cast<std::size_t>(layers_ + 1) + static_cast<std::size_t>(l_max)] < alive_[next].lo) {
         continue;
       }
     }
@@ -265,8 +265,8 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
   reset();
   row_max_[r] = largest;
   sweeper.live_rows.push_back(r);
-  alive_lo_[r] = lo;
-  alive_hi_[r] = hi;
+  alive_[r].lo = lo;
+  alive_[r].hi = hi;
 }
 
 void TemplateSearch::share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job) {
@@ -286,7 +286,7 @@ void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
   for (int u = lo; u <= hi; ++u) {
     sweep_row(m, u, sweeper);
     const auto r = row_index(m, u);
-    if (alive_lo_[r] <= alive_hi_[r]) {
+    if (alive_[r].lo <= alive_[r].hi) {
       sweeper.live_lo = std::min(sweeper.live_lo, u);
       sweeper.live_hi = std::max(sweeper.live_hi, u);
     }
@@ -328,6 +328,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       }
     }
   }
+  for (std::size_t d = 0; d < variants_.size(); ++d) holds_layer_[d] = !fitting_runs_[d].empty();
   same_down_to_in_flight_ = 1;
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     same_down_to_in_flight_ = std::max(same_down_to_in_flight_,
@@ -356,8 +357,8 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
   // The rows made live last time become empty again (their values are
   // not read outside the live layers).
   for (const std::size_t r : live_rows_) {
-    alive_lo_[r] = layers_ + 1;
-    alive_hi_[r] = -1;
+    alive_[r].lo = layers_ + 1;
+    alive_[r].hi = -1;
   }
   live_rows_.clear();
   // Rows of m stages depend on rows of m - 1 alone, and only on those
@@ -451,7 +452,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_
   }
   // Exactly m-1 stages follow, on the row `next`, where it lives.
   if (next >= 0) {
-    const int succ_lo = alive_lo_[next], succ_hi = alive_hi_[next];
+    const int succ_lo = alive_[next].lo, succ_hi = alive_[next].hi;
     const double* rest = value_.get() + row_offset(m - 1, u_next);
     // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
     // descending: candidates enter at the front (smallest e), expired ones

@@ -104,7 +104,7 @@ class TemplateSearch {
   // The least sigma of state (m, u, l): infinite outside its row's live layers.
   [[nodiscard]] double value_at(int m, int u, int l) const {
     const auto i = row_index(m, u);
-    if (i < 0 || l < alive_lo_[i] || l > alive_hi_[i]) return std::numeric_limits<double>::infinity();
+    if (i < 0 || l < alive_[i].lo || l > alive_[i].hi) return std::numeric_limits<double>::infinity();
     return value_[row_offset(m, u) + static_cast<std::size_t>(l)];
   }
   // A successor row only if it holds some finite value; widens [lo, hi] to
@@ -112,9 +112,9 @@ class TemplateSearch {
   // row holds whatever an earlier solve left, or was never written).
   [[nodiscard]] const double* live_row(int m, int u, int& lo, int& hi) const {
     const auto i = row_index(m, u);
-    if (i < 0 || alive_lo_[i] > alive_hi_[i]) return nullptr;
-    lo = std::min(lo, alive_lo_[i]);
-    hi = std::max(hi, alive_hi_[i]);
+    if (i < 0 || alive_[i].lo > alive_[i].hi) return nullptr;
+    lo = std::min(lo, alive_[i].lo);
+    hi = std::max(hi, alive_[i].hi);
     return value_.get() + row_offset(m, u);
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
@@ -239,6 +239,7 @@ class TemplateSearch {
   std::vector<double> row_max_;                         // per row: its largest finite value when last swept
   std::vector<std::size_t> level_rows_;  // per m: where its rows start in live_rows_ (m + 1's: where they end)
   bool solved_ = false;                                 // whether the table holds a solve's values
+  std::vector<unsigned char> holds_layer_;  // per d: whether fitting_runs_[d] has any
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
   std::vector<int> prefix_gpus_;  // this solve's fewest GPUs covering layers [0, l) with stages under the bound
@@ -247,13 +248,18 @@ class TemplateSearch {
   std::vector<std::size_t> row_base_;    // per m: its first row's index
   std::vector<std::size_t> value_base_;  // per m: where its first row's values start
   std::vector<int> u_lo_, u_hi_;
-  // Per row, its layers' values; only those in [alive_lo_, alive_hi_] are
+  // Per row, its layers' values; only those in its alive_ range are
   // this solve's, and among them a layer no layout reaches is infinite.
   // Never filled as a whole: a page of it costs a fault only once written.
   Values value_;
   std::size_t value_size_ = 0;
   Storage* storage_;  // where value_ goes back to, if anywhere
-  std::vector<int> alive_lo_, alive_hi_;  // per row: the layers this solve wrote
+  // Per row: the layers this solve wrote, [lo, hi] (apart from the
+  // values: a sweep reads the ranges of many rows it then does not read).
+  struct Alive {
+    int lo, hi;
+  };
+  std::vector<Alive> alive_;
   // This solve's choices by state: every node count's answer shares them.
   mutable std::unordered_map<std::size_t, Choice> choices_;
   std::vector<Sweeper> sweepers_;       // [0]: the caller's

@@ -106,7 +106,7 @@ void TemplateSearch::tighten_round_trips() {
     // (Rows other than those the last full sweep made live stay dead.)
     for (std::size_t i = level_rows_[m]; i < level_rows_[m + 1]; ++i) {
       const std::size_t r = live_rows_[i];
-      if (alive_lo_[r] > alive_hi_[r]) continue;
+      if (alive_[r].lo > alive_[r].hi) continue;
       const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
       any_live = true;
       // Past the GPUs asked for, no answer reads the row (nor any row it
@@ -129,13 +129,13 @@ void TemplateSearch::tighten_round_trips() {
     const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
       const std::size_t r = stale[i];
       const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
-      const int lo = alive_lo_[r], hi = alive_hi_[r];
+      const int lo = alive_[r].lo, hi = alive_[r].hi;
       double* row = value_.get() + row_offset(m, u);
       sweeper.before.assign(row + lo, row + hi + 1);
-      alive_lo_[r] = layers_ + 1;
-      alive_hi_[r] = -1;
+      alive_[r].lo = layers_ + 1;
+      alive_[r].hi = -1;
       sweep_row(m, u, sweeper);
-      bool differs = alive_lo_[r] != lo || alive_hi_[r] != hi;
+      bool differs = alive_[r].lo != lo || alive_[r].hi != hi;
       for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != sweeper.before[static_cast<std::size_t>(l - lo)];
       if (differs) changed_[r] |= kChanged;
     };
