@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -56,11 +57,13 @@ constexpr double kMaxCells = 2.5e8;  // 2 GiB of doubles
 
 namespace {
 
-// The value table is large (GPT-3 175B to 192 nodes at K = 2: 54 MB) and
-// each solve writes and reads rows all over it: on huge pages where the
-// kernel gives them to those who ask (transparent huge pages in `madvise`
-// mode), its first writes fault a page in every 2 MiB, not every 4 KiB,
-// and the sweep misses the TLB far less. Elsewhere the advice is ignored.
+// The value table holds room for every row's every layer (GPT-3 175B to
+// 256 nodes at K = 8: 53 MiB), of which a search writes the slots of its
+// largest solve's live rows (there 25 MiB), from the start: on huge pages
+// where the kernel gives them to those who ask (transparent huge pages in
+// `madvise` mode), its first writes fault a page in every 2 MiB, not every
+// 4 KiB, and the sweep misses the TLB far less. Elsewhere the advice is
+// ignored.
 TemplateSearch::Values allocate_values(std::size_t count) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   const std::size_t bytes = (count * sizeof(double) + kHugePage - 1) / kHugePage * kHugePage;
@@ -138,7 +141,6 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
   // of m stages may start at, 0 to L - m (a third of L + 1 on the whole:
   // fewer pages to fault in and to sweep through).
   row_base_.assign(max_stages_ + 1, 0);
-  value_base_.assign(max_stages_ + 1, 0);
   u_lo_.assign(max_stages_ + 1, 0);
   u_hi_.assign(max_stages_ + 1, -1);
   std::size_t rows = 0, cells = 0;
@@ -146,7 +148,6 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     u_lo_[m] = m;
     u_hi_[m] = std::min(widest_ * m, max_gpus_);  // m stages hold at most m of the widest
     row_base_[m] = rows;
-    value_base_[m] = cells;
     if (u_hi_[m] >= u_lo_[m]) {
       rows += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1);
       cells += static_cast<std::size_t>(u_hi_[m] - u_lo_[m] + 1) * static_cast<std::size_t>(layers_ - m + 1);
@@ -159,7 +160,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
                      std::to_string(static_cast<long long>(cells * 8 / (1 << 20))) +
                      " MiB; lower --max-nodes or profile coarser layers");
   }
-  value_size_ = cells;
+  value_size_ = slots_start() + cells;  // (a full solve gives each row one slot, no longer than its layers)
   if (storage_ && storage_->size >= value_size_) {
     value_ = std::move(storage_->values);
     value_size_ = std::exchange(storage_->size, 0);
@@ -167,6 +168,7 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     value_ = allocate_values(value_size_);
   }
   alive_.assign(rows, Alive{layers_ + 1, -1});
+  row_start_.assign(rows, 0);
   prepare_reuse(rows);
   sweepers_.resize(static_cast<std::size_t>(search_threads()));
   for (auto& sweeper : sweepers_) {
@@ -207,7 +209,7 @@ void TemplateSearch::set_window_ends(int m) {
   }
 }
 
-void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
+void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot) {
   // The layers the prefix can leave to the suffix (sweep()).
   const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
   if (l_max < 0) return;
@@ -255,7 +257,13 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper) {
   }
   while (!(least[hi] < round_trip_limit)) --hi;
   const auto r = static_cast<std::size_t>(row_index(m, u));
-  double* row = value_.get() + row_offset(m, u);
+  if (slot) {
+    if (lo < slot->lo || hi > slot->hi) throw std::logic_error("template search: an update widened a row");
+  } else {
+    row_start_[r] = slots_end_.fetch_add(static_cast<std::size_t>(hi - lo + 1), std::memory_order_relaxed) -
+                    static_cast<std::size_t>(lo);
+  }
+  double* row = value_.get() + row_start_[r];
   double largest = 0;
   for (int l = lo; l <= hi; ++l) {
     const double v = least[l] < round_trip_limit ? least[l] : kInfinity;
@@ -361,6 +369,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     alive_[r].hi = -1;
   }
   live_rows_.clear();
+  slots_end_.store(slots_start(), std::memory_order_relaxed);
   // Rows of m stages depend on rows of m - 1 alone, and only on those
   // that hold some finite value: a row of m stages on u GPUs can be live
   // only if u lies a degree above a live row of m - 1 (or, for m = 1, u
@@ -453,7 +462,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_
   // Exactly m-1 stages follow, on the row `next`, where it lives.
   if (next >= 0) {
     const int succ_lo = alive_[next].lo, succ_hi = alive_[next].hi;
-    const double* rest = value_.get() + row_offset(m - 1, u_next);
+    const double* rest = row_values(next);
     // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
     // descending: candidates enter at the front (smallest e), expired ones
     // leave at the back; values decrease from front to back. Successors

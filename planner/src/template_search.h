@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -97,15 +98,15 @@ class TemplateSearch {
     if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
-  // Where row (m, u)'s values start: layers 0 to L - m.
-  [[nodiscard]] std::size_t row_offset(int m, int u) const {
-    return value_base_[m] + static_cast<std::size_t>(u - u_lo_[m]) * static_cast<std::size_t>(layers_ - m + 1);
+  // Row r's values, indexed by layer: only its live layers may be read.
+  [[nodiscard]] const double* row_values(std::ptrdiff_t r) const {
+    return value_.get() + row_start_[static_cast<std::size_t>(r)];
   }
   // The least sigma of state (m, u, l): infinite outside its row's live layers.
   [[nodiscard]] double value_at(int m, int u, int l) const {
     const auto i = row_index(m, u);
     if (i < 0 || l < alive_[i].lo || l > alive_[i].hi) return std::numeric_limits<double>::infinity();
-    return value_[row_offset(m, u) + static_cast<std::size_t>(l)];
+    return row_values(i)[l];
   }
   // A successor row only if it holds some finite value; widens [lo, hi] to
   // the layers where it does (only those may be read: outside them the
@@ -115,7 +116,7 @@ class TemplateSearch {
     if (i < 0 || alive_[i].lo > alive_[i].hi) return nullptr;
     lo = std::min(lo, alive_[i].lo);
     hi = std::max(hi, alive_[i].hi);
-    return value_.get() + row_offset(m, u);
+    return row_values(i);
   }
   [[nodiscard]] int last_boundary(int m) const { return layers_ - (m - 1); }  // successor needs m-1 layers
   [[nodiscard]] bool terminal_allowed(int m, int u, int t) const { return u == t && m == 1; }
@@ -130,6 +131,12 @@ class TemplateSearch {
   [[nodiscard]] const double* entries(int u_next, std::size_t d) const {
     return ((u_next % gpus_ != 0) ? entry_same_.data() : entry_cross_.data()) + d * static_cast<std::size_t>(layers_ + 1);
   }
+
+  // Per row: the layers this solve wrote, [lo, hi] (apart from the
+  // values: a sweep reads the ranges of many rows it then does not read).
+  struct Alive {
+    int lo, hi;
+  };
 
   // Rows x layers of one stage count below which one thread sweeps them all:
   // handing rows to the others and waiting for their last costs more than
@@ -165,8 +172,10 @@ class TemplateSearch {
   void set_window_ends(int m);
   // Rows [lo, hi] of m stages, each with every variant that may end on it.
   void sweep_rows(int m, int lo, int hi, Sweeper& sweeper);
-  // Row (m, u), each variant that may end on it.
-  void sweep_row(int m, int u, Sweeper& sweeper);
+  // Row (m, u), each variant that may end on it. Its values go to a new
+  // slot of the table, or, with `slot` (the row's live layers when it
+  // was swept last, which its values now lie within), to its own again.
+  void sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot = nullptr);
   // The last solve's table brought down to this solve's bound, where only
   // the suffixes' round trips differ (template_search_reuse.cpp).
   void tighten_round_trips();
@@ -246,19 +255,21 @@ class TemplateSearch {
   std::vector<int> covered_;      // per GPU count g <= gpu_limit_: the most layers [0, l) so covered on g GPUs
   std::vector<std::size_t> live_rows_;                  // the rows this solve made live
   std::vector<std::size_t> row_base_;    // per m: its first row's index
-  std::vector<std::size_t> value_base_;  // per m: where its first row's values start
   std::vector<int> u_lo_, u_hi_;
-  // Per row, its layers' values; only those in its alive_ range are
-  // this solve's, and among them a layer no layout reaches is infinite.
-  // Never filled as a whole: a page of it costs a fault only once written.
+  // The rows' values. A full solve lays each live row's layers out one
+  // after the other, in the order it sweeps them (from kSlotsStart on):
+  // the rows a sweep reads lie together, and a search touches only the
+  // pages its largest solve fills, not a table of every row's every layer
+  // (a page costs a fault once written: 175B to 256 nodes at K = 8 took a
+  // tenth of its time faulting in a 53 MiB table). Only the layers in a
+  // row's alive_ range are this solve's, and among them a layer no layout
+  // reaches is infinite.
   Values value_;
   std::size_t value_size_ = 0;
+  std::vector<std::size_t> row_start_;  // per row: its layer 0's place in value_ (where its slot lies, less lo)
+  std::atomic<std::size_t> slots_end_{0};  // the slots' end in this full solve (threads take slots at once)
+  [[nodiscard]] std::size_t slots_start() const { return static_cast<std::size_t>(layers_) + 1; }  // (> any lo)
   Storage* storage_;  // where value_ goes back to, if anywhere
-  // Per row: the layers this solve wrote, [lo, hi] (apart from the
-  // values: a sweep reads the ranges of many rows it then does not read).
-  struct Alive {
-    int lo, hi;
-  };
   std::vector<Alive> alive_;
   // This solve's choices by state: every node count's answer shares them.
   mutable std::unordered_map<std::size_t, Choice> choices_;

@@ -129,12 +129,13 @@ void TemplateSearch::tighten_round_trips() {
     const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
       const std::size_t r = stale[i];
       const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
-      const int lo = alive_[r].lo, hi = alive_[r].hi;
-      double* row = value_.get() + row_offset(m, u);
+      const Alive slot = alive_[r];
+      const int lo = slot.lo, hi = slot.hi;
+      const double* row = row_values(static_cast<std::ptrdiff_t>(r));
       sweeper.before.assign(row + lo, row + hi + 1);
       alive_[r].lo = layers_ + 1;
       alive_[r].hi = -1;
-      sweep_row(m, u, sweeper);
+      sweep_row(m, u, sweeper, &slot);
       bool differs = alive_[r].lo != lo || alive_[r].hi != hi;
       for (int l = lo; l <= hi && !differs; ++l) differs = row[l] != sweeper.before[static_cast<std::size_t>(l - lo)];
       if (differs) changed_[r] |= kChanged;
