@@ -260,15 +260,22 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot
   if (slot) {
     if (lo < slot->lo || hi > slot->hi) throw std::logic_error("template search: an update widened a row");
   } else {
-    row_start_[r] = slots_end_.fetch_add(static_cast<std::size_t>(hi - lo + 1), std::memory_order_relaxed) -
-                    static_cast<std::size_t>(lo);
+    const auto length = static_cast<std::size_t>(hi - lo + 1);
+    std::size_t start;
+    if (sweepers_.size() > 1) {
+      start = slots_end_.fetch_add(length, std::memory_order_relaxed);
+    } else {  // (no other thread: no locked add)
+      start = slots_end_.load(std::memory_order_relaxed);
+      slots_end_.store(start + length, std::memory_order_relaxed);
+    }
+    row_start_[r] = start - static_cast<std::size_t>(lo);
   }
   double* row = value_.get() + row_start_[r];
   double largest = 0;
   for (int l = lo; l <= hi; ++l) {
-    const double v = least[l] < round_trip_limit ? least[l] : kInfinity;
-    row[l] = v;
-    if (v != kInfinity) largest = std::max(largest, v);
+    const bool finite = least[l] < round_trip_limit;
+    row[l] = finite ? least[l] : kInfinity;
+    largest = std::max(largest, finite ? least[l] : 0.0);  // (values are sums of times: none below 0)
   }
   reset();
   row_max_[r] = largest;
