@@ -1,4 +1,5 @@
-// The template search's dynamic programme; the walk over its bounds, and
+// The template search's dynamic programme: its tables and solves here, the
+// sweep of one row in template_sweep.cpp; the walk over its bounds, and
 // what it minimises, are in templates.cpp.
 //
 // A stage is one of the cost model's variants: a degree t, and whether it
@@ -43,7 +44,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
-#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -195,95 +195,6 @@ void TemplateSearch::compute_reach(std::size_t d, double bound, int* reach) cons
   }
 }
 
-void TemplateSearch::set_window_ends(int m) {
-  // Past M microbatches in flight the memory limits stay those of M.
-  const int in_flight = std::min(m, microbatches_);
-  if (window_ends_solve_ == solves_ && window_ends_in_flight_ == in_flight) return;
-  window_ends_solve_ = solves_;
-  window_ends_in_flight_ = in_flight;
-  for (std::size_t d = 0; d < variants_.size(); ++d) {
-    if (!holds_layer_[d]) continue;  // (not swept)
-    const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
-    const int* memory = hi_memory_.data() + window_index(d, m, 0);
-    for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
-  }
-}
-
-void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot) {
-  // The layers the prefix can leave to the suffix (sweep()).
-  const int l_max = std::min(layers_ - m, covered_[gpu_limit_ - u]);
-  if (l_max < 0) return;
-  // Each variant lowers the row's values in the sweeper's own copy, which
-  // stays in the cache; the table's row is written once, at the end. (The
-  // copy is infinite between rows: each row's end resets what it touched.)
-  double* least = sweeper.least.data();
-  sweeper.touched_lo = l_max + 1;
-  sweeper.touched_hi = -1;
-  // The rows of m - 1 stages a first stage may lead to (none for m = 1).
-  const int next_lo = m > 1 ? u_lo_[m - 1] : 1, next_hi = m > 1 ? u_hi_[m - 1] : 0;
-  const std::size_t next_base = m > 1 ? row_base_[m - 1] : 0;
-  for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
-    const std::size_t d = fitting_[k];
-    if (!holds_layer_[d]) continue;  // no stage of this kind holds a layer under the bound
-    const int t = degree(d);
-    const int u_next = u - t;
-    std::ptrdiff_t next = -1;  // the successor row, if live
-    if (u_next >= next_lo && u_next <= next_hi) {
-      next = static_cast<std::ptrdiff_t>(next_base + static_cast<std::size_t>(u_next - next_lo));
-      if (alive_[next].lo > alive_[next].hi) next = -1;
-    }
-    if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
-      if (next < 0) continue;
-      // ... that a stage from l_max or below reaches (its reach grows with l).
-      if (window_end_[d * static_cast<std::size_t>(layers_ + 1) + static_cast<std::size_t>(l_max)] < alive_[next].lo) {
-        continue;
-      }
-    }
-    sweep(m, u, d, l_max, next, sweeper);
-  }
-  // The row holds the values under the suffix's round-trip limit (its sum
-  // over m stages below the bound), live from the first to the last, and
-  // its largest finite value, which the next solve's round trips check.
-  const double round_trip_limit = bound_ * m;
-  const int touched_lo = sweeper.touched_lo, touched_hi = sweeper.touched_hi;
-  const auto reset = [&] {
-    if (touched_lo <= touched_hi) std::fill(least + touched_lo, least + touched_hi + 1, kInfinity);
-  };
-  int lo = touched_lo, hi = touched_hi;
-  while (lo <= hi && !(least[lo] < round_trip_limit)) ++lo;
-  if (lo > hi) {
-    reset();
-    return;
-  }
-  while (!(least[hi] < round_trip_limit)) --hi;
-  const auto r = static_cast<std::size_t>(row_index(m, u));
-  if (slot) {
-    if (lo < slot->lo || hi > slot->hi) throw std::logic_error("template search: an update widened a row");
-  } else {
-    const auto length = static_cast<std::size_t>(hi - lo + 1);
-    std::size_t start;
-    if (sweepers_.size() > 1) {
-      start = slots_end_.fetch_add(length, std::memory_order_relaxed);
-    } else {  // (no other thread: no locked add)
-      start = slots_end_.load(std::memory_order_relaxed);
-      slots_end_.store(start + length, std::memory_order_relaxed);
-    }
-    row_start_[r] = start - static_cast<std::size_t>(lo);
-  }
-  double* row = value_.get() + row_start_[r];
-  double largest = 0;
-  for (int l = lo; l <= hi; ++l) {
-    const bool finite = least[l] < round_trip_limit;
-    row[l] = finite ? least[l] : kInfinity;
-    largest = std::max(largest, finite ? least[l] : 0.0);  // (values are sums of times: none below 0)
-  }
-  reset();
-  row_max_[r] = largest;
-  sweeper.live_rows.push_back(r);
-  alive_[r].lo = lo;
-  alive_[r].hi = hi;
-}
-
 void TemplateSearch::share_among_threads(std::size_t count, std::size_t min_chunk, const ChunkJob& job) {
   if (!workers_) workers_ = std::make_unique<RowWorkers>(static_cast<int>(sweepers_.size()));
   ++shared_levels_;
@@ -297,22 +208,11 @@ void TemplateSearch::share_among_threads(std::size_t count, std::size_t min_chun
   });
 }
 
-void TemplateSearch::sweep_rows(int m, int lo, int hi, Sweeper& sweeper) {
-  for (int u = lo; u <= hi; ++u) {
-    sweep_row(m, u, sweeper);
-    const auto r = row_index(m, u);
-    if (alive_[r].lo <= alive_[r].hi) {
-      sweeper.live_lo = std::min(sweeper.live_lo, u);
-      sweeper.live_hi = std::max(sweeper.live_hi, u);
-    }
-  }
-}
-
 // Least sigma for every state whose steady period is strictly below
 // `bound` (every stage's compute, every transfer one way, and every
 // suffix's sum over its stage count), on at most `gpu_limit` GPUs.
 void TemplateSearch::solve(double bound, int gpu_limit) {
-  ++solves_;
+  window_ends_in_flight_ = 0;  // (the reach changes with the bound)
   const int limit = std::min(gpu_limit, max_gpus_);
   const double last_bound = bound_;
   const int last_limit = gpu_limit_;
@@ -349,8 +249,16 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     same_down_to_in_flight_ = std::max(same_down_to_in_flight_,
                                        same_down_to_for(d, reach_.data() + d * static_cast<std::size_t>(layers_ + 1)));
   }
+  cover_prefixes();
+  solved_ = true;
+  if (lower_alike) {
+    ++tightened_solves_;
+    tighten_round_trips();
+    return;
+  }
   // Per variant and boundary: the stage's compute up to it plus the
-  // transfer after it, where the transfer passes the bound.
+  // transfer after it, where the transfer passes the bound (an update
+  // passes no link, so keeps them).
   const double transfer_limit = 2 * bound;
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     double* same = entry_same_.data() + d * static_cast<std::size_t>(layers_ + 1);
@@ -359,13 +267,6 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       same[e] = transfer_same_[e] < transfer_limit ? prefix_[d][e] + transfer_same_[e] : kInfinity;
       cross[e] = transfer_cross_[d][e] < transfer_limit ? prefix_[d][e] + transfer_cross_[d][e] : kInfinity;
     }
-  }
-  cover_prefixes();
-  solved_ = true;
-  if (lower_alike) {
-    ++tightened_solves_;
-    tighten_round_trips();
-    return;
   }
   for (const std::size_t r : deferred_rows_) deferred_[r] = 0;
   deferred_rows_.clear();
@@ -445,105 +346,6 @@ void TemplateSearch::cover_prefixes() {
   for (int g = 0; g <= gpu_limit_; ++g) {
     while (l < layers_ && prefix_gpus_[l + 1] <= g) ++l;
     covered_[g] = l;
-  }
-}
-
-void TemplateSearch::sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_t next, Sweeper& sweeper) {
-  const int t = degree(d);
-  const int u_next = u - t;
-  sweeper.states += l_max + 1;
-  double* least = sweeper.least.data();
-  const double* prefix = prefix_[d].data();
-  // The window's end: the bound on compute, and memory. (A successor's
-  // m - 1 layers need no term: its row is infinite past last_boundary(m).)
-  const int* window_end = window_end_.data() + d * static_cast<std::size_t>(layers_ + 1);
-  const auto hi = [window_end](int l) { return window_end[l]; };
-  const auto improve = [least](int l, double v) { least[l] = std::min(least[l], v); };
-  if (terminal_allowed(m, u, t)) {
-    for (int l = 0; l <= l_max; ++l) {
-      if (hi(l) >= layers_) improve(l, prefix[layers_] - prefix[l]);
-    }
-    sweeper.touched_lo = 0;
-    sweeper.touched_hi = std::max(sweeper.touched_hi, l_max);
-  }
-  // Exactly m-1 stages follow, on the row `next`, where it lives.
-  if (next >= 0) {
-    const int succ_lo = alive_[next].lo, succ_hi = alive_[next].hi;
-    const double* rest = row_values(next);
-    // Sliding-window minimum of through(e) over e in [l+1, hi[l]], l
-    // descending: candidates enter at the front (smallest e), expired ones
-    // leave at the back; values decrease from front to back. Successors
-    // exist only for e in [succ_lo, succ_hi].
-    const double* entry = entries(u_next, d);
-    double* through = sweeper.through.data();
-    int* window = sweeper.window.data();
-    // (Locals: the stores through `through` and `least` could alias a member.)
-    int head = layers_ + 1, tail = layers_ + 1;  // window[head, tail)
-    // The window holds each candidate's value beside it (through[], by
-    // position), and its back (its least value) apart from the arrays:
-    // loading an index and then its value was the sweep's longest chain of
-    // dependent loads.
-    int back = 0;
-    double back_through = kInfinity;
-    const auto enter = [&](int e) {  // (e >= succ_lo)
-      const double value = entry[e] + rest[e];
-      if (value < kInfinity) {
-        while (through[head] >= value) ++head;  // (through[tail]: the sentinel)
-        window[--head] = e;
-        through[head] = value;
-        if (head + 1 == tail) {  // it emptied the window: it is the back too
-          back = e;
-          back_through = value;
-        }
-      }
-    };
-    // Layer l takes the window's least value once those past hi(l) left;
-    // false where none is left and none can come (l below succ_lo: lower
-    // l have no candidate either, as hi only shrinks).
-    const auto take = [&](int l) {
-      if (head < tail && back > hi(l)) {
-        --tail;
-        while (head < tail && window[tail - 1] > hi(l)) --tail;
-        through[tail] = -kInfinity;
-        if (head < tail) {
-          back = window[tail - 1];
-          back_through = through[tail - 1];
-        }
-      }
-      if (head < tail) {
-        improve(l, back_through - prefix[l]);
-        return true;
-      }
-      return l >= succ_lo;
-    };
-    const int last = std::min(last_boundary(m), succ_hi);
-    const int top = std::min(l_max, last - 1);
-    // Only where a stage of this variant can hold a layer under the bound
-    // (its runs of l): elsewhere the window is empty. Each run starts with
-    // the window the layers above it would have left, [b + 1, hi(b)].
-    bool done = false;  // no candidate left, none to come
-    for (const auto& [run_lo, run_hi] : fitting_runs_[d]) {
-      if (done) break;
-      if (run_lo > top) continue;
-      const int b = std::min(run_hi, top);
-      const int reach_b = std::min(hi(b), last);
-      if (reach_b < succ_lo) break;  // no successor in reach, here or below (hi grows with l)
-      head = tail = layers_ + 1;
-      through[tail] = -kInfinity;  // below every value: entering stops there
-      for (int e = reach_b; e >= std::max(b + 2, succ_lo); --e) enter(e);
-      // Down to succ_lo - 1 each layer's next boundary enters; below, none.
-      int l = b;
-      for (const int entering_to = std::max(run_lo, succ_lo - 1); l >= entering_to && !done; --l) {
-        enter(l + 1);
-        done = !take(l);
-      }
-      for (; l >= run_lo && !done; --l) done = !take(l);
-      if (done) ++l;  // (l did not take a value)
-      if (l < b) {  // layers (l, b] may have taken a value
-        sweeper.touched_lo = std::min(sweeper.touched_lo, l + 1);
-        sweeper.touched_hi = std::max(sweeper.touched_hi, b);
-      }
-    }
   }
 }
 

@@ -1,5 +1,6 @@
-// The template search's dynamic programme (template_search.cpp): for a
-// bound on the steady period, the least sigma of every suffix state.
+// The template search's dynamic programme (template_search.cpp; the sweep of
+// one row in template_sweep.cpp): for a bound on the steady period, the
+// least sigma of every suffix state.
 #pragma once
 
 #include <array>
@@ -98,6 +99,8 @@ class TemplateSearch {
     if (m < 1 || m > max_stages_ || u < u_lo_[m] || u > u_hi_[m]) return -1;
     return static_cast<std::ptrdiff_t>(row_base_[m] + static_cast<std::size_t>(u - u_lo_[m]));
   }
+  // The GPUs of row r of m stages (row_index's inverse).
+  [[nodiscard]] int row_gpus(int m, std::size_t r) const { return u_lo_[m] + static_cast<int>(r - row_base_[m]); }
   // Row r's values, indexed by layer: only its live layers may be read.
   [[nodiscard]] const double* row_values(std::ptrdiff_t r) const {
     return value_.get() + row_start_[static_cast<std::size_t>(r)];
@@ -224,15 +227,13 @@ class TemplateSearch {
   std::vector<std::vector<double>> prefix_;             // compute prefix sums per variant
   std::vector<double> transfer_same_;               // 2 C at each boundary inside a node
   std::vector<std::vector<double>> transfer_cross_;  // per variant: 2 C at each boundary between nodes
-  std::vector<double> entry_same_, entry_cross_;        // per (variant, e): entries()
+  std::vector<double> entry_same_, entry_cross_;        // per (variant, e): entries(), as of the last full solve
   std::vector<int> hi_memory_;                          // memory limit on the window end
   std::vector<int> settled_from_;  // per (d, l): the first m whose memory limit is the last m's
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<int> window_end_;  // per (d, l), for the stage count being swept: min(reach, its memory limit)
-  std::int64_t solves_ = 0;      // solve() calls so far
-  std::int64_t window_ends_solve_ = -1;  // the solve and in-flight count window_end_ was set for
-  int window_ends_in_flight_ = 0;
+  int window_ends_in_flight_ = 0;  // the in-flight count window_end_ holds this solve's ends for (0: none)
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   // Per row, in an update (tighten_round_trips): whether it changed, and
   // whether a row it reads did; changed_rows_ lists the rows marked.

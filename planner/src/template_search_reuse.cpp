@@ -107,7 +107,7 @@ void TemplateSearch::tighten_round_trips() {
     for (std::size_t i = level_rows_[m]; i < level_rows_[m + 1]; ++i) {
       const std::size_t r = live_rows_[i];
       if (alive_[r].lo > alive_[r].hi) continue;
-      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
+      const int u = row_gpus(m, r);
       any_live = true;
       // Past the GPUs asked for, no answer reads the row (nor any row it
       // feeds: those lie on more GPUs still): it waits for an update that
@@ -128,7 +128,7 @@ void TemplateSearch::tighten_round_trips() {
     // changed): swept again in any order, by as many threads as there are.
     const auto sweep_again = [&](std::size_t i, Sweeper& sweeper) {
       const std::size_t r = stale[i];
-      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);  // (row_index's inverse)
+      const int u = row_gpus(m, r);
       const Alive slot = alive_[r];
       const int lo = slot.lo, hi = slot.hi;
       const double* row = row_values(static_cast<std::ptrdiff_t>(r));
@@ -152,7 +152,7 @@ void TemplateSearch::tighten_round_trips() {
     // The rows of m + 1 stages that read a row that changed are stale.
     for (const std::size_t r : stale) {
       if (!(changed_[r] & kChanged)) continue;
-      const int u = u_lo_[m] + static_cast<int>(r - row_base_[m]);
+      const int u = row_gpus(m, r);
       if (!(changed_[r] & kReadsChanged)) changed_rows_.push_back(r);  // (else listed already)
       for (const int t : degrees_) {
         const auto reader = fits_in_node(u + t, t) ? row_index(m + 1, u + t) : -1;
