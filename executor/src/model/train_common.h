@@ -83,11 +83,12 @@ struct GradientSlot {
 // zeroed one (the same values, one pass over memory fewer). The sums are not
 // zeroed: the first microbatch's gradient is written into them, and
 // settle_sums zeroes those no microbatch reached, before they are read.
+inline void forget_gradients(std::vector<GradientSlot>& slots) {
+  for (auto& s : slots) s.parameter.mutable_grad() = torch::Tensor();
+}
 inline void begin_sums(std::vector<GradientSlot>& slots) {
-  for (auto& s : slots) {
-    s.summed = false;
-    s.parameter.mutable_grad() = torch::Tensor();
-  }
+  for (auto& s : slots) s.summed = false;
+  forget_gradients(slots);
 }
 
 // Before the sums are read: those no microbatch of the step reached are zeroed.

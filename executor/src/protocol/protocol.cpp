@@ -14,11 +14,11 @@ namespace {
 using Json = nlohmann::json;
 
 // The wire names, in the order of Message's alternatives.
-constexpr std::array<std::string_view, 22> kTypeNames = {
+constexpr std::array<std::string_view, 23> kTypeNames = {
     "hello",  "heartbeat",        "worker_exit",     "kill",     "hang",  "welcome",    "generation",
     "commit", "finish",           "recovering",      "recovered", "started", "ready",   "comm_error",
     "saved",  "done",             "crash",           "worker_restarted", "snapshot_stored", "mirror_to",
-    "slow",   "restore_failed"};
+    "slow",   "restore_failed",   "passed"};
 static_assert(kTypeNames.size() == std::variant_size_v<Message>);
 
 template <typename T>
@@ -172,6 +172,7 @@ void to_json(Json& j, const NewGeneration& m) {
   if (!m.checkpoint_folder.empty()) j["checkpoint"] = m.checkpoint_folder;
   if (m.snapshot_step >= 0) j["snapshot"] = {{"step", m.snapshot_step}, {"sources", m.snapshot}};
   if (m.discard_held) j["discard_held"] = true;
+  if (m.step_listed) j["step_microbatches"] = {{"train", m.step_microbatches}, {"kept", m.kept_microbatches}};
 }
 void from_json(const Json& j, NewGeneration& m) {
   m.generation = field<int>(j, "generation");
@@ -191,6 +192,11 @@ void from_json(const Json& j, NewGeneration& m) {
     m.snapshot = field<std::vector<SnapshotSource>>(j.at("snapshot"), "sources");
   }
   m.discard_held = j.value("discard_held", false);
+  m.step_listed = j.contains("step_microbatches");
+  if (m.step_listed) {
+    m.step_microbatches = field<std::vector<int>>(j.at("step_microbatches"), "train");
+    m.kept_microbatches = field<std::vector<int>>(j.at("step_microbatches"), "kept");
+  }
 }
 
 void to_json(Json& j, const Commit& m) {
@@ -225,11 +231,21 @@ void from_json(const Json& j, Started& m) {
   m.step = field<int>(j, "step");
 }
 
+void to_json(Json& j, const Passed& m) { j = {{"generation", m.generation}, {"step", m.step}}; }
+void from_json(const Json& j, Passed& m) {
+  m.generation = field<int>(j, "generation");
+  m.step = field<int>(j, "step");
+}
+
 void to_json(Json& j, const Ready& m) {
   j = {{"generation", m.generation}, {"step", m.step},
        {"loss", m.loss},  {"compute_ms", m.compute_ms},
        {"optimizer_ms", m.optimizer_ms}};
-  if (m.samples) j["samples"] = {m.samples->first, m.samples->count};
+  if (!m.samples.empty()) {
+    std::vector<std::pair<int, int>> ranges;
+    for (const auto& r : m.samples) ranges.emplace_back(r.first, r.count);
+    j["samples"] = ranges;
+  }
 }
 void from_json(const Json& j, Ready& m) {
   m.generation = field<int>(j, "generation");
@@ -238,8 +254,9 @@ void from_json(const Json& j, Ready& m) {
   m.compute_ms = j.value("compute_ms", 0.0);
   m.optimizer_ms = j.value("optimizer_ms", 0.0);
   if (j.contains("samples")) {
-    const auto range = field<std::pair<int, int>>(j, "samples");
-    m.samples = SampleRange{range.first, range.second};
+    for (const auto& [first, count] : field<std::vector<std::pair<int, int>>>(j, "samples")) {
+      m.samples.push_back({first, count});
+    }
   }
 }
 

@@ -6,7 +6,7 @@
 //                     SnapshotStored
 //   master -> agent   Kill, Hang, Crash, Slow (failure injection),
 //                     MirrorTo
-//   worker -> master  Hello, Recovering, Recovered, Started, Ready,
+//   worker -> master  Hello, Recovering, Recovered, Started, Passed, Ready,
 //                     CommunicationFailed, RestoreFailed, Saved, Done
 //   master -> worker  Welcome, NewGeneration, Commit, Finish
 #pragma once
@@ -114,6 +114,12 @@ struct SnapshotSource {
 // (restarted in place) and every worker of a rollback (`discard_held`)
 // reads them from the snapshot of `snapshot_step` in `snapshot`, or from
 // the checkpoint.
+//
+// The step it resumes at is trained on the plan's split of the global batch,
+// unless `step_listed`: then this worker's pipeline trains the microbatches
+// `step_microbatches` (of the global batch) instead, and where
+// `kept_microbatches` is not empty its gradient sums already hold those,
+// from the generation before, whose passes it finished: it keeps them.
 struct NewGeneration {
   int generation = 0;
   std::string plan;  // the plan, as JSON text
@@ -126,6 +132,8 @@ struct NewGeneration {
   int snapshot_step = -1;
   std::vector<SnapshotSource> snapshot;
   bool discard_held = false;
+  bool step_listed = false;
+  std::vector<int> step_microbatches, kept_microbatches;
 };
 
 // Save the state after `step` into `folder`, each layer by its first holder.
@@ -153,6 +161,11 @@ struct Recovered {
 struct Started {
   int generation = 0, step = 0;
 };
+// A trainer's forward and backward passes of `step` are over: its gradient
+// sums hold them until it begins the next step.
+struct Passed {
+  int generation = 0, step = 0;
+};
 // Samples [first, first + count) of the global batch.
 struct SampleRange {
   int first = 0, count = 0;
@@ -161,7 +174,7 @@ struct SampleRange {
 struct Ready {
   int generation = 0, step = 0;
   double loss = 0;
-  std::optional<SampleRange> samples;  // first stages: what they consumed
+  std::vector<SampleRange> samples;  // first stages: what they consumed
   // The step's forward and backward passes, waits for neighbours left out:
   // what the master's straggler detector compares with the profile.
   double compute_ms = 0;
@@ -208,7 +221,7 @@ struct Done {
 
 using Message = std::variant<Hello, Heartbeat, WorkerExit, Kill, Hang, Welcome, NewGeneration, Commit, Finish,
                              Recovering, Recovered, Started, Ready, CommunicationFailed, Saved, Done, Crash,
-                             WorkerRestarted, SnapshotStored, MirrorTo, Slow, RestoreFailed>;
+                             WorkerRestarted, SnapshotStored, MirrorTo, Slow, RestoreFailed, Passed>;
 
 // A line that is not a message of this protocol.
 class ProtocolError : public std::runtime_error {

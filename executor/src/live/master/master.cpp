@@ -195,6 +195,7 @@ int Master::run() {
       decide(changed);
       assign_mirrors();
     }
+    if (held_generation_ && now_ms() > held_generation_->deadline_ms) send_held(true);
     if (phase_ == Phase::training) decide(recovery::Timer{now_ms()});
     advance();
     if (state_changed_) keep_state();
@@ -314,6 +315,12 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
   // workers are still in its predecessor's (whose number it kept), which it
   // replaces as soon as every node is back.
   const int current = generation_ ? wire_ : -1;
+  if (const auto* passed = std::get_if<protocol::Passed>(&m)) {
+    on_passed(node, gpu, *passed);
+  } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m);
+             f && held_generation_ && f->generation == running_wire_) {
+    send_held(true);  // (a worker the held generation awaits may be this one: it will not pass)
+  }
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
     on_ready(node, gpu, *r);
   } else if (const auto* s = std::get_if<protocol::Started>(&m); s && s->generation == current) {
@@ -375,6 +382,7 @@ void Master::on_recovered(const std::string& node, int gpu, const protocol::Reco
   timing_.copy_ms = std::max(timing_.copy_ms, m.copy_ms);
   timing_.copy_bytes += m.copy_bytes;
   if (timing_.recovered < static_cast<int>(ranks_.size()) * gpus_) return;
+  running_trains_ = true;
   step_start_ms_ = now_ms();
   for (auto& r : restarts_) r.restored_ms = step_start_ms_;
   decide(recovery::GenerationReady{generation_->number, step_start_ms_});

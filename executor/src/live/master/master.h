@@ -5,6 +5,7 @@
 // restarted after it, and that one's resumption, in master_resume.cpp.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -24,6 +25,7 @@
 #include "reporter.h"
 #include "snapshot_ledger.h"
 #include "step_ledger.h"
+#include "step_shares.h"
 
 namespace oobleck::executor {
 
@@ -60,7 +62,14 @@ class Master {
   [[nodiscard]] static std::string worker_name(const std::string& node, int gpu) {
     return node + " GPU " + std::to_string(gpu);
   }
-  void send_generation(const recovery::Generation& g, const Plan* base);
+  void send_generation(const recovery::Generation& g, const Plan* base, const CarriedStep& carried);
+  // A generation's messages (`send`), sent once the pipelines that keep the
+  // resumed step's sums (step_shares.h) are past their passes, or at once.
+  // `may_keep`: the workers' state is the running generation's (no rollback).
+  void dispatch(std::function<void(const CarriedStep&)> send, const Plan& next, int resume_step, bool may_keep);
+  void send_held(bool waited_out);
+  void on_passed(const std::string& node, int gpu, const protocol::Passed& m);
+  [[nodiscard]] std::set<WorkerId> passed_step(int step) const;
   // To a worker, or held back while it restarts (sent once it said hello).
   void send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m);
   // The controller's decisions, carried out.
@@ -95,6 +104,7 @@ class Master {
   void on_snapshot_stored(const std::string& holder, const protocol::SnapshotStored& s);
   void on_worker_restarted(const std::string& node, const protocol::WorkerRestarted& m);
   void restart_in_place(const recovery::RestartInPlace& r);
+  void send_restart(const recovery::RestartInPlace& r, const CarriedStep& carried);
   void crash_during_next_step(const std::string& node, const std::string& why);
   [[nodiscard]] std::vector<std::string> unrestored_nodes() const;
   void forget_missing_snapshot(int step, int port);
@@ -193,6 +203,24 @@ class Master {
   // node lost is not one, so a transient error does not move a script's aim.
   int recoveries_ = 0;
   std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
+  // The generation the workers run (the last one sent: running_wire_), the
+  // step in flight in it and each pipeline's share of it, the workers past
+  // their passes of it and those restarted since it was sent; whether its
+  // workers are training (all recovered). A generation held back until
+  // pipelines it lets keep their sums are past their passes.
+  Plan running_plan_;
+  int running_wire_ = -1;
+  bool running_trains_ = false;
+  StepShares shares_;
+  std::map<WorkerId, int> passed_;
+  std::set<WorkerId> fresh_;
+  struct HeldGeneration {
+    std::function<void(const CarriedStep&)> send;
+    Plan next;
+    int resume_step = 0;
+    Milliseconds since_ms = 0, deadline_ms = 0;
+  };
+  std::optional<HeldGeneration> held_generation_;
   std::map<std::string, Milliseconds> worker_gone_;
   // (node, GPU): a worker's hello on a node whose workers were all there, the
   // agent's word of a restart not yet read (a standby worker says hello at

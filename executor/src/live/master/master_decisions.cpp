@@ -93,7 +93,9 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
   timing_.plan_ms = plan_ms;
   for (const auto& n : g.lost) timing_.reasons[n] = loss_reasons_[n];
   keep_state();  // its wire number, before any worker sees it
-  send_generation(g, base);
+  const std::shared_ptr<const Plan> kept_base = base ? std::make_shared<const Plan>(*base) : nullptr;
+  dispatch([this, g, kept_base](const CarriedStep& carried) { send_generation(g, kept_base.get(), carried); }, g.plan,
+           g.resume_step, g.source == recovery::StateSource::replicas && !g.rolled_back);
   assign_mirrors();
   ledger_.clear();
   ready_workers_.clear();
@@ -103,7 +105,64 @@ void Master::start_generation(const recovery::Generation& g, const Plan* base, M
 
 // To each worker: the generation, what it holds of the base plan's state,
 // and every shard copy (each worker picks out its own).
-void Master::send_generation(const recovery::Generation& g, const Plan* base) {
+void Master::dispatch(std::function<void(const CarriedStep&)> send, const Plan& next, int resume_step,
+                      bool may_keep) {
+  held_generation_.reset();
+  const Milliseconds now = now_ms();
+  // (The last step begins with a barrier of every trainer, which a lost
+  // one never passes.)
+  const bool may_wait = running_trains_ && resume_step < o_.steps - 1;
+  held_generation_ = HeldGeneration{std::move(send), next, may_keep ? resume_step : -1, now,
+                                    now + std::max<Milliseconds>(o_.heartbeat_timeout_ms, 3 * last_iteration_ms_)};
+  send_held(!may_wait);
+}
+
+std::set<WorkerId> Master::passed_step(int step) const {
+  std::set<WorkerId> out;
+  for (const auto& [worker, s] : passed_) {
+    if (s == step) out.insert(worker);
+  }
+  return out;
+}
+
+// Sends the held generation once nothing it would keep is awaited, or
+// anyway (`waited_out`), keeping what is past its passes by then.
+void Master::send_held(bool waited_out) {
+  if (!held_generation_) return;
+  HeldGeneration& h = *held_generation_;
+  CarriedStep carried;
+  if (h.resume_step >= 0 && h.resume_step == shares_.step) {
+    carried = carry_step(running_plan_, shares_, passed_step(h.resume_step), fresh_, h.next, gpus_);
+  }
+  if (!carried.awaited.empty() && !waited_out) return;
+  const HeldGeneration sent = std::move(h);
+  held_generation_.reset();
+  const bool listed = carried.kept_count() > 0;
+  if (!listed) carried = CarriedStep();
+  timing_.held_ms = now_ms() - sent.since_ms;
+  timing_.kept_microbatches = carried.kept_count();
+  sent.send(carried);
+  running_plan_ = sent.next;
+  running_wire_ = wire_;
+  running_trains_ = false;
+  shares_ = plan_shares(sent.next, sent.resume_step);
+  if (listed) {
+    for (std::size_t p = 0; p < shares_.microbatches.size(); ++p) {
+      shares_.microbatches[p] = carried.kept[p];
+      shares_.microbatches[p].insert(shares_.microbatches[p].end(), carried.train[p].begin(), carried.train[p].end());
+    }
+  }
+  passed_.clear();
+  fresh_.clear();
+}
+
+void Master::on_passed(const std::string& node, int gpu, const protocol::Passed& m) {
+  if (m.generation != running_wire_) return;
+  passed_[{node, gpu}] = m.step;
+  send_held(false);
+}
+
+void Master::send_generation(const recovery::Generation& g, const Plan* base, const CarriedStep& carried) {
   protocol::NewGeneration message;
   message.generation = wire_;
   message.plan = plan_to_json(g.plan, controller_.templates(), in_.profile);
@@ -126,8 +185,16 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base) {
     snapshots_.pin(g.resume_step - 1);  // a loss before it trains may choose it again
   }
   message.discard_held = g.rolled_back;
+  message.step_listed = !carried.train.empty();
+  const auto seats = recovery::seats_by_node(g.plan, gpus_);
   for (const auto& node : ranks_) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {
+      message.step_microbatches.clear();
+      message.kept_microbatches.clear();
+      if (const auto seat = seats.find({node, gpu}); message.step_listed && seat != seats.end()) {
+        message.step_microbatches = carried.train.at(static_cast<std::size_t>(seat->second.pipeline));
+        message.kept_microbatches = carried.kept.at(static_cast<std::size_t>(seat->second.pipeline));
+      }
       const auto held = holdings.find({node, gpu});
       message.holds_begin = message.holds_end = 0;
       message.holds_degree = 1;
@@ -180,6 +247,8 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   keep_state();
   for (const auto& e : injector_.at_commit(c.step)) fire(e);
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
+  // The next step is in flight unless a generation follows at this boundary.
+  shares_ = pause || c.finish ? StepShares() : plan_shares(running_plan_, c.step + 1);
   reporter_.step(report);
   unrestored_.clear();
   for (const auto& r : std::exchange(restarts_, {})) reporter_.restart(r, now);

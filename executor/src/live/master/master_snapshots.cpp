@@ -176,6 +176,7 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
                node.c_str(), why.c_str(), committed);
   restarting_[{node, m.gpu}] = Restarting{unannounced_hellos_.erase({node, m.gpu}) > 0, std::nullopt};
   unrestored_.insert({node, m.gpu});
+  fresh_.insert({node, m.gpu});
   RestartTiming timing;
   timing.node = node;
   timing.gpu = m.gpu;
@@ -200,8 +201,21 @@ std::vector<std::string> Master::unrestored_nodes() const {
 // over (a new wire number) and trains the step in flight again; the
 // restarted ones read their layers from their own agent's memory.
 void Master::restart_in_place(const recovery::RestartInPlace& r) {
+  send_held(true);  // (a generation held back goes first: this one restarts it)
   ++wire_;
   keep_state();  // its wire number, before any worker sees it
+  dispatch([this, r](const CarriedStep& carried) { send_restart(r, carried); }, generation_->plan, r.resume_step, true);
+  for (auto& restart : restarts_) {  // (concurrent restarts redo the same step)
+    restart.generation = generation_->number;
+    restart.resume_step = r.resume_step;
+  }
+  ledger_.clear();
+  ready_workers_.clear();
+  timing_.recovered = 0;
+  step_start_ms_ = now_ms();
+}
+
+void Master::send_restart(const recovery::RestartInPlace& r, const CarriedStep& carried) {
   const recovery::Generation& g = *generation_;
   protocol::NewGeneration message;
   message.generation = wire_;
@@ -218,10 +232,15 @@ void Master::restart_in_place(const recovery::RestartInPlace& r) {
                                   processes_.find(worker.first)->snapshot_port});
     }
   }
+  message.step_listed = !carried.train.empty();
   for (const auto& node : ranks_) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       const auto held = holdings.find({node, gpu});
       protocol::NewGeneration m = message;
+      if (message.step_listed && held != holdings.end()) {
+        m.step_microbatches = carried.train.at(static_cast<std::size_t>(held->second.pipeline));
+        m.kept_microbatches = carried.kept.at(static_cast<std::size_t>(held->second.pipeline));
+      }
       if (held != holdings.end() && !unrestored_.count({node, gpu})) {
         m.holds_begin = held->second.layer_begin;
         m.holds_end = held->second.layer_end;
@@ -231,14 +250,6 @@ void Master::restart_in_place(const recovery::RestartInPlace& r) {
       send_to_worker(node, gpu, m);
     }
   }
-  for (auto& restart : restarts_) {  // (concurrent restarts redo the same step)
-    restart.generation = g.number;
-    restart.resume_step = r.resume_step;
-  }
-  ledger_.clear();
-  ready_workers_.clear();
-  timing_.recovered = 0;
-  step_start_ms_ = now_ms();
 }
 
 }  // namespace oobleck::executor

@@ -139,7 +139,8 @@ void Reporter::step(const StepReport& r) {
 }
 
 void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Milliseconds now) {
-  const double resume_ms = superseded ? 0.0 : std::max(0.0, now - t.planned_ms - t.rebuild_ms - t.copy_ms);
+  const double resume_ms =
+      superseded ? 0.0 : std::max(0.0, now - t.planned_ms - t.held_ms - t.rebuild_ms - t.copy_ms);
   const double detect_ms = t.failure_ms >= 0 ? t.detected_ms - t.failure_ms : 0.0;
   const double recovery_ms = t.failure_ms >= 0 ? now - t.failure_ms : now - t.planned_ms;
   emit(ordered_json{{"kind", "reconfiguration"},
@@ -151,11 +152,13 @@ void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Millise
                     {"pipelines", t.pipelines},
                     {"detect_ms", detect_ms},
                     {"plan_ms", t.plan_ms},
+                    {"held_ms", t.held_ms},
                     {"communicators_ms", t.rebuild_ms},
                     {"copy_ms", t.copy_ms},
                     {"copy_bytes", t.copy_bytes},
                     {"resume_ms", resume_ms},
                     {"recovery_ms", recovery_ms},
+                    {"kept_microbatches", t.kept_microbatches},
                     {"superseded", superseded}}
            .dump());
   if (superseded) {
@@ -164,9 +167,11 @@ void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Millise
   } else {
     std::printf(
         "reconfigured (generation %d): lost %s, added %s -> pipelines %s; detect %.1f ms, plan %.1f ms, "
-        "communicators %.1f ms, copy %.1f ms (%lld bytes), resume %.1f ms; recovery %.1f ms\n",
+        "passes kept %d microbatches (waited %.1f ms), communicators %.1f ms, copy %.1f ms (%lld bytes), "
+        "resume %.1f ms; recovery %.1f ms\n",
         t.generation, joined(t.lost).c_str(), joined(t.added).c_str(), t.pipelines.c_str(), detect_ms, t.plan_ms,
-        t.rebuild_ms, t.copy_ms, static_cast<long long>(t.copy_bytes), resume_ms, recovery_ms);
+        t.kept_microbatches, t.held_ms, t.rebuild_ms, t.copy_ms, static_cast<long long>(t.copy_bytes), resume_ms,
+        recovery_ms);
   }
   std::fflush(stdout);
 }

@@ -9,7 +9,8 @@
 //                                  machine's scale; both absent on a generation's first step)
 //   {kind: "speeds", ...}          node speeds weighed at a commit (recovery::speeds_record)
 //   {kind: "reconfiguration", generation, lost, added, reasons, resume_step, pipelines,
-//    detect_ms, plan_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms, superseded}
+//    detect_ms, plan_ms, held_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms,
+//    kept_microbatches, superseded}       (kept_microbatches: of the resumed step, not trained again)
 //   {kind: "restart", generation, node, gpu, resume_step, detect_ms, restore_ms, recovery_ms}
 //                                  a worker restarted in place (no new generation)
 //   {kind: "rollback", generation, from_step, to_step, source}   past f
@@ -42,6 +43,10 @@ struct RecoveryTiming {
   int recovered = 0;                         // workers that rebuilt and copied
   Milliseconds rebuild_ms = 0, copy_ms = 0;  // the slowest worker's
   std::int64_t copy_bytes = 0;
+  // The wait for pipelines that keep the resumed step's sums to finish their
+  // passes before the generation was sent, and the microbatches they kept.
+  Milliseconds held_ms = 0;
+  int kept_microbatches = 0;
 };
 
 // How an in-place restart went: from the crash to its detection (the

@@ -13,7 +13,7 @@ StepLedger::Total StepLedger::total(int step) {
   std::vector<std::pair<int, int>> ranges;
   for (const auto& [rank, r] : reports_[step]) {
     out.loss += r.loss;
-    if (r.samples) ranges.emplace_back(r.samples->first, r.samples->count);
+    for (const auto& range : r.samples) ranges.emplace_back(range.first, range.count);
   }
   reports_.erase(step);
   std::sort(ranges.begin(), ranges.end());

@@ -109,36 +109,68 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
                            int last_layer, double clip_norm) {
   torch::NoGradGuard no_grad;
   settle_sums(slots);
-  for (std::size_t i : plan.copies) slots[i].sum.zero_();
-  std::map<std::vector<int>, std::vector<torch::Tensor>> by_set;
-  for (const auto& part : plan.parts) by_set[part.holders].push_back(part.region.of(slots[part.slot].sum));
-  torch::Tensor tied = tied_sum(slots);
-  if (tied.defined()) by_set[plan.tied_holders].push_back(tied);
-  // Every group's all-reduce in flight at once: each group is its own
-  // communicator, so none waits for another worker's other groups.
-  struct InFlight {
-    std::vector<torch::Tensor>* tensors;
-    torch::Tensor flat;
+  // The sums are only read here: a step interrupted after its passes keeps
+  // them for the next generation (kept_sums in pipeline_step.h). A copy
+  // gives zeros; the totals go straight into the gradients.
+  std::vector<bool> copy(slots.size(), false);
+  for (std::size_t i : plan.copies) copy[i] = true;
+  const auto given = [&](std::size_t i, const torch::Tensor& region) {
+    return copy[i] ? torch::zeros_like(region) : region;
+  };
+  torch::Tensor tied;  // this worker's part of the tied weight's gradient (both copies it holds)
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].label != kTied) continue;
+    const torch::Tensor part = given(i, slots[i].sum);
+    tied = tied.defined() ? tied + part : part.clone();
+  }
+  struct Summed {
+    std::vector<torch::Tensor> given;       // by part, in the order below
+    std::vector<const GradientPart*> parts;  // nullptr: the tied weight
+    torch::Tensor flat;                     // the total, once reduced
     std::unique_ptr<PendingOp> op;
   };
-  std::vector<InFlight> in_flight;
-  for (auto& [set, tensors] : by_set) {
-    if (set.size() < 2) continue;
-    std::vector<torch::Tensor> flat_views;
-    for (auto& t : tensors) flat_views.push_back(t.reshape({-1}));
-    auto flat = torch::cat(flat_views);
-    auto op = groups.gradient_group(set).start_allreduce_sum(flat);
-    in_flight.push_back({&tensors, std::move(flat), std::move(op)});
+  std::map<std::vector<int>, Summed> by_set;
+  for (const auto& part : plan.parts) {
+    Summed& s = by_set[part.holders];
+    s.given.push_back(given(part.slot, part.region.of(slots[part.slot].sum)));
+    s.parts.push_back(&part);
   }
-  for (auto& f : in_flight) {
-    f.op->wait();
+  if (tied.defined()) {
+    Summed& s = by_set[plan.tied_holders];
+    s.given.push_back(tied);
+    s.parts.push_back(nullptr);
+  }
+  // Every group's all-reduce in flight at once: each group is its own
+  // communicator, so none waits for another worker's other groups.
+  for (auto& [set, s] : by_set) {
+    std::vector<torch::Tensor> flat_views;
+    for (auto& t : s.given) flat_views.push_back(t.reshape({-1}));
+    s.flat = torch::cat(flat_views);
+    if (set.size() >= 2) s.op = groups.gradient_group(set).start_allreduce_sum(s.flat);
+  }
+  for (auto& [set, s] : by_set) {
+    if (s.op) s.op->wait();
+  }
+  // The totals, rounded once, become the parameters' gradients; every copy
+  // of the tied weight gets the whole tied total.
+  std::vector<torch::Tensor> grads(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) grads[i] = torch::empty_like(slots[i].parameter);
+  for (auto& [set, s] : by_set) {
     std::int64_t offset = 0;
-    for (auto& t : *f.tensors) {
-      t.copy_(f.flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
+    for (std::size_t k = 0; k < s.parts.size(); ++k) {
+      const torch::Tensor& shape = s.given[k];
+      const torch::Tensor total = s.flat.narrow(0, offset, shape.numel()).view(shape.sizes());
+      offset += shape.numel();
+      if (s.parts[k] == nullptr) {
+        for (std::size_t i = 0; i < slots.size(); ++i) {
+          if (slots[i].label == kTied) grads[i].copy_(total);
+        }
+      } else {
+        s.parts[k]->region.of(grads[s.parts[k]->slot]).copy_(total);
+      }
     }
   }
-  write_gradients(slots, tied);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i].parameter.mutable_grad() = grads[i];
   // Squared norms by label (index label + 1: the tied weight first).
   std::vector<double> norms(static_cast<std::size_t>(last_layer) + 2, 0.0);
   std::vector<std::size_t> labels;

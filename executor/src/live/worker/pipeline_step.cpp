@@ -16,22 +16,33 @@ double now_ms() {
 
 }  // namespace
 
-double PipelineStep::run(int step, bool record) {
+double PipelineStep::run(int step, bool record, const std::vector<int>& microbatches, PassedSums& passed) {
   inbox_.throw_if_superseded();
   recording_ = record;
   timeline_ = {};
   if (recording_) groups_.trainers().barrier();
   timeline_.step_start_ms = now_ms();
-  begin_sums(slots_);
+  if (passed.step == step) {
+    forget_gradients(slots_);
+  } else {
+    begin_sums(slots_);
+    passed = {step, 0, {}};
+  }
+  passed.step = -1;  // the sums change
+  if (microbatches.empty() && place_.rank == 0) inbox_.send(protocol::Started{place_.generation, step});
   double loss = 0;
   {
     const CudaAutocast autocast(o_.bf16);
-    loss = one_f_one_b(step);
+    loss = one_f_one_b(step, microbatches);
   }
+  passed.step = step;
+  passed.loss += loss;
+  passed.microbatches.insert(passed.microbatches.end(), microbatches.begin(), microbatches.end());
+  inbox_.send(protocol::Passed{place_.generation, step});
   const double sync_start = now_ms();
   synchronise_gradients(slots_, gradients_, groups_, o_.model.layers + 1, o_.clip_norm);
   timeline_.sync_ms = now_ms() - sync_start;
-  return loss;
+  return passed.loss;
 }
 
 void PipelineStep::record(char kind, int index, double start_ms, double end_ms) {
@@ -46,7 +57,7 @@ void PipelineStep::record_optimizer(double start_ms, double end_ms) {
 
 torch::Tensor PipelineStep::microbatch_tokens(int step, int microbatch, bool targets) const {
   const Sequences s =
-      step_sequences(tokens_, o_.seed, step, (place_.first_microbatch + microbatch) * o_.microbatch_size,
+      step_sequences(tokens_, o_.seed, step, microbatch * o_.microbatch_size,
                      o_.microbatch_size, o_.model.seq_len);
   return long_tensor(targets ? s.targets : s.inputs, o_.microbatch_size, o_.model.seq_len, train_device(o_));
 }
@@ -92,13 +103,13 @@ torch::Tensor PipelineStep::recompute_backward(std::vector<torch::Tensor>& kept,
   return gradient;
 }
 
-double PipelineStep::one_f_one_b(int step) {
+double PipelineStep::one_f_one_b(int step, const std::vector<int>& microbatches) {
   const Plan& plan = *place_.plan;
   const recovery::WorkerSeat& me = seat();
   const Pipeline& pipeline = plan.pipelines[static_cast<std::size_t>(me.pipeline)];
   const int stages = me.stages, position = me.stage;
   const bool first = position == 0, last = position == stages - 1;
-  const int M = pipeline.microbatches, B = plan.global_microbatches;
+  const int M = static_cast<int>(microbatches.size()), B = plan.global_microbatches;
   // The GPUs across each boundary (the rule at the top of pipeline_step.h).
   const auto [previous_rank, previous_degree] = first ? std::pair{0, 1} : stage_group(position - 1);
   const auto [next_rank, next_degree] = last ? std::pair{0, 1} : stage_group(position + 1);
@@ -123,7 +134,7 @@ double PipelineStep::one_f_one_b(int step) {
   auto forward = [&](int m) {
     torch::Tensor x;
     if (first) {
-      x = microbatch_tokens(step, m, false);
+      x = microbatch_tokens(step, microbatches[static_cast<std::size_t>(m)], false);
     } else {
       auto buffer = torch::empty(activation_shape, activation);
       const double wait_start = now_ms();
@@ -136,7 +147,7 @@ double PipelineStep::one_f_one_b(int step) {
     if (last) {
       // (Recomputing, y came without a graph, and so does the loss: its
       // backward computes it again.)
-      y = language_model_loss(y, microbatch_tokens(step, m, true)) / B;
+      y = language_model_loss(y, microbatch_tokens(step, microbatches[static_cast<std::size_t>(m)], true)) / B;
       if (me.shard == 0) loss_sum += y.item<double>();
     }
     wait_for_device(o_);
@@ -156,7 +167,8 @@ double PipelineStep::one_f_one_b(int step) {
     double start = now_ms();
     if (last) {
       if (recompute) {
-        input_gradients[m] = recompute_backward(kept[m], torch::Tensor(), microbatch_tokens(step, m, true));
+        input_gradients[m] = recompute_backward(kept[m], torch::Tensor(),
+                                                microbatch_tokens(step, microbatches[static_cast<std::size_t>(m)], true));
       } else {
         outputs[m].backward();
       }

@@ -42,7 +42,17 @@ struct TrainerPlace {
   const Plan* plan = nullptr;
   const std::vector<recovery::WorkerSeat>* seats = nullptr;
   int rank = 0;
-  int first_microbatch = 0;  // of the global batch: the pipelines before it take the ones before
+};
+
+// The microbatches a trainer's gradient sums hold for one step, once its
+// passes are over (step -1 while they are not: sums being changed). A
+// generation that begins while the step is uncommitted may let a pipeline
+// whose workers all got this far keep them, and train only what it adds
+// (protocol::NewGeneration::kept_microbatches).
+struct PassedSums {
+  int step = -1;
+  double loss = 0;                // this trainer's share of those microbatches' loss
+  std::vector<int> microbatches;  // of the global batch, in the order trained
 };
 
 class PipelineStep {
@@ -59,10 +69,14 @@ class PipelineStep {
         held_(held),
         slots_(slots) {}
 
-  // Forward, backward and gradient synchronisation of `step`; returns this
-  // trainer's share of the loss (non-zero on last stages' shard 0). With `record`,
-  // every pass is timed for timeline().
-  double run(int step, bool record);
+  // Forward and backward passes of `microbatches` (of the global batch) in
+  // `step`, then gradient synchronisation; returns this trainer's share of
+  // the step's loss (non-zero on last stages' shard 0). Where `passed`
+  // holds this step already, its sums are kept and added to; otherwise they
+  // start from nothing. `passed` then holds this step, and protocol::Passed
+  // goes to the master, before the synchronisation (which only reads the
+  // sums). With `record`, every pass is timed for timeline().
+  double run(int step, bool record, const std::vector<int>& microbatches, PassedSums& passed);
   void record_optimizer(double start_ms, double end_ms);
   // The tensor-parallel all-reduce of a sharded layer, within this step's
   // passes: timed, and recorded with the pass it belongs to.
@@ -72,11 +86,11 @@ class PipelineStep {
   [[nodiscard]] double compute_ms() const { return timeline_.compute_ms; }
 
  private:
-  double one_f_one_b(int step);
+  double one_f_one_b(int step, const std::vector<int>& microbatches);
   [[nodiscard]] const recovery::WorkerSeat& seat() const { return (*place_.seats)[static_cast<std::size_t>(place_.rank)]; }
   // Shard 0's rank and degree of stage `stage` of this trainer's pipeline.
   [[nodiscard]] std::pair<int, int> stage_group(int stage) const;
-  torch::Tensor microbatch_tokens(int step, int microbatch, bool targets) const;
+  torch::Tensor microbatch_tokens(int step, int microbatch, bool targets) const;  // microbatch: of the global batch
   torch::Tensor forward_layers(torch::Tensor x);
   // Recomputation: the forward keeping each layer's input in `kept`; the
   // backward from the output's gradient (undefined on the last stage, which

@@ -6,12 +6,16 @@
 // fail at once; the worker then settles the step in hand (applied if the
 // master had committed it, discarded otherwise), rebuilds its communicators,
 // copies the layer states the planner assigns it and redoes the step on the
-// same global batch.
+// same global batch: all of it, or, where the master lets its pipeline keep
+// the gradient sums of passes it finished, what the lost pipelines did not
+// (protocol::NewGeneration::kept_microbatches).
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 
 #include "comm/store_guard.h"
@@ -149,6 +153,7 @@ class LiveWorker {
     }
     settle_step_in_hand(g.resume_step);
     take_plan(g);
+    keep_passed_sums(g);
     keep_what_is_counted(g);
     std::vector<int> shard_group;
     if (trainer_) {
@@ -192,6 +197,24 @@ class LiveWorker {
     resume_step_ = g.resume_step;
   }
 
+  // The gradient sums of the resumed step's finished passes, where the
+  // master lets this worker's pipeline keep them; forgotten otherwise.
+  void keep_passed_sums(const protocol::NewGeneration& g) {
+    resume_listed_ = g.step_listed;
+    resume_microbatches_ = g.step_microbatches;
+    if (g.kept_microbatches.empty()) {
+      passed_ = {};
+      return;
+    }
+    auto held = passed_.microbatches, kept = g.kept_microbatches;
+    std::sort(held.begin(), held.end());
+    std::sort(kept.begin(), kept.end());
+    if (passed_.step != g.resume_step || held != kept || !trainer_) {
+      throw std::logic_error("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
+                             std::to_string(g.resume_step) + "'s passes, which it does not hold");
+    }
+  }
+
   // Keep exactly what the master counts this node as holding, at the state
   // after step resume - 1; anything else is stale.
   void keep_what_is_counted(const protocol::NewGeneration& g) {
@@ -227,12 +250,12 @@ class LiveWorker {
         }
       });
     }
-    slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
+    // (Kept sums are those of this very seat: the master keeps them only
+    // for a pipeline whose workers all hold what they held.)
+    if (passed_.step < 0) slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
     gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
-    first_microbatch_ = 0;
-    for (int p = 0; p < seat().pipeline; ++p) first_microbatch_ += plan_.pipelines[static_cast<std::size_t>(p)].microbatches;
-    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank, first_microbatch_},
-                  groups_, gradients_, held_, slots_);
+    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank}, groups_, gradients_,
+                  held_, slots_);
   }
 
   // The step in hand when the generation changed: the master's resume step
@@ -276,14 +299,11 @@ class LiveWorker {
     }
     double optimizer_ms = 0;  // the step before's, in this generation
     for (int step = resume_step_; step < o_.steps; ++step) {
-      const double loss = step_->run(step, step == o_.steps - 1);  // the last step, warmed up, is timed
+      // (The last step, warmed up, is timed.)
+      const double loss = step_->run(step, step == o_.steps - 1, microbatches_of(step), passed_);
       pending_ = step;
-      protocol::Ready ready{number_, step, loss, std::nullopt, step_->compute_ms(), optimizer_ms};
-      if (seat().stage == 0 && seat().shard == 0) {
-        const int mb = o_.microbatch_size;
-        ready.samples =
-            protocol::SampleRange{first_microbatch_ * mb, plan_.pipelines[seat().pipeline].microbatches * mb};
-      }
+      protocol::Ready ready{number_, step, loss, {}, step_->compute_ms(), optimizer_ms};
+      if (seat().stage == 0 && seat().shard == 0) ready.samples = sample_ranges(passed_.microbatches);
       inbox_.send(ready);
       const protocol::Commit commit = inbox_.wait_commit(number_, step);
       const double applied = now_ms();
@@ -300,6 +320,32 @@ class LiveWorker {
       if (commit.pause) return false;
     }
     throw std::logic_error("generation " + std::to_string(number_) + " resumes after the last step");
+  }
+
+  // The microbatches of the global batch this worker's pipeline trains in
+  // `step`: the plan's share, or the resumed step's list.
+  [[nodiscard]] std::vector<int> microbatches_of(int step) const {
+    if (step == resume_step_ && resume_listed_) return resume_microbatches_;
+    int first = 0;
+    for (int p = 0; p < seat().pipeline; ++p) first += plan_.pipelines[static_cast<std::size_t>(p)].microbatches;
+    std::vector<int> out(static_cast<std::size_t>(plan_.pipelines[static_cast<std::size_t>(seat().pipeline)].microbatches));
+    std::iota(out.begin(), out.end(), first);
+    return out;
+  }
+
+  // The samples of `microbatches`, as runs.
+  [[nodiscard]] std::vector<protocol::SampleRange> sample_ranges(std::vector<int> microbatches) const {
+    std::sort(microbatches.begin(), microbatches.end());
+    std::vector<protocol::SampleRange> out;
+    const int mb = o_.microbatch_size;
+    for (int m : microbatches) {
+      if (!out.empty() && out.back().first + out.back().count == m * mb) {
+        out.back().count += mb;
+      } else {
+        out.push_back({m * mb, mb});
+      }
+    }
+    return out;
   }
 
   // The state after the step just applied, in the background: into the
@@ -339,7 +385,9 @@ class LiveWorker {
   int number_ = 0;
   Plan plan_;
   std::vector<recovery::WorkerSeat> seats_;
-  int resume_step_ = 0, first_microbatch_ = 0;
+  int resume_step_ = 0;
+  bool resume_listed_ = false;              // the resumed step trains resume_microbatches_
+  std::vector<int> resume_microbatches_;
   bool trainer_ = false, established_ = false;
   GradientPlan gradients_;
   bool shard_sum_failed_ = false;  // a tensor-parallel all-reduce failed
@@ -349,6 +397,7 @@ class LiveWorker {
   // Training state: every layer held, at the state after applied_through_.
   std::map<int, HeldLayer> held_;
   std::vector<GradientSlot> slots_;  // this worker's layers' gradients
+  PassedSums passed_;                // what slots_ hold
   int applied_through_ = -1;
   std::optional<int> pending_;  // the step reported ready and not yet settled
 };

@@ -1,0 +1,116 @@
+#include "step_shares.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "oobleck/recovery/worker_seats.h"
+
+namespace oobleck::executor {
+
+StepShares plan_shares(const Plan& plan, int step) {
+  StepShares out{step, {}};
+  int first = 0;
+  for (const auto& p : plan.pipelines) {
+    std::vector<int> mine(static_cast<std::size_t>(p.microbatches));
+    std::iota(mine.begin(), mine.end(), first);
+    first += p.microbatches;
+    out.microbatches.push_back(std::move(mine));
+  }
+  return out;
+}
+
+int CarriedStep::kept_count() const {
+  int n = 0;
+  for (const auto& k : kept) n += static_cast<int>(k.size());
+  return n;
+}
+
+namespace {
+
+bool same_seat(const recovery::WorkerSeat& a, const recovery::WorkerSeat& b) {
+  return a.stage == b.stage && a.stages == b.stages && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
+         a.degree == b.degree && a.shard == b.shard;
+}
+
+// `count` items split in proportion to `weights` (largest remainders, the
+// earlier pipeline first on a tie): each share at most ceil(count x w / W).
+std::vector<int> proportional(int count, const std::vector<int>& weights) {
+  const long long total = std::accumulate(weights.begin(), weights.end(), 0LL);
+  std::vector<int> out(weights.size(), 0);
+  if (total <= 0) return out;
+  std::vector<std::pair<long long, std::size_t>> remainders;
+  int given = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const long long scaled = static_cast<long long>(count) * weights[i];
+    out[i] = static_cast<int>(scaled / total);
+    given += out[i];
+    remainders.emplace_back(-(scaled % total), i);
+  }
+  std::sort(remainders.begin(), remainders.end());
+  for (int k = 0; k < count - given; ++k) ++out[remainders[static_cast<std::size_t>(k)].second];
+  return out;
+}
+
+}  // namespace
+
+CarriedStep carry_step(const Plan& running, const StepShares& shares, const std::set<WorkerId>& passed,
+                       const std::set<WorkerId>& fresh, const Plan& next, int gpus_per_node) {
+  const std::size_t pipelines = next.pipelines.size();
+  CarriedStep out;
+  out.kept.resize(pipelines);
+  out.train.resize(pipelines);
+  const auto before = recovery::seats_by_node(running, gpus_per_node);
+  std::map<int, std::vector<WorkerId>> running_workers;  // by pipeline of `running`
+  for (const auto& [worker, seat] : before) running_workers[seat.pipeline].push_back(worker);
+  std::map<int, std::vector<std::pair<WorkerId, recovery::WorkerSeat>>> next_workers;
+  for (const auto& [worker, seat] : recovery::seats_by_node(next, gpus_per_node)) {
+    next_workers[seat.pipeline].emplace_back(worker, seat);
+  }
+  std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
+  for (std::size_t x = 0; x < pipelines && shares.step >= 0; ++x) {
+    const auto& workers = next_workers[static_cast<int>(x)];
+    int source = -1;
+    bool unchanged = !workers.empty();
+    for (const auto& [worker, seat] : workers) {
+      const auto was = before.find(worker);
+      if (was == before.end() || fresh.count(worker) || !same_seat(was->second, seat) ||
+          (source >= 0 && was->second.pipeline != source)) {
+        unchanged = false;
+        break;
+      }
+      source = was->second.pipeline;
+    }
+    if (!unchanged || running_workers[source].size() != workers.size() ||
+        static_cast<std::size_t>(source) >= shares.microbatches.size()) {
+      continue;
+    }
+    std::vector<WorkerId> waiting;
+    for (const auto& [worker, seat] : workers) {
+      if (!passed.count(worker)) waiting.push_back(worker);
+    }
+    if (!waiting.empty()) {
+      out.awaited.insert(waiting.begin(), waiting.end());
+      continue;
+    }
+    out.kept[x] = shares.microbatches[static_cast<std::size_t>(source)];
+    for (int m : out.kept[x]) held.at(static_cast<std::size_t>(m)) = true;
+  }
+  std::vector<int> left;
+  for (int m = 0; m < next.global_microbatches; ++m) {
+    if (!held[static_cast<std::size_t>(m)]) left.push_back(m);
+  }
+  std::vector<int> weights;
+  for (const auto& p : next.pipelines) weights.push_back(p.microbatches);
+  const std::vector<int> counts = proportional(static_cast<int>(left.size()), weights);
+  std::size_t next_left = 0;
+  for (std::size_t x = 0; x < pipelines; ++x) {
+    const auto n = static_cast<std::size_t>(counts[x]);
+    out.train[x].assign(left.begin() + static_cast<std::ptrdiff_t>(next_left),
+                        left.begin() + static_cast<std::ptrdiff_t>(next_left + n));
+    next_left += n;
+  }
+  return out;
+}
+
+}  // namespace oobleck::executor

@@ -1,0 +1,56 @@
+// The microbatches of the step in flight that each pipeline trains, and what
+// a new generation that resumes at that step keeps of them.
+//
+// A trainer's gradient sums hold the microbatches of its pipeline's passes
+// until it begins the next step (the synchronisation only reads them,
+// gradient_sync.h). A generation that resumes at the step in flight lets a
+// pipeline keep them where nothing under it changed: the same workers in the
+// same seats (so every sum is of the same layers' shard, and every layer of
+// the pipeline counts those microbatches once), none restarted since, every
+// one of them past its passes. The microbatches no kept pipeline holds are
+// trained again, split among the new plan's pipelines in proportion to
+// their shares of the batch (so a pipeline is given at most its own share).
+// The sums are added in float64, so which pipeline trains a microbatch, and
+// in which order the sums meet, does not change the step's result
+// (model/train_common.h).
+#pragma once
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "oobleck/planner.h"
+
+namespace oobleck::executor {
+
+using WorkerId = std::pair<std::string, int>;  // (node, GPU)
+
+// The microbatches (of the global batch) each pipeline's sums hold once its
+// passes of `step` are over, by pipeline.
+struct StepShares {
+  int step = -1;  // -1: none known
+  std::vector<std::vector<int>> microbatches;
+};
+
+// The plan's split: each pipeline the microbatches after the pipelines' before it.
+[[nodiscard]] StepShares plan_shares(const Plan& plan, int step);
+
+// What a generation resuming at a step does with it, by pipeline of its plan.
+struct CarriedStep {
+  std::vector<std::vector<int>> kept;   // held already: not trained again
+  std::vector<std::vector<int>> train;  // trained in the resumed step
+  // Workers of pipelines that would keep theirs but are not past their
+  // passes yet (their passes do not depend on anything that was lost).
+  std::set<WorkerId> awaited;
+  [[nodiscard]] int kept_count() const;
+};
+
+// The step `shares.step` carried from the generation of `running` (its
+// workers in `passed` past their passes, those in `fresh` restarted since)
+// to one of `next` resuming at it. Nothing is kept when shares.step is
+// another step.
+[[nodiscard]] CarriedStep carry_step(const Plan& running, const StepShares& shares, const std::set<WorkerId>& passed,
+                                     const std::set<WorkerId>& fresh, const Plan& next, int gpus_per_node);
+
+}  // namespace oobleck::executor
