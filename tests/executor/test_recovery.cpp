@@ -95,6 +95,34 @@ TEST_CASE("recovery: three 2-node pipelines lose two nodes, gain one, lose anoth
   CHECK(setup.s.processes_left() == 0);
 }
 
+TEST_CASE("recovery: a node lost during a step: the pipelines that lost nothing keep their finished passes") {
+  LiveSetup setup(6, 2, 12);
+  REQUIRE(setup.plan()["pipelines"].size() == 3);
+  // node1 is in pipeline 0; its partner joins pipeline 1 (3 + 2 nodes) and
+  // pipeline 2 stays as it was. The master sends the new generation once
+  // pipeline 2 is past its passes of step 3 (they need nothing of node1),
+  // so the step is redone on the other 8 microbatches only.
+  setup.s.write("inject.csv", "step:3,remove,node1\nstep:8,remove,node3\n");
+  const auto run = setup.live(11, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
+                                                       " --heartbeat-timeout-ms 5000");
+  INFO(run.err);
+  REQUIRE(run.status == 0);
+  const auto steps = setup.steps("live.jsonl");
+  oobleck::test::check_losses_equal(steps, setup.reference_losses(11, 4));
+  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+  const auto events = established(setup.reconfigurations("live.jsonl"));
+  REQUIRE(events.size() == 2);
+  CHECK(events[0]["pipelines"] == "3+2");
+  CHECK(events[0]["resume_step"] == 3);
+  CHECK(events[0]["kept_microbatches"] == 4);
+  // Then 4 nodes in two new pairs: no pipeline is as it was, and the whole
+  // step is redone.
+  CHECK(events[1]["pipelines"] == "2+2");
+  CHECK(events[1]["resume_step"] == 8);
+  CHECK(events[1]["kept_microbatches"] == 0);
+  CHECK(setup.s.processes_left() == 0);
+}
+
 TEST_CASE("recovery: a node killed while a recovery is in progress") {
   LiveSetup setup(6, 2, 12);
   // node1 holds the second half of the layers, node2 the first half: any

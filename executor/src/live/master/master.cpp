@@ -317,9 +317,10 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
   const int current = generation_ ? wire_ : -1;
   if (const auto* passed = std::get_if<protocol::Passed>(&m)) {
     on_passed(node, gpu, *passed);
-  } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m);
-             f && held_generation_ && f->generation == running_wire_) {
-    send_held(true);  // (a worker the held generation awaits may be this one: it will not pass)
+  } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == running_wire_) {
+    // It will not pass: a generation held back for it goes without its pipeline's sums.
+    if (passed_.count({node, gpu}) == 0 || passed_.at({node, gpu}) != shares_.step) fresh_.insert({node, gpu});
+    send_held(false);
   }
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {
     on_ready(node, gpu, *r);

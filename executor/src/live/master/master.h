@@ -205,7 +205,8 @@ class Master {
   std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
   // The generation the workers run (the last one sent: running_wire_), the
   // step in flight in it and each pipeline's share of it, the workers past
-  // their passes of it and those restarted since it was sent; whether its
+  // their passes of it and those restarted since it was sent (or failed in
+  // it before their passes were over: they will not pass); whether its
   // workers are training (all recovered). A generation held back until
   // pipelines it lets keep their sums are past their passes.
   Plan running_plan_;

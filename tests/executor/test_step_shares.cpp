@@ -1,0 +1,164 @@
+// What a generation that resumes at the step in flight keeps of it
+// (live/master/step_shares.h), on hand-made plans of 1-GPU nodes: kept
+// pipelines against the rule's cases, and, over every combination of
+// passed and restarted workers, the oracle that kept and trained again
+// cover the global batch exactly once, each pipeline given at most its
+// share.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "live/master/step_shares.h"
+
+namespace {
+
+using namespace oobleck;
+using namespace oobleck::executor;
+
+// Pipelines of `layers` layers, each on its nodes, one stage a node, the
+// layers split evenly; `microbatches` each.
+Plan plan_of(const std::vector<std::vector<std::string>>& pipelines, const std::vector<int>& microbatches,
+             int layers = 4) {
+  Plan plan;
+  for (std::size_t p = 0; p < pipelines.size(); ++p) {
+    Pipeline pipeline;
+    pipeline.nodes = pipelines[p];
+    pipeline.template_nodes = static_cast<int>(pipeline.nodes.size());
+    pipeline.microbatches = microbatches[p];
+    const int n = static_cast<int>(pipeline.nodes.size());
+    for (int k = 0; k < n; ++k) pipeline.stages.push_back({k * layers / n, (k + 1) * layers / n, 1, k});
+    plan.global_microbatches += microbatches[p];
+    plan.pipelines.push_back(std::move(pipeline));
+  }
+  return plan;
+}
+
+std::set<WorkerId> workers(const std::vector<std::string>& nodes) {
+  std::set<WorkerId> out;
+  for (const auto& n : nodes) out.insert({n, 0});
+  return out;
+}
+
+std::vector<int> range(int first, int count) {
+  std::vector<int> out;
+  for (int m = first; m < first + count; ++m) out.push_back(m);
+  return out;
+}
+
+// Kept and trained again: each microbatch of the batch once; no pipeline
+// trains more than its share.
+void check_exactly_once(const CarriedStep& c, const Plan& next) {
+  std::vector<int> all;
+  for (std::size_t x = 0; x < next.pipelines.size(); ++x) {
+    all.insert(all.end(), c.kept[x].begin(), c.kept[x].end());
+    all.insert(all.end(), c.train[x].begin(), c.train[x].end());
+    CHECK(static_cast<int>(c.train[x].size()) <= next.pipelines[x].microbatches);
+  }
+  std::sort(all.begin(), all.end());
+  CHECK(all == range(0, next.global_microbatches));
+}
+
+}  // namespace
+
+TEST_CASE("step shares: the plan's split is each pipeline's run after those before it") {
+  const Plan plan = plan_of({{"a"}, {"b", "c"}, {"d"}}, {3, 5, 4});
+  const StepShares s = plan_shares(plan, 7);
+  CHECK(s.step == 7);
+  CHECK(s.microbatches == std::vector<std::vector<int>>{range(0, 3), range(3, 5), range(8, 4)});
+}
+
+TEST_CASE("step shares: pipelines that lost nothing and finished their passes keep them") {
+  // Three 2-node pipelines, 4 microbatches each; node b2 is lost and its
+  // partner joins pipeline c's nodes.
+  const Plan running = plan_of({{"a1", "a2"}, {"b1", "b2"}, {"c1", "c2"}}, {4, 4, 4});
+  const StepShares shares = plan_shares(running, 5);
+  const Plan next = plan_of({{"a1", "a2"}, {"c1", "c2", "b1"}}, {5, 7});
+  const auto everyone = workers({"a1", "a2", "b1", "c1", "c2"});
+
+  SUBCASE("everyone past the passes: a's pipeline keeps its four, the rest are split 5 : 7") {
+    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    CHECK(c.kept[0] == range(0, 4));
+    CHECK(c.kept[1].empty());  // (c's pipeline gained a node)
+    CHECK(c.awaited.empty());
+    CHECK(c.kept_count() == 4);
+    // 8 left: 8 x 5/12 = 3.33, 8 x 7/12 = 4.67 -> 3 and 5.
+    CHECK(c.train[0] == range(4, 3));
+    CHECK(c.train[1] == range(7, 5));
+    check_exactly_once(c, next);
+  }
+  SUBCASE("a worker of the unchanged pipeline still in its passes: awaited, nothing kept") {
+    const auto passed = workers({"a1", "b1", "c1", "c2"});
+    const CarriedStep c = carry_step(running, shares, passed, {}, next, 1);
+    CHECK(c.kept_count() == 0);
+    CHECK(c.awaited == workers({"a2"}));
+    check_exactly_once(c, next);
+  }
+  SUBCASE("a worker restarted since: its sums are gone") {
+    const CarriedStep c = carry_step(running, shares, everyone, workers({"a1"}), next, 1);
+    CHECK(c.kept_count() == 0);
+    CHECK(c.awaited.empty());
+    check_exactly_once(c, next);
+  }
+  SUBCASE("another step in flight: nothing to keep, the plan's own split") {
+    const CarriedStep c = carry_step(running, StepShares{}, everyone, {}, next, 1);
+    CHECK(c.kept_count() == 0);
+    CHECK(c.train[0] == range(0, 5));
+    CHECK(c.train[1] == range(5, 7));
+  }
+}
+
+TEST_CASE("step shares: the same workers in other seats keep nothing") {
+  const Plan running = plan_of({{"a1", "a2"}, {"b1", "b2"}}, {4, 4});
+  const StepShares shares = plan_shares(running, 0);
+  const auto everyone = workers({"a1", "a2", "b1", "b2"});
+  SUBCASE("the stages swapped between the nodes") {
+    const Plan next = plan_of({{"a2", "a1"}, {"b1", "b2"}}, {4, 4});
+    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    CHECK(c.kept[0].empty());
+    CHECK(c.kept[1] == range(4, 4));
+    check_exactly_once(c, next);
+  }
+  SUBCASE("pipelines mixed") {
+    const Plan next = plan_of({{"a1", "b2"}, {"b1", "a2"}}, {4, 4});
+    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    CHECK(c.kept_count() == 0);
+    check_exactly_once(c, next);
+  }
+  SUBCASE("an unchanged pipeline listed second keeps its own microbatches") {
+    const Plan next = plan_of({{"b1", "b2"}, {"a1", "a2"}}, {4, 4});
+    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    CHECK(c.kept[0] == range(4, 4));
+    CHECK(c.kept[1] == range(0, 4));
+    CHECK(c.train[0].empty());
+    CHECK(c.train[1].empty());
+  }
+}
+
+TEST_CASE("step shares: every combination of passed and restarted workers covers the batch exactly once") {
+  // Four 1-node pipelines of uneven shares; the next plan loses d and runs
+  // a, b, c with new shares, then c and a swap places.
+  const Plan running = plan_of({{"a"}, {"b"}, {"c"}, {"d"}}, {2, 3, 4, 3});
+  for (const auto& next : {plan_of({{"a"}, {"b"}, {"c"}}, {4, 4, 4}), plan_of({{"c"}, {"b"}, {"a"}}, {5, 4, 3})}) {
+    for (int mask = 0; mask < 1 << 6; ++mask) {
+      std::set<WorkerId> passed, fresh;
+      const std::vector<std::string> names = {"a", "b", "c"};
+      for (int k = 0; k < 3; ++k) {
+        if (mask >> k & 1) passed.insert({names[static_cast<std::size_t>(k)], 0});
+        if (mask >> (k + 3) & 1) fresh.insert({names[static_cast<std::size_t>(k)], 0});
+      }
+      CAPTURE(mask);
+      const CarriedStep c = carry_step(running, plan_shares(running, 3), passed, fresh, next, 1);
+      check_exactly_once(c, next);
+      // Kept: exactly the passed, unrestarted ones, each its own share.
+      for (std::size_t x = 0; x < 3; ++x) {
+        const WorkerId w{next.pipelines[x].nodes[0], 0};
+        const bool keeps = passed.count(w) && !fresh.count(w);
+        const int was = static_cast<int>(std::find(names.begin(), names.end(), w.first) - names.begin());
+        CHECK(c.kept[x] == (keeps ? plan_shares(running, 3).microbatches[static_cast<std::size_t>(was)]
+                                  : std::vector<int>{}));
+        CHECK(c.awaited.count(w) == static_cast<std::size_t>(!passed.count(w) && !fresh.count(w)));
+      }
+    }
+  }
+}
