@@ -46,6 +46,18 @@ std::vector<int> range(int first, int count) {
   return out;
 }
 
+// What the workers of `passed` hold once past their passes: their
+// pipeline's share.
+HeldSums held_of(const Plan& running, const StepShares& shares, const std::set<WorkerId>& passed) {
+  HeldSums out;
+  for (std::size_t p = 0; p < running.pipelines.size(); ++p) {
+    for (const auto& n : running.pipelines[p].nodes) {
+      if (passed.count({n, 0})) out[{n, 0}] = shares.microbatches[p];
+    }
+  }
+  return out;
+}
+
 // Kept and trained again: each microbatch of the batch once; no pipeline
 // trains more than its share.
 void check_exactly_once(const CarriedStep& c, const Plan& next) {
@@ -77,7 +89,7 @@ TEST_CASE("step shares: pipelines that lost nothing and finished their passes ke
   const auto everyone = workers({"a1", "a2", "b1", "c1", "c2"});
 
   SUBCASE("everyone past the passes: a's pipeline keeps its four, the rest are split 5 : 7") {
-    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept[0] == range(0, 4));
     CHECK(c.kept[1].empty());  // (c's pipeline gained a node)
     CHECK(c.awaited.empty());
@@ -89,20 +101,29 @@ TEST_CASE("step shares: pipelines that lost nothing and finished their passes ke
   }
   SUBCASE("a worker of the unchanged pipeline still in its passes: awaited, nothing kept") {
     const auto passed = workers({"a1", "b1", "c1", "c2"});
-    const CarriedStep c = carry_step(running, shares, passed, {}, next, 1);
+    const CarriedStep c = carry_step(running, held_of(running, shares, passed), {}, next, 1);
     CHECK(c.kept_count() == 0);
     CHECK(c.awaited == workers({"a2"}));
     check_exactly_once(c, next);
   }
-  SUBCASE("a worker restarted since: its sums are gone") {
-    const CarriedStep c = carry_step(running, shares, everyone, workers({"a1"}), next, 1);
+  SUBCASE("a worker restarted since, or failed before its passes were over: nothing kept, nothing awaited") {
+    const CarriedStep c = carry_step(running, held_of(running, shares, workers({"a2", "b1", "c1", "c2"})),
+                                     workers({"a1"}), next, 1);
     CHECK(c.kept_count() == 0);
     CHECK(c.awaited.empty());
     check_exactly_once(c, next);
   }
-  SUBCASE("another step in flight: nothing to keep, the plan's own split") {
-    const CarriedStep c = carry_step(running, StepShares{}, everyone, {}, next, 1);
+  SUBCASE("a kept pipeline whose workers disagree on what they hold keeps nothing") {
+    HeldSums held = held_of(running, shares, everyone);
+    held[{"a2", 0}] = range(0, 3);
+    const CarriedStep c = carry_step(running, held, {}, next, 1);
     CHECK(c.kept_count() == 0);
+    check_exactly_once(c, next);
+  }
+  SUBCASE("nobody past the passes yet: the unchanged pipeline is awaited; until then, the plan's own split") {
+    const CarriedStep c = carry_step(running, {}, {}, next, 1);
+    CHECK(c.kept_count() == 0);
+    CHECK(c.awaited == workers({"a1", "a2"}));
     CHECK(c.train[0] == range(0, 5));
     CHECK(c.train[1] == range(5, 7));
   }
@@ -114,20 +135,20 @@ TEST_CASE("step shares: the same workers in other seats keep nothing") {
   const auto everyone = workers({"a1", "a2", "b1", "b2"});
   SUBCASE("the stages swapped between the nodes") {
     const Plan next = plan_of({{"a2", "a1"}, {"b1", "b2"}}, {4, 4});
-    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept[0].empty());
     CHECK(c.kept[1] == range(4, 4));
     check_exactly_once(c, next);
   }
   SUBCASE("pipelines mixed") {
     const Plan next = plan_of({{"a1", "b2"}, {"b1", "a2"}}, {4, 4});
-    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept_count() == 0);
     check_exactly_once(c, next);
   }
   SUBCASE("an unchanged pipeline listed second keeps its own microbatches") {
     const Plan next = plan_of({{"b1", "b2"}, {"a1", "a2"}}, {4, 4});
-    const CarriedStep c = carry_step(running, shares, everyone, {}, next, 1);
+    const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept[0] == range(4, 4));
     CHECK(c.kept[1] == range(0, 4));
     CHECK(c.train[0].empty());
@@ -148,7 +169,12 @@ TEST_CASE("step shares: every combination of passed and restarted workers covers
         if (mask >> (k + 3) & 1) fresh.insert({names[static_cast<std::size_t>(k)], 0});
       }
       CAPTURE(mask);
-      const CarriedStep c = carry_step(running, plan_shares(running, 3), passed, fresh, next, 1);
+      // (A restarted worker's sums are forgotten: it holds nothing.)
+      std::set<WorkerId> holding;
+      for (const auto& w : passed) {
+        if (!fresh.count(w)) holding.insert(w);
+      }
+      const CarriedStep c = carry_step(running, held_of(running, plan_shares(running, 3), holding), fresh, next, 1);
       check_exactly_once(c, next);
       // Kept: exactly the passed, unrestarted ones, each its own share.
       for (std::size_t x = 0; x < 3; ++x) {

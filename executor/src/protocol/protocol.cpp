@@ -266,6 +266,7 @@ void to_json(Json& j, const CommunicationFailed& m) {
     j["missing_snapshot_step"] = m.missing_snapshot_step;
     j["missing_snapshot_port"] = m.missing_snapshot_port;
   }
+  if (m.sums_lost) j["sums_lost"] = true;
 }
 void from_json(const Json& j, CommunicationFailed& m) {
   m.generation = field<int>(j, "generation");
@@ -274,6 +275,7 @@ void from_json(const Json& j, CommunicationFailed& m) {
     m.missing_snapshot_step = field<int>(j, "missing_snapshot_step");
     m.missing_snapshot_port = field<int>(j, "missing_snapshot_port");
   }
+  m.sums_lost = j.value("sums_lost", false);
 }
 
 void to_json(Json& j, const RestoreFailed& m) { j = {{"generation", m.generation}, {"what", m.what}}; }

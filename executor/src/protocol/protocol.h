@@ -190,6 +190,9 @@ struct CommunicationFailed {
   // the holder's snapshot port (-1, 0: not this kind of failure).
   int missing_snapshot_step = -1;
   int missing_snapshot_port = 0;
+  // The gradient sums the generation let it keep changed (it had begun
+  // training again in the generation before): the master must not count on them.
+  bool sums_lost = false;
 };
 // The checkpoint the generation restores from does not read back (a file
 // missing, truncated or of another model): `what` names the file.

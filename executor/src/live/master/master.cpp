@@ -318,8 +318,9 @@ void Master::from_worker(const std::string& node, int gpu, const protocol::Messa
   if (const auto* passed = std::get_if<protocol::Passed>(&m)) {
     on_passed(node, gpu, *passed);
   } else if (const auto* f = std::get_if<protocol::CommunicationFailed>(&m); f && f->generation == running_wire_) {
-    // It will not pass: a generation held back for it goes without its pipeline's sums.
-    if (passed_.count({node, gpu}) == 0 || passed_.at({node, gpu}) != shares_.step) fresh_.insert({node, gpu});
+    // It gets no further: a generation held back for it goes without its pipeline's sums.
+    if (f->sums_lost) held_sums_.erase({node, gpu});
+    settled_.insert({node, gpu});
     send_held(false);
   }
   if (const auto* r = std::get_if<protocol::Ready>(&m); r && r->generation == current) {

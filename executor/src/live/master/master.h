@@ -69,7 +69,7 @@ class Master {
   void dispatch(std::function<void(const CarriedStep&)> send, const Plan& next, int resume_step, bool may_keep);
   void send_held(bool waited_out);
   void on_passed(const std::string& node, int gpu, const protocol::Passed& m);
-  [[nodiscard]] std::set<WorkerId> passed_step(int step) const;
+
   // To a worker, or held back while it restarts (sent once it said hello).
   void send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m);
   // The controller's decisions, carried out.
@@ -204,17 +204,19 @@ class Master {
   int recoveries_ = 0;
   std::vector<std::tuple<std::string, int, protocol::Ready>> held_ready_;  // (node, GPU, message)
   // The generation the workers run (the last one sent: running_wire_), the
-  // step in flight in it and each pipeline's share of it, the workers past
-  // their passes of it and those restarted since it was sent (or failed in
-  // it before their passes were over: they will not pass); whether its
+  // step in flight in it and each pipeline's share of it, what the workers'
+  // sums are known to hold of it (past their passes, or kept and not
+  // trained on yet) and those restarted since it was sent or failed in it
+  // (they will not get further); whether its
   // workers are training (all recovered). A generation held back until
   // pipelines it lets keep their sums are past their passes.
   Plan running_plan_;
   int running_wire_ = -1;
   bool running_trains_ = false;
   StepShares shares_;
-  std::map<WorkerId, int> passed_;
-  std::set<WorkerId> fresh_;
+  std::map<WorkerId, int> running_pipeline_;  // each trainer's pipeline in running_plan_
+  HeldSums held_sums_;                        // of shares_.step
+  std::set<WorkerId> settled_;
   struct HeldGeneration {
     std::function<void(const CarriedStep&)> send;
     Plan next;

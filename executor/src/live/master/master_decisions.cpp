@@ -117,14 +117,6 @@ void Master::dispatch(std::function<void(const CarriedStep&)> send, const Plan& 
   send_held(!may_wait);
 }
 
-std::set<WorkerId> Master::passed_step(int step) const {
-  std::set<WorkerId> out;
-  for (const auto& [worker, s] : passed_) {
-    if (s == step) out.insert(worker);
-  }
-  return out;
-}
-
 // Sends the held generation once nothing it would keep is awaited, or
 // anyway (`waited_out`), keeping what is past its passes by then.
 void Master::send_held(bool waited_out) {
@@ -132,7 +124,7 @@ void Master::send_held(bool waited_out) {
   HeldGeneration& h = *held_generation_;
   CarriedStep carried;
   if (h.resume_step >= 0 && h.resume_step == shares_.step) {
-    carried = carry_step(running_plan_, shares_, passed_step(h.resume_step), fresh_, h.next, gpus_);
+    carried = carry_step(running_plan_, held_sums_, settled_, h.next, gpus_);
   }
   if (!carried.awaited.empty() && !waited_out) return;
   const HeldGeneration sent = std::move(h);
@@ -152,13 +144,22 @@ void Master::send_held(bool waited_out) {
       shares_.microbatches[p].insert(shares_.microbatches[p].end(), carried.train[p].begin(), carried.train[p].end());
     }
   }
-  passed_.clear();
-  fresh_.clear();
+  // The kept hold theirs until they train again.
+  held_sums_.clear();
+  settled_.clear();
+  running_pipeline_.clear();
+  for (const auto& [worker, seat] : recovery::seats_by_node(sent.next, gpus_)) {
+    running_pipeline_[worker] = seat.pipeline;
+    if (listed && !carried.kept[static_cast<std::size_t>(seat.pipeline)].empty()) {
+      held_sums_[worker] = carried.kept[static_cast<std::size_t>(seat.pipeline)];
+    }
+  }
 }
 
 void Master::on_passed(const std::string& node, int gpu, const protocol::Passed& m) {
-  if (m.generation != running_wire_) return;
-  passed_[{node, gpu}] = m.step;
+  const auto pipeline = running_pipeline_.find({node, gpu});
+  if (m.generation != running_wire_ || m.step != shares_.step || pipeline == running_pipeline_.end()) return;
+  held_sums_[{node, gpu}] = shares_.microbatches.at(static_cast<std::size_t>(pipeline->second));
   send_held(false);
 }
 
@@ -249,6 +250,8 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   // The next step is in flight unless a generation follows at this boundary.
   shares_ = pause || c.finish ? StepShares() : plan_shares(running_plan_, c.step + 1);
+  held_sums_.clear();
+  settled_.clear();
   reporter_.step(report);
   unrestored_.clear();
   for (const auto& r : std::exchange(restarts_, {})) reporter_.restart(r, now);

@@ -176,7 +176,8 @@ void Master::on_worker_restarted(const std::string& node, const protocol::Worker
                node.c_str(), why.c_str(), committed);
   restarting_[{node, m.gpu}] = Restarting{unannounced_hellos_.erase({node, m.gpu}) > 0, std::nullopt};
   unrestored_.insert({node, m.gpu});
-  fresh_.insert({node, m.gpu});
+  held_sums_.erase({node, m.gpu});  // (a new process: whatever its sums held is gone)
+  settled_.insert({node, m.gpu});
   RestartTiming timing;
   timing.node = node;
   timing.gpu = m.gpu;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 
 #include "oobleck/recovery/worker_seats.h"
 
@@ -54,8 +55,8 @@ std::vector<int> proportional(int count, const std::vector<int>& weights) {
 
 }  // namespace
 
-CarriedStep carry_step(const Plan& running, const StepShares& shares, const std::set<WorkerId>& passed,
-                       const std::set<WorkerId>& fresh, const Plan& next, int gpus_per_node) {
+CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std::set<WorkerId>& settled,
+                       const Plan& next, int gpus_per_node) {
   const std::size_t pipelines = next.pipelines.size();
   CarriedStep out;
   out.kept.resize(pipelines);
@@ -68,33 +69,44 @@ CarriedStep carry_step(const Plan& running, const StepShares& shares, const std:
     next_workers[seat.pipeline].emplace_back(worker, seat);
   }
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
-  for (std::size_t x = 0; x < pipelines && shares.step >= 0; ++x) {
+  for (std::size_t x = 0; x < pipelines; ++x) {
     const auto& workers = next_workers[static_cast<int>(x)];
     int source = -1;
     bool unchanged = !workers.empty();
     for (const auto& [worker, seat] : workers) {
       const auto was = before.find(worker);
-      if (was == before.end() || fresh.count(worker) || !same_seat(was->second, seat) ||
-          (source >= 0 && was->second.pipeline != source)) {
+      if (was == before.end() || !same_seat(was->second, seat) || (source >= 0 && was->second.pipeline != source)) {
         unchanged = false;
         break;
       }
       source = was->second.pipeline;
     }
-    if (!unchanged || running_workers[source].size() != workers.size() ||
-        static_cast<std::size_t>(source) >= shares.microbatches.size()) {
-      continue;
-    }
+    if (!unchanged || running_workers[source].size() != workers.size()) continue;
     std::vector<WorkerId> waiting;
+    const std::vector<int>* common = nullptr;
+    bool may_keep = true;
     for (const auto& [worker, seat] : workers) {
-      if (!passed.count(worker)) waiting.push_back(worker);
+      const auto h = held_sums.find(worker);
+      if (h == held_sums.end()) {
+        if (settled.count(worker)) may_keep = false;
+        waiting.push_back(worker);
+      } else if (common != nullptr && *common != h->second) {
+        may_keep = false;
+      } else {
+        common = &h->second;
+      }
     }
+    if (!may_keep) continue;
     if (!waiting.empty()) {
       out.awaited.insert(waiting.begin(), waiting.end());
       continue;
     }
-    out.kept[x] = shares.microbatches[static_cast<std::size_t>(source)];
-    for (int m : out.kept[x]) held.at(static_cast<std::size_t>(m)) = true;
+    out.kept[x] = *common;
+    for (int m : out.kept[x]) {
+      const auto i = static_cast<std::size_t>(m);
+      if (i >= held.size() || held[i]) throw std::logic_error("kept sums of two pipelines hold one microbatch");
+      held[i] = true;
+    }
   }
   std::vector<int> left;
   for (int m = 0; m < next.global_microbatches; ++m) {

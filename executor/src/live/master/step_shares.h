@@ -3,11 +3,12 @@
 //
 // A trainer's gradient sums hold the microbatches of its pipeline's passes
 // until it begins the next step (the synchronisation only reads them,
-// gradient_sync.h). A generation that resumes at the step in flight lets a
-// pipeline keep them where nothing under it changed: the same workers in the
-// same seats (so every sum is of the same layers' shard, and every layer of
-// the pipeline counts those microbatches once), none restarted since, every
-// one of them past its passes. The microbatches no kept pipeline holds are
+// gradient_sync.h), and a trainer that a generation let keep them holds
+// those until it trains again. A generation that resumes at the step in
+// flight lets a pipeline keep them where nothing under it changed: the same
+// workers in the same seats (so every sum is of the same layers' shard, and
+// every layer of the pipeline counts those microbatches once), each known to
+// hold the same microbatches. The microbatches no kept pipeline holds are
 // trained again, split among the new plan's pipelines in proportion to
 // their shares of the batch (so a pipeline is given at most its own share).
 // The sums are added in float64, so which pipeline trains a microbatch, and
@@ -15,6 +16,7 @@
 // (model/train_common.h).
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -46,11 +48,16 @@ struct CarriedStep {
   [[nodiscard]] int kept_count() const;
 };
 
-// The step `shares.step` carried from the generation of `running` (its
-// workers in `passed` past their passes, those in `fresh` restarted since)
-// to one of `next` resuming at it. Nothing is kept when shares.step is
-// another step.
-[[nodiscard]] CarriedStep carry_step(const Plan& running, const StepShares& shares, const std::set<WorkerId>& passed,
-                                     const std::set<WorkerId>& fresh, const Plan& next, int gpus_per_node);
+// What a worker's sums are known to hold of the step in flight (absent:
+// not known yet).
+using HeldSums = std::map<WorkerId, std::vector<int>>;
+
+// The step in flight carried from the generation of `running` to one of
+// `next` that resumes at it: `held` says what each worker's sums hold of
+// it; workers in `settled` will not get further in the running generation
+// (restarted, or failed before their passes were over), so an unchanged
+// pipeline waits (awaited) only for the others.
+[[nodiscard]] CarriedStep carry_step(const Plan& running, const HeldSums& held, const std::set<WorkerId>& settled,
+                                     const Plan& next, int gpus_per_node);
 
 }  // namespace oobleck::executor

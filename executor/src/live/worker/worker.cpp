@@ -37,6 +37,12 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The gradient sums a generation lets this worker keep are no longer what
+// the master counts on.
+struct KeptSumsChanged : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class LiveWorker {
  public:
   explicit LiveWorker(const NodeProcessOptions& options)
@@ -86,6 +92,12 @@ class LiveWorker {
     }
     if (const auto* missing = dynamic_cast<const SnapshotMissing*>(&e)) {
       inbox_.send(protocol::CommunicationFailed{number_, missing->what(), missing->step, missing->port});
+      return true;
+    }
+    if (dynamic_cast<const KeptSumsChanged*>(&e)) {
+      protocol::CommunicationFailed failed{number_, e.what()};
+      failed.sums_lost = true;
+      inbox_.send(failed);
       return true;
     }
     if (dynamic_cast<const CheckpointUnreadable*>(&e)) {
@@ -210,8 +222,10 @@ class LiveWorker {
     std::sort(held.begin(), held.end());
     std::sort(kept.begin(), kept.end());
     if (passed_.step != g.resume_step || held != kept || !trainer_) {
-      throw std::logic_error("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
-                             std::to_string(g.resume_step) + "'s passes, which it does not hold");
+      // It had begun training again when this generation was decided.
+      passed_ = {};
+      throw KeptSumsChanged("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
+                            std::to_string(g.resume_step) + ", which changed since");
     }
   }
 
