@@ -121,6 +121,20 @@ TEST_CASE("recovery: a node lost during a step: the pipelines that lost nothing 
   CHECK(events[1]["resume_step"] == 8);
   CHECK(events[1]["kept_microbatches"] == 0);
   CHECK(setup.s.processes_left() == 0);
+
+  // Pipeline 1 ten times slower: the master holds the generation back until
+  // its passes are over (not until the wait's deadline), and it keeps them.
+  setup.s.write("inject-slow.csv", "step:1,slow,node2,0.1\nstep:3,remove,node1\n");
+  const auto slow = setup.live(5, 4, "slow.jsonl", "--inject " + setup.s.str("inject-slow.csv") +
+                                                      " --heartbeat-timeout-ms 5000");
+  INFO(slow.err);
+  REQUIRE(slow.status == 0);
+  oobleck::test::check_losses_equal(setup.steps("slow.jsonl"), setup.reference_losses(5, 4));
+  const auto held = established(setup.reconfigurations("slow.jsonl"));
+  REQUIRE(held.size() == 1);
+  CHECK(held[0]["kept_microbatches"] == 4);
+  CHECK(held[0]["held_timed_out"] == false);
+  CHECK(setup.s.processes_left() == 0);
 }
 
 TEST_CASE("recovery: a node killed while a recovery is in progress") {

@@ -132,6 +132,7 @@ void Master::send_held(bool waited_out) {
   const bool listed = carried.kept_count() > 0;
   if (!listed) carried = CarriedStep();
   timing_.held_ms = now_ms() - sent.since_ms;
+  timing_.held_timed_out = !carried.awaited.empty();
   timing_.kept_microbatches = carried.kept_count();
   sent.send(carried);
   running_plan_ = sent.next;

@@ -159,6 +159,7 @@ void Reporter::reconfiguration(const RecoveryTiming& t, bool superseded, Millise
                     {"resume_ms", resume_ms},
                     {"recovery_ms", recovery_ms},
                     {"kept_microbatches", t.kept_microbatches},
+                    {"held_timed_out", t.held_timed_out},
                     {"superseded", superseded}}
            .dump());
   if (superseded) {

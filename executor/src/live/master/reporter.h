@@ -10,7 +10,8 @@
 //   {kind: "speeds", ...}          node speeds weighed at a commit (recovery::speeds_record)
 //   {kind: "reconfiguration", generation, lost, added, reasons, resume_step, pipelines,
 //    detect_ms, plan_ms, held_ms, communicators_ms, copy_ms, copy_bytes, resume_ms, recovery_ms,
-//    kept_microbatches, superseded}       (kept_microbatches: of the resumed step, not trained again)
+//    kept_microbatches, held_timed_out, superseded}   (kept_microbatches: of the resumed step, not
+//                                  trained again; held_ms: the wait for their pipelines' passes)
 //   {kind: "restart", generation, node, gpu, resume_step, detect_ms, restore_ms, recovery_ms}
 //                                  a worker restarted in place (no new generation)
 //   {kind: "rollback", generation, from_step, to_step, source}   past f
@@ -46,6 +47,7 @@ struct RecoveryTiming {
   // The wait for pipelines that keep the resumed step's sums to finish their
   // passes before the generation was sent, and the microbatches they kept.
   Milliseconds held_ms = 0;
+  bool held_timed_out = false;  // it went without some it would have waited for (the wait's deadline, or a recovery in progress)
   int kept_microbatches = 0;
 };
 
