@@ -47,7 +47,9 @@ struct RecoveryTiming {
   // The wait for pipelines that keep the resumed step's sums to finish their
   // passes before the generation was sent, and the microbatches they kept.
   Milliseconds held_ms = 0;
-  bool held_timed_out = false;  // it went without some it would have waited for (the wait's deadline, or a recovery in progress)
+  // It went without some pipeline it would have waited for (the wait's
+  // deadline, or a recovery in progress).
+  bool held_timed_out = false;
   int kept_microbatches = 0;
 };
 
