@@ -124,9 +124,9 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
     tied = tied.defined() ? tied + part : part.clone();
   }
   struct Summed {
-    std::vector<torch::Tensor> given;       // by part, in the order below
+    std::vector<torch::Tensor> given;        // by part, in the order below
     std::vector<const GradientPart*> parts;  // nullptr: the tied weight
-    torch::Tensor flat;                     // the total, once reduced
+    torch::Tensor flat;                      // the parts' total, once reduced (summed over two or more)
     std::unique_ptr<PendingOp> op;
   };
   std::map<std::vector<int>, Summed> by_set;
@@ -143,10 +143,11 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
   // Every group's all-reduce in flight at once: each group is its own
   // communicator, so none waits for another worker's other groups.
   for (auto& [set, s] : by_set) {
+    if (set.size() < 2) continue;  // (its own sums are the totals)
     std::vector<torch::Tensor> flat_views;
     for (auto& t : s.given) flat_views.push_back(t.reshape({-1}));
     s.flat = torch::cat(flat_views);
-    if (set.size() >= 2) s.op = groups.gradient_group(set).start_allreduce_sum(s.flat);
+    s.op = groups.gradient_group(set).start_allreduce_sum(s.flat);
   }
   for (auto& [set, s] : by_set) {
     if (s.op) s.op->wait();
@@ -159,7 +160,8 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
     std::int64_t offset = 0;
     for (std::size_t k = 0; k < s.parts.size(); ++k) {
       const torch::Tensor& shape = s.given[k];
-      const torch::Tensor total = s.flat.narrow(0, offset, shape.numel()).view(shape.sizes());
+      const torch::Tensor total =
+          s.flat.defined() ? s.flat.narrow(0, offset, shape.numel()).view(shape.sizes()) : s.given[k];
       offset += shape.numel();
       if (s.parts[k] == nullptr) {
         for (std::size_t i = 0; i < slots.size(); ++i) {
