@@ -153,8 +153,9 @@ def read_recoveries(path):
         if r["lost"] and r["generation"] not in rolled_back:
             out.losses.append({"source": "replicas", "detect_ms": r["detect_ms"], "plan_ms": r["plan_ms"],
                                "communicators_ms": r["communicators_ms"], "restore_ms": r["copy_ms"],
-                               "step_ms": r["resume_ms"], "recovery_ms": r["recovery_ms"], "steps_lost": 0,
-                               "back_ms": r["recovery_ms"]})
+                               # (with the wait for unchanged pipelines' passes, which they keep)
+                               "step_ms": r["resume_ms"] + r.get("held_ms", 0.0), "recovery_ms": r["recovery_ms"],
+                               "steps_lost": 0, "back_ms": r["recovery_ms"]})
     for r in restarts:
         # (Lines written before the restore was split hold its whole.)
         split = all(_number(r.get(key)) for key in ("process_ms", "communicators_ms", "read_ms"))

@@ -49,6 +49,7 @@ CRASH_PARTS = [("detect_ms", "detection"), ("process_ms", "the new worker up (it
                ("communicators_ms", "its communicators"), ("read_ms", "its state read from its agent's memory")]
 # The parts of oobleck's recovery, by their keys in its reconfiguration lines.
 OOBLECK_PARTS = [("detect_ms", "detection"), ("plan_ms", "planning (reconfigure)"),
+                 ("held_ms", "waiting for unchanged pipelines' passes"),
                  ("communicators_ms", "communicators rebuilt"), ("copy_ms", "layer states copied"),
                  ("resume_ms", "the interrupted step, redone")]
 TORCHRUN_PARTS = [("torchrun_ms", "torchrun: detected, stopped, relaunched"),
@@ -164,7 +165,8 @@ def oobleck_summary(path):
                "each_ms": [r["recovery_ms"] for r in failures],
                "step_ms": statistics.median(iterations) if iterations else None}
     for key, _ in OOBLECK_PARTS:
-        summary[key] = statistics.median(r[key] for r in failures)
+        summary[key] = statistics.median(r.get(key, 0.0) for r in failures)  # (held_ms: absent before it was kept)
+    summary["kept_microbatches"] = statistics.median(r.get("kept_microbatches", 0) for r in failures)
     crashes = []
     for number, line in read_json_lines(path):
         if line.get("kind") != "restart":
@@ -376,6 +378,8 @@ def report(oobleck, torchruns, processes):
     print("oobleck's recovery:")
     for key, name in OOBLECK_PARTS:
         print(f"  {name:42s} {oobleck[key]:9.1f} ms")
+    print(f"  (the redone step trained again all but the {oobleck['kept_microbatches']:g} microbatches "
+          "that unchanged pipelines kept)")
     if crashes:
         print(f"oobleck's restart in place (a standby worker in {crashes['standby']} of {len(crashes['each_ms'])}):")
         for key, name in CRASH_PARTS:
