@@ -159,6 +159,11 @@ TEST_CASE("run: a stage over two nodes (degree 4 on 2-GPU nodes) trains what one
   CHECK(generations[1]["lost"] == nlohmann::json::array({"node1"}));
   CHECK(generations[1]["resume_step"] == 6);
   CHECK(generations[1]["copy_bytes"].get<std::int64_t>() > 0);
+  const auto reconfigured = setup.reconfigurations("live.jsonl");
+  REQUIRE(reconfigured.size() == 1);
+  // Pipeline 1 (node3) is as it was: it keeps its 6 microbatches of step 6,
+  // and the new pipeline trains the other 6 again.
+  CHECK(reconfigured[0]["kept_microbatches"] == 6);
   // The per-stage summary of the first generation had four shards of stage 0 on two nodes.
   CHECK(setup.s.processes_left() == 0);
 }
