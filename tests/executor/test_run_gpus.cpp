@@ -265,14 +265,18 @@ TEST_CASE("run: a Llama-style model on a tensor-parallel plan loses a node and t
 }
 
 TEST_CASE("run: pipelines sharing nodes (two on each 2-GPU node) train bit for bit what one process trains, through "
-          "a loss and a join") {
+          "a loss, a join and a crash") {
   LiveSetup setup(3, 1, 12, 2);
   setup.give_whole_model_memory();
   setup.plan_two_pipelines_a_node(3, 1, 12);
   const auto plan = setup.plan();
   REQUIRE(plan["pipelines_per_node"] == 2);
   REQUIRE(plan["pipelines"].size() == 6);  // node0, node0, node1, node1, node2, node2
-  setup.s.write("inject.csv", "step:4,remove,node1\nstep:8,add,node3\n");
+  // The crash in step 10 restarts node0's first worker in place: the other
+  // five pipelines keep their passes, and the 2 microbatches left go to
+  // node0's pipelines (some nodes train nothing in that step, which the
+  // straggler detector must not take for a measurement).
+  setup.s.write("inject.csv", "step:4,remove,node1\nstep:8,add,node3\nstep:10,crash,node0\n");
   const auto run = setup.live(12, 5, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
                                                       " --heartbeat-timeout-ms 5000");
   INFO(run.err);
@@ -291,6 +295,10 @@ TEST_CASE("run: pipelines sharing nodes (two on each 2-GPU node) train bit for b
   CHECK(generations[2]["added"] == nlohmann::json::array({"node3"}));
   CHECK(generations[2]["pipelines"].get<Shape>().count({"node3"}) == 2);
   CHECK(generations[2]["copy_bytes"].get<std::int64_t>() > 0);  // the joining node fetches every layer
+  const auto restarts = setup.of_kind("live.jsonl", "restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0]["node"] == "node0");
+  CHECK(restarts[0]["resume_step"] == 10);
   CHECK(setup.s.processes_left() == 0);
 }
 

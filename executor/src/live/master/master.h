@@ -213,6 +213,7 @@ class Master {
   Plan running_plan_;
   int running_wire_ = -1;
   bool running_trains_ = false;
+  int listed_step_ = -1;  // the step the running generation trains on lists, not the plan's split
   StepShares shares_;
   std::map<WorkerId, int> running_pipeline_;  // each trainer's pipeline in running_plan_
   HeldSums held_sums_;                        // of shares_.step

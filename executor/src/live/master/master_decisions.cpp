@@ -138,6 +138,7 @@ void Master::send_held(bool waited_out) {
   running_plan_ = sent.next;
   running_wire_ = wire_;
   running_trains_ = false;
+  listed_step_ = listed ? sent.resume_step : -1;
   shares_ = plan_shares(sent.next, sent.resume_step);
   if (listed) {
     for (std::size_t p = 0; p < shares_.microbatches.size(); ++p) {

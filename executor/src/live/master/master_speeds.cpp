@@ -42,9 +42,10 @@ std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
 
 // A node finished `step`. Once every trainer node did, the detector sees
 // the step's passes; the first step of a generation is left out (its
-// gradient groups are made during it).
+// gradient groups are made during it), and so is a step trained on another
+// split than the plan's (what pipelines that kept their passes added).
 void Master::measure_work(int step, const std::string& node, const NodeWork& work) {
-  if (!generation_ || step == generation_->resume_step) return;
+  if (!generation_ || step == generation_->resume_step || step == listed_step_) return;
   auto& measured = work_ms_[step];
   measured[node] = work;
   const auto predicted = predicted_compute_ms();
@@ -57,7 +58,9 @@ void Master::measure_work(int step, const std::string& node, const NodeWork& wor
   MeasuredStep& shown = measured_steps_[step];
   std::vector<double> scale;
   for (const auto& [n, ms] : compute) {
-    shown.speeds[n] = stragglers_.measured().at(n);
+    const auto speed = stragglers_.measured().find(n);
+    if (speed == stragglers_.measured().end()) continue;  // (no time measured)
+    shown.speeds[n] = speed->second;
     if (const auto p = predicted.find(n); p != predicted.end() && p->second > 0) scale.push_back(ms / p->second);
   }
   if (!scale.empty()) {
