@@ -25,9 +25,14 @@
 #include "reporter.h"
 #include "snapshot_ledger.h"
 #include "step_ledger.h"
-#include "step_shares.h"
+#include "oobleck/recovery/step_shares.h"
 
 namespace oobleck::executor {
+
+using recovery::CarriedStep;
+using recovery::HeldSums;
+using recovery::StepShares;
+using recovery::WorkerId;
 
 class Master {
  public:

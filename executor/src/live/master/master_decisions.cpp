@@ -124,7 +124,7 @@ void Master::send_held(bool waited_out) {
   HeldGeneration& h = *held_generation_;
   CarriedStep carried;
   if (h.resume_step >= 0 && h.resume_step == shares_.step) {
-    carried = carry_step(running_plan_, held_sums_, settled_, h.next, gpus_);
+    carried = recovery::carry_step(running_plan_, held_sums_, settled_, h.next, gpus_);
   }
   if (!carried.awaited.empty() && !waited_out) return;
   const HeldGeneration sent = std::move(h);
@@ -139,7 +139,7 @@ void Master::send_held(bool waited_out) {
   running_wire_ = wire_;
   running_trains_ = false;
   listed_step_ = listed ? sent.resume_step : -1;
-  shares_ = plan_shares(sent.next, sent.resume_step);
+  shares_ = recovery::plan_shares(sent.next, sent.resume_step);
   if (listed) {
     for (std::size_t p = 0; p < shares_.microbatches.size(); ++p) {
       shares_.microbatches[p] = carried.kept[p];
@@ -251,7 +251,7 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   for (const auto& e : injector_.at_commit(c.step)) fire(e);
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   // The next step is in flight unless a generation follows at this boundary.
-  shares_ = pause || c.finish ? StepShares() : plan_shares(running_plan_, c.step + 1);
+  shares_ = pause || c.finish ? StepShares() : recovery::plan_shares(running_plan_, c.step + 1);
   held_sums_.clear();
   settled_.clear();
   reporter_.step(report);

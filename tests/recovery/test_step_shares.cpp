@@ -1,5 +1,5 @@
 // What a generation that resumes at the step in flight keeps of it
-// (live/master/step_shares.h), on hand-made plans of 1-GPU nodes: kept
+// (recovery/step_shares.h), on hand-made plans of 1-GPU nodes: kept
 // pipelines against the rule's cases, and, over every combination of
 // passed and restarted workers, the oracle that kept and trained again
 // cover the global batch exactly once, each pipeline given at most its
@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <set>
 
-#include "live/master/step_shares.h"
+#include "oobleck/recovery/step_shares.h"
 
 namespace {
 
 using namespace oobleck;
-using namespace oobleck::executor;
+using namespace oobleck::recovery;
 
 // Pipelines of `layers` layers, each on its nodes, one stage a node, the
 // layers split evenly; `microbatches` each.

@@ -13,7 +13,9 @@
 // their shares of the batch (so a pipeline is given at most its own share).
 // The sums are added in float64, so which pipeline trains a microbatch, and
 // in which order the sums meet, does not change the step's result
-// (model/train_common.h).
+// (the executor's model/train_common.h). The simulator plays the same rule
+// (oobleck-snapshots and oobleck: a loss during a step keeps the passes of
+// the pipelines the new plan leaves as they were).
 #pragma once
 
 #include <map>
@@ -24,7 +26,7 @@
 
 #include "oobleck/planner.h"
 
-namespace oobleck::executor {
+namespace oobleck::recovery {
 
 using WorkerId = std::pair<std::string, int>;  // (node, GPU)
 
@@ -60,4 +62,4 @@ using HeldSums = std::map<WorkerId, std::vector<int>>;
 [[nodiscard]] CarriedStep carry_step(const Plan& running, const HeldSums& held, const std::set<WorkerId>& settled,
                                      const Plan& next, int gpus_per_node);
 
-}  // namespace oobleck::executor
+}  // namespace oobleck::recovery

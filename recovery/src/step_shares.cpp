@@ -1,4 +1,4 @@
-#include "step_shares.h"
+#include "oobleck/recovery/step_shares.h"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include "oobleck/recovery/worker_seats.h"
 
-namespace oobleck::executor {
+namespace oobleck::recovery {
 
 StepShares plan_shares(const Plan& plan, int step) {
   StepShares out{step, {}};
@@ -29,7 +29,7 @@ int CarriedStep::kept_count() const {
 
 namespace {
 
-bool same_seat(const recovery::WorkerSeat& a, const recovery::WorkerSeat& b) {
+bool same_seat(const WorkerSeat& a, const WorkerSeat& b) {
   return a.stage == b.stage && a.stages == b.stages && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
          a.degree == b.degree && a.shard == b.shard;
 }
@@ -61,11 +61,11 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
   CarriedStep out;
   out.kept.resize(pipelines);
   out.train.resize(pipelines);
-  const auto before = recovery::seats_by_node(running, gpus_per_node);
+  const auto before = seats_by_node(running, gpus_per_node);
   std::map<int, std::vector<WorkerId>> running_workers;  // by pipeline of `running`
   for (const auto& [worker, seat] : before) running_workers[seat.pipeline].push_back(worker);
-  std::map<int, std::vector<std::pair<WorkerId, recovery::WorkerSeat>>> next_workers;
-  for (const auto& [worker, seat] : recovery::seats_by_node(next, gpus_per_node)) {
+  std::map<int, std::vector<std::pair<WorkerId, WorkerSeat>>> next_workers;
+  for (const auto& [worker, seat] : seats_by_node(next, gpus_per_node)) {
     next_workers[seat.pipeline].emplace_back(worker, seat);
   }
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
@@ -125,4 +125,4 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
   return out;
 }
 
-}  // namespace oobleck::executor
+}  // namespace oobleck::recovery
