@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "oobleck/node_speeds.h"
 #include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::recovery {
@@ -123,6 +124,32 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
     next_left += n;
   }
   return out;
+}
+
+Milliseconds resumed_step_ms(const CostModel& cost, const Plan& next, const CarriedStep& carried) {
+  if (carried.train.empty()) return iteration_ms_at_speeds(cost, next, {});
+  Plan resumed = next;
+  for (std::size_t p = 0; p < resumed.pipelines.size(); ++p) {
+    resumed.pipelines[p].microbatches = static_cast<int>(carried.train.at(p).size());
+  }
+  return iteration_ms_at_speeds(cost, resumed, {});
+}
+
+bool worth_waiting(const CostModel& cost, const Plan& running, const StepShares& shares, const HeldSums& held,
+                   const std::set<WorkerId>& settled, const Plan& next, int gpus_per_node, Milliseconds remaining_ms,
+                   Milliseconds iteration_ms) {
+  const CarriedStep now = carry_step(running, held, settled, next, gpus_per_node);
+  if (now.awaited.empty()) return false;
+  HeldSums passed = held;
+  for (const auto& [worker, seat] : seats_by_node(running, gpus_per_node)) {
+    if (now.awaited.count(worker) > 0) passed[worker] = shares.microbatches.at(static_cast<std::size_t>(seat.pipeline));
+  }
+  const CarriedStep waited = carry_step(running, passed, settled, next, gpus_per_node);
+  const Milliseconds whole = iteration_ms_at_speeds(cost, next, {});
+  if (!(whole > 0)) return false;
+  const Milliseconds saved =
+      (resumed_step_ms(cost, next, now) - resumed_step_ms(cost, next, waited)) / whole * iteration_ms;
+  return remaining_ms < saved;
 }
 
 }  // namespace oobleck::recovery

@@ -57,7 +57,13 @@ class IterationModel {
 
   IterationResult run() {
     build();
-    for (std::size_t i = 0; i < stages_.size(); ++i) try_start(static_cast<int>(i));
+    for (std::size_t i = 0; i < stages_.size(); ++i) {
+      if (stages_[i].order.empty()) {
+        hand_over_unpassed(static_cast<int>(i));
+      } else {
+        try_start(static_cast<int>(i));
+      }
+    }
     engine_.run();
     return collect();
   }
@@ -184,6 +190,17 @@ class IterationModel {
     engine_.schedule_after(duration, [this, id, op, start] { finish(id, op, start); });
   }
 
+  // A pipeline given no microbatch (a step resumed after a loss, whose
+  // pipeline kept its passes) trains nothing: its gradients are there at
+  // once, for the all-reduces.
+  void hand_over_unpassed(int id) {
+    PlayedStage& st = stages_[id];
+    st.backward_done = true;
+    for (int l = st.stage.layer_end - 1; l >= st.stage.layer_begin; --l) {
+      engine_.schedule_at(0, [this, l] { gradient_ready(l); });
+    }
+  }
+
   // The last backward pass goes from the stage's last layer to its first;
   // each layer's gradient is final once the pass has gone through it (with
   // GradientSync::after_backward, handed over once the pass ends).
@@ -220,6 +237,7 @@ class IterationModel {
     ++st.next;
     if (st.next == st.order.size()) {
       st.backward_done = true;
+      st.passes_end_ms = engine_.now();
       last_backward_ms_ = std::max(last_backward_ms_, engine_.now());
       maybe_step(id);
     }
@@ -376,6 +394,7 @@ class IterationModel {
         t.optimizer_ms = st.optimizer_ms;
         t.idle_ms = out.iteration_ms - st.compute_ms - st.tp_allreduce_ms - st.optimizer_ms;
         t.finished_ms = st.finished_ms;
+        t.passes_end_ms = st.passes_end_ms;
         out.stages.push_back(std::move(t));
       }
     }

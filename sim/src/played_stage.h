@@ -31,6 +31,7 @@ struct PlayedStage {
   std::vector<char> gradient_arrived;    // per microbatch, from the next stage
   int layers_unreduced = 0;
   bool backward_done = false;
+  Milliseconds passes_end_ms = 0;  // its last pass ends (0: it has none)
   Milliseconds compute_ms = 0;
   Milliseconds tp_allreduce_ms = 0;
   Milliseconds finished_ms = 0;

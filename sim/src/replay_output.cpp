@@ -48,6 +48,9 @@ std::string replay_to_json(const ReplayResult& result) {
     entry["unrecoverable"] = p.unrecoverable;
     entry["checkpoint_interval_iterations"] = p.checkpoint_interval_iterations;
     entry["checkpoint_save_s"] = p.checkpoint_save_ms / 1000.0;
+    if (p.policy == Policy::oobleck || p.policy == Policy::oobleck_snapshots) {
+      entry["kept_microbatches"] = p.kept_microbatches;
+    }
     if (p.policy == Policy::oobleck_snapshots) {
       entry["snapshot_every_iterations"] = p.snapshot_every_iterations;
       entry["mirror_every_iterations"] = p.mirror_every_iterations;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "oobleck/node_speeds.h"
 #include "oobleck/planner.h"
 #include "oobleck/sim/iteration.h"
 
@@ -229,6 +230,47 @@ TEST_CASE("iteration: gradient all-reduce across pipelines, per layer, overlappi
     CHECK(s.sync_exposed_ms == doctest::Approx(small_plan.sync_ms));
     CHECK(s.iteration_ms == doctest::Approx(small_plan.iteration_ms));
   }
+}
+
+TEST_CASE("iteration: a pipeline given no microbatch (its passes kept) all-reduces its gradients at once") {
+  // A resumed step: pipeline 1 kept its passes and trains nothing. Its
+  // gradients are there from the start, so every all-reduce starts when
+  // pipeline 0's layer is ready, as when both trained alike: the same
+  // iteration, and the planner's price is the same too.
+  const Profile profile = profile_of(std::vector<LayerCost>(6, {1, 2}), 1 << 20, 0.1, Bytes{40} << 20);
+  const CostModel cost(profile, 4);
+  for (const auto& cuts : {std::vector<int>{0, 6}, std::vector<int>{0, 2, 6}, std::vector<int>{0, 1, 3, 6}}) {
+    CAPTURE(cuts.size());
+    const Plan both = plan_of(cost, {cuts, cuts}, {4, 4});
+    Plan one_kept = both;
+    one_kept.pipelines[1].microbatches = 0;
+    IterationOptions options;
+    options.gradient_norm = true;
+    const IterationResult full = simulate_iteration(cost, both, options);
+    const IterationResult resumed = simulate_iteration(cost, one_kept, options);
+    CHECK(resumed.iteration_ms == doctest::Approx(full.iteration_ms).epsilon(1e-12));
+    CHECK(resumed.last_backward_ms == full.last_backward_ms);
+    CHECK(iteration_ms_at_speeds(cost, one_kept, {}) == doctest::Approx(iteration_ms_at_speeds(cost, both, {})));
+    Milliseconds last_pass = 0;
+    for (const auto& st : resumed.stages) {
+      if (st.pipeline == 1) {
+        CHECK(st.passes_end_ms == 0);
+        CHECK(st.compute_ms == 0);
+      } else {
+        CHECK(st.passes_end_ms > 0);
+        CHECK(st.passes_end_ms <= st.finished_ms);
+        last_pass = std::max(last_pass, st.passes_end_ms);
+      }
+      CHECK(st.finished_ms > 0);  // every stage steps
+    }
+    CHECK(last_pass == resumed.last_backward_ms);
+  }
+  // Both kept: nothing to train, only the all-reduces and the steps.
+  Plan none = plan_of(cost, {{0, 6}, {0, 6}}, {0, 0});
+  const IterationResult r = simulate_iteration(cost, none);
+  CHECK(r.last_backward_ms == 0);
+  CHECK(r.iteration_ms > 0);
+  CHECK(r.iteration_ms < simulate_iteration(cost, plan_of(cost, {{0, 6}, {0, 6}}, {1, 1})).iteration_ms);
 }
 
 TEST_CASE("iteration: the optimizer step follows the stage's all-reduces") {

@@ -419,6 +419,8 @@ TEST_CASE("replay: arrivals during a checkpoint save join when it ends") {
   // The save runs from 100.1 s to 100.4 s; then e joins: 1 s of
   // communicators, no training counted meanwhile.
   bool joined = false;
+  for (const auto& t : p.timeline) MESSAGE(t.time_ms << " " << t.pipelines << " " << t.nodes);
+  MESSAGE(p.kept_microbatches);
   for (std::size_t i = 0; i + 1 < p.timeline.size(); ++i) {
     if (p.timeline[i].time_ms == doctest::Approx(100400) && p.timeline[i].pipelines == 0) {
       joined = true;

@@ -10,6 +10,10 @@
 #include "oobleck_policy.h"
 
 #include <algorithm>
+#include <limits>
+#include <set>
+
+#include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::sim::detail {
 
@@ -39,8 +43,10 @@ OobleckPolicy::OobleckPolicy(const Job& job, Policy policy, const recovery::Cont
 
 void OobleckPolicy::on_change(const std::vector<std::string>& added, const std::vector<std::string>& lost) {
   for (const auto& node : lost) result_.failures += controller_->trains(node) ? 1 : 0;
+  note_step_in_flight(lost);
   before_change(lost);
   carry_out(controller_->handle(recovery::NodesChanged{lost, added, engine_.now()}));
+  if (activity_ == Activity::training) in_flight_.reset();  // the loss changed no pipeline: the step goes on
   after_change();
   // (During a save, the boundary is its end; while down, the next start
   // takes the joins in.)
@@ -69,6 +75,7 @@ void OobleckPolicy::carry_out(const Actions& actions) {
       begin(*start->generation);
     } else if (const auto* wait = std::get_if<recovery::WaitForNodes>(&action)) {
       interrupt();
+      in_flight_.reset();
       if (wait->rolled_back) fall_back(nullptr);
       enter(Activity::waiting);
     } else if (std::holds_alternative<recovery::GiveUp>(action)) {
@@ -89,7 +96,10 @@ Milliseconds OobleckPolicy::restore_ms(const recovery::Generation&) {
 
 void OobleckPolicy::begin(const recovery::Generation& g) {
   interrupt();
-  if (g.rolled_back) fall_back(&g);
+  if (g.rolled_back) {
+    in_flight_.reset();
+    fall_back(&g);
+  }
   generation_begins(g);
   if (job_.options.record_decisions) {
     result_.decisions.push_back(recovery::generation_record(as_played(g), engine_.now()));
@@ -100,9 +110,13 @@ void OobleckPolicy::begin(const recovery::Generation& g) {
   if (g.source == recovery::StateSource::replicas) {
     ++result_.reconfigurations;
     const Milliseconds copy = overrides_.oobleck_copy_ms.value_or(g.copy_ms);
-    down_for(Activity::reconfiguration, detection + copy + c.communicator_ms, [this, number] { resume(number); });
+    const Milliseconds held = carry_step_in_flight(g, detection);
+    down_for(Activity::reconfiguration, detection + held + copy + c.communicator_ms,
+             [this, number] { resume(number); });
     return;
   }
+  in_flight_.reset();
+  redo_iteration_ms_.reset();
   ++result_.restarts;
   down_for(Activity::restart, detection + c.restart_ms + c.communicator_ms + restore_ms(g),
            [this, number] { resume(number); });
@@ -122,6 +136,9 @@ void OobleckPolicy::resume(int generation) {
   (void)controller_->handle(recovery::GenerationReady{generation, engine_.now()});
   const Plan& plan = controller_->current()->plan;
   start_training(iteration_ms(plan), static_cast<int>(plan.pipelines.size()), stall_ms(plan));
+  in_flight_.reset();  // trained from here on: no worker holds the old step's sums
+  if (redo_iteration_ms_) shorten_first_iteration(*redo_iteration_ms_);
+  redo_iteration_ms_.reset();
   if (controller_->commit_wanted()) commit_at_next_iteration();
 }
 
@@ -142,6 +159,105 @@ void OobleckPolicy::commit_at_next_iteration() {
     carry_out(actions);
     if (controller_->commit_wanted()) commit_at_next_iteration();
   });
+}
+
+// A loss while training: every pipeline that lost no node passes the step
+// (its passes need nothing of the others) and then holds its share. A loss
+// while the next generation is being made: what that generation let its
+// workers keep, less the lost. Otherwise no step is in flight (a save or a
+// restart stopped at a boundary).
+void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
+  if (lost.empty()) return;
+  const std::set<std::string> gone(lost.begin(), lost.end());
+  const auto loses_a_node = [&](const Pipeline& pipeline) {
+    return std::any_of(pipeline.nodes.begin(), pipeline.nodes.end(),
+                       [&](const std::string& node) { return gone.count(node) > 0; });
+  };
+  constexpr Milliseconds never = std::numeric_limits<Milliseconds>::infinity();
+  if (activity_ == Activity::reconfiguration && in_flight_) {
+    for (std::size_t p = 0; p < in_flight_->plan.pipelines.size(); ++p) {
+      if (loses_a_node(in_flight_->plan.pipelines[p])) in_flight_->passes_end_ms[p] = never;
+    }
+    return;
+  }
+  in_flight_.reset();
+  if (activity_ != Activity::training || !controller_->current()) return;
+  StepInFlight step{controller_->current()->plan, {}, {}, true};
+  step.shares = recovery::plan_shares(step.plan, 0);
+  // The passes' ends as the iteration model plays them, stretched to the
+  // iteration being trained (stragglers, or a scenario's iteration time).
+  const IterationResult played = played_iteration(step.plan);
+  const double stretch = played.iteration_ms > 0 ? current_iteration_ms_ / played.iteration_ms : 1;
+  const Milliseconds start = iteration_start_ms();
+  step.passes_end_ms.assign(step.plan.pipelines.size(), start);
+  for (const auto& stage : played.stages) {
+    auto& end = step.passes_end_ms[static_cast<std::size_t>(stage.pipeline)];
+    end = std::max(end, start + stage.passes_end_ms * stretch);
+  }
+  for (std::size_t p = 0; p < step.plan.pipelines.size(); ++p) {
+    if (loses_a_node(step.plan.pipelines[p])) step.passes_end_ms[p] = never;
+  }
+  in_flight_ = std::move(step);
+}
+
+// As the live master decides (master_decisions.cpp), once the loss is
+// detected: pipelines past their passes are held; unchanged ones still in
+// them are waited for only where worth_waiting says so (never while the
+// step's generation did not train).
+Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, Milliseconds detection) {
+  redo_iteration_ms_.reset();
+  if (!in_flight_ || g.cause != recovery::Cause::loss) {
+    in_flight_.reset();
+    return 0;
+  }
+  const StepInFlight& step = *in_flight_;
+  const int gpus = job_.profile.hardware.gpus_per_node;
+  const Milliseconds decided = engine_.now() + detection;
+  const auto seats = recovery::seats_by_node(step.plan, gpus);
+  const auto held_by = [&](Milliseconds when) {
+    recovery::HeldSums held;
+    for (const auto& [worker, seat] : seats) {
+      const auto p = static_cast<std::size_t>(seat.pipeline);
+      if (step.passes_end_ms[p] <= when) held[worker] = step.shares.microbatches[p];
+    }
+    return held;
+  };
+  recovery::CarriedStep carried = recovery::carry_step(step.plan, held_by(decided), {}, g.plan, gpus);
+  Milliseconds hold = 0;
+  if (!carried.awaited.empty() && step.trains) {
+    Milliseconds last = decided;
+    for (const auto& worker : carried.awaited) {
+      last = std::max(last, step.passes_end_ms[static_cast<std::size_t>(seats.at(worker).pipeline)]);
+    }
+    if (recovery::worth_waiting(cost(), step.plan, step.shares, held_by(decided), {}, g.plan, gpus, last - decided,
+                                iteration_ms(g.plan))) {
+      hold = last - decided;
+      carried = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
+    }
+  }
+  const int kept = carried.kept_count();
+  if (kept == 0) {
+    in_flight_.reset();
+    return 0;
+  }
+  result_.kept_microbatches += kept;
+  // The resumed step: each pipeline trains what it is given (none for a
+  // kept one), priced against the whole step as the iteration model plays
+  // both, so that a scenario's iteration time scales alike.
+  Plan redo = g.plan;
+  for (std::size_t p = 0; p < redo.pipelines.size(); ++p) {
+    redo.pipelines[p].microbatches = static_cast<int>(carried.train[p].size());
+  }
+  const Milliseconds whole = played_iteration(g.plan).iteration_ms;
+  redo_iteration_ms_ = whole > 0 ? iteration_ms(g.plan) * played_iteration(redo).iteration_ms / whole : 0;
+  // A loss before this generation trains carries from it: its kept
+  // pipelines hold their kept lists, the others nothing.
+  StepInFlight next{g.plan, {0, carried.kept}, std::vector<Milliseconds>(g.plan.pipelines.size(), 0), false};
+  for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
+    if (carried.kept[p].empty()) next.passes_end_ms[p] = std::numeric_limits<Milliseconds>::infinity();
+  }
+  in_flight_ = std::move(next);
+  return hold;
 }
 
 PolicyResult run_oobleck(const Job& job, StragglerHandling stragglers) { return OobleckPolicy(job).run(stragglers); }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "oobleck/recovery/controller.h"
+#include "oobleck/recovery/step_shares.h"
 #include "policy_model.h"
 
 namespace oobleck::sim::detail {
@@ -57,6 +58,24 @@ class OobleckPolicy : public PolicyModel {
   void begin(const recovery::Generation& g);
   void resume(int generation);
   void commit_at_next_iteration();
+
+  // A loss during a step (recovery/step_shares.h): the pipelines that the
+  // new plan leaves as they were keep their passes of it, and the resumed
+  // step trains only the other microbatches, as a live run does.
+  struct StepInFlight {
+    Plan plan;                  // the plan that trains it
+    recovery::StepShares shares;  // what each pipeline holds once it passed
+    // Per pipeline of `plan`: when its workers hold their share (infinite:
+    // never, a node of it lost or it does not train).
+    std::vector<Milliseconds> passes_end_ms;
+    bool trains = true;  // false: a generation that kept some of it and never trained
+  };
+  void note_step_in_flight(const std::vector<std::string>& lost);
+  // For a generation resuming from replicas after a loss: how long it
+  // waits for kept pipelines still in their passes; sets redo_iteration_ms_.
+  [[nodiscard]] Milliseconds carry_step_in_flight(const recovery::Generation& g, Milliseconds detection);
+  std::optional<StepInFlight> in_flight_;
+  std::optional<Milliseconds> redo_iteration_ms_;  // the next generation's resumed step
 };
 
 }  // namespace oobleck::sim::detail

@@ -155,13 +155,17 @@ Milliseconds PolicyModel::iteration_ms(const Plan& plan, const IterationOptions&
     i = j;
   }
   if (auto it = iteration_cache_.find(key); it != iteration_cache_.end()) return it->second;
+  const Milliseconds t = played_iteration(plan, extra).iteration_ms;
+  iteration_cache_.emplace(std::move(key), t);
+  return t;
+}
+
+IterationResult PolicyModel::played_iteration(const Plan& plan, const IterationOptions& extra) const {
   IterationOptions options = extra;
   options.optimizer_bytes_per_s = job_.profile.hardware.memory_bytes_per_s;
   options.gradient_sync = job_.options.gradient_sync;
   options.gradient_bucket_bytes = job_.options.gradient_bucket_bytes;
-  const Milliseconds t = simulate_iteration(cost(), plan, options).iteration_ms;
-  iteration_cache_.emplace(std::move(key), t);
-  return t;
+  return simulate_iteration(cost(), plan, options);
 }
 
 void PolicyModel::choose_checkpoint_interval(Milliseconds iteration, int fatal_losses) {
@@ -335,8 +339,19 @@ void PolicyModel::start_training(Milliseconds iteration, int pipelines, Millisec
 }
 
 Milliseconds PolicyModel::next_iteration_boundary() const {
+  return iteration_start_ms() + current_iteration_ms_ + per_iteration_save_ms_;
+}
+
+Milliseconds PolicyModel::iteration_start_ms() const {
   const Milliseconds cycle = current_iteration_ms_ + per_iteration_save_ms_;
-  return since_ + static_cast<double>(whole_cycles(since_, engine_.now(), cycle) + 1) * cycle;
+  return since_ + static_cast<double>(whole_cycles(since_, engine_.now(), cycle)) * cycle;
+}
+
+void PolicyModel::shorten_first_iteration(Milliseconds iteration) {
+  current_iteration_ms_ = iteration * straggler_slowdown();
+  record_point();
+  schedule_checkpoint();
+  reprice_at_next_iteration();
 }
 
 void PolicyModel::schedule_checkpoint() {

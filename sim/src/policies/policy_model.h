@@ -89,6 +89,8 @@ class PolicyModel {
 
   // Simulated iteration time of a plan, cached by the plan's shape.
   Milliseconds iteration_ms(const Plan& plan, const IterationOptions& extra = {});
+  // The iteration of `plan` played with the job's options (no overrides, not cached).
+  [[nodiscard]] IterationResult played_iteration(const Plan& plan, const IterationOptions& extra = {}) const;
   // Young/Daly, for a policy that needs its checkpoint when `fatal_losses`
   // nodes are lost within one recovery.
   void choose_checkpoint_interval(Milliseconds iteration, int fatal_losses);
@@ -104,6 +106,12 @@ class PolicyModel {
   void down_for(Activity activity, Milliseconds duration, std::function<void()> then);
   void at_next_iteration(std::function<void()> action);
   [[nodiscard]] Milliseconds next_iteration_boundary() const;
+  // Training: when the iteration in progress began.
+  [[nodiscard]] Milliseconds iteration_start_ms() const;
+  // Right after start_training: its first iteration takes `iteration` at
+  // full speed (a resumed step that trains part of the batch), the next
+  // ones the full iteration again.
+  void shorten_first_iteration(Milliseconds iteration);
   void schedule_checkpoint();
   void record_point();
 

@@ -93,6 +93,7 @@ struct StageTimes {
   Milliseconds optimizer_ms = 0;
   Milliseconds idle_ms = 0;       // the rest of the iteration
   Milliseconds finished_ms = 0;   // its optimizer step ends
+  Milliseconds passes_end_ms = 0; // its last forward or backward pass ends (0: it has none)
 };
 
 struct IterationResult {

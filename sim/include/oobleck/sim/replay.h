@@ -178,6 +178,10 @@ struct PolicyResult {
   int reconfigurations = 0;
   int restarts = 0;
   int unrecoverable = 0;     // losses that forced a fall back to a checkpoint (or a snapshot)
+  // oobleck and oobleck-snapshots: microbatches of steps in flight at a
+  // loss that pipelines the new plan left as they were kept, not trained
+  // again (recovery/step_shares.h).
+  int kept_microbatches = 0;
   int checkpoint_interval_iterations = 0;  // 0: none taken
   Milliseconds checkpoint_save_ms = 0;
   // oobleck-snapshots: the snapshot intervals, and where each rollback
