@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <set>
 
+#include "oobleck/node_speeds.h"
 #include "oobleck/recovery/step_shares.h"
+#include "reference.h"
 
 namespace {
 
@@ -187,4 +189,49 @@ TEST_CASE("step shares: every combination of passed and restarted workers covers
       }
     }
   }
+}
+
+TEST_CASE("step shares: a generation waits for unchanged pipelines only when that saves more than the wait") {
+  // Four one-node pipelines of one stage (4 layers, F + B = 3 ms each: a
+  // microbatch costs c = 12 ms on any), 3 microbatches each; d is lost and
+  // the next plan runs a, b, c with 4 each. Nobody has passed yet: not
+  // waiting trains 4 microbatches on each, waiting for all three keeps 9
+  // and trains d's 3, one on each. The synchronisation after the passes is
+  // the same in both, so the saving is 3c of the whole step 4c + sync,
+  // scaled to the measured step.
+  const Profile profile = test::uniform_profile(4, 1, 1.0, 2.0, 1'000, 1'000, 1'000'000'000);
+  const CostModel cost(profile, 4);
+  const Plan running = plan_of({{"a"}, {"b"}, {"c"}, {"d"}}, {3, 3, 3, 3});
+  const StepShares shares = plan_shares(running, 2);
+  const Plan next = plan_of({{"a"}, {"b"}, {"c"}}, {4, 4, 4});
+  const double c = 12;
+  const Milliseconds whole = iteration_ms_at_speeds(cost, next, {});
+  const CarriedStep not_waiting = carry_step(running, {}, {}, next, 1);
+  REQUIRE(not_waiting.awaited == workers({"a", "b", "c"}));
+  CHECK(resumed_step_ms(cost, next, not_waiting) == doctest::Approx(whole));
+  const CarriedStep waited = carry_step(running, held_of(running, shares, workers({"a", "b", "c"})), {}, next, 1);
+  REQUIRE(waited.kept_count() == 9);
+  CHECK(resumed_step_ms(cost, next, waited) == doctest::Approx(whole - 3 * c));
+
+  for (const Milliseconds measured : {1000.0, 37.5}) {
+    CAPTURE(measured);
+    const Milliseconds saving = 3 * c / whole * measured;
+    CHECK(worth_waiting(cost, running, shares, {}, {}, next, 1, 0, measured));
+    CHECK(worth_waiting(cost, running, shares, {}, {}, next, 1, saving * (1 - 1e-9), measured));
+    CHECK_FALSE(worth_waiting(cost, running, shares, {}, {}, next, 1, saving * (1 + 1e-9), measured));
+  }
+  // a and b passed already: waiting for c alone saves one microbatch on each
+  // pipeline (c), less than a whole pipeline's (3c): the saving is priced
+  // by the slowest pipeline, so it is c here.
+  const HeldSums some = held_of(running, shares, workers({"a", "b"}));
+  const CarriedStep without_c = carry_step(running, some, {}, next, 1);
+  REQUIRE(without_c.awaited == workers({"c"}));
+  CHECK(resumed_step_ms(cost, next, without_c) == doctest::Approx(whole - 2 * c));
+  CHECK(worth_waiting(cost, running, shares, some, {}, next, 1, 0.99 * c / whole * 1000, 1000));
+  CHECK_FALSE(worth_waiting(cost, running, shares, some, {}, next, 1, 1.01 * c / whole * 1000, 1000));
+  // Nothing awaited: nothing to wait for.
+  CHECK_FALSE(worth_waiting(cost, running, shares, held_of(running, shares, workers({"a", "b", "c"})), {}, next, 1, 0,
+                            1000));
+  // c restarted (settled): it will not pass, so it is not awaited either.
+  CHECK_FALSE(worth_waiting(cost, running, shares, some, workers({"c"}), next, 1, 0, 1000));
 }
