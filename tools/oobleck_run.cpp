@@ -90,6 +90,16 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
   app.add_flag("--standby-workers,!--no-standby-workers", o.standby_workers,
                "Each agent keeps a worker process started ahead, which takes a crashed worker's place without "
                "waiting for a new process to start (default: on)");
+  app.add_option("--wait-for-passes", o.wait_for_passes,
+                 "A node lost during a step: the pipelines the new plan leaves as they were keep their passes of "
+                 "it. auto (the default): wait for those still in their passes where that saves more of the "
+                 "resumed step than the wait costs; always: wait for them (up to the heartbeat timeout or three "
+                 "steps); never")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, MasterOptions::WaitForPasses>{
+                                              {"auto", MasterOptions::WaitForPasses::automatic},
+                                              {"always", MasterOptions::WaitForPasses::always},
+                                              {"never", MasterOptions::WaitForPasses::never}},
+                                          CLI::ignore_case));
   app.add_option("--comm-timeout-s", o.comm_timeout_s, "Last resort: a communication still waiting after this long fails")
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--checkpoint", o.checkpoint_dir, "With --checkpoint-every: the folder checkpoints go to");

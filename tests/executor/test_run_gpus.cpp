@@ -148,7 +148,7 @@ TEST_CASE("run: a stage over two nodes (degree 4 on 2-GPU nodes) trains what one
   // layers 0-2 are gone, node0's half and node3's whole copy remain.
   setup.s.write("inject.csv", "step:6,remove,node1\n");
   const auto run = setup.live(12, 3, "live.jsonl", kSmooth + " --inject " + setup.s.str("inject.csv") +
-                                                       " --heartbeat-timeout-ms 5000");
+                                                       " --heartbeat-timeout-ms 5000 --wait-for-passes always");
   INFO(run.err);
   REQUIRE(run.status == 0);
   const auto steps = setup.steps("live.jsonl");

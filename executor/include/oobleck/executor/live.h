@@ -116,6 +116,14 @@ struct MasterOptions {
   // Each agent keeps a worker process started ahead, which replaces a
   // crashed worker without waiting for a new process to load libtorch.
   bool standby_workers = true;
+  // A loss during a step: pipelines that the new plan leaves as they were
+  // keep their passes of it (recovery/step_shares.h). Those still in their
+  // passes are waited for: automatic, where that saves more of the resumed
+  // step than the wait costs (worth_waiting, with each pipeline's passes
+  // expected to take what they took in the last step); always (up to a
+  // deadline of the heartbeat timeout or three steps); never.
+  enum class WaitForPasses { automatic, always, never };
+  WaitForPasses wait_for_passes = WaitForPasses::automatic;
   int snapshot_every = 1;            // steps between snapshots in the agents' memory (0: none)
   int mirror_every = 4;              // steps between snapshots mirrored to another node (a multiple of snapshot_every)
   // Nodes the straggler detector flags (each node's compute time a step

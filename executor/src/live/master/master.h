@@ -74,6 +74,10 @@ class Master {
   void dispatch(std::function<void(const CarriedStep&)> send, const Plan& next, int resume_step, bool may_keep);
   void send_held(bool waited_out);
   void on_passed(const std::string& node, int gpu, const protocol::Passed& m);
+  // Whether holding a generation for `next` back until the unchanged
+  // pipelines still in their passes pass saves time (worth_waiting), with
+  // their passes expected to take what they took in the last whole step.
+  [[nodiscard]] bool waiting_saves_time(const Plan& next, Milliseconds now) const;
 
   // To a worker, or held back while it restarts (sent once it said hello).
   void send_to_worker(const std::string& node, int gpu, const protocol::NewGeneration& m);
@@ -223,6 +227,10 @@ class Master {
   std::map<WorkerId, int> running_pipeline_;  // each trainer's pipeline in running_plan_
   HeldSums held_sums_;                        // of shares_.step
   std::set<WorkerId> settled_;
+  // By pipeline of running_plan_: when (since its step began) its last
+  // worker passed, in the step in flight and in the last step trained on
+  // the plan's split.
+  std::map<int, Milliseconds> passing_ms_, last_pass_ms_;
   struct HeldGeneration {
     std::function<void(const CarriedStep&)> send;
     Plan next;

@@ -111,10 +111,28 @@ void Master::dispatch(std::function<void(const CarriedStep&)> send, const Plan& 
   const Milliseconds now = now_ms();
   // (The last step begins with a barrier of every trainer, which a lost
   // one never passes.)
-  const bool may_wait = running_trains_ && resume_step < o_.steps - 1;
+  bool may_wait = running_trains_ && resume_step < o_.steps - 1 && may_keep;
+  if (o_.wait_for_passes == MasterOptions::WaitForPasses::never) may_wait = false;
+  if (may_wait && o_.wait_for_passes == MasterOptions::WaitForPasses::automatic) {
+    may_wait = waiting_saves_time(next, now);
+  }
   held_generation_ = HeldGeneration{std::move(send), next, may_keep ? resume_step : -1, now,
                                     now + std::max<Milliseconds>(o_.heartbeat_timeout_ms, 3 * last_iteration_ms_)};
   send_held(!may_wait);
+}
+
+bool Master::waiting_saves_time(const Plan& next, Milliseconds now) const {
+  if (shares_.step < 0) return false;
+  const CarriedStep carried = recovery::carry_step(running_plan_, held_sums_, settled_, next, gpus_);
+  Milliseconds remaining = 0;
+  for (const auto& worker : carried.awaited) {
+    const auto pipeline = running_pipeline_.find(worker);
+    const auto known = pipeline == running_pipeline_.end() ? last_pass_ms_.end() : last_pass_ms_.find(pipeline->second);
+    const Milliseconds expected = known != last_pass_ms_.end() ? known->second : last_iteration_ms_;
+    remaining = std::max(remaining, expected - (now - step_start_ms_));
+  }
+  return recovery::worth_waiting(cost_, running_plan_, shares_, held_sums_, settled_, next, gpus_, remaining,
+                                 last_iteration_ms_);
 }
 
 // Sends the held generation once nothing it would keep is awaited, or
@@ -150,6 +168,8 @@ void Master::send_held(bool waited_out) {
   held_sums_.clear();
   settled_.clear();
   running_pipeline_.clear();
+  passing_ms_.clear();
+  last_pass_ms_.clear();
   for (const auto& [worker, seat] : recovery::seats_by_node(sent.next, gpus_)) {
     running_pipeline_[worker] = seat.pipeline;
     if (listed && !carried.kept[static_cast<std::size_t>(seat.pipeline)].empty()) {
@@ -162,6 +182,10 @@ void Master::on_passed(const std::string& node, int gpu, const protocol::Passed&
   const auto pipeline = running_pipeline_.find({node, gpu});
   if (m.generation != running_wire_ || m.step != shares_.step || pipeline == running_pipeline_.end()) return;
   held_sums_[{node, gpu}] = shares_.microbatches.at(static_cast<std::size_t>(pipeline->second));
+  if (m.step != listed_step_) {
+    Milliseconds& passed = passing_ms_[pipeline->second];
+    passed = std::max(passed, now_ms() - step_start_ms_);
+  }
   send_held(false);
 }
 
@@ -252,6 +276,7 @@ void Master::commit(const recovery::CommitStep& c, bool pause) {
   for (const auto& node : trainer_nodes) server_.send(node, Role::worker, message);
   // The next step is in flight unless a generation follows at this boundary.
   shares_ = pause || c.finish ? StepShares() : recovery::plan_shares(running_plan_, c.step + 1);
+  for (const auto& [pipeline, passed] : std::exchange(passing_ms_, {})) last_pass_ms_[pipeline] = passed;
   held_sums_.clear();
   settled_.clear();
   reporter_.step(report);
