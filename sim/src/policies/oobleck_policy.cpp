@@ -182,7 +182,7 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
   }
   in_flight_.reset();
   if (activity_ != Activity::training || !controller_->current()) return;
-  StepInFlight step{controller_->current()->plan, {}, {}, true};
+  StepInFlight step{controller_->current()->plan, {}, {}, true, current_iteration_ms_};
   step.shares = recovery::plan_shares(step.plan, 0);
   // The passes' ends as the iteration model plays them, stretched to the
   // iteration being trained (stragglers, or a scenario's iteration time).
@@ -230,7 +230,7 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
       last = std::max(last, step.passes_end_ms[static_cast<std::size_t>(seats.at(worker).pipeline)]);
     }
     if (recovery::worth_waiting(cost(), step.plan, step.shares, held_by(decided), {}, g.plan, gpus, last - decided,
-                                iteration_ms(g.plan))) {
+                                step.iteration_ms)) {
       hold = last - decided;
       carried = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
     }
@@ -252,7 +252,7 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   redo_iteration_ms_ = whole > 0 ? iteration_ms(g.plan) * played_iteration(redo).iteration_ms / whole : 0;
   // A loss before this generation trains carries from it: its kept
   // pipelines hold their kept lists, the others nothing.
-  StepInFlight next{g.plan, {0, carried.kept}, std::vector<Milliseconds>(g.plan.pipelines.size(), 0), false};
+  StepInFlight next{g.plan, {0, carried.kept}, std::vector<Milliseconds>(g.plan.pipelines.size(), 0), false, 0};
   for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
     if (carried.kept[p].empty()) next.passes_end_ms[p] = std::numeric_limits<Milliseconds>::infinity();
   }

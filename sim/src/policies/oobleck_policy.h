@@ -69,6 +69,7 @@ class OobleckPolicy : public PolicyModel {
     // never, a node of it lost or it does not train).
     std::vector<Milliseconds> passes_end_ms;
     bool trains = true;  // false: a generation that kept some of it and never trained
+    Milliseconds iteration_ms = 0;  // as trained (what a live master measured of the step before)
   };
   void note_step_in_flight(const std::vector<std::string>& lost);
   // For a generation resuming from replicas after a loss: how long it
