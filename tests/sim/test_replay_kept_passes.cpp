@@ -4,6 +4,7 @@
 // step trains only the rest.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -120,4 +121,35 @@ TEST_CASE("replay: oobleck-snapshots keeps passes as oobleck does") {
   CHECK(plain.kept == 6);
   CHECK(snapshots.kept == plain.kept);
   CHECK(snapshots.down_ms == doctest::Approx(plain.down_ms));
+}
+
+TEST_CASE("replay: a loss during the resumed step keeps what its pipelines hold of it") {
+  // node2 lost late in step 5: 6 microbatches kept, node2's 2 trained again
+  // by node1 and node3 (one each) in a resumed step of some 340 ms that
+  // starts at 17 s. node3 is lost 300 ms into it: node4, which trained
+  // nothing, holds its 2 kept ones; node1 holds its 2 and the one it
+  // trains, once past its passes. node3's three are trained again.
+  const Trace trace =
+      parse_trace(start_with(4) + "16990,remove,node2\n18300,remove,node3\n60000,add,node9\n", "test trace");
+  Scenario scenario;
+  scenario.cluster.detection_ms = 0;
+  scenario.cluster.restart_ms = 10'000;
+  scenario.cluster.communicator_ms = 1'000;
+  scenario.overrides.iteration_ms = 1'000;
+  scenario.overrides.checkpoint_interval_iterations = 0;
+  scenario.overrides.oobleck_copy_ms = 0;
+  ReplayOptions options;
+  options.fault_tolerance = 1;
+  options.global_microbatches = 8;
+  options.policies = {Policy::oobleck};
+  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  const PolicyResult& p = result.policies.front();
+  CHECK(p.time.total_ms() == doctest::Approx(result.duration_ms).epsilon(1e-9));
+  CHECK(p.reconfigurations == 2);
+  CHECK(p.unrecoverable == 0);
+  // (node1's one pass is over, or waited for: the resumed step's passes
+  // end well before a whole step's would.)
+  CHECK(p.kept_microbatches == 6 + 2 + 3);
+  const double iterations = p.samples / result.samples_per_iteration;
+  CHECK(iterations == std::round(iterations));
 }

@@ -116,7 +116,7 @@ void OobleckPolicy::begin(const recovery::Generation& g) {
     return;
   }
   in_flight_.reset();
-  redo_iteration_ms_.reset();
+  resumed_.reset();
   ++result_.restarts;
   down_for(Activity::restart, detection + c.restart_ms + c.communicator_ms + restore_ms(g),
            [this, number] { resume(number); });
@@ -137,8 +137,10 @@ void OobleckPolicy::resume(int generation) {
   const Plan& plan = controller_->current()->plan;
   start_training(iteration_ms(plan), static_cast<int>(plan.pipelines.size()), stall_ms(plan));
   in_flight_.reset();  // trained from here on: no worker holds the old step's sums
-  if (redo_iteration_ms_) shorten_first_iteration(*redo_iteration_ms_);
-  redo_iteration_ms_.reset();
+  if (resumed_) {
+    shorten_first_iteration(resumed_->iteration_ms);
+    resumed_->end_ms = next_iteration_boundary();
+  }
   if (controller_->commit_wanted()) commit_at_next_iteration();
 }
 
@@ -183,10 +185,13 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
   in_flight_.reset();
   if (activity_ != Activity::training || !controller_->current()) return;
   StepInFlight step{controller_->current()->plan, {}, {}, true, current_iteration_ms_};
-  step.shares = recovery::plan_shares(step.plan, 0);
   // The passes' ends as the iteration model plays them, stretched to the
   // iteration being trained (stragglers, or a scenario's iteration time).
-  const IterationResult played = played_iteration(step.plan);
+  // In a resumed step, each pipeline holds its kept and trained lists.
+  const bool resuming = resumed_ && engine_.now() < resumed_->end_ms;
+  step.shares = resuming ? resumed_->shares : recovery::plan_shares(step.plan, 0);
+  const IterationResult played = played_iteration(resuming ? resumed_->played : step.plan);
+  if (resuming) step.iteration_ms = full_speed_iteration_ms_ * straggler_slowdown();  // (a whole step)
   const double stretch = played.iteration_ms > 0 ? current_iteration_ms_ / played.iteration_ms : 1;
   const Milliseconds start = iteration_start_ms();
   step.passes_end_ms.assign(step.plan.pipelines.size(), start);
@@ -205,7 +210,7 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
 // them are waited for only where worth_waiting says so (never while the
 // step's generation did not train).
 Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, Milliseconds detection) {
-  redo_iteration_ms_.reset();
+  resumed_.reset();
   if (!in_flight_ || g.cause != recovery::Cause::loss) {
     in_flight_.reset();
     return 0;
@@ -249,7 +254,14 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
     redo.pipelines[p].microbatches = static_cast<int>(carried.train[p].size());
   }
   const Milliseconds whole = played_iteration(g.plan).iteration_ms;
-  redo_iteration_ms_ = whole > 0 ? iteration_ms(g.plan) * played_iteration(redo).iteration_ms / whole : 0;
+  ResumedStep resumed{redo, {0, {}}, 0, 0};
+  resumed.iteration_ms = whole > 0 ? iteration_ms(g.plan) * played_iteration(redo).iteration_ms / whole : 0;
+  for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
+    std::vector<int> held = carried.kept[p];
+    held.insert(held.end(), carried.train[p].begin(), carried.train[p].end());
+    resumed.shares.microbatches.push_back(std::move(held));
+  }
+  resumed_ = std::move(resumed);
   // A loss before this generation trains carries from it: its kept
   // pipelines hold their kept lists, the others nothing.
   StepInFlight next{g.plan, {0, carried.kept}, std::vector<Milliseconds>(g.plan.pipelines.size(), 0), false, 0};

@@ -73,10 +73,19 @@ class OobleckPolicy : public PolicyModel {
   };
   void note_step_in_flight(const std::vector<std::string>& lost);
   // For a generation resuming from replicas after a loss: how long it
-  // waits for kept pipelines still in their passes; sets redo_iteration_ms_.
+  // waits for kept pipelines still in their passes; sets resumed_.
   [[nodiscard]] Milliseconds carry_step_in_flight(const recovery::Generation& g, Milliseconds detection);
   std::optional<StepInFlight> in_flight_;
-  std::optional<Milliseconds> redo_iteration_ms_;  // the next generation's resumed step
+  // The step a generation resumes with kept passes: each pipeline trains
+  // its `train` list (`played`: the plan with those counts), and once
+  // passed holds kept and trained lists (`shares`); `end_ms` once training.
+  struct ResumedStep {
+    Plan played;
+    recovery::StepShares shares;
+    Milliseconds iteration_ms = 0;
+    Milliseconds end_ms = 0;
+  };
+  std::optional<ResumedStep> resumed_;
 };
 
 }  // namespace oobleck::sim::detail
