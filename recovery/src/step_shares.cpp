@@ -4,8 +4,11 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 
 #include "oobleck/node_speeds.h"
+#include "oobleck/recovery/seats.h"
 #include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::recovery {
@@ -59,38 +62,47 @@ std::vector<int> proportional(int count, const std::vector<int>& weights) {
 CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std::set<WorkerId>& settled,
                        const Plan& next, int gpus_per_node) {
   const std::size_t pipelines = next.pipelines.size();
+  const auto G = static_cast<std::size_t>(gpus_per_node);
   CarriedStep out;
   out.kept.resize(pipelines);
   out.train.resize(pipelines);
-  const auto before = seats_by_node(running, gpus_per_node);
-  std::map<int, std::vector<WorkerId>> running_workers;  // by pipeline of `running`
-  for (const auto& [worker, seat] : before) running_workers[seat.pipeline].push_back(worker);
-  std::map<int, std::vector<std::pair<WorkerId, WorkerSeat>>> next_workers;
-  for (const auto& [worker, seat] : seats_by_node(next, gpus_per_node)) {
-    next_workers[seat.pipeline].emplace_back(worker, seat);
-  }
+  // Seats in rank order (node rank x G + GPU); the running plan's found by
+  // node name. (Vectors and a hash map: a plan of thousands of nodes is
+  // carried at every loss the simulator replays.)
+  const std::vector<std::string> before_nodes = trainer_nodes(running);
+  const std::vector<WorkerSeat> before = worker_seats(running, gpus_per_node);
+  std::unordered_map<std::string_view, std::size_t> before_rank;
+  for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
+  std::vector<std::size_t> running_workers(running.pipelines.size(), 0);
+  for (const auto& seat : before) ++running_workers[static_cast<std::size_t>(seat.pipeline)];
+  const std::vector<std::string> next_nodes = trainer_nodes(next);
+  const std::vector<WorkerSeat> seats = worker_seats(next, gpus_per_node);
+  std::vector<std::vector<std::size_t>> next_workers(pipelines);  // ranks, by pipeline
+  for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
   for (std::size_t x = 0; x < pipelines; ++x) {
-    const auto& workers = next_workers[static_cast<int>(x)];
+    const auto& workers = next_workers[x];
     int source = -1;
     bool unchanged = !workers.empty();
-    for (const auto& [worker, seat] : workers) {
-      const auto was = before.find(worker);
-      if (was == before.end() || !same_seat(was->second, seat) || (source >= 0 && was->second.pipeline != source)) {
+    for (const std::size_t r : workers) {
+      const auto node = before_rank.find(next_nodes[r / G]);
+      const WorkerSeat* was = node == before_rank.end() ? nullptr : &before[node->second * G + r % G];
+      if (was == nullptr || !same_seat(*was, seats[r]) || (source >= 0 && was->pipeline != source)) {
         unchanged = false;
         break;
       }
-      source = was->second.pipeline;
+      source = was->pipeline;
     }
-    if (!unchanged || running_workers[source].size() != workers.size()) continue;
+    if (!unchanged || running_workers[static_cast<std::size_t>(source)] != workers.size()) continue;
     std::vector<WorkerId> waiting;
     const std::vector<int>* common = nullptr;
     bool may_keep = true;
-    for (const auto& [worker, seat] : workers) {
+    for (const std::size_t r : workers) {
+      WorkerId worker{next_nodes[r / G], static_cast<int>(r % G)};
       const auto h = held_sums.find(worker);
       if (h == held_sums.end()) {
         if (settled.count(worker)) may_keep = false;
-        waiting.push_back(worker);
+        waiting.push_back(std::move(worker));
       } else if (common != nullptr && *common != h->second) {
         may_keep = false;
       } else {
@@ -135,16 +147,9 @@ Milliseconds resumed_step_ms(const CostModel& cost, const Plan& next, const Carr
   return iteration_ms_at_speeds(cost, resumed, {});
 }
 
-bool worth_waiting(const CostModel& cost, const Plan& running, const StepShares& shares, const HeldSums& held,
-                   const std::set<WorkerId>& settled, const Plan& next, int gpus_per_node, Milliseconds remaining_ms,
-                   Milliseconds iteration_ms) {
-  const CarriedStep now = carry_step(running, held, settled, next, gpus_per_node);
+bool worth_waiting(const CostModel& cost, const Plan& next, const CarriedStep& now, const CarriedStep& waited,
+                   Milliseconds remaining_ms, Milliseconds iteration_ms) {
   if (now.awaited.empty()) return false;
-  HeldSums passed = held;
-  for (const auto& [worker, seat] : seats_by_node(running, gpus_per_node)) {
-    if (now.awaited.count(worker) > 0) passed[worker] = shares.microbatches.at(static_cast<std::size_t>(seat.pipeline));
-  }
-  const CarriedStep waited = carry_step(running, passed, settled, next, gpus_per_node);
   const Milliseconds whole = iteration_ms_at_speeds(cost, next, {});
   if (!(whole > 0)) return false;
   const Milliseconds saved =

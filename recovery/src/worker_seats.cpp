@@ -4,6 +4,8 @@
 #include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 
 #include "oobleck/recovery/seats.h"
 
@@ -12,8 +14,8 @@ namespace oobleck::recovery {
 std::vector<WorkerSeat> worker_seats(const Plan& plan, int gpus_per_node) {
   const int G = gpus_per_node;
   const std::vector<std::string> nodes = trainer_nodes(plan);
-  std::map<std::string, int> node_rank;
-  for (std::size_t i = 0; i < nodes.size(); ++i) node_rank[nodes[i]] = static_cast<int>(i);
+  std::unordered_map<std::string_view, int> node_rank;
+  for (std::size_t i = 0; i < nodes.size(); ++i) node_rank.emplace(nodes[i], static_cast<int>(i));
   std::vector<std::optional<WorkerSeat>> by_rank(nodes.size() * static_cast<std::size_t>(G));
   // The GPUs of each node that earlier pipelines took: where pipelines
   // share a node, each takes the next G / pipelines_per_node of them.

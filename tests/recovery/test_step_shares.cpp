@@ -216,22 +216,22 @@ TEST_CASE("step shares: a generation waits for unchanged pipelines only when tha
   for (const Milliseconds measured : {1000.0, 37.5}) {
     CAPTURE(measured);
     const Milliseconds saving = 3 * c / whole * measured;
-    CHECK(worth_waiting(cost, running, shares, {}, {}, next, 1, 0, measured));
-    CHECK(worth_waiting(cost, running, shares, {}, {}, next, 1, saving * (1 - 1e-9), measured));
-    CHECK_FALSE(worth_waiting(cost, running, shares, {}, {}, next, 1, saving * (1 + 1e-9), measured));
+    CHECK(worth_waiting(cost, next, not_waiting, waited, 0, measured));
+    CHECK(worth_waiting(cost, next, not_waiting, waited, saving * (1 - 1e-9), measured));
+    CHECK_FALSE(worth_waiting(cost, next, not_waiting, waited, saving * (1 + 1e-9), measured));
   }
   // a and b passed already: waiting for c alone saves one microbatch on each
-  // pipeline (c), less than a whole pipeline's (3c): the saving is priced
-  // by the slowest pipeline, so it is c here.
+  // pipeline (c): the resumed step is priced by its slowest pipeline.
   const HeldSums some = held_of(running, shares, workers({"a", "b"}));
   const CarriedStep without_c = carry_step(running, some, {}, next, 1);
   REQUIRE(without_c.awaited == workers({"c"}));
   CHECK(resumed_step_ms(cost, next, without_c) == doctest::Approx(whole - 2 * c));
-  CHECK(worth_waiting(cost, running, shares, some, {}, next, 1, 0.99 * c / whole * 1000, 1000));
-  CHECK_FALSE(worth_waiting(cost, running, shares, some, {}, next, 1, 1.01 * c / whole * 1000, 1000));
+  CHECK(worth_waiting(cost, next, without_c, waited, 0.99 * c / whole * 1000, 1000));
+  CHECK_FALSE(worth_waiting(cost, next, without_c, waited, 1.01 * c / whole * 1000, 1000));
   // Nothing awaited: nothing to wait for.
-  CHECK_FALSE(worth_waiting(cost, running, shares, held_of(running, shares, workers({"a", "b", "c"})), {}, next, 1, 0,
-                            1000));
+  CHECK_FALSE(worth_waiting(cost, next, waited, waited, 0, 1000));
   // c restarted (settled): it will not pass, so it is not awaited either.
-  CHECK_FALSE(worth_waiting(cost, running, shares, some, workers({"c"}), next, 1, 0, 1000));
+  const CarriedStep settled_c = carry_step(running, some, workers({"c"}), next, 1);
+  CHECK(settled_c.awaited.empty());
+  CHECK_FALSE(worth_waiting(cost, next, settled_c, waited, 0, 1000));
 }

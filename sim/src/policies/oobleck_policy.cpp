@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 
+#include "oobleck/recovery/seats.h"
 #include "oobleck/recovery/worker_seats.h"
 
 namespace oobleck::sim::detail {
@@ -190,15 +192,12 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
   // In a resumed step, each pipeline holds its kept and trained lists.
   const bool resuming = resumed_ && engine_.now() < resumed_->end_ms;
   step.shares = resuming ? resumed_->shares : recovery::plan_shares(step.plan, 0);
-  const IterationResult played = played_iteration(resuming ? resumed_->played : step.plan);
+  const Plan& trained = resuming ? resumed_->played : step.plan;
   if (resuming) step.iteration_ms = full_speed_iteration_ms_ * straggler_slowdown();  // (a whole step)
-  const double stretch = played.iteration_ms > 0 ? current_iteration_ms_ / played.iteration_ms : 1;
+  const Milliseconds played = played_iteration_ms(trained);
+  const double stretch = played > 0 ? current_iteration_ms_ / played : 1;
   const Milliseconds start = iteration_start_ms();
-  step.passes_end_ms.assign(step.plan.pipelines.size(), start);
-  for (const auto& stage : played.stages) {
-    auto& end = step.passes_end_ms[static_cast<std::size_t>(stage.pipeline)];
-    end = std::max(end, start + stage.passes_end_ms * stretch);
-  }
+  for (const Milliseconds end : passes_end_ms(trained)) step.passes_end_ms.push_back(start + end * stretch);
   for (std::size_t p = 0; p < step.plan.pipelines.size(); ++p) {
     if (loses_a_node(step.plan.pipelines[p])) step.passes_end_ms[p] = never;
   }
@@ -218,12 +217,22 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   const StepInFlight& step = *in_flight_;
   const int gpus = job_.profile.hardware.gpus_per_node;
   const Milliseconds decided = engine_.now() + detection;
-  const auto seats = recovery::seats_by_node(step.plan, gpus);
+  // The workers in rank order, and what each holds by a given time (a
+  // map filled in key order).
+  const auto nodes = recovery::trainer_nodes(step.plan);
+  const auto seats = recovery::worker_seats(step.plan, gpus);
+  std::vector<std::size_t> order(seats.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto G = static_cast<std::size_t>(gpus);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(nodes[a / G], seats[a].gpu) < std::tie(nodes[b / G], seats[b].gpu);
+  });
   const auto held_by = [&](Milliseconds when) {
     recovery::HeldSums held;
-    for (const auto& [worker, seat] : seats) {
-      const auto p = static_cast<std::size_t>(seat.pipeline);
-      if (step.passes_end_ms[p] <= when) held[worker] = step.shares.microbatches[p];
+    for (const std::size_t r : order) {
+      const auto p = static_cast<std::size_t>(seats[r].pipeline);
+      if (step.passes_end_ms[p] <= when) held.emplace_hint(held.end(), recovery::WorkerId{nodes[r / G], seats[r].gpu},
+                                                           step.shares.microbatches[p]);
     }
     return held;
   };
@@ -231,13 +240,15 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   Milliseconds hold = 0;
   if (!carried.awaited.empty() && step.trains) {
     Milliseconds last = decided;
-    for (const auto& worker : carried.awaited) {
-      last = std::max(last, step.passes_end_ms[static_cast<std::size_t>(seats.at(worker).pipeline)]);
+    for (std::size_t r = 0; r < seats.size(); ++r) {
+      if (carried.awaited.count({nodes[r / G], seats[r].gpu}) > 0) {
+        last = std::max(last, step.passes_end_ms[static_cast<std::size_t>(seats[r].pipeline)]);
+      }
     }
-    if (recovery::worth_waiting(cost(), step.plan, step.shares, held_by(decided), {}, g.plan, gpus, last - decided,
-                                step.iteration_ms)) {
+    recovery::CarriedStep waited = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
+    if (recovery::worth_waiting(cost(), g.plan, carried, waited, last - decided, step.iteration_ms)) {
       hold = last - decided;
-      carried = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
+      carried = std::move(waited);
     }
   }
   const int kept = carried.kept_count();
@@ -253,9 +264,9 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   for (std::size_t p = 0; p < redo.pipelines.size(); ++p) {
     redo.pipelines[p].microbatches = static_cast<int>(carried.train[p].size());
   }
-  const Milliseconds whole = played_iteration(g.plan).iteration_ms;
+  const Milliseconds whole = played_iteration_ms(g.plan);
   ResumedStep resumed{redo, {0, {}}, 0, 0};
-  resumed.iteration_ms = whole > 0 ? iteration_ms(g.plan) * played_iteration(redo).iteration_ms / whole : 0;
+  resumed.iteration_ms = whole > 0 ? iteration_ms(g.plan) * played_iteration_ms(redo) / whole : 0;
   for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
     std::vector<int> held = carried.kept[p];
     held.insert(held.end(), carried.train[p].begin(), carried.train[p].end());

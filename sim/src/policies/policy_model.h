@@ -91,6 +91,10 @@ class PolicyModel {
   Milliseconds iteration_ms(const Plan& plan, const IterationOptions& extra = {});
   // The iteration of `plan` played with the job's options (no overrides, not cached).
   [[nodiscard]] IterationResult played_iteration(const Plan& plan, const IterationOptions& extra = {}) const;
+  // Its time (no overrides), cached by the plan's shape.
+  Milliseconds played_iteration_ms(const Plan& plan, const IterationOptions& extra = {});
+  // When each pipeline's passes end in an iteration of `plan`, played.
+  std::vector<Milliseconds> passes_end_ms(const Plan& plan);
   // Young/Daly, for a policy that needs its checkpoint when `fatal_losses`
   // nodes are lost within one recovery.
   void choose_checkpoint_interval(Milliseconds iteration, int fatal_losses);
@@ -149,6 +153,7 @@ class PolicyModel {
   void detect_stragglers();
 
   std::map<std::vector<double>, Milliseconds> iteration_cache_;
+  std::map<std::vector<double>, Milliseconds> passes_cache_;  // by pipeline shape
   // The last checkpoint interval's basis (iteration, fatal losses): chosen
   // again once run() knows that evicted stragglers are losses too.
   std::optional<std::pair<Milliseconds, int>> checkpoint_basis_;

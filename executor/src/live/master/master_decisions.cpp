@@ -131,8 +131,15 @@ bool Master::waiting_saves_time(const Plan& next, Milliseconds now) const {
     const Milliseconds expected = known != last_pass_ms_.end() ? known->second : last_iteration_ms_;
     remaining = std::max(remaining, expected - (now - step_start_ms_));
   }
-  return recovery::worth_waiting(cost_, running_plan_, shares_, held_sums_, settled_, next, gpus_, remaining,
-                                 last_iteration_ms_);
+  HeldSums passed = held_sums_;
+  for (const auto& worker : carried.awaited) {
+    const auto pipeline = running_pipeline_.find(worker);
+    if (pipeline != running_pipeline_.end()) {
+      passed[worker] = shares_.microbatches.at(static_cast<std::size_t>(pipeline->second));
+    }
+  }
+  const CarriedStep waited = recovery::carry_step(running_plan_, passed, settled_, next, gpus_);
+  return recovery::worth_waiting(cost_, next, carried, waited, remaining, last_iteration_ms_);
 }
 
 // Sends the held generation once nothing it would keep is awaited, or

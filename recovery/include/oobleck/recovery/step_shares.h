@@ -67,17 +67,15 @@ using HeldSums = std::map<WorkerId, std::vector<int>>;
 // nothing), then the gradient synchronisation of them all.
 [[nodiscard]] Milliseconds resumed_step_ms(const CostModel& cost, const Plan& next, const CarriedStep& carried);
 
-// Waiting for awaited pipelines (carry_step's `awaited`) is worth it only
-// when it saves more of the resumed step than it costs: the generation is
-// held back until the last of them passes, `remaining_ms` from now, and
-// then their microbatches are not trained again. The saving is priced by
-// the planner relative to `next`'s whole step, and scaled to
-// `iteration_ms`, the step as measured (or played), so that a profile
-// taken on other hardware still compares with measured time. `shares`:
-// the running step's microbatches, by pipeline of `running`. False when
-// nothing is awaited.
-[[nodiscard]] bool worth_waiting(const CostModel& cost, const Plan& running, const StepShares& shares,
-                                 const HeldSums& held, const std::set<WorkerId>& settled, const Plan& next,
-                                 int gpus_per_node, Milliseconds remaining_ms, Milliseconds iteration_ms);
+// Waiting for awaited pipelines (`now`'s awaited, carry_step) is worth it
+// only when it saves more of the resumed step than it costs: the
+// generation is held back until the last of them passes, `remaining_ms`
+// from now, and the step is then carried as `waited` (carry_step with them
+// holding their shares). The saving is priced by the planner relative to
+// `next`'s whole step, and scaled to `iteration_ms`, the step as measured
+// (or played), so that a profile taken on other hardware still compares
+// with measured time. False when nothing is awaited.
+[[nodiscard]] bool worth_waiting(const CostModel& cost, const Plan& next, const CarriedStep& now,
+                                 const CarriedStep& waited, Milliseconds remaining_ms, Milliseconds iteration_ms);
 
 }  // namespace oobleck::recovery
