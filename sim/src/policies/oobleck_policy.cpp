@@ -221,12 +221,14 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   // map filled in key order).
   const auto nodes = recovery::trainer_nodes(step.plan);
   const auto seats = recovery::worker_seats(step.plan, gpus);
-  std::vector<std::size_t> order(seats.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
   const auto G = static_cast<std::size_t>(gpus);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return std::tie(nodes[a / G], seats[a].gpu) < std::tie(nodes[b / G], seats[b].gpu);
-  });
+  std::vector<std::size_t> by_name(nodes.size());
+  std::iota(by_name.begin(), by_name.end(), std::size_t{0});
+  std::sort(by_name.begin(), by_name.end(), [&](std::size_t a, std::size_t b) { return nodes[a] < nodes[b]; });
+  std::vector<std::size_t> order;  // ranks in (node, GPU) order: a node's ranks are its GPUs in order
+  for (const std::size_t n : by_name) {
+    for (std::size_t gpu = 0; gpu < G; ++gpu) order.push_back(n * G + gpu);
+  }
   const auto held_by = [&](Milliseconds when) {
     recovery::HeldSums held;
     for (const std::size_t r : order) {
