@@ -26,23 +26,29 @@ struct Recovery {
 };
 
 // Four one-node pipelines (GPT-3 1.3B, B = 8, two microbatches each) train
-// steps of exactly 1 s from 11 s on; node2 is lost `into` ms into step 5.
-Recovery lose_node_during_a_step(Milliseconds into, Policy policy = Policy::oobleck) {
-  constexpr Milliseconds kStart = 11'000, kStep = 1'000;
-  const auto at = static_cast<long long>(kStart + 5 * kStep + into);
-  const Trace trace = parse_trace(start_with(4) + std::to_string(at) + ",remove,node2\n60000,add,node9\n", "test trace");
+// steps of exactly 1 s from 11 s on (a restart of 10 s, communicators of
+// 1 s, no detection delay, no copies, no checkpoints), with `policy` alone.
+ReplayResult replay_four_nodes(const std::string& csv, Policy policy) {
   Scenario scenario;
   scenario.cluster.detection_ms = 0;
   scenario.cluster.restart_ms = 10'000;
   scenario.cluster.communicator_ms = 1'000;
-  scenario.overrides.iteration_ms = kStep;
+  scenario.overrides.iteration_ms = 1'000;
   scenario.overrides.checkpoint_interval_iterations = 0;
   scenario.overrides.oobleck_copy_ms = 0;
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 8;
   options.policies = {policy};
-  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  return replay(gpt3_1_3b(), parse_trace(csv, "test trace"), options, scenario);
+}
+
+// node2 is lost `into` ms into step 5.
+Recovery lose_node_during_a_step(Milliseconds into, Policy policy = Policy::oobleck) {
+  constexpr Milliseconds kStart = 11'000, kStep = 1'000;
+  const auto at = static_cast<long long>(kStart + 5 * kStep + into);
+  const ReplayResult result = replay_four_nodes(start_with(4) + std::to_string(at) + ",remove,node2\n60000,add,node9\n",
+                                                policy);
   REQUIRE(result.policies.size() == 1);
   const PolicyResult& p = result.policies.front();
   CHECK(p.time.total_ms() == doctest::Approx(result.duration_ms).epsilon(1e-9));
@@ -129,20 +135,8 @@ TEST_CASE("replay: a loss during the resumed step keeps what its pipelines hold 
   // starts at 17 s. node3 is lost 300 ms into it: node4, which trained
   // nothing, holds its 2 kept ones; node1 holds its 2 and the one it
   // trains, once past its passes. node3's three are trained again.
-  const Trace trace =
-      parse_trace(start_with(4) + "16990,remove,node2\n18300,remove,node3\n60000,add,node9\n", "test trace");
-  Scenario scenario;
-  scenario.cluster.detection_ms = 0;
-  scenario.cluster.restart_ms = 10'000;
-  scenario.cluster.communicator_ms = 1'000;
-  scenario.overrides.iteration_ms = 1'000;
-  scenario.overrides.checkpoint_interval_iterations = 0;
-  scenario.overrides.oobleck_copy_ms = 0;
-  ReplayOptions options;
-  options.fault_tolerance = 1;
-  options.global_microbatches = 8;
-  options.policies = {Policy::oobleck};
-  const ReplayResult result = replay(gpt3_1_3b(), trace, options, scenario);
+  const ReplayResult result =
+      replay_four_nodes(start_with(4) + "16990,remove,node2\n18300,remove,node3\n60000,add,node9\n", Policy::oobleck);
   const PolicyResult& p = result.policies.front();
   CHECK(p.time.total_ms() == doctest::Approx(result.duration_ms).epsilon(1e-9));
   CHECK(p.reconfigurations == 2);
