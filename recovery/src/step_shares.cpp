@@ -138,13 +138,25 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
   return out;
 }
 
-Milliseconds resumed_step_ms(const CostModel& cost, const Plan& next, const CarriedStep& carried) {
-  if (carried.train.empty()) return iteration_ms_at_speeds(cost, next, {});
+Plan resumed_plan(const Plan& next, const CarriedStep& carried) {
   Plan resumed = next;
+  if (carried.train.empty()) return resumed;
   for (std::size_t p = 0; p < resumed.pipelines.size(); ++p) {
     resumed.pipelines[p].microbatches = static_cast<int>(carried.train.at(p).size());
   }
-  return iteration_ms_at_speeds(cost, resumed, {});
+  return resumed;
+}
+
+StepShares resumed_shares(const CarriedStep& carried, int step) {
+  StepShares out{step, carried.kept};
+  for (std::size_t p = 0; p < out.microbatches.size(); ++p) {
+    out.microbatches[p].insert(out.microbatches[p].end(), carried.train.at(p).begin(), carried.train.at(p).end());
+  }
+  return out;
+}
+
+Milliseconds resumed_step_ms(const CostModel& cost, const Plan& next, const CarriedStep& carried) {
+  return iteration_ms_at_speeds(cost, resumed_plan(next, carried), {});
 }
 
 bool worth_waiting(const CostModel& cost, const Plan& next, const CarriedStep& now, const CarriedStep& waited,

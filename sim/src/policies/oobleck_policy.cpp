@@ -165,6 +165,8 @@ void OobleckPolicy::commit_at_next_iteration() {
   });
 }
 
+constexpr Milliseconds kNever = std::numeric_limits<Milliseconds>::infinity();  // a pipeline that will not pass
+
 // A loss while training: every pipeline that lost no node passes the step
 // (its passes need nothing of the others) and then holds its share. A loss
 // while the next generation is being made: what that generation let its
@@ -177,10 +179,9 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
     return std::any_of(pipeline.nodes.begin(), pipeline.nodes.end(),
                        [&](const std::string& node) { return gone.count(node) > 0; });
   };
-  constexpr Milliseconds never = std::numeric_limits<Milliseconds>::infinity();
   if (activity_ == Activity::reconfiguration && in_flight_) {
     for (std::size_t p = 0; p < in_flight_->plan.pipelines.size(); ++p) {
-      if (loses_a_node(in_flight_->plan.pipelines[p])) in_flight_->passes_end_ms[p] = never;
+      if (loses_a_node(in_flight_->plan.pipelines[p])) in_flight_->passes_end_ms[p] = kNever;
     }
     return;
   }
@@ -199,7 +200,7 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
   const Milliseconds start = iteration_start_ms();
   for (const Milliseconds end : passes_end_ms(trained)) step.passes_end_ms.push_back(start + end * stretch);
   for (std::size_t p = 0; p < step.plan.pipelines.size(); ++p) {
-    if (loses_a_node(step.plan.pipelines[p])) step.passes_end_ms[p] = never;
+    if (loses_a_node(step.plan.pipelines[p])) step.passes_end_ms[p] = kNever;
   }
   in_flight_ = std::move(step);
 }
@@ -241,10 +242,14 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   recovery::CarriedStep carried = recovery::carry_step(step.plan, held_by(decided), {}, g.plan, gpus);
   Milliseconds hold = 0;
   if (!carried.awaited.empty() && step.trains) {
+    // A pipeline's workers pass together: one of them says whether it is awaited.
+    std::vector<std::size_t> first_rank(step.plan.pipelines.size(), seats.size());
+    for (std::size_t r = seats.size(); r-- > 0;) first_rank[static_cast<std::size_t>(seats[r].pipeline)] = r;
     Milliseconds last = decided;
-    for (std::size_t r = 0; r < seats.size(); ++r) {
-      if (carried.awaited.count({nodes[r / G], seats[r].gpu}) > 0) {
-        last = std::max(last, step.passes_end_ms[static_cast<std::size_t>(seats[r].pipeline)]);
+    for (std::size_t p = 0; p < first_rank.size(); ++p) {
+      const std::size_t r = first_rank[p];
+      if (r < seats.size() && carried.awaited.count({nodes[r / G], seats[r].gpu}) > 0) {
+        last = std::max(last, step.passes_end_ms[p]);
       }
     }
     recovery::CarriedStep waited = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
@@ -262,24 +267,15 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   // The resumed step: each pipeline trains what it is given (none for a
   // kept one), priced against the whole step as the iteration model plays
   // both, so that a scenario's iteration time scales alike.
-  Plan redo = g.plan;
-  for (std::size_t p = 0; p < redo.pipelines.size(); ++p) {
-    redo.pipelines[p].microbatches = static_cast<int>(carried.train[p].size());
-  }
+  ResumedStep resumed{recovery::resumed_plan(g.plan, carried), recovery::resumed_shares(carried, 0), 0, 0};
   const Milliseconds whole = played_iteration_ms(g.plan);
-  ResumedStep resumed{redo, {0, {}}, 0, 0};
-  resumed.iteration_ms = whole > 0 ? iteration_ms(g.plan) * played_iteration_ms(redo) / whole : 0;
-  for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
-    std::vector<int> held = carried.kept[p];
-    held.insert(held.end(), carried.train[p].begin(), carried.train[p].end());
-    resumed.shares.microbatches.push_back(std::move(held));
-  }
+  resumed.iteration_ms = whole > 0 ? iteration_ms(g.plan) * played_iteration_ms(resumed.played) / whole : 0;
   resumed_ = std::move(resumed);
   // A loss before this generation trains carries from it: its kept
   // pipelines hold their kept lists, the others nothing.
   StepInFlight next{g.plan, {0, carried.kept}, std::vector<Milliseconds>(g.plan.pipelines.size(), 0), false, 0};
   for (std::size_t p = 0; p < g.plan.pipelines.size(); ++p) {
-    if (carried.kept[p].empty()) next.passes_end_ms[p] = std::numeric_limits<Milliseconds>::infinity();
+    if (carried.kept[p].empty()) next.passes_end_ms[p] = kNever;
   }
   in_flight_ = std::move(next);
   return hold;

@@ -124,19 +124,17 @@ void Master::dispatch(std::function<void(const CarriedStep&)> send, const Plan& 
 bool Master::waiting_saves_time(const Plan& next, Milliseconds now) const {
   if (shares_.step < 0) return false;
   const CarriedStep carried = recovery::carry_step(running_plan_, held_sums_, settled_, next, gpus_);
+  // Until the last awaited pipeline passes (as long as in the last step;
+  // unmeasured, a whole step), and what its workers hold then.
   Milliseconds remaining = 0;
-  for (const auto& worker : carried.awaited) {
-    const auto pipeline = running_pipeline_.find(worker);
-    const auto known = pipeline == running_pipeline_.end() ? last_pass_ms_.end() : last_pass_ms_.find(pipeline->second);
-    const Milliseconds expected = known != last_pass_ms_.end() ? known->second : last_iteration_ms_;
-    remaining = std::max(remaining, expected - (now - step_start_ms_));
-  }
   HeldSums passed = held_sums_;
   for (const auto& worker : carried.awaited) {
     const auto pipeline = running_pipeline_.find(worker);
-    if (pipeline != running_pipeline_.end()) {
-      passed[worker] = shares_.microbatches.at(static_cast<std::size_t>(pipeline->second));
-    }
+    if (pipeline == running_pipeline_.end()) continue;
+    const auto known = last_pass_ms_.find(pipeline->second);
+    const Milliseconds expected = known != last_pass_ms_.end() ? known->second : last_iteration_ms_;
+    remaining = std::max(remaining, expected - (now - step_start_ms_));
+    passed[worker] = shares_.microbatches.at(static_cast<std::size_t>(pipeline->second));
   }
   const CarriedStep waited = recovery::carry_step(running_plan_, passed, settled_, next, gpus_);
   return recovery::worth_waiting(cost_, next, carried, waited, remaining, last_iteration_ms_);
@@ -164,13 +162,8 @@ void Master::send_held(bool waited_out) {
   running_wire_ = wire_;
   running_trains_ = false;
   listed_step_ = listed ? sent.resume_step : -1;
-  shares_ = recovery::plan_shares(sent.next, sent.resume_step);
-  if (listed) {
-    for (std::size_t p = 0; p < shares_.microbatches.size(); ++p) {
-      shares_.microbatches[p] = carried.kept[p];
-      shares_.microbatches[p].insert(shares_.microbatches[p].end(), carried.train[p].begin(), carried.train[p].end());
-    }
-  }
+  shares_ = listed ? recovery::resumed_shares(carried, sent.resume_step)
+                   : recovery::plan_shares(sent.next, sent.resume_step);
   // The kept hold theirs until they train again.
   held_sums_.clear();
   settled_.clear();

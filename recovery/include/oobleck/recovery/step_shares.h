@@ -62,6 +62,15 @@ using HeldSums = std::map<WorkerId, std::vector<int>>;
 [[nodiscard]] CarriedStep carry_step(const Plan& running, const HeldSums& held, const std::set<WorkerId>& settled,
                                      const Plan& next, int gpus_per_node);
 
+// The resumed step's plan: `next` with each pipeline's microbatches the
+// count `carried` gives it to train (a kept pipeline none; `next` itself
+// when nothing was carried).
+[[nodiscard]] Plan resumed_plan(const Plan& next, const CarriedStep& carried);
+
+// What each pipeline's sums hold once past the resumed step's passes: its
+// kept microbatches, then those it trained.
+[[nodiscard]] StepShares resumed_shares(const CarriedStep& carried, int step);
+
 // The resumed step as the planner prices it (iteration_ms_at_speeds): `next`
 // with each pipeline training what `carried` gives it (a kept pipeline
 // nothing), then the gradient synchronisation of them all.
