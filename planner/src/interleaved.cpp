@@ -202,6 +202,33 @@ Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const Layout& layo
   return period;
 }
 
+// No play of the layout at M ends sooner, nor does a weighing (played
+// at fewer microbatches plus steady increments, each at least a device's
+// passes): device d starts only once the first microbatch has crossed
+// virtual stages 0 .. d - 1 (forwards and transfers), then runs M times
+// its chunks' passes one at a time, and its last pass, a backward, still
+// has to cross those stages back. (`stages`: the layout's.)
+Milliseconds played_floor_ms(const CostModel& cost, int chunks, const std::vector<Stage>& stages) {
+  const int M = cost.microbatches();
+  const auto devices = stages.size() / static_cast<std::size_t>(chunks);
+  std::vector<double> passes(devices, 0.0);
+  for (std::size_t j = 0; j < stages.size(); ++j) {
+    const Stage& st = stages[j];
+    passes[j % devices] += cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
+                           cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
+  }
+  Milliseconds floor = 0, crossed = 0;  // crossed: stages 0 .. d - 1 there and back
+  for (std::size_t d = 0; d < devices; ++d) {
+    floor = std::max(floor, crossed + M * passes[d]);
+    if (d + 1 == devices) break;
+    const Stage& st = stages[d];
+    crossed += cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
+               cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) +
+               2 * cost.transfer_ms(st.layer_end, st.node == stages[d + 1].node, st.gpus);
+  }
+  return floor;
+}
+
 // The microbatches after which a device's activations in flight stop
 // growing: its warm-up is at most (D - 1) 2 + (v - 1) D chunk forwards.
 int saturated_microbatches(int devices, int chunks) { return devices * (chunks + 2); }
@@ -220,13 +247,28 @@ Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, 
   return microbatches == M ? played : played + (M - microbatches) * bottleneck_ms(cost, chunks, layout, stages);
 }
 
+// Cuts are improved where they start within this factor of the fastest
+// (improve_best): a cut a little slower than the first often leads to a
+// faster optimum.
+constexpr double kStartsWithin = 1.05;
+
 // The three cuts over every degree and recomputation choice that gives at
 // least two devices, each that fits with its played time, fastest first
-// (ties in the order made); none where nothing fits.
-std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks) {
+// (ties in the order made); none where nothing fits. Cuts that would play
+// slower than kStartsWithin times the fastest, or than `beaten_ms` (the
+// fastest of other chunk counts), are left out unplayed: none of them
+// could be improved nor chosen. They are played in the order of their
+// floors (played_floor_ms), so that the fastest is known early.
+std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks,
+                               Milliseconds beaten_ms = std::numeric_limits<double>::infinity()) {
   const int G = cost.gpus_per_node();
   const int L = cost.layers();
-  std::vector<Layout> out;
+  struct Candidate {
+    Layout layout;
+    std::vector<Stage> stages;
+    Milliseconds floor_ms;
+  };
+  std::vector<Candidate> made;
   for (int t : cost.degrees()) {
     const int span = t > G ? t / G : 1;
     if (t > G && nodes % span != 0) continue;
@@ -238,15 +280,37 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks) {
       for (const std::vector<int>& ends : {min_max_cuts(L, devices * chunks, compute),
                                            min_max_cuts(L, devices * chunks, memory), equal_cuts(L, devices * chunks)}) {
         if (ends.empty()) continue;
-        const bool seen = std::any_of(out.begin(), out.end(), [&](const Layout& o) {
-          return o.degree == t && o.recompute == r && o.ends == ends;
+        const bool seen = std::any_of(made.begin(), made.end(), [&](const Candidate& o) {
+          return o.layout.degree == t && o.layout.recompute == r && o.layout.ends == ends;
         });
         if (seen) continue;
         Layout layout{t, r, ends};
-        layout.played_ms = played_ms(cost, chunks, layout, cost.microbatches());
-        if (!std::isinf(layout.played_ms)) out.push_back(std::move(layout));
+        std::vector<Stage> stages = stages_of(cost, chunks, layout);
+        const Milliseconds floor = played_floor_ms(cost, chunks, stages);
+        made.push_back({std::move(layout), std::move(stages), floor});
       }
     }
+  }
+  std::vector<std::size_t> by_floor(made.size());
+  for (std::size_t i = 0; i < made.size(); ++i) by_floor[i] = i;
+  std::stable_sort(by_floor.begin(), by_floor.end(),
+                   [&](std::size_t a, std::size_t b) { return made[a].floor_ms < made[b].floor_ms; });
+  const int M = cost.microbatches();
+  Milliseconds fastest = beaten_ms;
+  std::vector<bool> played(made.size(), false);
+  for (const std::size_t i : by_floor) {
+    // (a margin for rounding: the floor sums the passes in another order)
+    if (made[i].floor_ms * (1 - 1e-9) > fastest * kStartsWithin) break;
+    Candidate& c = made[i];
+    const int devices = static_cast<int>(c.stages.size()) / chunks;
+    if (!interleaved_fits(cost, c.stages, chunks, std::min(M, saturated_microbatches(devices, chunks)))) continue;
+    c.layout.played_ms = play_pipeline(cost, c.stages, M, nullptr, chunks).end_ms;
+    played[i] = true;
+    fastest = std::min(fastest, c.layout.played_ms);
+  }
+  std::vector<Layout> out;
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    if (played[i]) out.push_back(std::move(made[i].layout));
   }
   std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.played_ms < b.played_ms; });
   return out;
@@ -269,14 +333,10 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
     if (const auto it = weighed.find(key); it != weighed.end()) return it->second;
     return weighed[key] = played_ms(cost, chunks, l, weighed_at);
   };
-  // A device runs each microbatch's passes of its chunks one after another,
-  // and the steady increment is at least the busiest device's passes: no
-  // layout plays faster than M times those (the play is skipped, with a
-  // margin for rounding, where that bound already reaches `time`).
-  const int M = cost.microbatches();
-  std::vector<double> load;
+  // The play is skipped, with a margin for rounding, where the layout's
+  // floor already reaches `time`.
   const auto cannot_beat = [&](const Layout& l, Milliseconds time) {
-    return M * busiest_device_ms(cost, chunks, l, load) * (1 - 1e-9) >= time;
+    return played_floor_ms(cost, chunks, stages_of(cost, chunks, l)) * (1 - 1e-9) >= time;
   };
   Layout moving = layout;
   moving.played_ms = weigh(moving);
@@ -312,9 +372,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
 }
 
 // The fastest of `cuts` (fastest first) once each that starts within
-// kStartsWithin of the first is moved to its local optimum: a cut a little
-// slower than the first often leads to a faster optimum.
-constexpr double kStartsWithin = 1.05;
+// kStartsWithin of the first is moved to its local optimum.
 Layout improve_best(const CostModel& cost, int chunks, std::vector<Layout> cuts) {
   Layout best = cuts.front();
   const Milliseconds fastest = best.played_ms;  // (the first start is improved in place)
@@ -360,7 +418,8 @@ void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<Pip
   std::vector<Layout> best;
   int best_chunks = 0;
   for (int v = 2; v <= cost.interleave(); ++v) {
-    std::vector<Layout> cuts = cut_layers(cost, nodes, v);
+    std::vector<Layout> cuts =
+        cut_layers(cost, nodes, v, best.empty() ? std::numeric_limits<double>::infinity() : best.front().played_ms);
     if (!cuts.empty() && (best.empty() || cuts.front().played_ms < best.front().played_ms)) {
       best = std::move(cuts), best_chunks = v;
     }
