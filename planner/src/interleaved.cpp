@@ -131,7 +131,8 @@ Bytes device_peak_bytes(const CostModel& cost, const std::vector<Stage>& stages,
   Bytes most = 0;
   for (const std::vector<int>& counts : interleaved_orders(devices, chunks, microbatches).in_flight[d]) {
     Bytes held = 0;
-    for (int c = 0; c < chunks; ++c) held += counts[static_cast<std::size_t>(c)] * per_microbatch[static_cast<std::size_t>(c)];
+    for (int c = 0; c < chunks; ++c)
+      held += counts[static_cast<std::size_t>(c)] * per_microbatch[static_cast<std::size_t>(c)];
     most = std::max(most, held);
   }
   return fixed + working + most;
@@ -277,8 +278,9 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks,
     for (Recompute r : cost.recompute_choices()) {
       const auto compute = [&](int b, int e) { return cost.stage_compute_ms(b, e, t, r); };
       const auto memory = [&](int b, int e) { return static_cast<double>(cost.stage_memory_bytes(b, e, t, 1, r)); };
-      for (const std::vector<int>& ends : {min_max_cuts(L, devices * chunks, compute),
-                                           min_max_cuts(L, devices * chunks, memory), equal_cuts(L, devices * chunks)}) {
+      for (const std::vector<int>& ends :
+           {min_max_cuts(L, devices * chunks, compute), min_max_cuts(L, devices * chunks, memory),
+            equal_cuts(L, devices * chunks)}) {
         if (ends.empty()) continue;
         const bool seen = std::any_of(made.begin(), made.end(), [&](const Candidate& o) {
           return o.layout.degree == t && o.layout.recompute == r && o.layout.ends == ends;

@@ -59,8 +59,14 @@ std::vector<int> proportional(int count, const std::vector<int>& weights) {
 
 }  // namespace
 
-CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std::set<WorkerId>& settled,
-                       const Plan& next, int gpus_per_node) {
+namespace {
+
+// carry_step, with what a worker holds and whether it is settled asked of
+// `held(was, worker)` (null: not known) and `settled(was, worker)`, where
+// `was` is its seat in the running plan and `worker` its (node, GPU).
+template <typename Held, typename Settled>
+CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, const Held& held_by,
+                  const Settled& settled) {
   const std::size_t pipelines = next.pipelines.size();
   const auto G = static_cast<std::size_t>(gpus_per_node);
   CarriedStep out;
@@ -80,10 +86,12 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
   std::vector<std::vector<std::size_t>> next_workers(pipelines);  // ranks, by pipeline
   for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
+  std::vector<const WorkerSeat*> was_seat;
   for (std::size_t x = 0; x < pipelines; ++x) {
     const auto& workers = next_workers[x];
     int source = -1;
     bool unchanged = !workers.empty();
+    was_seat.clear();
     for (const std::size_t r : workers) {
       const auto node = before_rank.find(next_nodes[r / G]);
       const WorkerSeat* was = node == before_rank.end() ? nullptr : &before[node->second * G + r % G];
@@ -92,21 +100,23 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
         break;
       }
       source = was->pipeline;
+      was_seat.push_back(was);
     }
     if (!unchanged || running_workers[static_cast<std::size_t>(source)] != workers.size()) continue;
     std::vector<WorkerId> waiting;
     const std::vector<int>* common = nullptr;
     bool may_keep = true;
-    for (const std::size_t r : workers) {
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      const std::size_t r = workers[i];
       WorkerId worker{next_nodes[r / G], static_cast<int>(r % G)};
-      const auto h = held_sums.find(worker);
-      if (h == held_sums.end()) {
-        if (settled.count(worker)) may_keep = false;
+      const std::vector<int>* h = held_by(*was_seat[i], worker);
+      if (h == nullptr) {
+        if (settled(*was_seat[i], worker)) may_keep = false;
         waiting.push_back(std::move(worker));
-      } else if (common != nullptr && *common != h->second) {
+      } else if (common != nullptr && common != h && *common != *h) {
         may_keep = false;
       } else {
-        common = &h->second;
+        common = h;
       }
     }
     if (!may_keep) continue;
@@ -136,6 +146,30 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
     next_left += n;
   }
   return out;
+}
+
+}  // namespace
+
+CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std::set<WorkerId>& settled,
+                       const Plan& next, int gpus_per_node) {
+  return carry(
+      running, next, gpus_per_node,
+      [&](const WorkerSeat&, const WorkerId& worker) -> const std::vector<int>* {
+        const auto h = held_sums.find(worker);
+        return h == held_sums.end() ? nullptr : &h->second;
+      },
+      [&](const WorkerSeat&, const WorkerId& worker) { return settled.count(worker) > 0; });
+}
+
+CarriedStep carry_step_by_pipeline(const Plan& running, const StepShares& shares, const std::vector<bool>& passed,
+                                   const Plan& next, int gpus_per_node) {
+  return carry(
+      running, next, gpus_per_node,
+      [&](const WorkerSeat& was, const WorkerId&) -> const std::vector<int>* {
+        const auto p = static_cast<std::size_t>(was.pipeline);
+        return passed.at(p) ? &shares.microbatches.at(p) : nullptr;
+      },
+      [](const WorkerSeat&, const WorkerId&) { return false; });
 }
 
 Plan resumed_plan(const Plan& next, const CarriedStep& carried) {

@@ -191,6 +191,36 @@ TEST_CASE("step shares: every combination of passed and restarted workers covers
   }
 }
 
+TEST_CASE("step shares: carried by pipeline, as the simulator does, equals carried by worker") {
+  // Pipelines of one to three nodes; the next plans lose e, merge or swap
+  // pipelines, and move a node to another seat. Every subset of running
+  // pipelines past their passes, against the held sums of their workers.
+  const Plan running = plan_of({{"a", "b"}, {"c"}, {"d", "e", "f"}, {"g", "h"}}, {3, 2, 4, 3});
+  const StepShares shares = plan_shares(running, 5);
+  for (const auto& next :
+       {plan_of({{"a", "b"}, {"c"}, {"d", "f"}, {"g", "h"}}, {3, 3, 3, 3}),
+        plan_of({{"g", "h"}, {"a", "b"}, {"c", "d", "f"}}, {4, 4, 4}),
+        plan_of({{"b", "a"}, {"c"}, {"g", "h", "d", "f"}}, {4, 2, 6})}) {
+    for (int mask = 0; mask < 1 << 4; ++mask) {
+      CAPTURE(mask);
+      std::vector<bool> passed(4);
+      std::set<WorkerId> holding;
+      for (std::size_t p = 0; p < 4; ++p) {
+        passed[p] = (mask >> p & 1) != 0;
+        if (passed[p]) {
+          for (const auto& n : running.pipelines[p].nodes) holding.insert({n, 0});
+        }
+      }
+      const CarriedStep by_worker = carry_step(running, held_of(running, shares, holding), {}, next, 1);
+      const CarriedStep by_pipeline = carry_step_by_pipeline(running, shares, passed, next, 1);
+      CHECK(by_pipeline.kept == by_worker.kept);
+      CHECK(by_pipeline.train == by_worker.train);
+      CHECK(by_pipeline.awaited == by_worker.awaited);
+      check_exactly_once(by_pipeline, next);
+    }
+  }
+}
+
 TEST_CASE("step shares: a generation waits for unchanged pipelines only when that saves more than the wait") {
   // Four one-node pipelines of one stage (4 layers, F + B = 3 ms each: a
   // microbatch costs c = 12 ms on any), 3 microbatches each; d is lost and

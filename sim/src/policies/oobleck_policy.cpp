@@ -218,31 +218,20 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   const StepInFlight& step = *in_flight_;
   const int gpus = job_.profile.hardware.gpus_per_node;
   const Milliseconds decided = engine_.now() + detection;
-  // The workers in rank order, and what each holds by a given time (a
-  // map filled in key order).
-  const auto nodes = recovery::trainer_nodes(step.plan);
-  const auto seats = recovery::worker_seats(step.plan, gpus);
-  const auto G = static_cast<std::size_t>(gpus);
-  std::vector<std::size_t> by_name(nodes.size());
-  std::iota(by_name.begin(), by_name.end(), std::size_t{0});
-  std::sort(by_name.begin(), by_name.end(), [&](std::size_t a, std::size_t b) { return nodes[a] < nodes[b]; });
-  std::vector<std::size_t> order;  // ranks in (node, GPU) order: a node's ranks are its GPUs in order
-  for (const std::size_t n : by_name) {
-    for (std::size_t gpu = 0; gpu < G; ++gpu) order.push_back(n * G + gpu);
-  }
-  const auto held_by = [&](Milliseconds when) {
-    recovery::HeldSums held;
-    for (const std::size_t r : order) {
-      const auto p = static_cast<std::size_t>(seats[r].pipeline);
-      if (step.passes_end_ms[p] <= when) held.emplace_hint(held.end(), recovery::WorkerId{nodes[r / G], seats[r].gpu},
-                                                           step.shares.microbatches[p]);
-    }
-    return held;
+  // A pipeline's workers pass together: which have passed by a given time.
+  const auto passed_by = [&](Milliseconds when) {
+    std::vector<bool> passed(step.passes_end_ms.size());
+    for (std::size_t p = 0; p < passed.size(); ++p) passed[p] = step.passes_end_ms[p] <= when;
+    return passed;
   };
-  recovery::CarriedStep carried = recovery::carry_step(step.plan, held_by(decided), {}, g.plan, gpus);
+  recovery::CarriedStep carried =
+      recovery::carry_step_by_pipeline(step.plan, step.shares, passed_by(decided), g.plan, gpus);
   Milliseconds hold = 0;
   if (!carried.awaited.empty() && step.trains) {
-    // A pipeline's workers pass together: one of them says whether it is awaited.
+    // One worker of a pipeline says whether it is awaited.
+    const auto nodes = recovery::trainer_nodes(step.plan);
+    const auto seats = recovery::worker_seats(step.plan, gpus);
+    const auto G = static_cast<std::size_t>(gpus);
     std::vector<std::size_t> first_rank(step.plan.pipelines.size(), seats.size());
     for (std::size_t r = seats.size(); r-- > 0;) first_rank[static_cast<std::size_t>(seats[r].pipeline)] = r;
     Milliseconds last = decided;
@@ -252,7 +241,8 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
         last = std::max(last, step.passes_end_ms[p]);
       }
     }
-    recovery::CarriedStep waited = recovery::carry_step(step.plan, held_by(last), {}, g.plan, gpus);
+    recovery::CarriedStep waited =
+        recovery::carry_step_by_pipeline(step.plan, step.shares, passed_by(last), g.plan, gpus);
     if (recovery::worth_waiting(cost(), g.plan, carried, waited, last - decided, step.iteration_ms)) {
       hold = last - decided;
       carried = std::move(waited);

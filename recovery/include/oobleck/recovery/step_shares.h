@@ -62,6 +62,14 @@ using HeldSums = std::map<WorkerId, std::vector<int>>;
 [[nodiscard]] CarriedStep carry_step(const Plan& running, const HeldSums& held, const std::set<WorkerId>& settled,
                                      const Plan& next, int gpus_per_node);
 
+// carry_step where a running pipeline's workers pass together (as the
+// simulator plays them): the workers of each pipeline `passed` says hold
+// its list of `shares` (both by pipeline of `running`), the others are
+// not past their passes yet, and none is settled. The same as carry_step
+// with those held sums, without a map of every worker.
+[[nodiscard]] CarriedStep carry_step_by_pipeline(const Plan& running, const StepShares& shares,
+                                                 const std::vector<bool>& passed, const Plan& next, int gpus_per_node);
+
 // The resumed step's plan: `next` with each pipeline's microbatches the
 // count `carried` gives it to train (a kept pipeline none; `next` itself
 // when nothing was carried).
