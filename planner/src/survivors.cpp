@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #include "min_cost_flow.h"
 #include "plan_building.h"
@@ -22,7 +24,7 @@ Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const 
                                            const std::string& node) { return !lost.count(node); }) {
   check_node_names(lost_, "lost");
   check_node_names(added_, "added");
-  std::set<std::string> known;
+  std::unordered_set<std::string_view> known;
   for (const auto& p : current_.pipelines) known.insert(p.nodes.begin(), p.nodes.end());
   known.insert(current_.spare_nodes.begin(), current_.spare_nodes.end());
   std::set<std::string> lost(lost_.begin(), lost_.end());
@@ -56,6 +58,7 @@ Survivors::Survivors(const CostModel& cost, const TemplateSet& templates, const 
     if (!lost.count(name)) add_survivor(name, nullptr, 0);
   }
   for (const auto& name : added_) add_survivor(name, nullptr, 0);
+  index_.reserve(survivors_.size());
   for (std::size_t i = 0; i < survivors_.size(); ++i) index_[survivors_[i].name] = static_cast<int>(i);
 }
 

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "composition.h"
@@ -71,7 +72,7 @@ class Survivors {
   const std::vector<std::string>& lost_;
   const std::vector<std::string>& added_;
   std::vector<Survivor> survivors_;
-  std::map<std::string, int> index_;
+  std::unordered_map<std::string, int> index_;  // survivor by name
   LayerParts parts_;  // of the current plan's stages over several nodes, among the survivors
 };
 
