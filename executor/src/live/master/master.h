@@ -236,6 +236,7 @@ class Master {
     Plan next;
     int resume_step = 0;
     Milliseconds since_ms = 0, deadline_ms = 0;
+    bool waits = false;  // for passes (else it goes at once, keeping what has passed)
   };
   std::optional<HeldGeneration> held_generation_;
   std::map<std::string, Milliseconds> worker_gone_;

@@ -117,7 +117,8 @@ void Master::dispatch(std::function<void(const CarriedStep&)> send, const Plan& 
     may_wait = waiting_saves_time(next, now);
   }
   held_generation_ = HeldGeneration{std::move(send), next, may_keep ? resume_step : -1, now,
-                                    now + std::max<Milliseconds>(o_.heartbeat_timeout_ms, 3 * last_iteration_ms_)};
+                                    now + std::max<Milliseconds>(o_.heartbeat_timeout_ms, 3 * last_iteration_ms_),
+                                    may_wait};
   send_held(!may_wait);
 }
 
@@ -155,7 +156,9 @@ void Master::send_held(bool waited_out) {
   const bool listed = carried.kept_count() > 0;
   if (!listed) carried = CarriedStep();
   timing_.held_ms = now_ms() - sent.since_ms;
-  timing_.held_timed_out = !carried.awaited.empty();
+  // (A generation that did not wait went without nothing it waited for:
+  // after a step that never trained, an unchanged pipeline holds nothing.)
+  timing_.held_timed_out = sent.waits && !carried.awaited.empty();
   timing_.kept_microbatches = carried.kept_count();
   sent.send(carried);
   running_plan_ = sent.next;
