@@ -212,20 +212,19 @@ Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const Layout& layo
 Milliseconds played_floor_ms(const CostModel& cost, int chunks, const std::vector<Stage>& stages) {
   const int M = cost.microbatches();
   const auto devices = stages.size() / static_cast<std::size_t>(chunks);
-  std::vector<double> passes(devices, 0.0);
+  std::vector<double> stage_passes(stages.size()), device_passes(devices, 0.0);
   for (std::size_t j = 0; j < stages.size(); ++j) {
     const Stage& st = stages[j];
-    passes[j % devices] += cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
-                           cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
+    stage_passes[j] = cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
+                      cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute);
+    device_passes[j % devices] += stage_passes[j];
   }
   Milliseconds floor = 0, crossed = 0;  // crossed: stages 0 .. d - 1 there and back
   for (std::size_t d = 0; d < devices; ++d) {
-    floor = std::max(floor, crossed + M * passes[d]);
+    floor = std::max(floor, crossed + M * device_passes[d]);
     if (d + 1 == devices) break;
     const Stage& st = stages[d];
-    crossed += cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
-               cost.stage_backward_ms(st.layer_begin, st.layer_end, st.gpus, st.recompute) +
-               2 * cost.transfer_ms(st.layer_end, st.node == stages[d + 1].node, st.gpus);
+    crossed += stage_passes[d] + 2 * cost.transfer_ms(st.layer_end, st.node == stages[d + 1].node, st.gpus);
   }
   return floor;
 }
@@ -299,7 +298,6 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks,
                    [&](std::size_t a, std::size_t b) { return made[a].floor_ms < made[b].floor_ms; });
   const int M = cost.microbatches();
   Milliseconds fastest = beaten_ms;
-  std::vector<bool> played(made.size(), false);
   for (const std::size_t i : by_floor) {
     // (a margin for rounding: the floor sums the passes in another order)
     if (made[i].floor_ms * (1 - 1e-9) > fastest * kStartsWithin) break;
@@ -307,12 +305,11 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks,
     const int devices = static_cast<int>(c.stages.size()) / chunks;
     if (!interleaved_fits(cost, c.stages, chunks, std::min(M, saturated_microbatches(devices, chunks)))) continue;
     c.layout.played_ms = play_pipeline(cost, c.stages, M, nullptr, chunks).end_ms;
-    played[i] = true;
     fastest = std::min(fastest, c.layout.played_ms);
   }
-  std::vector<Layout> out;
-  for (std::size_t i = 0; i < made.size(); ++i) {
-    if (played[i]) out.push_back(std::move(made[i].layout));
+  std::vector<Layout> out;  // those played (the others' played_ms is still infinite)
+  for (Candidate& c : made) {
+    if (!std::isinf(c.layout.played_ms)) out.push_back(std::move(c.layout));
   }
   std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.played_ms < b.played_ms; });
   return out;

@@ -57,13 +57,10 @@ std::vector<int> proportional(int count, const std::vector<int>& weights) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // carry_step, with what a worker holds and whether it is settled asked of
-// `held(was, worker)` (null: not known) and `settled(was, worker)`, where
-// `was` is its seat in the running plan and `worker` its (node, GPU).
+// `held(was, node, gpu)` (null: not known) and `settled(was, node, gpu)`,
+// where `was` is its seat in the running plan. (The worker's id is made
+// only for the awaited: the simulator carries thousands at every loss.)
 template <typename Held, typename Settled>
 CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, const Held& held_by,
                   const Settled& settled) {
@@ -108,11 +105,12 @@ CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, cons
     bool may_keep = true;
     for (std::size_t i = 0; i < workers.size(); ++i) {
       const std::size_t r = workers[i];
-      WorkerId worker{next_nodes[r / G], static_cast<int>(r % G)};
-      const std::vector<int>* h = held_by(*was_seat[i], worker);
+      const std::string& node = next_nodes[r / G];
+      const int gpu = static_cast<int>(r % G);
+      const std::vector<int>* h = held_by(*was_seat[i], node, gpu);
       if (h == nullptr) {
-        if (settled(*was_seat[i], worker)) may_keep = false;
-        waiting.push_back(std::move(worker));
+        if (settled(*was_seat[i], node, gpu)) may_keep = false;
+        waiting.emplace_back(node, gpu);
       } else if (common != nullptr && common != h && *common != *h) {
         may_keep = false;
       } else {
@@ -154,22 +152,24 @@ CarriedStep carry_step(const Plan& running, const HeldSums& held_sums, const std
                        const Plan& next, int gpus_per_node) {
   return carry(
       running, next, gpus_per_node,
-      [&](const WorkerSeat&, const WorkerId& worker) -> const std::vector<int>* {
-        const auto h = held_sums.find(worker);
+      [&](const WorkerSeat&, const std::string& node, int gpu) -> const std::vector<int>* {
+        const auto h = held_sums.find({node, gpu});
         return h == held_sums.end() ? nullptr : &h->second;
       },
-      [&](const WorkerSeat&, const WorkerId& worker) { return settled.count(worker) > 0; });
+      [&](const WorkerSeat&, const std::string& node, int gpu) {
+        return settled.count({node, gpu}) > 0;
+      });
 }
 
 CarriedStep carry_step_by_pipeline(const Plan& running, const StepShares& shares, const std::vector<bool>& passed,
                                    const Plan& next, int gpus_per_node) {
   return carry(
       running, next, gpus_per_node,
-      [&](const WorkerSeat& was, const WorkerId&) -> const std::vector<int>* {
+      [&](const WorkerSeat& was, const std::string&, int) -> const std::vector<int>* {
         const auto p = static_cast<std::size_t>(was.pipeline);
         return passed.at(p) ? &shares.microbatches.at(p) : nullptr;
       },
-      [](const WorkerSeat&, const WorkerId&) { return false; });
+      [](const WorkerSeat&, const std::string&, int) { return false; });
 }
 
 Plan resumed_plan(const Plan& next, const CarriedStep& carried) {
