@@ -17,7 +17,8 @@
 #              takes any interval above 0; its looks then cost about 3 % of a
 #              core, at 0.001 s 10 %, taken from the workers) and with its
 #              default of 5 s.
-# Prints both, the ratios torchrun / oobleck and the breakdowns
+# Prints both, the ratios torchrun / oobleck, the breakdowns and the ceiling
+# (torchrun's restart over oobleck's redone step alone)
 # (oobleck-tools bench-torchrun; also in OUT/bench-torchrun.json).
 # Needs Debian's python3-torch (torchrun): installed when missing and running
 # as root. Outputs in build/bench-vs-torchrun/ (OUT_DIR overrides it; emptied

@@ -89,6 +89,10 @@ def test_the_report_gives_medians_ratios_and_parts(tmp_path, live):
     assert "torchrun, monitor 0.1 s                 3500 ms            14.0x  3500, 3500 ms" in result.stdout
     assert "torchrun, monitor 5 s (default)         7500 ms            30.0x" in result.stdout
     assert "  Python started, torch imported                2000.0 ms" in result.stdout
+    # Each failure's redone step took 12 ms: no recovery here can pass 3500 / 12.
+    assert summary["redone_step_ceilings"] == {"0.1": pytest.approx(3500 / 12.0), "5": pytest.approx(7500 / 12.0)}
+    assert ("the ceiling, a recovery of nothing but its redone step (12 ms): 291.7x at monitor 0.1 s, "
+            "625.0x at monitor 5 s") in result.stdout
 
 
 def test_a_recovery_is_the_kill_to_the_first_step_of_a_later_start():

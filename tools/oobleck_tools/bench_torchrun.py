@@ -391,6 +391,11 @@ def report(oobleck, torchruns, processes):
     steady = [("oobleck", oobleck["step_ms"])] + [(f"DDP (monitor {t['monitor_interval_s']:g} s)", t["step_ms"])
                                                   for t in torchruns]
     print("a step without failures: " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in steady if ms is not None))
+    # Every recovery ends with the step it interrupted trained again, so no
+    # cut to detection, communicators or copies can pass this ratio.
+    print(f"the ceiling, a recovery of nothing but its redone step ({oobleck['resume_ms']:.0f} ms): "
+          + ", ".join(f"{ratio(t['recovery_ms'], oobleck['resume_ms']):.1f}x at monitor {t['monitor_interval_s']:g} s"
+                      for t in torchruns))
 
 
 def run(args):
@@ -418,6 +423,8 @@ def run(args):
                {"format": RESULT_FORMAT, "oobleck": oobleck, "torchrun": torchruns,
                 "ratios": {f"{t['monitor_interval_s']:g}": ratio(t["recovery_ms"], oobleck["recovery_ms"])
                            for t in torchruns},
+                "redone_step_ceilings": {f"{t['monitor_interval_s']:g}": ratio(t["recovery_ms"], oobleck["resume_ms"])
+                                         for t in torchruns},
                 "crash_ratios": {f"{t['monitor_interval_s']:g}": ratio(t["recovery_ms"],
                                                                          oobleck["crashes"]["recovery_ms"])
                                  for t in torchruns} if "crashes" in oobleck else {}})
