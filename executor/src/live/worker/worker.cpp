@@ -151,28 +151,33 @@ class LiveWorker {
   // ------------------------------------------------------------ generations
 
   void enter(const protocol::NewGeneration& g) {
-    taker_.wait();
     step_.reset();
     if (inbox_.store_port() != store_port_) reach_store(inbox_.store_port());  // a restarted master's
     number_ = g.generation;
     inbox_.begin(number_);
     const double start = now_ms();
     inbox_.send(protocol::Recovering{number_});
+    // The groups first, while a snapshot in hand is still being packed:
+    // every member waits for the slowest to connect, and the packing (tens
+    // of milliseconds on a loaded machine) need not come before.
+    Generation next = read_generation(g);
+    std::vector<int> shard_group;
+    if (next.trainer) {
+      const recovery::WorkerSeat& own = next.seats.at(static_cast<std::size_t>(next.settings.rank));
+      for (int k = 0; k < own.degree; ++k) shard_group.push_back(own.first_rank + k);
+    }
+    groups_.build(next.settings, shard_group, gradient_groups(next.seats, o_.model));
+    const double rebuilt = now_ms();
+    taker_.wait();  // the layers change from here on
     if (g.discard_held) {
       // A rollback past f: whatever is held is newer than the state resumed.
       pending_.reset();
       held_.clear();
     }
-    settle_step_in_hand(g.resume_step);
-    take_plan(g);
+    settle_step_in_hand(g.resume_step);  // (on the seat of the generation before)
+    adopt(std::move(next), g);
     keep_passed_sums(g);
     keep_what_is_counted(g);
-    std::vector<int> shard_group;
-    if (trainer_) {
-      for (int k = 0; k < seat().degree; ++k) shard_group.push_back(seat().first_rank + k);
-    }
-    groups_.build(settings_, shard_group, gradient_groups(seats_, o_.model));
-    const double rebuilt = now_ms();
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
     if (trainer_) restore_missing_layers(g, shard);
@@ -195,17 +200,35 @@ class LiveWorker {
     }
   }
 
-  void take_plan(const protocol::NewGeneration& g) {
-    plan_ = parse_plan(g.plan, "generation " + std::to_string(number_), profile_);
+  // A generation's plan and this worker's place in it, before they are its own.
+  struct Generation {
+    Plan plan;
+    std::vector<recovery::WorkerSeat> seats;
+    GroupSettings settings;
+    bool trainer = false;
+  };
+
+  [[nodiscard]] Generation read_generation(const protocol::NewGeneration& g) const {
+    Generation next;
+    next.plan = parse_plan(g.plan, "generation " + std::to_string(number_), profile_);
     const auto me = std::find(g.ranks.begin(), g.ranks.end(), node_);
     if (me == g.ranks.end())
       throw std::logic_error("generation " + std::to_string(number_) + " does not list " + node_);
-    settings_.generation = number_;
-    settings_.rank = static_cast<int>(me - g.ranks.begin()) * gpus_ + gpu_;
-    settings_.world_size = static_cast<int>(g.ranks.size()) * gpus_;
-    seats_ = recovery::worker_seats(plan_, gpus_);
-    settings_.trainers = static_cast<int>(seats_.size());
-    trainer_ = settings_.rank < settings_.trainers;
+    next.settings = settings_;
+    next.settings.generation = number_;
+    next.settings.rank = static_cast<int>(me - g.ranks.begin()) * gpus_ + gpu_;
+    next.settings.world_size = static_cast<int>(g.ranks.size()) * gpus_;
+    next.seats = recovery::worker_seats(next.plan, gpus_);
+    next.settings.trainers = static_cast<int>(next.seats.size());
+    next.trainer = next.settings.rank < next.settings.trainers;
+    return next;
+  }
+
+  void adopt(Generation next, const protocol::NewGeneration& g) {
+    plan_ = std::move(next.plan);
+    seats_ = std::move(next.seats);
+    settings_ = next.settings;
+    trainer_ = next.trainer;
     resume_step_ = g.resume_step;
   }
 
