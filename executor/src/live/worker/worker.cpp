@@ -53,6 +53,10 @@ class LiveWorker {
         inbox_(InboxIdentity{options.node, options.token, options.master_addr, options.gpu, options.control_port,
                              options.master_wait_ms}),
         taker_(options.token, options.snapshot_port) {}
+  // The snapshot in hand reads held_, which goes before taker_ does.
+  ~LiveWorker() { taker_.wait(); }
+  LiveWorker(const LiveWorker&) = delete;
+  LiveWorker& operator=(const LiveWorker&) = delete;
 
   int run() {
     configure(inbox_.welcome());
