@@ -10,6 +10,7 @@
 namespace oobleck::executor {
 namespace {
 
+// libc's getpeername, past this file's own.
 int libc_peer_name(int fd, sockaddr* address, socklen_t* length) {
   return static_cast<int>(::syscall(SYS_getpeername, fd, address, length));
 }
@@ -44,7 +45,7 @@ extern "C" __attribute__((visibility("default"))) int getpeername(int fd, sockad
   if (in_libgloo(__builtin_return_address(0))) {
     return oobleck::executor::peer_name_or_unspecified(fd, address, length);
   }
-  return static_cast<int>(::syscall(SYS_getpeername, fd, address, length));
+  return oobleck::executor::libc_peer_name(fd, address, length);
 }
 
 bool oobleck::executor::gloo_peer_name_guarded() {

@@ -166,7 +166,7 @@ class LiveWorker {
     // of milliseconds on a loaded machine) need not come before.
     Generation next = read_generation(g);
     std::vector<int> shard_group;
-    if (next.trainer) {
+    if (next.settings.rank < next.settings.trainers) {
       const recovery::WorkerSeat& own = next.seats.at(static_cast<std::size_t>(next.settings.rank));
       for (int k = 0; k < own.degree; ++k) shard_group.push_back(own.first_rank + k);
     }
@@ -209,7 +209,6 @@ class LiveWorker {
     Plan plan;
     std::vector<recovery::WorkerSeat> seats;
     GroupSettings settings;
-    bool trainer = false;
   };
 
   [[nodiscard]] Generation read_generation(const protocol::NewGeneration& g) const {
@@ -224,7 +223,6 @@ class LiveWorker {
     next.settings.world_size = static_cast<int>(g.ranks.size()) * gpus_;
     next.seats = recovery::worker_seats(next.plan, gpus_);
     next.settings.trainers = static_cast<int>(next.seats.size());
-    next.trainer = next.settings.rank < next.settings.trainers;
     return next;
   }
 
@@ -232,7 +230,7 @@ class LiveWorker {
     plan_ = std::move(next.plan);
     seats_ = std::move(next.seats);
     settings_ = next.settings;
-    trainer_ = next.trainer;
+    trainer_ = settings_.rank < settings_.trainers;
     resume_step_ = g.resume_step;
   }
 
