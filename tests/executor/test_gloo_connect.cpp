@@ -3,6 +3,7 @@
 // (executor/src/comm/gloo_peer_name.h).
 #include "torch_doctest.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -13,8 +14,16 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "comm/communicator.h"
+#include "comm/gloo_loop_ticker.h"
 #include "comm/gloo_peer_name.h"
+#include "live/worker/generation_groups.h"
 #include "skip.h"
 
 #ifdef OOBLECK_GLOO_PEER_NAME_GUARD
@@ -162,4 +171,88 @@ TEST_CASE("gloo peer name: a peer that resets while a pair connects fails the co
   loop_device.unregisterDescriptor(wake, &holder);
   ::close(wake);
 #endif
+}
+
+TEST_CASE("gloo devices: every group of a process shares one loop per address, ticked once while any connects") {
+  using oobleck::executor::GlooLoopTicker;
+  using oobleck::executor::make_gloo_communicator;
+  // Two groups of two ranks each, made at once on one process's threads:
+  // both connect on the one device and sum what they should.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::unique_ptr<oobleck::executor::Communicator>> groups(4);
+  {
+    std::vector<std::thread> makers;
+    for (int g = 0; g < 2; ++g) {
+      for (int r = 0; r < 2; ++r) {
+        makers.emplace_back([&, g, r] {
+          groups[static_cast<std::size_t>(2 * g + r)] = make_gloo_communicator(
+              store, "group" + std::to_string(g), r, 2, "127.0.0.1", std::chrono::seconds(30));
+        });
+      }
+    }
+    for (auto& m : makers) m.join();
+  }
+  std::vector<torch::Tensor> values(4);
+  std::vector<std::thread> summers;
+  for (std::size_t i = 0; i < 4; ++i) {
+    values[i] = torch::full({3}, static_cast<double>(i + 1), torch::kFloat64);
+    summers.emplace_back([&, i] { groups[i]->allreduce_sum(values[i]); });
+  }
+  for (auto& s : summers) s.join();
+  CHECK(values[0].equal(torch::full({3}, 3.0, torch::kFloat64)));
+  CHECK(values[1].equal(values[0]));
+  CHECK(values[2].equal(torch::full({3}, 7.0, torch::kFloat64)));
+  CHECK(values[3].equal(values[2]));
+  CHECK(GlooLoopTicker::loops_ticking() == 0);  // none connects now
+#ifdef OOBLECK_GLOO_PEER_NAME_GUARD  // (built where the ticker is)
+  namespace tcp = gloo::transport::tcp;
+  const auto one = tcp::CreateDevice(tcp::attr("127.0.0.1"));
+  const auto other = tcp::CreateDevice(tcp::attr("127.0.0.1"));
+  {
+    const GlooLoopTicker first(one);
+    const GlooLoopTicker second(one);
+    CHECK(GlooLoopTicker::loops_ticking() == 1);
+    const GlooLoopTicker third(other);
+    CHECK(GlooLoopTicker::loops_ticking() == 2);
+  }
+  CHECK(GlooLoopTicker::loops_ticking() == 0);
+#endif
+}
+
+TEST_CASE("gloo devices: a one-machine worker's groups listen on loopback addresses that rise with its rank") {
+  using oobleck::executor::GenerationGroups;
+  using oobleck::executor::GroupSettings;
+  // Gloo's pairs compare addresses byte by byte: a lower rank must compare lower.
+  const auto address_of = [](int rank, const std::string& bind_host) {
+    GroupSettings settings;
+    settings.rank = rank;
+    settings.bind_host = bind_host;
+    return GenerationGroups::bind_address(settings);
+  };
+  CHECK(address_of(0, "127.0.0.1") == "127.1.0.0");
+  CHECK(address_of(257, "127.0.0.1") == "127.1.1.1");
+  CHECK(address_of(65536, "127.0.0.1") == "127.0.0.1");  // past the range: the one address
+  CHECK(address_of(3, "").empty());                      // across hosts: the host's own
+  CHECK(address_of(3, "10.0.0.2") == "10.0.0.2");
+  for (const int rank : {0, 1, 254, 255, 256, 300, 65534}) {
+    in_addr lower{}, higher{};
+    REQUIRE(::inet_pton(AF_INET, address_of(rank, "127.0.0.1").c_str(), &lower) == 1);
+    REQUIRE(::inet_pton(AF_INET, address_of(rank + 1, "127.0.0.1").c_str(), &higher) == 1);
+    CHECK(std::memcmp(&lower, &higher, sizeof lower) < 0);
+  }
+  // A group of four over those addresses connects and sums.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::unique_ptr<oobleck::executor::Communicator>> members(4);
+  std::vector<torch::Tensor> values(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      members[static_cast<std::size_t>(r)] = oobleck::executor::make_gloo_communicator(
+          store, "ranked", r, 4, address_of(r, "127.0.0.1"), std::chrono::seconds(30));
+      values[static_cast<std::size_t>(r)] = torch::full({2}, static_cast<double>(1 << r), torch::kFloat64);
+      members[static_cast<std::size_t>(r)]->allreduce_sum(values[static_cast<std::size_t>(r)]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& v : values) CHECK(v.equal(torch::full({2}, 15.0, torch::kFloat64)));
 }

@@ -55,7 +55,8 @@ class CommunicationAborted : public CommunicationError {
 
 // `name` keeps the rendezvous keys of different groups apart. Gloo binds to
 // `host` (an address of this machine), or to what the hostname resolves to
-// when empty. An operation still waiting after `timeout` fails.
+// when empty, through one device (one event loop) per address that the
+// process's groups share. An operation still waiting after `timeout` fails.
 [[nodiscard]] std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                                    const std::string& name, int rank, int size,
                                                                    const std::string& host,

