@@ -16,20 +16,19 @@ namespace {
 // one event loop and its thread. A device per group, as libtorch makes by
 // default, gave each worker four to six new loops at every recovery (the
 // world and the gradient groups), each thread another to schedule on a
-// loaded machine while the groups connect. A device lives while a group
-// holds it.
+// loaded machine while the groups connect. A device stays for the process's
+// life, ready for the next generation's groups (a worker binds to one
+// address per rank it holds on one machine, generation_groups.h: a few; an
+// idle loop wakes every 10 ms). Never destroyed: a group may be destroyed
+// on a detached thread after main returns.
 std::shared_ptr<gloo::transport::Device> shared_device(const std::string& host) {
   static std::mutex mutex;
-  // Never destroyed: a group may be destroyed on a detached thread after main returns.
-  static auto* devices = new std::map<std::string, std::weak_ptr<gloo::transport::Device>>();
+  static auto* devices = new std::map<std::string, std::shared_ptr<gloo::transport::Device>>();
   const std::lock_guard lock(mutex);
-  std::erase_if(*devices, [](const auto& entry) { return entry.second.expired(); });
-  auto& slot = (*devices)[host];
-  auto device = slot.lock();
+  auto& device = (*devices)[host];
   if (!device) {
     device = host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                           : c10d::ProcessGroupGloo::createDeviceForHostname(host);
-    slot = device;
   }
   return device;
 }
