@@ -99,18 +99,36 @@ class LocalMoves {
 
   // Stages [lo, hi) changed: reprice them and the transfers around them;
   // keep the change if every stage still fits and it is faster, else undo.
+  // Most moves are not faster, and most of those are told so without the
+  // period's passes: the period is at least every stage's compute (the
+  // passes start from the largest) and the mean of every run, so at least
+  // the changed stages' and the new mean of the run (or link) that set the
+  // period before the move, summed as steady_period sums it. A move whose
+  // T(M) by that floor is not below the current one is not kept. (The
+  // walk keeps the moves it kept when it priced every one in full: the
+  // same templates, byte for byte, over the plans compared in the README.)
   bool keep_if_faster(std::size_t lo, std::size_t hi) {
     bool fit = true;
+    Milliseconds widest = 0;
     for (std::size_t s = lo; s < hi; ++s) {
       compute_[s] = compute_of(s);
       fit &= fits(s);
+      widest = std::max(widest, compute_[s]);
     }
     for (std::size_t b = lo > 0 ? lo - 1 : 0; b < std::min(hi, count_ - 1); ++b) transfers_[b] = transfer_of(b);
     if (fit) {
-      const Milliseconds moved = price();
-      if (moved < current_) {
-        current_ = moved;
-        return true;
+      const Milliseconds first = first_microbatch();
+      const Milliseconds floor =
+          std::max(widest, critical_.link ? transfers_[critical_.first]
+                                          : run_mean_ms(compute_, transfers_, critical_.first, critical_.last));
+      if (first + (cost_.microbatches() - 1) * floor < current_) {
+        const SteadyPeriod period = steady_period(compute_, transfers_);
+        const Milliseconds moved = first + (cost_.microbatches() - 1) * period.ms;
+        if (moved < current_) {
+          current_ = moved;
+          critical_ = period;
+          return true;
+        }
       }
     }
     restore(lo);
@@ -129,10 +147,14 @@ class LocalMoves {
     const int in_flight = std::min(cost_.microbatches(), static_cast<int>(count_ - s));
     return cost_.stage_fits(st.layer_begin, st.layer_end, st.gpus, in_flight, st.recompute);
   }
-  [[nodiscard]] Milliseconds price() const {
+  [[nodiscard]] Milliseconds first_microbatch() const {
     Milliseconds first = 0;
     for (std::size_t s = 0; s < count_; ++s) first += compute_[s] + (s + 1 < count_ ? 2 * transfers_[s] : 0.0);
-    return first + (cost_.microbatches() - 1) * steady_period_ms(compute_, transfers_);
+    return first;
+  }
+  [[nodiscard]] Milliseconds price() {
+    critical_ = steady_period(compute_, transfers_);
+    return first_microbatch() + (cost_.microbatches() - 1) * critical_.ms;
   }
 
   const CostModel& cost_;
@@ -140,6 +162,7 @@ class LocalMoves {
   std::size_t count_;
   std::vector<Milliseconds> compute_, transfers_;
   Milliseconds current_ = 0;
+  SteadyPeriod critical_;  // what sets the current layout's period
   std::vector<Stage> saved_;
   std::vector<Milliseconds> saved_compute_, saved_transfers_;
 };

@@ -42,13 +42,34 @@ namespace oobleck::detail {
 // brings c_j + 2 C_j, its last stage c_e) is found in one pass, Kadane's;
 // while that sum is positive its mean is larger, and lambda takes it. Each
 // pass is O(S) and lambda only grows, so it ends, at the largest mean.
-inline Milliseconds steady_period_ms(const std::vector<Milliseconds>& compute,
-                                     const std::vector<Milliseconds>& transfers) {
-  Milliseconds period = 0;
-  for (Milliseconds c : transfers) period = std::max(period, c);
+// The mean of run first..last: (c_first + ... + c_last + 2 (C_first + ... +
+// C_{last-1})) / (last - first + 1), summed in that order.
+inline Milliseconds run_mean_ms(const std::vector<Milliseconds>& compute, const std::vector<Milliseconds>& transfers,
+                                std::size_t first, std::size_t last) {
+  Milliseconds run = 0;
+  for (std::size_t j = first; j <= last; ++j) run += compute[j] + (j < last ? 2 * transfers[j] : 0.0);
+  return run / static_cast<double>(last - first + 1);
+}
+
+// The period and what sets it: the run of stages first..last, or (where
+// a link's transfer is longer than every run's mean) link `first`.
+struct SteadyPeriod {
+  Milliseconds ms = 0;
+  bool link = false;
+  std::size_t first = 0, last = 0;
+};
+
+inline SteadyPeriod steady_period(const std::vector<Milliseconds>& compute,
+                                  const std::vector<Milliseconds>& transfers) {
+  SteadyPeriod link{0, true, 0, 0};
+  for (std::size_t j = 0; j < transfers.size(); ++j) {
+    if (transfers[j] > link.ms) link = {transfers[j], true, j, j};
+  }
   const std::size_t count = compute.size();
-  if (count == 0) return period;
-  Milliseconds lambda = *std::max_element(compute.begin(), compute.end());
+  if (count == 0) return link;
+  const auto widest = std::max_element(compute.begin(), compute.end());
+  Milliseconds lambda = *widest;
+  std::size_t run_first = static_cast<std::size_t>(widest - compute.begin()), run_last = run_first;
   while (true) {
     double best = 0, open = 0;  // open: the best sum of interior terms ending at the stage before
     std::size_t best_begin = 0, best_end = 0, open_begin = 0;
@@ -74,13 +95,19 @@ inline Milliseconds steady_period_ms(const std::vector<Milliseconds>& compute,
       }
     }
     if (!better) break;
-    Milliseconds run = 0;
-    for (std::size_t j = best_begin; j <= best_end; ++j) run += compute[j] + (j < best_end ? 2 * transfers[j] : 0.0);
-    const Milliseconds mean = run / static_cast<double>(best_end - best_begin + 1);
+    const Milliseconds mean = run_mean_ms(compute, transfers, best_begin, best_end);
     if (!(mean > lambda)) break;  // rounding: no run is larger
     lambda = mean;
+    run_first = best_begin;
+    run_last = best_end;
   }
-  return std::max(period, lambda);
+  if (link.ms > lambda) return link;
+  return {lambda, false, run_first, run_last};
+}
+
+inline Milliseconds steady_period_ms(const std::vector<Milliseconds>& compute,
+                                     const std::vector<Milliseconds>& transfers) {
+  return steady_period(compute, transfers).ms;
 }
 
 // The same bound over the stages alone and the suffixes s..S-1. O(S).

@@ -9,6 +9,7 @@
 
 #include "oobleck/planner.h"
 #include "reference.h"
+#include "steady_period.h"
 
 using namespace oobleck;
 
@@ -123,6 +124,52 @@ TEST_CASE("1F1B's period: a run of stages inside the pipeline paces it where it 
   }
   MESSAGE(runs_bind << " of 300 random layouts paced by a run inside the pipeline");
   CHECK(runs_bind > 10);
+}
+
+TEST_CASE("1F1B's period names what sets it: a run whose mean it is, or a link whose transfer it is") {
+  // The template polish bounds a move's period below by that run's mean
+  // (layout_moves.cpp): the mean, summed the same way, must be the period
+  // bit for bit, and no run or link may exceed it. Random stages and links,
+  // with ties (equal stages are common: uniform layers on equal degrees).
+  std::mt19937_64 rng(20261201);
+  int by_link = 0, by_long_run = 0;
+  for (int instance = 0; instance < 2000; ++instance) {
+    const int count = 1 + static_cast<int>(rng() % 12);
+    std::vector<double> compute(static_cast<std::size_t>(count)), transfers(static_cast<std::size_t>(count - 1));
+    const double link_scale = std::uniform_real_distribution<double>(0.01, 3.0)(rng);
+    for (auto& c : compute) c = rng() % 3 == 0 ? 2.0 : std::uniform_real_distribution<double>(0.5, 4.0)(rng);
+    for (auto& t : transfers) t = rng() % 3 == 0 ? link_scale : std::uniform_real_distribution<double>(0.0, 2 * link_scale)(rng);
+    CAPTURE(instance);
+    const detail::SteadyPeriod period = detail::steady_period(compute, transfers);
+    CHECK(period.ms == detail::steady_period_ms(compute, transfers));
+    double largest = 0;
+    for (double t : transfers) largest = std::max(largest, t);
+    for (int b = 0; b < count; ++b) {
+      double run = 0;
+      for (int e = b; e < count; ++e) {
+        run += compute[static_cast<std::size_t>(e)];
+        largest = std::max(largest, run / (e - b + 1));
+        if (e + 1 < count) run += 2 * transfers[static_cast<std::size_t>(e)];
+      }
+    }
+    CHECK(period.ms == doctest::Approx(largest).epsilon(1e-12));
+    if (period.link) {
+      ++by_link;
+      REQUIRE(period.first < transfers.size());
+      CHECK(period.ms == transfers[period.first]);
+    } else {
+      REQUIRE(period.first <= period.last);
+      REQUIRE(period.last < compute.size());
+      double run = 0;
+      for (std::size_t j = period.first; j <= period.last; ++j) run += compute[j] + (j < period.last ? 2 * transfers[j] : 0.0);
+      CHECK(period.ms == run / static_cast<double>(period.last - period.first + 1));
+      by_long_run += period.last > period.first;
+    }
+  }
+  // Runs longer than a stage are exercised. (A link alone never sets it
+  // where stages take time: the run of its two stages is at least as long.)
+  CHECK(by_link == 0);
+  CHECK(by_long_run > 100);
 }
 
 TEST_CASE("memory rule: stage s keeps min(M, S-s+1) microbatches, split over its t GPUs") {
