@@ -11,8 +11,10 @@
 // one transfer at a time, in the order the sending stage finished its
 // passes: a transfer leaves at max(the pass's end, the link's last
 // arrival) and arrives C later. Every start is the latest of what it waits
-// for, so one sweep per direction, repeated until no pass can start,
-// computes the whole schedule; nothing waits on a later sweep's guess.
+// for, so the passes taken in any order where each follows what it waits
+// for compute the whole schedule, with nothing guessed: such an order
+// depends only on (devices, chunks, microbatches) and is made once per
+// shape (played_pipeline.cpp).
 //
 // With one microbatch this is first_microbatch_ms; as M grows its
 // increments settle on the steady period. It is mostly shorter than first
