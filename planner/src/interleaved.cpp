@@ -112,11 +112,13 @@ std::vector<int> equal_cuts(int L, int count) {
   return ends;
 }
 
-// The most bytes device `d` of `devices` holds running `microbatches` in
-// interleaved order: its chunks' state, the activations in flight, and
-// the largest working memory of one layer's backward.
+// The most bytes device `d` of `devices` holds running its passes in
+// interleaved order (`in_flight`: its undominated counts of chunk-
+// microbatches held, interleaved_orders.h): its chunks' state, the
+// activations in flight, and the largest working memory of one layer's
+// backward.
 Bytes device_peak_bytes(const CostModel& cost, const std::vector<Stage>& stages, int devices, int chunks, int d,
-                        int microbatches) {
+                        const std::vector<std::vector<int>>& in_flight) {
   std::vector<Bytes> per_microbatch(static_cast<std::size_t>(chunks));
   Bytes fixed = 0, working = 0;
   for (int c = 0; c < chunks; ++c) {
@@ -129,7 +131,7 @@ Bytes device_peak_bytes(const CostModel& cost, const std::vector<Stage>& stages,
     working = std::max(working, work);
   }
   Bytes most = 0;
-  for (const std::vector<int>& counts : interleaved_orders(devices, chunks, microbatches).in_flight[d]) {
+  for (const std::vector<int>& counts : in_flight) {
     Bytes held = 0;
     for (int c = 0; c < chunks; ++c)
       held += counts[static_cast<std::size_t>(c)] * per_microbatch[static_cast<std::size_t>(c)];
@@ -145,8 +147,10 @@ bool interleaved_fits(const CostModel& cost, const std::vector<Stage>& stages, i
   if (chunks < 1 || S % chunks != 0) return false;
   const int devices = S / chunks;
   const Bytes memory = cost.profile().hardware.gpu_memory_bytes;
+  const InterleavedOrders& orders = interleaved_orders(devices, chunks, microbatches);
   for (int d = 0; d < devices; ++d) {
-    if (device_peak_bytes(cost, stages, devices, chunks, d, microbatches) > memory) return false;
+    const auto peak = device_peak_bytes(cost, stages, devices, chunks, d, orders.in_flight[static_cast<std::size_t>(d)]);
+    if (peak > memory) return false;
   }
   return true;
 }

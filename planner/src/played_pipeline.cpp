@@ -13,10 +13,16 @@ namespace oobleck::detail {
 
 namespace {
 
-// One pass of a play: virtual stage, microbatch, direction.
+// One pass of a play, as indices into the play's arrays (play_pipeline):
+// the slot its input arrives in, its duration, its device, the link its
+// output leaves by and the slot it arrives in, and the stage whose last
+// backward it may be. Passes without a link (the last stage's forwards,
+// whose loss is their own backward's input, and the first stage's
+// backwards) leave by a link of their own with no transfer: a device's
+// passes end one after another, so such a link's last arrival is never
+// later than the pass's end, and the arrival is the end itself.
 struct PlayStep {
-  int stage = 0, microbatch = 0, device = 0;
-  bool forward = true;
+  int input = 0, duration = 0, device = 0, link = 0, output = 0, last_backward = 0;
 };
 
 // Every pass of the shape (devices D, chunks v, microbatches M) in an order
@@ -63,7 +69,27 @@ std::vector<PlayStep> make_play_order(int D, int v, int M) {
       } else if (s > 0) {
         gradient[at(s - 1, pass.microbatch)] = depth;
       }
-      found.push_back({depth, {s, pass.microbatch, d, pass.forward}});
+      // Slots: activations [0, S M), gradients [S M, 2 S M), and one that
+      // no pass reads; durations and links: forward s at s, backward s at
+      // S + s; last backwards: stage s at s, S for forwards.
+      const std::size_t SM = activation.size();
+      const auto m = pass.microbatch;
+      PlayStep step;
+      step.device = d;
+      if (pass.forward) {
+        step.input = static_cast<int>(input);
+        step.duration = s;
+        step.link = s;
+        step.output = static_cast<int>(s + 1 < S ? at(s + 1, m) : SM + input);
+        step.last_backward = S;
+      } else {
+        step.input = static_cast<int>(SM + input);
+        step.duration = S + s;
+        step.link = S + s;
+        step.output = static_cast<int>(s > 0 ? SM + at(s - 1, m) : 2 * SM);
+        step.last_backward = s;
+      }
+      found.push_back({depth, step});
       ++i;
       ran = true;
     }
@@ -75,34 +101,37 @@ std::vector<PlayStep> make_play_order(int D, int v, int M) {
     for (int d = D - 1; d >= 0; --d) ran |= advance(d);
     if (!ran) return {};
   }
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<PlayStep> out;
-  out.reserve(found.size());
-  for (const auto& f : found) out.push_back(f.second);
+  // (By depth, in the order found within one: a counting sort.)
+  std::vector<std::size_t> first_of_depth;
+  for (const auto& f : found) {
+    const auto depth = static_cast<std::size_t>(f.first);
+    if (first_of_depth.size() <= depth + 1) first_of_depth.resize(depth + 2, 0);
+    ++first_of_depth[depth + 1];
+  }
+  for (std::size_t d = 1; d < first_of_depth.size(); ++d) first_of_depth[d] += first_of_depth[d - 1];
+  std::vector<PlayStep> out(found.size());
+  for (const auto& f : found) out[first_of_depth[static_cast<std::size_t>(f.first)]++] = f.second;
   return out;
 }
 
+// Shapes of up to this many passes are played in their order (6 MiB of
+// it), larger ones by sweeps: kept orders stay small, and a play at
+// thousands of microbatches reuses no order.
+constexpr double kMostPassesInOrder = 1 << 18;
+
 // The play order of a shape, made on first use. A few shapes are kept per
-// thread (a search plays one shape many times in a row): eight of up to a
-// million passes (16 MiB) and the last larger one. The reference stays
-// valid until this thread asks for another shape.
+// thread (a search plays one shape many times in a row); the reference
+// stays valid until this thread asks for another shape.
 const std::vector<PlayStep>& play_order(int D, int v, int M) {
   struct Kept {
     int devices = 0, chunks = 0, microbatches = 0;
     std::vector<PlayStep> steps;
   };
   constexpr std::size_t kKept = 8;
-  constexpr double kMostPassesKept = 1 << 20;
   thread_local std::array<std::unique_ptr<Kept>, kKept> kept;
   thread_local std::size_t oldest = 0;
-  thread_local Kept large;
   for (const auto& k : kept) {
     if (k && k->devices == D && k->chunks == v && k->microbatches == M) return k->steps;
-  }
-  if (large.devices == D && large.chunks == v && large.microbatches == M) return large.steps;
-  if (2.0 * D * v * M > kMostPassesKept) {
-    large = Kept{D, v, M, make_play_order(D, v, M)};
-    return large.steps;
   }
   auto& slot = kept[oldest];
   oldest = (oldest + 1) % kKept;
@@ -112,6 +141,69 @@ const std::vector<PlayStep>& play_order(int D, int v, int M) {
 
 }  // namespace
 
+PlayedPipeline play_pipeline_by_sweeps(const std::vector<Milliseconds>& forward_ms,
+                                      const std::vector<Milliseconds>& backward_ms,
+                                      const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
+  const int S = static_cast<int>(forward_ms.size());
+  const int M = microbatches;
+  const int v = std::max(1, interleave);
+  constexpr double kUnknown = -1;
+  PlayedPipeline out;
+  out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
+  if (S == 0 || M < 1 || S % v != 0) return out;
+  const int D = S / v;  // devices: virtual stage s on device s mod D
+  // activation[s M + m], gradient[s M + m]: when the input of that pass
+  // arrives.
+  const auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
+  std::vector<double> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), kUnknown);
+  std::vector<double> gradient(activation.size(), kUnknown);
+  for (int m = 0; m < M; ++m) activation[at(0, m)] = 0;
+  // Each device's passes in order; pass p of device d runs on virtual
+  // stage p.chunk D + d.
+  std::vector<std::vector<PipelinePass>> plain;
+  if (v == 1) {
+    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
+  }
+  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
+  std::vector<std::size_t> next(D, 0);
+  std::vector<double> free(D, 0.0), forward_link(S, 0.0), backward_link(S, 0.0);
+  std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
+  // A device runs what it can; whether it ran anything.
+  const auto advance = [&](int d) {
+    bool ran = false;
+    while (next[d] < order[d].size()) {
+      const PipelinePass pass = order[d][next[d]];
+      const int s = pass.chunk * D + d;
+      const double ready = pass.forward ? activation[at(s, pass.microbatch)] : gradient[at(s, pass.microbatch)];
+      if (ready == kUnknown) break;
+      const double end = std::max(free[d], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
+      free[d] = end;
+      if (pass.forward && s + 1 < S) {
+        forward_link[s] = std::max(end, forward_link[s]) + transfer_ms[s];
+        activation[at(s + 1, pass.microbatch)] = forward_link[s];
+      } else if (pass.forward) {
+        gradient[at(s, pass.microbatch)] = end;  // the last stage's loss
+      } else if (s > 0) {
+        backward_link[s] = std::max(end, backward_link[s]) + transfer_ms[s - 1];
+        gradient[at(s - 1, pass.microbatch)] = backward_link[s];
+      }
+      if (!pass.forward) out.last_backward_ms[s] = end;
+      out.end_ms = std::max(out.end_ms, end);
+      ++next[d];
+      --left;
+      ran = true;
+    }
+    return ran;
+  };
+  while (left > 0) {
+    bool ran = false;
+    for (int d = 0; d < D; ++d) ran |= advance(d);
+    for (int d = D - 1; d >= 0; --d) ran |= advance(d);
+    if (!ran) break;  // (neither order ever deadlocks; a guard all the same)
+  }
+  return out;
+}
+
 PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
                              const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
   const int S = static_cast<int>(forward_ms.size());
@@ -120,37 +212,36 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   PlayedPipeline out;
   out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
   if (S == 0 || M < 1 || S % v != 0) return out;
+  if (2.0 * S * M > kMostPassesInOrder) return play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, M, v);
   const int D = S / v;  // devices: virtual stage s on device s mod D
-  // activation[s M + m], gradient[s M + m]: when the input of that pass
-  // arrives.
-  const auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
-  std::vector<double> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), 0.0);
-  std::vector<double> gradient(activation.size(), 0.0);
-  std::vector<double> free(static_cast<std::size_t>(D), 0.0), forward_link(static_cast<std::size_t>(S), 0.0),
-      backward_link(static_cast<std::size_t>(S), 0.0);
-  for (const PlayStep& pass : play_order(D, v, M)) {
-    const int s = pass.stage;
-    double& device_free = free[static_cast<std::size_t>(pass.device)];
-    const auto i = at(s, pass.microbatch);
-    const double ready = pass.forward ? activation[i] : gradient[i];
-    const double end = std::max(device_free, ready) + (pass.forward ? forward_ms[static_cast<std::size_t>(s)] : backward_ms[static_cast<std::size_t>(s)]);
-    device_free = end;
-    if (pass.forward && s + 1 < S) {
-      double& link = forward_link[static_cast<std::size_t>(s)];
-      link = std::max(end, link) + transfer_ms[static_cast<std::size_t>(s)];
-      activation[i + static_cast<std::size_t>(M)] = link;
-    } else if (pass.forward) {
-      gradient[i] = end;  // the last stage's loss
-    } else {
-      out.last_backward_ms[static_cast<std::size_t>(s)] = end;
-      if (s > 0) {
-        double& link = backward_link[static_cast<std::size_t>(s)];
-        link = std::max(end, link) + transfer_ms[static_cast<std::size_t>(s - 1)];
-        gradient[i - static_cast<std::size_t>(M)] = link;
-      }
-    }
-    out.end_ms = std::max(out.end_ms, end);
+  const auto SM = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
+  // When each pass's input arrives (PlayStep's slots; activations of stage
+  // 0 at once), each pass's duration, each link's transfer and last
+  // arrival, each device's last end, each stage's last backward.
+  std::vector<double> arrival(2 * SM + 1, 0.0), duration(2 * static_cast<std::size_t>(S)),
+      transfer(2 * static_cast<std::size_t>(S), 0.0), link(transfer.size(), 0.0), free(static_cast<std::size_t>(D), 0.0),
+      last_backward(static_cast<std::size_t>(S) + 1, 0.0);
+  for (int s = 0; s < S; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    duration[i] = forward_ms[i];
+    duration[static_cast<std::size_t>(S) + i] = backward_ms[i];
+    if (s + 1 < S) transfer[i] = transfer_ms[i];
+    if (s > 0) transfer[static_cast<std::size_t>(S) + i] = transfer_ms[i - 1];
   }
+  Milliseconds end_ms = 0;
+  for (const PlayStep& pass : play_order(D, v, M)) {
+    double& device_free = free[static_cast<std::size_t>(pass.device)];
+    const double end = std::max(device_free, arrival[static_cast<std::size_t>(pass.input)]) +
+                       duration[static_cast<std::size_t>(pass.duration)];
+    device_free = end;
+    double& sent = link[static_cast<std::size_t>(pass.link)];
+    sent = std::max(end, sent) + transfer[static_cast<std::size_t>(pass.link)];
+    arrival[static_cast<std::size_t>(pass.output)] = sent;
+    last_backward[static_cast<std::size_t>(pass.last_backward)] = end;
+    end_ms = std::max(end_ms, end);
+  }
+  out.end_ms = end_ms;
+  std::copy(last_backward.begin(), last_backward.end() - 1, out.last_backward_ms.begin());
   return out;
 }
 

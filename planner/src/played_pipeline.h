@@ -47,6 +47,14 @@ struct PlayedPipeline {
                                            const std::vector<Milliseconds>& transfer_ms, int microbatches,
                                            int interleave = 1);
 
+// The same play by sweeps over the devices, each running the passes it
+// can, until none can: what play_pipeline does for shapes too large to
+// keep an order of (2 S M over 2^18 passes), and its tests' reference.
+[[nodiscard]] PlayedPipeline play_pipeline_by_sweeps(const std::vector<Milliseconds>& forward_ms,
+                                                     const std::vector<Milliseconds>& backward_ms,
+                                                     const std::vector<Milliseconds>& transfer_ms, int microbatches,
+                                                     int interleave = 1);
+
 // `stages` as the cost model prices them, each stage's passes divided by
 // its speed (null: all at 1).
 [[nodiscard]] PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,

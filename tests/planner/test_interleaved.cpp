@@ -9,6 +9,7 @@
 
 #include "oobleck/common/one_f_one_b.h"
 #include "oobleck/planner.h"
+#include "played_pipeline.h"
 #include "reference.h"
 
 using namespace oobleck;
@@ -229,4 +230,44 @@ TEST_CASE("interleaved plans: each node count's faster layout, priced as its pip
   CHECK(iteration_ms_at_speeds(cost, interleaved.plan, {}) == doctest::Approx(interleaved.plan.iteration_ms).epsilon(1e-12));
   const std::string& busy = interleaved.plan.pipelines.front().nodes.front();
   CHECK(iteration_ms_at_speeds(cost, interleaved.plan, {{busy, 0.5}}) > interleaved.plan.iteration_ms * 1.1);
+}
+
+TEST_CASE("pipeline plays: one loop in an order made per shape equals the sweeps bit for bit, interleaved or not") {
+  // play_pipeline runs each shape's passes in an order made once (each
+  // pass after what it waits for, by depth); play_pipeline_by_sweeps tries
+  // every device's next pass until none is ready. Both must give the same
+  // sums: random stages, links from none to longer than the stages, ties,
+  // and shapes past the size up to which orders are kept (2^18 passes).
+  std::mt19937_64 rng(20261201);
+  int interleaved = 0, past_kept = 0;
+  for (int instance = 0; instance < 600; ++instance) {
+    const int v = 1 + static_cast<int>(rng() % 4);
+    const int D = 1 + static_cast<int>(rng() % 7);
+    const int S = D * v;
+    // Every hundredth just past the largest shape whose order is kept.
+    const int M = instance % 100 == 99 ? (1 << 18) / (2 * S) + 1 + static_cast<int>(rng() % 100)
+                                       : 1 + static_cast<int>(rng() % 40);
+    const double link_scale = std::uniform_real_distribution<double>(0.0, 4.0)(rng);
+    std::vector<double> forward(S), backward(S), transfer(S - 1);
+    for (int s = 0; s < S; ++s) {
+      forward[s] = rng() % 4 == 0 ? 1.0 : std::uniform_real_distribution<double>(0.1, 3.0)(rng);
+      backward[s] = rng() % 4 == 0 ? 2.0 : std::uniform_real_distribution<double>(0.2, 6.0)(rng);
+    }
+    for (auto& t : transfer) t = rng() % 3 == 0 ? 0.0 : std::uniform_real_distribution<double>(0.0, link_scale)(rng);
+    CAPTURE(instance);
+    CAPTURE(D);
+    CAPTURE(v);
+    CAPTURE(M);
+    const detail::PlayedPipeline ordered = detail::play_pipeline(forward, backward, transfer, M, v);
+    const detail::PlayedPipeline swept = detail::play_pipeline_by_sweeps(forward, backward, transfer, M, v);
+    CHECK(ordered.end_ms == swept.end_ms);
+    CHECK(ordered.last_backward_ms == swept.last_backward_ms);
+    CHECK(ordered.end_ms > 0);
+    // And the simulator's way, event by event in time order.
+    CHECK(ordered.end_ms == doctest::Approx(test::play_1f1b(forward, backward, transfer, M, v).end_ms).epsilon(1e-9));
+    interleaved += v > 1;
+    past_kept += 2.0 * S * M > (1 << 18);
+  }
+  CHECK(interleaved > 300);
+  CHECK(past_kept == 6);
 }
