@@ -218,9 +218,14 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   // When each pass's input arrives (PlayStep's slots; activations of stage
   // 0 at once), each pass's duration, each link's transfer and last
   // arrival, each device's last end, each stage's last backward.
-  std::vector<double> arrival(2 * SM + 1, 0.0), duration(2 * static_cast<std::size_t>(S)),
-      transfer(2 * static_cast<std::size_t>(S), 0.0), link(transfer.size(), 0.0), free(static_cast<std::size_t>(D), 0.0),
-      last_backward(static_cast<std::size_t>(S) + 1, 0.0);
+  // (Kept per thread: a search plays thousands of times.)
+  thread_local std::vector<double> arrival, duration, transfer, link, free, last_backward;
+  arrival.assign(2 * SM + 1, 0.0);
+  duration.assign(2 * static_cast<std::size_t>(S), 0.0);
+  transfer.assign(duration.size(), 0.0);
+  link.assign(duration.size(), 0.0);
+  free.assign(static_cast<std::size_t>(D), 0.0);
+  last_backward.assign(static_cast<std::size_t>(S) + 1, 0.0);
   for (int s = 0; s < S; ++s) {
     const auto i = static_cast<std::size_t>(s);
     duration[i] = forward_ms[i];
@@ -247,7 +252,10 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
 
 PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
                              const std::vector<double>* stage_speeds, int interleave) {
-  std::vector<Milliseconds> forward, backward, transfer;
+  thread_local std::vector<Milliseconds> forward, backward, transfer;  // (as the play's own)
+  forward.clear();
+  backward.clear();
+  transfer.clear();
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const Stage& st = stages[s];
     const double speed = stage_speeds ? (*stage_speeds)[s] : 1.0;
