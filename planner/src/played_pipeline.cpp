@@ -25,6 +25,41 @@ struct PlayStep {
   int input = 0, duration = 0, device = 0, link = 0, output = 0, last_backward = 0;
 };
 
+// Each device's passes in order (pass p of device d on virtual stage
+// p.chunk D + d), swept over the devices forward and back, each device
+// running what it can, until every pass has run or none can: `run(d, s,
+// pass)` runs the pass where its input has arrived and says whether it
+// did. Whether every pass ran (neither order ever stalls; a guard).
+template <typename Run>
+bool sweep_devices(int D, int v, int M, Run&& run) {
+  const int S = D * v;
+  std::vector<std::vector<PipelinePass>> plain;
+  if (v == 1) {
+    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
+  }
+  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
+  std::vector<std::size_t> next(static_cast<std::size_t>(D), 0);
+  std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
+  const auto advance = [&](int d) {
+    bool ran = false;
+    auto& i = next[static_cast<std::size_t>(d)];
+    const auto& passes = order[static_cast<std::size_t>(d)];
+    while (i < passes.size() && run(d, passes[i].chunk * D + d, passes[i])) {
+      ++i;
+      --left;
+      ran = true;
+    }
+    return ran;
+  };
+  while (left > 0) {
+    bool ran = false;
+    for (int d = 0; d < D; ++d) ran |= advance(d);
+    for (int d = D - 1; d >= 0; --d) ran |= advance(d);
+    if (!ran) return false;
+  }
+  return true;
+}
+
 // Every pass of the shape (devices D, chunks v, microbatches M) in an order
 // where each comes after its device's earlier passes and after the pass
 // that sends its input, so that a play is one loop over it with no pass
@@ -38,69 +73,49 @@ struct PlayStep {
 // which neither order does.)
 std::vector<PlayStep> make_play_order(int D, int v, int M) {
   const int S = D * v;
-  std::vector<std::vector<PipelinePass>> plain;
-  if (v == 1) {
-    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
-  }
-  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
   const auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
   // The depth of the pass that sends each pass's input; -1: not yet sent.
   std::vector<int> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), -1);
   std::vector<int> gradient(activation.size(), -1);
   for (int m = 0; m < M; ++m) activation[at(0, m)] = 0;
-  std::vector<std::size_t> next(static_cast<std::size_t>(D), 0);
   std::vector<int> device_depth(static_cast<std::size_t>(D), 0);
   std::vector<std::pair<int, PlayStep>> found;  // (depth, pass)
   found.reserve(2 * activation.size());
-  const auto advance = [&](int d) {
-    bool ran = false;
-    auto& i = next[static_cast<std::size_t>(d)];
-    const auto& passes = order[static_cast<std::size_t>(d)];
-    while (i < passes.size()) {
-      const PipelinePass pass = passes[i];
-      const int s = pass.chunk * D + d;
-      const std::size_t input = at(s, pass.microbatch);
-      const int sent = pass.forward ? activation[input] : gradient[input];
-      if (sent < 0) break;
-      int& depth = device_depth[static_cast<std::size_t>(d)];
-      depth = std::max(depth, sent) + 1;
-      if (pass.forward) {
-        (s + 1 < S ? activation[at(s + 1, pass.microbatch)] : gradient[input]) = depth;
-      } else if (s > 0) {
-        gradient[at(s - 1, pass.microbatch)] = depth;
-      }
-      // Slots: activations [0, S M), gradients [S M, 2 S M), and one that
-      // no pass reads; durations and links: forward s at s, backward s at
-      // S + s; last backwards: stage s at s, S for forwards.
-      const std::size_t SM = activation.size();
-      const auto m = pass.microbatch;
-      PlayStep step;
-      step.device = d;
-      if (pass.forward) {
-        step.input = static_cast<int>(input);
-        step.duration = s;
-        step.link = s;
-        step.output = static_cast<int>(s + 1 < S ? at(s + 1, m) : SM + input);
-        step.last_backward = S;
-      } else {
-        step.input = static_cast<int>(SM + input);
-        step.duration = S + s;
-        step.link = S + s;
-        step.output = static_cast<int>(s > 0 ? SM + at(s - 1, m) : 2 * SM);
-        step.last_backward = s;
-      }
-      found.push_back({depth, step});
-      ++i;
-      ran = true;
+  const bool complete = sweep_devices(D, v, M, [&](int d, int s, const PipelinePass& pass) {
+    const std::size_t input = at(s, pass.microbatch);
+    const int sent = pass.forward ? activation[input] : gradient[input];
+    if (sent < 0) return false;
+    int& depth = device_depth[static_cast<std::size_t>(d)];
+    depth = std::max(depth, sent) + 1;
+    if (pass.forward) {
+      (s + 1 < S ? activation[at(s + 1, pass.microbatch)] : gradient[input]) = depth;
+    } else if (s > 0) {
+      gradient[at(s - 1, pass.microbatch)] = depth;
     }
-    return ran;
-  };
-  while (found.size() < 2 * activation.size()) {
-    bool ran = false;
-    for (int d = 0; d < D; ++d) ran |= advance(d);
-    for (int d = D - 1; d >= 0; --d) ran |= advance(d);
-    if (!ran) return {};
-  }
+    // Slots: activations [0, S M), gradients [S M, 2 S M), and one that
+    // no pass reads; durations and links: forward s at s, backward s at
+    // S + s; last backwards: stage s at s, S for forwards.
+    const std::size_t SM = activation.size();
+    const auto m = pass.microbatch;
+    PlayStep step;
+    step.device = d;
+    if (pass.forward) {
+      step.input = static_cast<int>(input);
+      step.duration = s;
+      step.link = s;
+      step.output = static_cast<int>(s + 1 < S ? at(s + 1, m) : SM + input);
+      step.last_backward = S;
+    } else {
+      step.input = static_cast<int>(SM + input);
+      step.duration = S + s;
+      step.link = S + s;
+      step.output = static_cast<int>(s > 0 ? SM + at(s - 1, m) : 2 * SM);
+      step.last_backward = s;
+    }
+    found.push_back({depth, step});
+    return true;
+  });
+  if (!complete) return {};
   // (By depth, in the order found within one: a counting sort.)
   std::vector<std::size_t> first_of_depth;
   for (const auto& f : found) {
@@ -158,49 +173,25 @@ PlayedPipeline play_pipeline_by_sweeps(const std::vector<Milliseconds>& forward_
   std::vector<double> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), kUnknown);
   std::vector<double> gradient(activation.size(), kUnknown);
   for (int m = 0; m < M; ++m) activation[at(0, m)] = 0;
-  // Each device's passes in order; pass p of device d runs on virtual
-  // stage p.chunk D + d.
-  std::vector<std::vector<PipelinePass>> plain;
-  if (v == 1) {
-    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
-  }
-  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
-  std::vector<std::size_t> next(D, 0);
   std::vector<double> free(D, 0.0), forward_link(S, 0.0), backward_link(S, 0.0);
-  std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
-  // A device runs what it can; whether it ran anything.
-  const auto advance = [&](int d) {
-    bool ran = false;
-    while (next[d] < order[d].size()) {
-      const PipelinePass pass = order[d][next[d]];
-      const int s = pass.chunk * D + d;
-      const double ready = pass.forward ? activation[at(s, pass.microbatch)] : gradient[at(s, pass.microbatch)];
-      if (ready == kUnknown) break;
-      const double end = std::max(free[d], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
-      free[d] = end;
-      if (pass.forward && s + 1 < S) {
-        forward_link[s] = std::max(end, forward_link[s]) + transfer_ms[s];
-        activation[at(s + 1, pass.microbatch)] = forward_link[s];
-      } else if (pass.forward) {
-        gradient[at(s, pass.microbatch)] = end;  // the last stage's loss
-      } else if (s > 0) {
-        backward_link[s] = std::max(end, backward_link[s]) + transfer_ms[s - 1];
-        gradient[at(s - 1, pass.microbatch)] = backward_link[s];
-      }
-      if (!pass.forward) out.last_backward_ms[s] = end;
-      out.end_ms = std::max(out.end_ms, end);
-      ++next[d];
-      --left;
-      ran = true;
+  sweep_devices(D, v, M, [&](int d, int s, const PipelinePass& pass) {
+    const double ready = pass.forward ? activation[at(s, pass.microbatch)] : gradient[at(s, pass.microbatch)];
+    if (ready == kUnknown) return false;
+    const double end = std::max(free[d], ready) + (pass.forward ? forward_ms[s] : backward_ms[s]);
+    free[d] = end;
+    if (pass.forward && s + 1 < S) {
+      forward_link[s] = std::max(end, forward_link[s]) + transfer_ms[s];
+      activation[at(s + 1, pass.microbatch)] = forward_link[s];
+    } else if (pass.forward) {
+      gradient[at(s, pass.microbatch)] = end;  // the last stage's loss
+    } else if (s > 0) {
+      backward_link[s] = std::max(end, backward_link[s]) + transfer_ms[s - 1];
+      gradient[at(s - 1, pass.microbatch)] = backward_link[s];
     }
-    return ran;
-  };
-  while (left > 0) {
-    bool ran = false;
-    for (int d = 0; d < D; ++d) ran |= advance(d);
-    for (int d = D - 1; d >= 0; --d) ran |= advance(d);
-    if (!ran) break;  // (neither order ever deadlocks; a guard all the same)
-  }
+    if (!pass.forward) out.last_backward_ms[s] = end;
+    out.end_ms = std::max(out.end_ms, end);
+    return true;
+  });
   return out;
 }
 

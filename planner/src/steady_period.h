@@ -36,12 +36,6 @@
 
 namespace oobleck::detail {
 
-// compute: c_0..c_{S-1}; transfers: C_0..C_{S-2} (one way, s to s + 1).
-// The run of greatest mean by Dinkelbach's method: from a mean lambda, the
-// run with the greatest sum of (its terms - lambda) (a stage inside a run
-// brings c_j + 2 C_j, its last stage c_e) is found in one pass, Kadane's;
-// while that sum is positive its mean is larger, and lambda takes it. Each
-// pass is O(S) and lambda only grows, so it ends, at the largest mean.
 // The mean of run first..last: (c_first + ... + c_last + 2 (C_first + ... +
 // C_{last-1})) / (last - first + 1), summed in that order.
 inline Milliseconds run_mean_ms(const std::vector<Milliseconds>& compute, const std::vector<Milliseconds>& transfers,
@@ -59,6 +53,12 @@ struct SteadyPeriod {
   std::size_t first = 0, last = 0;
 };
 
+// compute: c_0..c_{S-1}; transfers: C_0..C_{S-2} (one way, s to s + 1).
+// The run of greatest mean by Dinkelbach's method: from a mean lambda, the
+// run with the greatest sum of (its terms - lambda) (a stage inside a run
+// brings c_j + 2 C_j, its last stage c_e) is found in one pass, Kadane's;
+// while that sum is positive its mean is larger, and lambda takes it. Each
+// pass is O(S) and lambda only grows, so it ends, at the largest mean.
 inline SteadyPeriod steady_period(const std::vector<Milliseconds>& compute,
                                   const std::vector<Milliseconds>& transfers) {
   SteadyPeriod link{0, true, 0, 0};
