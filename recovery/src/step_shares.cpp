@@ -33,11 +33,6 @@ int CarriedStep::kept_count() const {
 
 namespace {
 
-bool same_seat(const WorkerSeat& a, const WorkerSeat& b) {
-  return a.stage == b.stage && a.stages == b.stages && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
-         a.degree == b.degree && a.shard == b.shard;
-}
-
 // `count` items split in proportion to `weights` (largest remainders, the
 // earlier pipeline first on a tie): each share at most ceil(count x w / W).
 std::vector<int> proportional(int count, const std::vector<int>& weights) {
@@ -83,33 +78,60 @@ CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, cons
   std::vector<std::vector<std::size_t>> next_workers(pipelines);  // ranks, by pipeline
   for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
-  std::vector<const WorkerSeat*> was_seat;
+  out.source.assign(pipelines, -1);
+  // Each running pipeline's layers: the tensor-parallel degree it holds each at.
+  std::vector<std::vector<int>> degrees(running.pipelines.size());
+  for (const auto& seat : before) {
+    auto& d = degrees[static_cast<std::size_t>(seat.pipeline)];
+    if (static_cast<int>(d.size()) < seat.layer_end) d.resize(static_cast<std::size_t>(seat.layer_end), 0);
+    for (int l = seat.layer_begin; l < seat.layer_end; ++l) d[static_cast<std::size_t>(l)] = seat.degree;
+  }
+  std::vector<const WorkerSeat*> was_seat;  // of x's workers, in the running plan (null: new)
+  std::vector<int> from_source;  // of x's workers, those of its source, by index in `workers`
   for (std::size_t x = 0; x < pipelines; ++x) {
     const auto& workers = next_workers[x];
-    int source = -1;
-    bool unchanged = !workers.empty();
-    was_seat.clear();
-    for (const std::size_t r : workers) {
+    // The source: the first running pipeline all of whose workers are in x.
+    std::map<int, int> counts;  // running pipeline: its workers in x
+    was_seat.assign(workers.size(), nullptr);
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      const std::size_t r = workers[i];
       const auto node = before_rank.find(next_nodes[r / G]);
-      const WorkerSeat* was = node == before_rank.end() ? nullptr : &before[node->second * G + r % G];
-      if (was == nullptr || !same_seat(*was, seats[r]) || (source >= 0 && was->pipeline != source)) {
-        unchanged = false;
+      if (node == before_rank.end()) continue;
+      was_seat[i] = &before[node->second * G + r % G];
+      ++counts[was_seat[i]->pipeline];
+    }
+    int source = -1;
+    for (const auto& [p, n] : counts) {
+      if (static_cast<std::size_t>(n) != running_workers[static_cast<std::size_t>(p)]) continue;
+      // Every layer of x's seats held by the source at the same degree.
+      const auto& d = degrees[static_cast<std::size_t>(p)];
+      const bool fed = std::all_of(workers.begin(), workers.end(), [&](std::size_t r) {
+        for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
+          if (l >= static_cast<int>(d.size()) || d[static_cast<std::size_t>(l)] != seats[r].degree) return false;
+        }
+        return true;
+      });
+      if (fed) {
+        source = p;
         break;
       }
-      source = was->pipeline;
-      was_seat.push_back(was);
     }
-    if (!unchanged || running_workers[static_cast<std::size_t>(source)] != workers.size()) continue;
+    if (source < 0) continue;
+    from_source.clear();
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      if (was_seat[i] != nullptr && was_seat[i]->pipeline == source) from_source.push_back(static_cast<int>(i));
+    }
     std::vector<WorkerId> waiting;
     const std::vector<int>* common = nullptr;
     bool may_keep = true;
-    for (std::size_t i = 0; i < workers.size(); ++i) {
-      const std::size_t r = workers[i];
+    for (const int i : from_source) {
+      const std::size_t r = workers[static_cast<std::size_t>(i)];
       const std::string& node = next_nodes[r / G];
       const int gpu = static_cast<int>(r % G);
-      const std::vector<int>* h = held_by(*was_seat[i], node, gpu);
+      const WorkerSeat& was = *was_seat[static_cast<std::size_t>(i)];
+      const std::vector<int>* h = held_by(was, node, gpu);
       if (h == nullptr) {
-        if (settled(*was_seat[i], node, gpu)) may_keep = false;
+        if (settled(was, node, gpu)) may_keep = false;
         waiting.emplace_back(node, gpu);
       } else if (common != nullptr && common != h && *common != *h) {
         may_keep = false;
@@ -123,6 +145,7 @@ CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, cons
       continue;
     }
     out.kept[x] = *common;
+    out.source[x] = source;
     for (int m : out.kept[x]) {
       const auto i = static_cast<std::size_t>(m);
       if (i >= held.size() || held[i]) throw std::logic_error("kept sums of two pipelines hold one microbatch");
@@ -201,6 +224,53 @@ bool worth_waiting(const CostModel& cost, const Plan& next, const CarriedStep& n
   const Milliseconds saved =
       (resumed_step_ms(cost, next, now) - resumed_step_ms(cost, next, waited)) / whole * iteration_ms;
   return remaining_ms < saved;
+}
+
+std::vector<SumCopy> kept_sum_copies(const Plan& running, const Plan& next, const CarriedStep& carried,
+                                     int gpus_per_node) {
+  std::vector<SumCopy> out;
+  if (carried.source.empty()) return out;
+  const auto G = static_cast<std::size_t>(gpus_per_node);
+  const std::vector<std::string> before_nodes = trainer_nodes(running);
+  const std::vector<WorkerSeat> before = worker_seats(running, gpus_per_node);
+  std::unordered_map<std::string_view, std::size_t> before_rank;
+  for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
+  std::vector<std::vector<std::size_t>> running_workers(running.pipelines.size());  // ranks, by pipeline
+  for (std::size_t r = 0; r < before.size(); ++r) running_workers[static_cast<std::size_t>(before[r].pipeline)].push_back(r);
+  const std::vector<std::string> next_nodes = trainer_nodes(next);
+  const std::vector<WorkerSeat> seats = worker_seats(next, gpus_per_node);
+  std::vector<std::vector<std::size_t>> next_workers(next.pipelines.size());
+  for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
+  std::vector<std::pair<std::size_t, SumCopy>> found;  // (receiver's rank, copy)
+  for (std::size_t x = 0; x < next.pipelines.size(); ++x) {
+    const int source = carried.source.at(x);
+    if (source < 0) continue;
+    // A pipeline whose every worker sits as it sat keeps its own sums (most of them, at scale).
+    const bool as_it_was = std::all_of(next_workers[x].begin(), next_workers[x].end(), [&](std::size_t r) {
+      const auto node = before_rank.find(next_nodes[r / G]);
+      if (node == before_rank.end()) return false;
+      const WorkerSeat& was = before[node->second * G + r % G];
+      return was.pipeline == source && was.layer_begin == seats[r].layer_begin &&
+             was.layer_end == seats[r].layer_end && was.degree == seats[r].degree && was.shard == seats[r].shard;
+    });
+    if (as_it_was) continue;
+    std::map<std::pair<int, int>, WorkerId> holder;  // (layer, shard): the source's worker
+    for (const std::size_t r : running_workers[static_cast<std::size_t>(source)]) {
+      for (int l = before[r].layer_begin; l < before[r].layer_end; ++l) {
+        holder[{l, before[r].shard}] = {before_nodes[r / G], before[r].gpu};
+      }
+    }
+    for (const std::size_t r : next_workers[x]) {
+      const WorkerId to{next_nodes[r / G], seats[r].gpu};
+      for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
+        const WorkerId& from = holder.at({l, seats[r].shard});
+        if (from != to) found.push_back({r, {l, from, to}});
+      }
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
 }
 
 }  // namespace oobleck::recovery

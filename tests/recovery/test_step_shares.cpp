@@ -11,6 +11,7 @@
 
 #include "oobleck/node_speeds.h"
 #include "oobleck/recovery/step_shares.h"
+#include "oobleck/recovery/worker_seats.h"
 #include "reference.h"
 
 namespace {
@@ -73,6 +74,34 @@ void check_exactly_once(const CarriedStep& c, const Plan& next) {
   CHECK(all == range(0, next.global_microbatches));
 }
 
+
+// Every seat of a kept pipeline gets each of its layers' sums exactly once:
+// from one copy, sent by the source pipeline's holder of that layer at the
+// seat's shard and degree, or else from itself, having held it so.
+void check_sums_complete(const Plan& running, const Plan& next, const CarriedStep& c, int gpus) {
+  const auto before = seats_by_node(running, gpus);
+  const auto copies = kept_sum_copies(running, next, c, gpus);
+  const auto held_it = [&](const WorkerId& w, int source, int layer, const WorkerSeat& seat) {
+    const auto was = before.find(w);
+    return was != before.end() && was->second.pipeline == source && was->second.holds(layer) &&
+           was->second.degree == seat.degree && was->second.shard == seat.shard;
+  };
+  for (const auto& [w, seat] : seats_by_node(next, gpus)) {
+    const int source = c.source.at(static_cast<std::size_t>(seat.pipeline));
+    for (int l = seat.layer_begin; l < seat.layer_end; ++l) {
+      int received = 0;
+      for (const auto& k : copies) {
+        if (k.to != w || k.layer != l) continue;
+        ++received;
+        CHECK(source >= 0);
+        CHECK(held_it(k.from, source, l, seat));
+      }
+      if (source >= 0) CHECK(received + (received == 0 && held_it(w, source, l, seat) ? 1 : 0) == 1);
+      if (source < 0) CHECK(received == 0);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("step shares: the plan's split is each pipeline's run after those before it") {
@@ -84,34 +113,42 @@ TEST_CASE("step shares: the plan's split is each pipeline's run after those befo
 
 TEST_CASE("step shares: pipelines that lost nothing and finished their passes keep them") {
   // Three 2-node pipelines, 4 microbatches each; node b2 is lost and its
-  // partner joins pipeline c's nodes.
+  // partner joins pipeline c's nodes, whose layers are cut anew over three.
   const Plan running = plan_of({{"a1", "a2"}, {"b1", "b2"}, {"c1", "c2"}}, {4, 4, 4});
   const StepShares shares = plan_shares(running, 5);
   const Plan next = plan_of({{"a1", "a2"}, {"c1", "c2", "b1"}}, {5, 7});
   const auto everyone = workers({"a1", "a2", "b1", "c1", "c2"});
 
-  SUBCASE("everyone past the passes: a's pipeline keeps its four, the rest are split 5 : 7") {
+  SUBCASE("everyone past the passes: a's and c's pipelines keep theirs, b's four are split 5 : 7") {
     const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept[0] == range(0, 4));
-    CHECK(c.kept[1].empty());  // (c's pipeline gained a node)
+    CHECK(c.kept[1] == range(8, 4));  // (c's pipeline gained a node: its sums move with the layers)
+    CHECK(c.source == std::vector<int>{0, 2});
     CHECK(c.awaited.empty());
-    CHECK(c.kept_count() == 4);
-    // 8 left: 8 x 5/12 = 3.33, 8 x 7/12 = 4.67 -> 3 and 5.
-    CHECK(c.train[0] == range(4, 3));
-    CHECK(c.train[1] == range(7, 5));
+    CHECK(c.kept_count() == 8);
+    // 4 left: 4 x 5/12 = 1.67, 4 x 7/12 = 2.33 -> 2 and 2 (the larger remainder first).
+    CHECK(c.train[0] == range(4, 2));
+    CHECK(c.train[1] == range(6, 2));
     check_exactly_once(c, next);
+    check_sums_complete(running, next, c, 1);
+    // c1 held layers 0-1 and now holds 0, c2 held 2-3 and now holds 1, b1 holds 2-3.
+    const std::vector<SumCopy> copies = kept_sum_copies(running, next, c, 1);
+    CHECK(copies == std::vector<SumCopy>{{1, {"c1", 0}, {"c2", 0}}, {2, {"c2", 0}, {"b1", 0}},
+                                         {3, {"c2", 0}, {"b1", 0}}});
   }
-  SUBCASE("a worker of the unchanged pipeline still in its passes: awaited, nothing kept") {
+  SUBCASE("a worker of the unchanged pipeline still in its passes: awaited, the rest kept") {
     const auto passed = workers({"a1", "b1", "c1", "c2"});
     const CarriedStep c = carry_step(running, held_of(running, shares, passed), {}, next, 1);
-    CHECK(c.kept_count() == 0);
+    CHECK(c.kept[0].empty());
+    CHECK(c.kept[1] == range(8, 4));
     CHECK(c.awaited == workers({"a2"}));
     check_exactly_once(c, next);
   }
-  SUBCASE("a worker restarted since, or failed before its passes were over: nothing kept, nothing awaited") {
+  SUBCASE("a worker restarted since, or failed before its passes were over: its pipeline keeps nothing, awaits nothing") {
     const CarriedStep c = carry_step(running, held_of(running, shares, workers({"a2", "b1", "c1", "c2"})),
                                      workers({"a1"}), next, 1);
-    CHECK(c.kept_count() == 0);
+    CHECK(c.kept[0].empty());
+    CHECK(c.kept_count() == 4);
     CHECK(c.awaited.empty());
     check_exactly_once(c, next);
   }
@@ -119,33 +156,47 @@ TEST_CASE("step shares: pipelines that lost nothing and finished their passes ke
     HeldSums held = held_of(running, shares, everyone);
     held[{"a2", 0}] = range(0, 3);
     const CarriedStep c = carry_step(running, held, {}, next, 1);
-    CHECK(c.kept_count() == 0);
+    CHECK(c.kept[0].empty());
+    CHECK(c.source[0] == -1);
+    CHECK(c.kept_count() == 4);
     check_exactly_once(c, next);
   }
-  SUBCASE("nobody past the passes yet: the unchanged pipeline is awaited; until then, the plan's own split") {
+  SUBCASE("nobody past the passes yet: both sources are awaited; until then, the plan's own split") {
     const CarriedStep c = carry_step(running, {}, {}, next, 1);
     CHECK(c.kept_count() == 0);
-    CHECK(c.awaited == workers({"a1", "a2"}));
+    CHECK(c.awaited == workers({"a1", "a2", "c1", "c2"}));
     CHECK(c.train[0] == range(0, 5));
     CHECK(c.train[1] == range(5, 7));
+    CHECK(kept_sum_copies(running, next, c, 1).empty());
   }
 }
 
-TEST_CASE("step shares: the same workers in other seats keep nothing") {
+TEST_CASE("step shares: the same workers in other seats keep theirs through sum copies; mixed pipelines keep nothing") {
   const Plan running = plan_of({{"a1", "a2"}, {"b1", "b2"}}, {4, 4});
   const StepShares shares = plan_shares(running, 0);
   const auto everyone = workers({"a1", "a2", "b1", "b2"});
   SUBCASE("the stages swapped between the nodes") {
     const Plan next = plan_of({{"a2", "a1"}, {"b1", "b2"}}, {4, 4});
     const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
-    CHECK(c.kept[0].empty());
+    CHECK(c.kept[0] == range(0, 4));
     CHECK(c.kept[1] == range(4, 4));
     check_exactly_once(c, next);
+    // (Ranks: a2 first.)
+    CHECK(kept_sum_copies(running, next, c, 1) ==
+          std::vector<SumCopy>{{0, {"a1", 0}, {"a2", 0}}, {1, {"a1", 0}, {"a2", 0}}, {2, {"a2", 0}, {"a1", 0}},
+                               {3, {"a2", 0}, {"a1", 0}}});
   }
   SUBCASE("pipelines mixed") {
     const Plan next = plan_of({{"a1", "b2"}, {"b1", "a2"}}, {4, 4});
     const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
     CHECK(c.kept_count() == 0);
+    check_exactly_once(c, next);
+  }
+  SUBCASE("two pipelines merged: the first keeps its sums, the other's are trained again") {
+    const Plan next = plan_of({{"a1", "a2", "b1", "b2"}}, {8});
+    const CarriedStep c = carry_step(running, held_of(running, shares, everyone), {}, next, 1);
+    CHECK(c.kept[0] == range(0, 4));
+    CHECK(c.train[0] == range(4, 4));
     check_exactly_once(c, next);
   }
   SUBCASE("an unchanged pipeline listed second keeps its own microbatches") {
@@ -155,6 +206,41 @@ TEST_CASE("step shares: the same workers in other seats keep nothing") {
     CHECK(c.kept[1] == range(0, 4));
     CHECK(c.train[0].empty());
     CHECK(c.train[1].empty());
+    CHECK(kept_sum_copies(running, next, c, 1).empty());
+  }
+}
+
+TEST_CASE("step shares: sums move only between shards of one degree") {
+  // 2-GPU nodes. a runs all 4 layers at tensor-parallel degree 2.
+  auto one_pipeline = [](std::vector<std::string> nodes, std::vector<Stage> stages) {
+    Plan plan;
+    Pipeline p;
+    p.nodes = std::move(nodes);
+    p.template_nodes = static_cast<int>(p.nodes.size());
+    p.microbatches = 4;
+    p.stages = std::move(stages);
+    plan.global_microbatches = 4;
+    plan.pipelines.push_back(std::move(p));
+    return plan;
+  };
+  const Plan running = one_pipeline({"a"}, {{0, 4, 2, 0}});
+  const StepShares shares = plan_shares(running, 0);
+  HeldSums held;
+  held[{"a", 0}] = held[{"a", 1}] = range(0, 4);
+  SUBCASE("z joins at the same degree: each of its GPUs gets the shard of its index") {
+    const Plan next = one_pipeline({"a", "z"}, {{0, 2, 2, 0}, {2, 4, 2, 1}});
+    const CarriedStep c = carry_step(running, held, {}, next, 2);
+    CHECK(c.kept[0] == range(0, 4));
+    check_sums_complete(running, next, c, 2);
+    CHECK(kept_sum_copies(running, next, c, 2) ==
+          std::vector<SumCopy>{{2, {"a", 0}, {"z", 0}}, {3, {"a", 0}, {"z", 0}}, {2, {"a", 1}, {"z", 1}},
+                               {3, {"a", 1}, {"z", 1}}});
+  }
+  SUBCASE("the layers cut into two stages of degree 1: nothing kept") {
+    const Plan next = one_pipeline({"a"}, {{0, 2, 1, 0}, {2, 4, 1, 0}});
+    const CarriedStep c = carry_step(running, held, {}, next, 2);
+    CHECK(c.kept_count() == 0);
+    check_exactly_once(c, next);
   }
 }
 
@@ -217,6 +303,7 @@ TEST_CASE("step shares: carried by pipeline, as the simulator does, equals carri
       CHECK(by_pipeline.train == by_worker.train);
       CHECK(by_pipeline.awaited == by_worker.awaited);
       check_exactly_once(by_pipeline, next);
+      check_sums_complete(running, next, by_pipeline, 1);
     }
   }
 }

@@ -128,9 +128,9 @@ TEST_CASE("oobleck-snapshots: losses within f give exactly oobleck's result") {
 }
 
 TEST_CASE("oobleck-snapshots: the snapshot stall is what sets it apart within f") {
-  // One loss within f at 100.5 s on the six-layer model; a 50 ms stall per
+  // One loss within f at 100.8 s on the six-layer model; a 50 ms stall per
   // iteration stretches every cycle to 1.05 s.
-  const std::string csv = nodes_at_zero(4) + "100500,remove,node1\n200000,add,node9\n";
+  const std::string csv = nodes_at_zero(4) + "100800,remove,node1\n200000,add,node9\n";
   Scenario s = quick();
   s.overrides.checkpoint_interval_iterations = 0;  // none: the books stay closed-form
   s.overrides.snapshot_stall_ms = 50;
@@ -139,12 +139,19 @@ TEST_CASE("oobleck-snapshots: the snapshot stall is what sets it apart within f"
   const auto& snapshots = r.policies[1];
   CHECK(snapshots.reconfigurations == 1);
   CHECK(snapshots.unrecoverable == 0);
-  // Started at 11 s: floor(89.5 / 1.05) = 85 cycles before the loss; the
-  // reconfiguration takes the communicators' 1 s; then floor(98.5 / 1.05) = 93.
-  CHECK(oobleck.samples / kB / six_layers().microbatch_size == 89 + 98);
-  CHECK(snapshots.samples / kB / six_layers().microbatch_size == 85 + 93);
-  CHECK(snapshots.time.checkpoint_ms == doctest::Approx((85 + 93) * 50.0));
-  CHECK(snapshots.time.training_ms == doctest::Approx((85 + 93) * 1000.0));
+  // Both lose node1 after [node2, node3] is past its passes (its iteration
+  // began at 100 s, with snapshots at 11 + 85 x 1.05 = 100.25 s): the
+  // merged pipeline keeps those 6 microbatches and trains node1's pipeline's
+  // 6 again, a resumed step of 584 ms instead of 1 s.
+  CHECK(oobleck.kept_microbatches == 6);
+  CHECK(snapshots.kept_microbatches == 6);
+  // Started at 11 s: floor(89.8 / 1.05) = 85 cycles before the loss; the
+  // reconfiguration takes the communicators' 1 s; then 0.584 + 0.05 s for
+  // the resumed step and floor((98.2 - 0.634) / 1.05) = 92 more.
+  CHECK(oobleck.samples / kB / six_layers().microbatch_size == 89 + 1 + 97);
+  CHECK(snapshots.samples / kB / six_layers().microbatch_size == 85 + 1 + 92);
+  CHECK(snapshots.time.checkpoint_ms == doctest::Approx((85 + 1 + 92) * 50.0));
+  CHECK(snapshots.time.training_ms == doctest::Approx((85 + 92) * 1000.0 + 584).epsilon(1e-5));
   CHECK(snapshots.time.reconfiguration_ms == oobleck.time.reconfiguration_ms);
   CHECK(records(snapshots).size() == records(oobleck).size());
 }
@@ -249,7 +256,9 @@ TEST_CASE("oobleck-snapshots: past f right after a reconfiguration, the previous
   // memory restores it; after 11, node3's layers have no copy (11 is not
   // mirrored).
   const Milliseconds first = loss_after(10);          // 21.5 s
-  const Milliseconds second = first + 1'000 + 1'500;  // 1 s of communicators, 1.5 iterations
+  // 1 s of communicators, the resumed step (the merged pipeline keeps
+  // [node2, node3]'s passes: 584 ms), half an iteration.
+  const Milliseconds second = first + 1'000 + 584 + 500;
   const std::string csv = nodes_at_zero(4) + std::to_string(first) + ",remove,node0\n" + std::to_string(second) +
                           ",remove,node3\n" + std::to_string(second + 5'000) + ",add,node9\n";
   const ReplayResult r = run(six_layers(), csv, quick(), {Policy::oobleck_snapshots});
@@ -264,8 +273,9 @@ TEST_CASE("oobleck-snapshots: past f right after a reconfiguration, the previous
   CHECK(p.rollbacks_from_memory == 1);
   CHECK(p.unrecoverable == 1);
   CHECK(p.reconfigurations == 1);
-  // Half an iteration at each loss, and the one iteration after 10.
-  CHECK(p.time.lost_work_ms == doctest::Approx(500 + 1'000 + 500));
+  // Half an iteration at each loss, and the one iteration after 10, at the
+  // mean of the 11 since the checkpoint (ten of 1 s, then the resumed 584 ms).
+  CHECK(p.time.lost_work_ms == doctest::Approx(500 + (10'000 + 584) / 11.0 + 500).epsilon(1e-4));
   CHECK(p.time.restart_ms == doctest::Approx(kStart + 5'000));
 }
 

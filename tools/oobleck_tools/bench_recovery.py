@@ -153,7 +153,7 @@ def read_recoveries(path):
         if r["lost"] and r["generation"] not in rolled_back:
             out.losses.append({"source": "replicas", "detect_ms": r["detect_ms"], "plan_ms": r["plan_ms"],
                                "communicators_ms": r["communicators_ms"], "restore_ms": r["copy_ms"],
-                               # (with the wait for unchanged pipelines' passes, which they keep)
+                               # (with the wait for kept pipelines' passes)
                                "step_ms": r["resume_ms"] + r.get("held_ms", 0.0), "recovery_ms": r["recovery_ms"],
                                "steps_lost": 0, "back_ms": r["recovery_ms"]})
     for r in restarts:

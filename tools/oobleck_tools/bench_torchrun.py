@@ -49,7 +49,7 @@ CRASH_PARTS = [("detect_ms", "detection"), ("process_ms", "the new worker up (it
                ("communicators_ms", "its communicators"), ("read_ms", "its state read from its agent's memory")]
 # The parts of oobleck's recovery, by their keys in its reconfiguration lines.
 OOBLECK_PARTS = [("detect_ms", "detection"), ("plan_ms", "planning (reconfigure)"),
-                 ("held_ms", "waiting for unchanged pipelines' passes"),
+                 ("held_ms", "waiting for kept pipelines' passes"),
                  ("communicators_ms", "communicators rebuilt"), ("copy_ms", "layer states copied"),
                  ("resume_ms", "the interrupted step, redone")]
 TORCHRUN_PARTS = [("torchrun_ms", "torchrun: detected, stopped, relaunched"),
@@ -379,7 +379,7 @@ def report(oobleck, torchruns, processes):
     for key, name in OOBLECK_PARTS:
         print(f"  {name:42s} {oobleck[key]:9.1f} ms")
     print(f"  (the redone step trained again all but the {oobleck['kept_microbatches']:g} microbatches "
-          "that unchanged pipelines kept)")
+          "that pipelines kept)")
     if crashes:
         print(f"oobleck's restart in place (a standby worker in {crashes['standby']} of {len(crashes['each_ms'])}):")
         for key, name in CRASH_PARTS:

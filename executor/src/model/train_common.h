@@ -56,6 +56,7 @@ struct GradientSlot {
   torch::Tensor sum;  // float64; holds this step's sum only where `summed`
   std::string name;   // the parameter's, within its layer
   bool summed = false;
+  int layer = 0;  // (the tied weight's label is kTied: its layer is here)
 };
 
 // The slots of layers [begin, end) of `layers`, in layer and parameter order.
@@ -71,7 +72,7 @@ struct GradientSlot {
       out.push_back({tied ? kTied : l, item.value(),
                      torch::zeros(item.value().sizes(),
                                   torch::TensorOptions().dtype(torch::kFloat64).device(item.value().device())),
-                     item.key()});
+                     item.key(), false, l});
     }
   }
   return out;

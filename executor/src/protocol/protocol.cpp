@@ -161,6 +161,14 @@ void from_json(const Json& j, LayerCopy& m) {
   m.from_degree = shard.second;
 }
 
+void to_json(Json& j, const SumCopy& m) { j = {m.layer, m.from, m.to}; }
+void from_json(const Json& j, SumCopy& m) {
+  if (!j.is_array() || j.size() != 3) throw std::invalid_argument("a sum copy is [layer, from, to]");
+  m.layer = j.at(0).get<int>();
+  m.from = j.at(1).get<int>();
+  m.to = j.at(2).get<int>();
+}
+
 void to_json(Json& j, const NewGeneration& m) {
   j = {{"generation", m.generation},
        {"plan", m.plan},
@@ -172,7 +180,9 @@ void to_json(Json& j, const NewGeneration& m) {
   if (!m.checkpoint_folder.empty()) j["checkpoint"] = m.checkpoint_folder;
   if (m.snapshot_step >= 0) j["snapshot"] = {{"step", m.snapshot_step}, {"sources", m.snapshot}};
   if (m.discard_held) j["discard_held"] = true;
-  if (m.step_listed) j["step_microbatches"] = {{"train", m.step_microbatches}, {"kept", m.kept_microbatches}};
+  if (m.step_listed) {
+    j["step_microbatches"] = {{"train", m.step_microbatches}, {"kept", m.kept_microbatches}, {"sums", m.sum_copies}};
+  }
 }
 void from_json(const Json& j, NewGeneration& m) {
   m.generation = field<int>(j, "generation");
@@ -196,6 +206,7 @@ void from_json(const Json& j, NewGeneration& m) {
   if (m.step_listed) {
     m.step_microbatches = field<std::vector<int>>(j.at("step_microbatches"), "train");
     m.kept_microbatches = field<std::vector<int>>(j.at("step_microbatches"), "kept");
+    m.sum_copies = field<std::vector<SumCopy>>(j.at("step_microbatches"), "sums");
   }
 }
 

@@ -106,6 +106,13 @@ struct SnapshotSource {
   int port = 0;
   friend bool operator==(const SnapshotSource&, const SnapshotSource&) = default;
 };
+// The gradient sums of layer `layer` kept for the resumed step, sent from
+// worker rank `from` (which held them in its pipeline of the generation
+// before) to worker rank `to` (whose seat's shard they are).
+struct SumCopy {
+  int layer = 0, from = 0, to = 0;
+  friend bool operator==(const SumCopy&, const SumCopy&) = default;
+};
 // A generation: its plan, its nodes in rank order (worker rank = node rank
 // x gpus_per_node + GPU), the step it resumes at, what this worker holds of
 // the state after the step before (shard holds_shard of holds_degree of
@@ -119,7 +126,9 @@ struct SnapshotSource {
 // unless `step_listed`: then this worker's pipeline trains the microbatches
 // `step_microbatches` (of the global batch) instead, and where
 // `kept_microbatches` is not empty its gradient sums already hold those,
-// from the generation before, whose passes it finished: it keeps them.
+// from the generation before, whose passes it finished: it keeps them, each
+// layer's its own or, where `sum_copies` names it as the receiver, sent by
+// the worker that held that layer (recovery::kept_sum_copies).
 struct NewGeneration {
   int generation = 0;
   std::string plan;  // the plan, as JSON text
@@ -134,6 +143,7 @@ struct NewGeneration {
   bool discard_held = false;
   bool step_listed = false;
   std::vector<int> step_microbatches, kept_microbatches;
+  std::vector<SumCopy> sum_copies;
 };
 
 // Save the state after `step` into `folder`, each layer by its first holder.

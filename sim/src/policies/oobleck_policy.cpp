@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -111,8 +112,8 @@ void OobleckPolicy::begin(const recovery::Generation& g) {
   const int number = g.number;
   if (g.source == recovery::StateSource::replicas) {
     ++result_.reconfigurations;
-    const Milliseconds copy = overrides_.oobleck_copy_ms.value_or(g.copy_ms);
     const Milliseconds held = carry_step_in_flight(g, detection);
+    const Milliseconds copy = overrides_.oobleck_copy_ms.value_or(g.copy_ms + kept_sums_ms_);
     down_for(Activity::reconfiguration, detection + held + copy + c.communicator_ms,
              [this, number] { resume(number); });
     return;
@@ -211,6 +212,7 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
 // step's generation did not train).
 Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, Milliseconds detection) {
   resumed_.reset();
+  kept_sums_ms_ = 0;
   if (!in_flight_ || g.cause != recovery::Cause::loss) {
     in_flight_.reset();
     return 0;
@@ -254,6 +256,7 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
     return 0;
   }
   result_.kept_microbatches += kept;
+  kept_sums_ms_ = kept_sums_copy_ms(step.plan, g.plan, carried);
   // The resumed step: each pipeline trains what it is given (none for a
   // kept one), priced against the whole step as the iteration model plays
   // both, so that a scenario's iteration time scales alike.
@@ -269,6 +272,31 @@ Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, 
   }
   in_flight_ = std::move(next);
   return hold;
+}
+
+// As the executor sends them after the layers' state: float64 sums, twice
+// each shard's fp32 weights; the busiest node's bytes over its link, as the
+// planner prices the state copy (copies within a node cost nothing here).
+Milliseconds OobleckPolicy::kept_sums_copy_ms(const Plan& running, const Plan& next,
+                                              const recovery::CarriedStep& carried) const {
+  const int gpus = job_.profile.hardware.gpus_per_node;
+  const auto copies = recovery::kept_sum_copies(running, next, carried, gpus);
+  if (copies.empty()) return 0;
+  const auto seats = recovery::seats_by_node(next, gpus);
+  std::map<std::string, double> sent, received;
+  for (const auto& c : copies) {
+    if (c.from.first == c.to.first) continue;
+    const double bytes = 2.0 * static_cast<double>(job_.profile.layers.at(static_cast<std::size_t>(c.layer)).param_bytes) /
+                         seats.at(c.to).degree;
+    sent[c.from.first] += bytes;
+    received[c.to.first] += bytes;
+  }
+  double busiest = 0;
+  for (const auto* side : {&sent, &received}) {
+    for (const auto& [node, bytes] : *side) busiest = std::max(busiest, bytes);
+  }
+  const auto& hw = job_.profile.hardware;
+  return busiest > 0 ? busiest / hw.inter_node_bytes_per_s * 1000.0 + hw.latency_ms : 0;
 }
 
 PolicyResult run_oobleck(const Job& job, StragglerHandling stragglers) { return OobleckPolicy(job).run(stragglers); }

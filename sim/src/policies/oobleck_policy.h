@@ -75,6 +75,10 @@ class OobleckPolicy : public PolicyModel {
   // For a generation resuming from replicas after a loss: how long it
   // waits for kept pipelines still in their passes; sets resumed_.
   [[nodiscard]] Milliseconds carry_step_in_flight(const recovery::Generation& g, Milliseconds detection);
+  // The kept pipelines' sums that change hands (recovery::kept_sum_copies).
+  [[nodiscard]] Milliseconds kept_sums_copy_ms(const Plan& running, const Plan& next,
+                                               const recovery::CarriedStep& carried) const;
+  Milliseconds kept_sums_ms_ = 0;  // the last carry's, added to the state copy
   std::optional<StepInFlight> in_flight_;
   // The step a generation resumes with kept passes: each pipeline trains
   // its `train` list (`played`: the plan with those counts), and once

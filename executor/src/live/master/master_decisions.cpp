@@ -216,6 +216,13 @@ void Master::send_generation(const recovery::Generation& g, const Plan* base, co
   }
   message.discard_held = g.rolled_back;
   message.step_listed = !carried.train.empty();
+  if (message.step_listed) {
+    // (running_plan_ is still the plan the sums were made in.)
+    for (const auto& c : recovery::kept_sum_copies(running_plan_, g.plan, carried, gpus_)) {
+      message.sum_copies.push_back(
+          {c.layer, worker_rank(c.from.first, c.from.second), worker_rank(c.to.first, c.to.second)});
+    }
+  }
   const auto seats = recovery::seats_by_node(g.plan, gpus_);
   for (const auto& node : ranks_) {
     for (int gpu = 0; gpu < gpus_; ++gpu) {

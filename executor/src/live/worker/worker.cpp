@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "comm/store_guard.h"
 #include "comm/store_server.h"
@@ -42,6 +43,9 @@ double now_ms() {
 struct KeptSumsChanged : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Kept sums travel on the world group beside the layer copies (tags 2l, 2l + 1).
+constexpr int kSumCopyTag = 1 << 20;
 
 class LiveWorker {
  public:
@@ -185,10 +189,11 @@ class LiveWorker {
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
     if (trainer_) restore_missing_layers(g, shard);
+    const std::int64_t sum_bytes = take_kept_sums(g);
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
     established_ = false;
-    inbox_.send(protocol::Recovered{number_, rebuilt - start, now_ms() - rebuilt, copied_bytes});
+    inbox_.send(protocol::Recovered{number_, rebuilt - start, now_ms() - rebuilt, copied_bytes + sum_bytes});
   }
 
   // The seat's layers that no copy brought, from the checkpoint or the
@@ -235,23 +240,125 @@ class LiveWorker {
   }
 
   // The gradient sums of the resumed step's finished passes, where the
-  // master lets this worker's pipeline keep them; forgotten otherwise.
+  // master lets this worker's pipeline keep them; forgotten otherwise. Its
+  // own are set aside (old_slots_) where it keeps some layer's or sends
+  // some (protocol::SumCopy): then they must hold what the master counts.
   void keep_passed_sums(const protocol::NewGeneration& g) {
     resume_listed_ = g.step_listed;
     resume_microbatches_ = g.step_microbatches;
-    if (g.kept_microbatches.empty()) {
-      passed_ = {};
-      return;
+    old_slots_.clear();
+    old_loss_ = 0;
+    const int me = settings_.rank;
+    const bool sends = std::any_of(g.sum_copies.begin(), g.sum_copies.end(),
+                                   [&](const protocol::SumCopy& c) { return c.from == me && c.to != me; });
+    bool keeps_own = false;
+    if (trainer_ && !g.kept_microbatches.empty()) {
+      for (int l = seat().layer_begin; l < seat().layer_end && !keeps_own; ++l) keeps_own = !received_sums(g, l);
     }
-    auto held = passed_.microbatches, kept = g.kept_microbatches;
-    std::sort(held.begin(), held.end());
-    std::sort(kept.begin(), kept.end());
-    if (passed_.step != g.resume_step || held != kept || !trainer_) {
-      // It had begun training again when this generation was decided.
-      passed_ = {};
-      throw KeptSumsChanged("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
-                            std::to_string(g.resume_step) + ", which changed since");
+    if (sends || keeps_own) {
+      auto held = passed_.microbatches, kept = g.kept_microbatches;
+      std::sort(held.begin(), held.end());
+      std::sort(kept.begin(), kept.end());
+      if (passed_.step != g.resume_step || held != kept) {
+        // It had begun training again when this generation was decided.
+        passed_ = {};
+        throw KeptSumsChanged("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
+                              std::to_string(g.resume_step) + ", which changed since");
+      }
+      old_slots_ = std::move(slots_);
+      old_loss_ = passed_.loss;
     }
+    passed_ = {};
+    if (trainer_ && !g.kept_microbatches.empty()) passed_ = {g.resume_step, 0, g.kept_microbatches};
+  }
+
+  // The copy that brings this worker layer l's kept sums, if one does.
+  [[nodiscard]] const protocol::SumCopy* received_sums(const protocol::NewGeneration& g, int l) const {
+    for (const auto& c : g.sum_copies) {
+      if (c.to == settings_.rank && c.from != settings_.rank && c.layer == l) return &c;
+    }
+    return nullptr;
+  }
+
+  // The kept sums in this worker's new seat, each layer's its own (the seat
+  // before held that layer's shard) or received from the worker that held
+  // it, once this worker's own sends are posted (so no order of the copies
+  // can deadlock). The loss share of the kept microbatches goes with the
+  // last layer's sums. Returns the bytes received.
+  std::int64_t take_kept_sums(const protocol::NewGeneration& g) {
+    std::int64_t received = 0;
+    const int me = settings_.rank, last = pipeline_layers(o_.model) - 1;
+    std::vector<std::unique_ptr<PendingOp>> sends;
+    std::vector<torch::Tensor> outgoing;
+    for (const auto& c : g.sum_copies) {
+      if (c.from != me || c.to == me) continue;
+      std::vector<torch::Tensor> parts;
+      for (auto& slot : old_slots_) {
+        if (slot.layer == c.layer) parts.push_back(slot.sum.reshape({-1}));
+      }
+      if (parts.empty()) {
+        throw std::logic_error(node_ + " is to send the kept sums of layer " + std::to_string(c.layer) +
+                               " but holds none");
+      }
+      parts.push_back(torch::full({1}, c.layer == last ? old_loss_ : 0.0, parts.front().options()));
+      outgoing.push_back(torch::cat(parts));
+      sends.push_back(groups_.world().send(outgoing.back(), c.to, kSumCopyTag + c.layer));
+    }
+    const auto same_layers = [&] {
+      std::set<int> layers;
+      for (const auto& slot : old_slots_) layers.insert(slot.layer);
+      if (static_cast<int>(layers.size()) != seat().layer_end - seat().layer_begin) return false;
+      for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+        if (!layers.count(l) || received_sums(g, l)) return false;
+      }
+      return true;
+    };
+    if (trainer_ && passed_.step >= 0 && same_layers()) {
+      slots_ = std::move(old_slots_);  // (the seat as it was: the common case)
+      passed_.loss = old_loss_;
+    } else if (trainer_ && passed_.step >= 0) {
+      std::vector<GradientSlot> fresh;
+      double loss = 0;
+      for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
+        if (!held_.count(l)) {
+          throw std::logic_error("generation " + std::to_string(number_) + " gives " + node_ + " layer " +
+                                 std::to_string(l) + " without a copy");
+        }
+        std::vector<GradientSlot> layer = gradient_slots(held_, l, l + 1, o_.model);
+        if (const protocol::SumCopy* copy = received_sums(g, l)) {
+          std::int64_t n = 0;
+          for (const auto& slot : layer) n += slot.sum.numel();
+          auto buffer = torch::empty({n + 1}, layer.front().sum.options());
+          groups_.world().recv(buffer, copy->from, kSumCopyTag + l);
+          received += buffer.numel() * static_cast<std::int64_t>(buffer.element_size());
+          std::int64_t at = 0;
+          for (auto& slot : layer) {
+            slot.sum.copy_(buffer.narrow(0, at, slot.sum.numel()).view_as(slot.sum));
+            at += slot.sum.numel();
+          }
+          if (l == last) loss += buffer[n].item<double>();
+        } else {
+          auto own = old_slots_.begin();
+          for (auto& slot : layer) {
+            own = std::find_if(own, old_slots_.end(), [&](const GradientSlot& o) { return o.layer == l; });
+            if (own == old_slots_.end() || !own->sum.sizes().equals(slot.sum.sizes())) {
+              throw std::logic_error(node_ + " keeps the sums of layer " + std::to_string(l) +
+                                     " but did not hold its shard");
+            }
+            slot.sum = std::move(own->sum);
+            ++own;
+          }
+          if (l == last) loss += old_loss_;
+        }
+        for (auto& slot : layer) slot.summed = true;
+        std::move(layer.begin(), layer.end(), std::back_inserter(fresh));
+      }
+      slots_ = std::move(fresh);
+      passed_.loss = loss;
+    }
+    for (auto& send : sends) send->wait();
+    old_slots_.clear();
+    return received;
   }
 
   // Keep exactly what the master counts this node as holding, at the state
@@ -289,8 +396,7 @@ class LiveWorker {
         }
       });
     }
-    // (Kept sums are those of this very seat: the master keeps them only
-    // for a pipeline whose workers all hold what they held.)
+    // (Kept sums are in place already: take_kept_sums.)
     if (passed_.step < 0) slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
     gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
     step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank}, groups_, gradients_,
@@ -437,6 +543,8 @@ class LiveWorker {
   std::map<int, HeldLayer> held_;
   std::vector<GradientSlot> slots_;  // this worker's layers' gradients
   PassedSums passed_;                // what slots_ hold
+  std::vector<GradientSlot> old_slots_;  // the seat before's sums, while kept ones move
+  double old_loss_ = 0;                  // and their share of the loss
   int applied_through_ = -1;
   std::optional<int> pending_;  // the step reported ready and not yet settled
 };

@@ -5,17 +5,21 @@
 // until it begins the next step (the synchronisation only reads them,
 // gradient_sync.h), and a trainer that a generation let keep them holds
 // those until it trains again. A generation that resumes at the step in
-// flight lets a pipeline keep them where nothing under it changed: the same
-// workers in the same seats (so every sum is of the same layers' shard, and
-// every layer of the pipeline counts those microbatches once), each known to
-// hold the same microbatches. The microbatches no kept pipeline holds are
-// trained again, split among the new plan's pipelines in proportion to
-// their shares of the batch (so a pipeline is given at most its own share).
-// The sums are added in float64, so which pipeline trains a microbatch, and
-// in which order the sums meet, does not change the step's result
-// (the executor's model/train_common.h). The simulator plays the same rule
-// (oobleck-snapshots and oobleck: a loss during a step keeps the passes of
-// the pipelines the new plan leaves as they were).
+// flight lets a pipeline of the new plan keep them where one running
+// pipeline (its source) can give it every layer's sums: all of the
+// source's workers are in the new pipeline (it may gain nodes, and its
+// stages may be cut anew), each known to hold the same microbatches, and
+// the new pipeline holds every layer at the degree the source held it, so
+// that each new seat's sums are one source worker's (kept_sum_copies says
+// which move). Every layer of the pipeline then counts those microbatches
+// once. The microbatches no kept pipeline holds are trained again, split
+// among the new plan's pipelines in proportion to their shares of the batch
+// (so a pipeline is given at most its own share). The sums are added in
+// float64, so which pipeline trains a microbatch, and in which order the
+// sums meet, does not change the step's result (the executor's
+// model/train_common.h). The simulator plays the same rule (oobleck-snapshots
+// and oobleck: a loss during a step keeps the passes of the pipelines that
+// lost no node).
 #pragma once
 
 #include <map>
@@ -43,12 +47,28 @@ struct StepShares {
 // What a generation resuming at a step does with it, by pipeline of its plan.
 struct CarriedStep {
   std::vector<std::vector<int>> kept;   // held already: not trained again
+  std::vector<int> source;              // the running pipeline whose sums each keeps (-1: none)
   std::vector<std::vector<int>> train;  // trained in the resumed step
   // Workers of pipelines that would keep theirs but are not past their
   // passes yet (their passes do not depend on anything that was lost).
   std::set<WorkerId> awaited;
   [[nodiscard]] int kept_count() const;
 };
+
+// A kept pipeline's sums that change hands: those of layer `layer` (the
+// shard of the receiving seat) from worker `from`, which held them in the
+// source pipeline, to worker `to` of the next plan.
+struct SumCopy {
+  int layer = 0;
+  WorkerId from, to;
+  friend bool operator==(const SumCopy&, const SumCopy&) = default;
+};
+
+// Every sum copy that gives the kept pipelines of `next` their sums, by the
+// receivers' ranks, then layers: none where a worker kept the layer's
+// shard itself (the same seat, or the layer among its old ones).
+[[nodiscard]] std::vector<SumCopy> kept_sum_copies(const Plan& running, const Plan& next, const CarriedStep& carried,
+                                                   int gpus_per_node);
 
 // What a worker's sums are known to hold of the step in flight (absent:
 // not known yet).
