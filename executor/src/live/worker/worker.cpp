@@ -187,9 +187,11 @@ class LiveWorker {
     keep_passed_sums(g);
     keep_what_is_counted(g);
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
+    SumSends sums_sent = post_kept_sum_sends(g);
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
     if (trainer_) restore_missing_layers(g, shard);
     const std::int64_t sum_bytes = take_kept_sums(g);
+    sums_sent.wait();
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
     established_ = false;
@@ -280,16 +282,19 @@ class LiveWorker {
     return nullptr;
   }
 
-  // The kept sums in this worker's new seat, each layer's its own (the seat
-  // before held that layer's shard) or received from the worker that held
-  // it, once this worker's own sends are posted (so no order of the copies
-  // can deadlock). The loss share of the kept microbatches goes with the
-  // last layer's sums. Returns the bytes received.
-  std::int64_t take_kept_sums(const protocol::NewGeneration& g) {
-    std::int64_t received = 0;
+  // This worker's kept sums that go to other workers' seats (old_slots_),
+  // posted before the state copies so that the receivers find them there.
+  // The loss share of the kept microbatches goes with the last layer's.
+  struct SumSends {
+    std::vector<torch::Tensor> buffers;
+    std::vector<std::unique_ptr<PendingOp>> ops;  // (after the buffers: gone first)
+    void wait() {
+      for (auto& op : ops) op->wait();
+    }
+  };
+  [[nodiscard]] SumSends post_kept_sum_sends(const protocol::NewGeneration& g) {
+    SumSends out;
     const int me = settings_.rank, last = pipeline_layers(o_.model) - 1;
-    std::vector<std::unique_ptr<PendingOp>> sends;
-    std::vector<torch::Tensor> outgoing;
     for (const auto& c : g.sum_copies) {
       if (c.from != me || c.to == me) continue;
       std::vector<torch::Tensor> parts;
@@ -301,9 +306,18 @@ class LiveWorker {
                                " but holds none");
       }
       parts.push_back(torch::full({1}, c.layer == last ? old_loss_ : 0.0, parts.front().options()));
-      outgoing.push_back(torch::cat(parts));
-      sends.push_back(groups_.world().send(outgoing.back(), c.to, kSumCopyTag + c.layer));
+      out.buffers.push_back(torch::cat(parts));
+      out.ops.push_back(groups_.world().send(out.buffers.back(), c.to, kSumCopyTag + c.layer));
     }
+    return out;
+  }
+
+  // The kept sums in this worker's new seat, each layer's its own (the seat
+  // before held that layer's shard) or received from the worker that held
+  // it (post_kept_sum_sends). Returns the bytes received.
+  std::int64_t take_kept_sums(const protocol::NewGeneration& g) {
+    std::int64_t received = 0;
+    const int last = pipeline_layers(o_.model) - 1;
     const auto same_layers = [&] {
       std::set<int> layers;
       for (const auto& slot : old_slots_) layers.insert(slot.layer);
@@ -356,7 +370,6 @@ class LiveWorker {
       slots_ = std::move(fresh);
       passed_.loss = loss;
     }
-    for (auto& send : sends) send->wait();
     old_slots_.clear();
     return received;
   }
