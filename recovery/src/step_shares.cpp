@@ -71,40 +71,45 @@ CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, cons
   const std::vector<WorkerSeat> before = worker_seats(running, gpus_per_node);
   std::unordered_map<std::string_view, std::size_t> before_rank;
   for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
-  std::vector<std::size_t> running_workers(running.pipelines.size(), 0);
-  for (const auto& seat : before) ++running_workers[static_cast<std::size_t>(seat.pipeline)];
   const std::vector<std::string> next_nodes = trainer_nodes(next);
   const std::vector<WorkerSeat> seats = worker_seats(next, gpus_per_node);
   std::vector<std::vector<std::size_t>> next_workers(pipelines);  // ranks, by pipeline
   for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
   out.source.assign(pipelines, -1);
-  // Each running pipeline's layers: the tensor-parallel degree it holds each at.
-  std::vector<std::vector<int>> degrees(running.pipelines.size());
-  for (const auto& seat : before) {
-    auto& d = degrees[static_cast<std::size_t>(seat.pipeline)];
-    if (static_cast<int>(d.size()) < seat.layer_end) d.resize(static_cast<std::size_t>(seat.layer_end), 0);
-    for (int l = seat.layer_begin; l < seat.layer_end; ++l) d[static_cast<std::size_t>(l)] = seat.degree;
-  }
+  std::vector<std::vector<std::size_t>> running_ranks(running.pipelines.size());
+  for (std::size_t r = 0; r < before.size(); ++r) running_ranks[static_cast<std::size_t>(before[r].pipeline)].push_back(r);
+  std::vector<int> degrees;  // of a candidate source: the tensor-parallel degree it holds each layer at
   std::vector<const WorkerSeat*> was_seat;  // of x's workers, in the running plan (null: new)
+  std::vector<std::pair<int, int>> in_x;
   std::vector<int> from_source;  // of x's workers, those of its source, by index in `workers`
   for (std::size_t x = 0; x < pipelines; ++x) {
     const auto& workers = next_workers[x];
     // The source: the first running pipeline all of whose workers are in x.
-    std::map<int, int> counts;  // running pipeline: its workers in x
+    in_x.clear();  // (running pipeline, its workers in x), in order of the pipeline
     was_seat.assign(workers.size(), nullptr);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       const std::size_t r = workers[i];
       const auto node = before_rank.find(next_nodes[r / G]);
       if (node == before_rank.end()) continue;
       was_seat[i] = &before[node->second * G + r % G];
-      ++counts[was_seat[i]->pipeline];
+      const int p = was_seat[i]->pipeline;
+      auto at = std::find_if(in_x.begin(), in_x.end(), [&](const auto& c) { return c.first == p; });
+      if (at == in_x.end()) at = in_x.insert(in_x.end(), {p, 0});
+      ++at->second;
     }
+    std::sort(in_x.begin(), in_x.end());
     int source = -1;
-    for (const auto& [p, n] : counts) {
-      if (static_cast<std::size_t>(n) != running_workers[static_cast<std::size_t>(p)]) continue;
+    for (const auto& [p, n] : in_x) {
+      if (static_cast<std::size_t>(n) != running_ranks[static_cast<std::size_t>(p)].size()) continue;
       // Every layer of x's seats held by the source at the same degree.
-      const auto& d = degrees[static_cast<std::size_t>(p)];
+      degrees.clear();
+      for (const std::size_t r : running_ranks[static_cast<std::size_t>(p)]) {
+        const WorkerSeat& seat = before[r];
+        if (static_cast<int>(degrees.size()) < seat.layer_end) degrees.resize(static_cast<std::size_t>(seat.layer_end), 0);
+        std::fill(degrees.begin() + seat.layer_begin, degrees.begin() + seat.layer_end, seat.degree);
+      }
+      const std::vector<int>& d = degrees;
       const bool fed = std::all_of(workers.begin(), workers.end(), [&](std::size_t r) {
         for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
           if (l >= static_cast<int>(d.size()) || d[static_cast<std::size_t>(l)] != seats[r].degree) return false;
@@ -264,7 +269,7 @@ std::vector<SumCopy> kept_sum_copies(const Plan& running, const Plan& next, cons
       const WorkerId to{next_nodes[r / G], seats[r].gpu};
       for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
         const WorkerId& from = holder.at({l, seats[r].shard});
-        if (from != to) found.push_back({r, {l, from, to}});
+        if (from != to) found.push_back({r, {l, from, to, seats[r].degree}});
       }
     }
   }

@@ -233,8 +233,8 @@ TEST_CASE("step shares: sums move only between shards of one degree") {
     CHECK(c.kept[0] == range(0, 4));
     check_sums_complete(running, next, c, 2);
     CHECK(kept_sum_copies(running, next, c, 2) ==
-          std::vector<SumCopy>{{2, {"a", 0}, {"z", 0}}, {3, {"a", 0}, {"z", 0}}, {2, {"a", 1}, {"z", 1}},
-                               {3, {"a", 1}, {"z", 1}}});
+          std::vector<SumCopy>{{2, {"a", 0}, {"z", 0}, 2}, {3, {"a", 0}, {"z", 0}, 2}, {2, {"a", 1}, {"z", 1}, 2},
+                               {3, {"a", 1}, {"z", 1}, 2}});
   }
   SUBCASE("the layers cut into two stages of degree 1: nothing kept") {
     const Plan next = one_pipeline({"a"}, {{0, 2, 1, 0}, {2, 4, 1, 0}});

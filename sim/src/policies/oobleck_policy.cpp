@@ -282,12 +282,11 @@ Milliseconds OobleckPolicy::kept_sums_copy_ms(const Plan& running, const Plan& n
   const int gpus = job_.profile.hardware.gpus_per_node;
   const auto copies = recovery::kept_sum_copies(running, next, carried, gpus);
   if (copies.empty()) return 0;
-  const auto seats = recovery::seats_by_node(next, gpus);
   std::map<std::string, double> sent, received;
   for (const auto& c : copies) {
     if (c.from.first == c.to.first) continue;
-    const double bytes = 2.0 * static_cast<double>(job_.profile.layers.at(static_cast<std::size_t>(c.layer)).param_bytes) /
-                         seats.at(c.to).degree;
+    const double bytes =
+        2.0 * static_cast<double>(job_.profile.layers.at(static_cast<std::size_t>(c.layer)).param_bytes) / c.degree;
     sent[c.from.first] += bytes;
     received[c.to.first] += bytes;
   }

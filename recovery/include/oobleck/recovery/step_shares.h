@@ -56,11 +56,12 @@ struct CarriedStep {
 };
 
 // A kept pipeline's sums that change hands: those of layer `layer` (the
-// shard of the receiving seat) from worker `from`, which held them in the
-// source pipeline, to worker `to` of the next plan.
+// shard of the receiving seat, of `degree`) from worker `from`, which held
+// them in the source pipeline, to worker `to` of the next plan.
 struct SumCopy {
   int layer = 0;
   WorkerId from, to;
+  int degree = 1;
   friend bool operator==(const SumCopy&, const SumCopy&) = default;
 };
 
