@@ -207,7 +207,7 @@ void OobleckPolicy::note_step_in_flight(const std::vector<std::string>& lost) {
 }
 
 // As the live master decides (master_decisions.cpp), once the loss is
-// detected: pipelines past their passes are held; unchanged ones still in
+// detected: pipelines past their passes are kept; keepable ones still in
 // them are waited for only where worth_waiting says so (never while the
 // step's generation did not train).
 Milliseconds OobleckPolicy::carry_step_in_flight(const recovery::Generation& g, Milliseconds detection) {

@@ -74,7 +74,7 @@ class Master {
   void dispatch(std::function<void(const CarriedStep&)> send, const Plan& next, int resume_step, bool may_keep);
   void send_held(bool waited_out);
   void on_passed(const std::string& node, int gpu, const protocol::Passed& m);
-  // Whether holding a generation for `next` back until the unchanged
+  // Whether holding a generation for `next` back until the keepable
   // pipelines still in their passes pass saves time (worth_waiting), with
   // their passes expected to take what they took in the last whole step.
   [[nodiscard]] bool waiting_saves_time(const Plan& next, Milliseconds now) const;

@@ -157,7 +157,7 @@ void Master::send_held(bool waited_out) {
   if (!listed) carried = CarriedStep();
   timing_.held_ms = now_ms() - sent.since_ms;
   // (A generation that did not wait went without nothing it waited for:
-  // after a step that never trained, an unchanged pipeline holds nothing.)
+  // after a step that never trained, a kept pipeline holds nothing.)
   timing_.held_timed_out = sent.waits && !carried.awaited.empty();
   timing_.kept_microbatches = carried.kept_count();
   sent.send(carried);

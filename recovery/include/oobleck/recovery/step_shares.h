@@ -78,7 +78,7 @@ using HeldSums = std::map<WorkerId, std::vector<int>>;
 // The step in flight carried from the generation of `running` to one of
 // `next` that resumes at it: `held` says what each worker's sums hold of
 // it; workers in `settled` will not get further in the running generation
-// (restarted, or failed before their passes were over), so an unchanged
+// (restarted, or failed before their passes were over), so a keepable
 // pipeline waits (awaited) only for the others.
 [[nodiscard]] CarriedStep carry_step(const Plan& running, const HeldSums& held, const std::set<WorkerId>& settled,
                                      const Plan& next, int gpus_per_node);
