@@ -242,9 +242,13 @@ class LiveWorker {
   }
 
   // The gradient sums of the resumed step's finished passes, where the
-  // master lets this worker's pipeline keep them; forgotten otherwise. Its
-  // own are set aside (old_slots_) where it keeps some layer's or sends
-  // some (protocol::SumCopy): then they must hold what the master counts.
+  // master lets this worker's pipeline keep them; forgotten otherwise. They
+  // must hold what the master counts where this worker keeps some layer's
+  // or sends some (protocol::SumCopy). Where they change (a layer's sums
+  // come or go) they are set aside (old_slots_) and count for nothing until
+  // take_kept_sums has made the new seat's: a failure in between loses them
+  // (a later generation that would keep them learns so: KeptSumsChanged),
+  // rather than leave sums that are neither seat's.
   void keep_passed_sums(const protocol::NewGeneration& g) {
     resume_listed_ = g.step_listed;
     resume_microbatches_ = g.step_microbatches;
@@ -253,11 +257,14 @@ class LiveWorker {
     const int me = settings_.rank;
     const bool sends = std::any_of(g.sum_copies.begin(), g.sum_copies.end(),
                                    [&](const protocol::SumCopy& c) { return c.from == me && c.to != me; });
-    bool keeps_own = false;
-    if (trainer_ && !g.kept_microbatches.empty()) {
-      for (int l = seat().layer_begin; l < seat().layer_end && !keeps_own; ++l) keeps_own = !received_sums(g, l);
+    const bool keeps = trainer_ && !g.kept_microbatches.empty();
+    bool keeps_own = false, receives = false;
+    if (keeps) {
+      for (int l = seat().layer_begin; l < seat().layer_end; ++l) (received_sums(g, l) ? receives : keeps_own) = true;
     }
-    if (sends || keeps_own) {
+    if (!sends && !keeps_own) {
+      passed_ = {};
+    } else {
       auto held = passed_.microbatches, kept = g.kept_microbatches;
       std::sort(held.begin(), held.end());
       std::sort(kept.begin(), kept.end());
@@ -267,11 +274,21 @@ class LiveWorker {
         throw KeptSumsChanged("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
                               std::to_string(g.resume_step) + ", which changed since");
       }
+    }
+    moving_sums_ = sends || receives || (keeps_own && !slots_of_seat());
+    if (moving_sums_) {
       old_slots_ = std::move(slots_);
       old_loss_ = passed_.loss;
+      passed_ = {};
     }
-    passed_ = {};
-    if (trainer_ && !g.kept_microbatches.empty()) passed_ = {g.resume_step, 0, g.kept_microbatches};
+  }
+
+  // Whether slots_ are exactly the seat's layers.
+  [[nodiscard]] bool slots_of_seat() const {
+    std::set<int> layers;
+    for (const auto& slot : slots_) layers.insert(slot.layer);
+    return !layers.empty() && *layers.begin() == seat().layer_begin && *layers.rbegin() == seat().layer_end - 1 &&
+           static_cast<int>(layers.size()) == seat().layer_end - seat().layer_begin;
   }
 
   // The copy that brings this worker layer l's kept sums, if one does.
@@ -312,25 +329,13 @@ class LiveWorker {
     return out;
   }
 
-  // The kept sums in this worker's new seat, each layer's its own (the seat
-  // before held that layer's shard) or received from the worker that held
-  // it (post_kept_sum_sends). Returns the bytes received.
+  // The kept sums in this worker's new seat where they change, each layer's
+  // its own (the seat before held that layer's shard) or received from the
+  // worker that held it (post_kept_sum_sends). Returns the bytes received.
   std::int64_t take_kept_sums(const protocol::NewGeneration& g) {
     std::int64_t received = 0;
     const int last = pipeline_layers(o_.model) - 1;
-    const auto same_layers = [&] {
-      std::set<int> layers;
-      for (const auto& slot : old_slots_) layers.insert(slot.layer);
-      if (static_cast<int>(layers.size()) != seat().layer_end - seat().layer_begin) return false;
-      for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
-        if (!layers.count(l) || received_sums(g, l)) return false;
-      }
-      return true;
-    };
-    if (trainer_ && passed_.step >= 0 && same_layers()) {
-      slots_ = std::move(old_slots_);  // (the seat as it was: the common case)
-      passed_.loss = old_loss_;
-    } else if (trainer_ && passed_.step >= 0) {
+    if (moving_sums_ && trainer_ && !g.kept_microbatches.empty()) {
       std::vector<GradientSlot> fresh;
       double loss = 0;
       for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
@@ -368,7 +373,7 @@ class LiveWorker {
         std::move(layer.begin(), layer.end(), std::back_inserter(fresh));
       }
       slots_ = std::move(fresh);
-      passed_.loss = loss;
+      passed_ = {g.resume_step, loss, g.kept_microbatches};
     }
     old_slots_.clear();
     return received;
@@ -556,7 +561,8 @@ class LiveWorker {
   std::map<int, HeldLayer> held_;
   std::vector<GradientSlot> slots_;  // this worker's layers' gradients
   PassedSums passed_;                // what slots_ hold
-  std::vector<GradientSlot> old_slots_;  // the seat before's sums, while kept ones move
+  bool moving_sums_ = false;              // kept sums change seats in this generation
+  std::vector<GradientSlot> old_slots_;  // the seat before's sums, while they move
   double old_loss_ = 0;                  // and their share of the loss
   int applied_through_ = -1;
   std::optional<int> pending_;  // the step reported ready and not yet settled
