@@ -33,6 +33,39 @@ int CarriedStep::kept_count() const {
 
 namespace {
 
+// The two plans' seats, in rank order, and each worker's seat before found
+// by node name. (Vectors and a hash map: a plan of thousands of nodes is
+// carried at every loss the simulator replays.)
+struct SeatsAcross {
+  SeatsAcross(const Plan& running, const Plan& next, int gpus_per_node)
+      : G(static_cast<std::size_t>(gpus_per_node)),
+        before_nodes(trainer_nodes(running)),
+        before(worker_seats(running, gpus_per_node)),
+        running_ranks(running.pipelines.size()),
+        next_nodes(trainer_nodes(next)),
+        seats(worker_seats(next, gpus_per_node)),
+        next_workers(next.pipelines.size()) {
+    for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
+    for (std::size_t r = 0; r < before.size(); ++r) running_ranks[static_cast<std::size_t>(before[r].pipeline)].push_back(r);
+    for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
+  }
+  SeatsAcross(const SeatsAcross&) = delete;  // (before_rank views before_nodes)
+  SeatsAcross& operator=(const SeatsAcross&) = delete;
+  // The running seat of the next plan's worker `r` (null: a new node).
+  [[nodiscard]] const WorkerSeat* was(std::size_t r) const {
+    const auto node = before_rank.find(next_nodes[r / G]);
+    return node == before_rank.end() ? nullptr : &before[node->second * G + r % G];
+  }
+  std::size_t G;
+  std::vector<std::string> before_nodes;
+  std::vector<WorkerSeat> before;
+  std::unordered_map<std::string_view, std::size_t> before_rank;
+  std::vector<std::vector<std::size_t>> running_ranks;  // by running pipeline
+  std::vector<std::string> next_nodes;
+  std::vector<WorkerSeat> seats;
+  std::vector<std::vector<std::size_t>> next_workers;  // by next pipeline
+};
+
 // `count` items split in proportion to `weights` (largest remainders, the
 // earlier pipeline first on a tie): each share at most ceil(count x w / W).
 std::vector<int> proportional(int count, const std::vector<int>& weights) {
@@ -60,39 +93,29 @@ template <typename Held, typename Settled>
 CarriedStep carry(const Plan& running, const Plan& next, int gpus_per_node, const Held& held_by,
                   const Settled& settled) {
   const std::size_t pipelines = next.pipelines.size();
-  const auto G = static_cast<std::size_t>(gpus_per_node);
   CarriedStep out;
   out.kept.resize(pipelines);
   out.train.resize(pipelines);
-  // Seats in rank order (node rank x G + GPU); the running plan's found by
-  // node name. (Vectors and a hash map: a plan of thousands of nodes is
-  // carried at every loss the simulator replays.)
-  const std::vector<std::string> before_nodes = trainer_nodes(running);
-  const std::vector<WorkerSeat> before = worker_seats(running, gpus_per_node);
-  std::unordered_map<std::string_view, std::size_t> before_rank;
-  for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
-  const std::vector<std::string> next_nodes = trainer_nodes(next);
-  const std::vector<WorkerSeat> seats = worker_seats(next, gpus_per_node);
-  std::vector<std::vector<std::size_t>> next_workers(pipelines);  // ranks, by pipeline
-  for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
+  const SeatsAcross across(running, next, gpus_per_node);
+  const auto G = across.G;
+  const auto& before = across.before;
+  const auto& running_ranks = across.running_ranks;
+  const auto& next_nodes = across.next_nodes;
+  const auto& seats = across.seats;
   std::vector<bool> held(static_cast<std::size_t>(next.global_microbatches), false);
   out.source.assign(pipelines, -1);
-  std::vector<std::vector<std::size_t>> running_ranks(running.pipelines.size());
-  for (std::size_t r = 0; r < before.size(); ++r) running_ranks[static_cast<std::size_t>(before[r].pipeline)].push_back(r);
   std::vector<int> degrees;  // of a candidate source: the tensor-parallel degree it holds each layer at
   std::vector<const WorkerSeat*> was_seat;  // of x's workers, in the running plan (null: new)
   std::vector<std::pair<int, int>> in_x;
   std::vector<int> from_source;  // of x's workers, those of its source, by index in `workers`
   for (std::size_t x = 0; x < pipelines; ++x) {
-    const auto& workers = next_workers[x];
+    const auto& workers = across.next_workers[x];
     // The source: the first running pipeline all of whose workers are in x.
     in_x.clear();  // (running pipeline, its workers in x), in order of the pipeline
     was_seat.assign(workers.size(), nullptr);
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      const std::size_t r = workers[i];
-      const auto node = before_rank.find(next_nodes[r / G]);
-      if (node == before_rank.end()) continue;
-      was_seat[i] = &before[node->second * G + r % G];
+      was_seat[i] = across.was(workers[i]);
+      if (was_seat[i] == nullptr) continue;
       const int p = was_seat[i]->pipeline;
       auto at = std::find_if(in_x.begin(), in_x.end(), [&](const auto& c) { return c.first == p; });
       if (at == in_x.end()) at = in_x.insert(in_x.end(), {p, 0});
@@ -235,38 +258,30 @@ std::vector<SumCopy> kept_sum_copies(const Plan& running, const Plan& next, cons
                                      int gpus_per_node) {
   std::vector<SumCopy> out;
   if (carried.source.empty()) return out;
-  const auto G = static_cast<std::size_t>(gpus_per_node);
-  const std::vector<std::string> before_nodes = trainer_nodes(running);
-  const std::vector<WorkerSeat> before = worker_seats(running, gpus_per_node);
-  std::unordered_map<std::string_view, std::size_t> before_rank;
-  for (std::size_t r = 0; r < before_nodes.size(); ++r) before_rank.emplace(before_nodes[r], r);
-  std::vector<std::vector<std::size_t>> running_workers(running.pipelines.size());  // ranks, by pipeline
-  for (std::size_t r = 0; r < before.size(); ++r) running_workers[static_cast<std::size_t>(before[r].pipeline)].push_back(r);
-  const std::vector<std::string> next_nodes = trainer_nodes(next);
-  const std::vector<WorkerSeat> seats = worker_seats(next, gpus_per_node);
-  std::vector<std::vector<std::size_t>> next_workers(next.pipelines.size());
-  for (std::size_t r = 0; r < seats.size(); ++r) next_workers[static_cast<std::size_t>(seats[r].pipeline)].push_back(r);
+  const SeatsAcross across(running, next, gpus_per_node);
+  const auto G = across.G;
+  const auto& before = across.before;
+  const auto& seats = across.seats;
   std::vector<std::pair<std::size_t, SumCopy>> found;  // (receiver's rank, copy)
   for (std::size_t x = 0; x < next.pipelines.size(); ++x) {
     const int source = carried.source.at(x);
     if (source < 0) continue;
     // A pipeline whose every worker sits as it sat keeps its own sums (most of them, at scale).
-    const bool as_it_was = std::all_of(next_workers[x].begin(), next_workers[x].end(), [&](std::size_t r) {
-      const auto node = before_rank.find(next_nodes[r / G]);
-      if (node == before_rank.end()) return false;
-      const WorkerSeat& was = before[node->second * G + r % G];
-      return was.pipeline == source && was.layer_begin == seats[r].layer_begin &&
-             was.layer_end == seats[r].layer_end && was.degree == seats[r].degree && was.shard == seats[r].shard;
+    const auto& workers = across.next_workers[x];
+    const bool as_it_was = std::all_of(workers.begin(), workers.end(), [&](std::size_t r) {
+      const WorkerSeat* was = across.was(r);
+      return was != nullptr && was->pipeline == source && was->layer_begin == seats[r].layer_begin &&
+             was->layer_end == seats[r].layer_end && was->degree == seats[r].degree && was->shard == seats[r].shard;
     });
     if (as_it_was) continue;
     std::map<std::pair<int, int>, WorkerId> holder;  // (layer, shard): the source's worker
-    for (const std::size_t r : running_workers[static_cast<std::size_t>(source)]) {
+    for (const std::size_t r : across.running_ranks[static_cast<std::size_t>(source)]) {
       for (int l = before[r].layer_begin; l < before[r].layer_end; ++l) {
-        holder[{l, before[r].shard}] = {before_nodes[r / G], before[r].gpu};
+        holder[{l, before[r].shard}] = {across.before_nodes[r / G], before[r].gpu};
       }
     }
-    for (const std::size_t r : next_workers[x]) {
-      const WorkerId to{next_nodes[r / G], seats[r].gpu};
+    for (const std::size_t r : workers) {
+      const WorkerId to{across.next_nodes[r / G], seats[r].gpu};
       for (int l = seats[r].layer_begin; l < seats[r].layer_end; ++l) {
         const WorkerId& from = holder.at({l, seats[r].shard});
         if (from != to) found.push_back({r, {l, from, to, seats[r].degree}});
