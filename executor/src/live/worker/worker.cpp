@@ -17,13 +17,13 @@
 #include <cstdio>
 #include <numeric>
 #include <optional>
-#include <set>
 
 #include "comm/store_guard.h"
 #include "comm/store_server.h"
 #include "generation_groups.h"
 #include "gradient_sync.h"
 #include "inbox.h"
+#include "kept_sums.h"
 #include "model/host_memory.h"
 #include "oobleck/executor/data.h"
 #include "oobleck/executor/live.h"
@@ -37,15 +37,6 @@ namespace {
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// The gradient sums a generation lets this worker keep are no longer what
-// the master counts on.
-struct KeptSumsChanged : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// Kept sums travel on the world group beside the layer copies (tags 2l, 2l + 1).
-constexpr int kSumCopyTag = 1 << 20;
 
 class LiveWorker {
  public:
@@ -187,10 +178,10 @@ class LiveWorker {
     keep_passed_sums(g);
     keep_what_is_counted(g);
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
-    SumSends sums_sent = post_kept_sum_sends(g);
+    SumSends sums_sent = kept_sums_.post_sends(g, sums_place(), groups_.world(), o_.model);
     const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
     if (trainer_) restore_missing_layers(g, shard);
-    const std::int64_t sum_bytes = take_kept_sums(g);
+    const std::int64_t sum_bytes = kept_sums_.take(g, sums_place(), groups_.world(), held_, o_.model, slots_, passed_);
     sums_sent.wait();
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
@@ -241,142 +232,16 @@ class LiveWorker {
     resume_step_ = g.resume_step;
   }
 
-  // The gradient sums of the resumed step's finished passes, where the
-  // master lets this worker's pipeline keep them; forgotten otherwise. They
-  // must hold what the master counts where this worker keeps some layer's
-  // or sends some (protocol::SumCopy). Where they change (a layer's sums
-  // come or go) they are set aside (old_slots_) and count for nothing until
-  // take_kept_sums has made the new seat's: a failure in between loses them
-  // (a later generation that would keep them learns so: KeptSumsChanged),
-  // rather than leave sums that are neither seat's.
+  // The sums of the resumed step's finished passes (kept_sums.h): the
+  // seat before's, where a kept pipeline's seats change, set aside.
   void keep_passed_sums(const protocol::NewGeneration& g) {
     resume_listed_ = g.step_listed;
     resume_microbatches_ = g.step_microbatches;
-    old_slots_.clear();
-    old_loss_ = 0;
-    const int me = settings_.rank;
-    const bool sends = std::any_of(g.sum_copies.begin(), g.sum_copies.end(),
-                                   [&](const protocol::SumCopy& c) { return c.from == me && c.to != me; });
-    const bool keeps = trainer_ && !g.kept_microbatches.empty();
-    bool keeps_own = false, receives = false;
-    if (keeps) {
-      for (int l = seat().layer_begin; l < seat().layer_end; ++l) (received_sums(g, l) ? receives : keeps_own) = true;
-    }
-    if (!sends && !keeps_own) {
-      passed_ = {};
-    } else {
-      auto held = passed_.microbatches, kept = g.kept_microbatches;
-      std::sort(held.begin(), held.end());
-      std::sort(kept.begin(), kept.end());
-      if (passed_.step != g.resume_step || held != kept) {
-        // It had begun training again when this generation was decided.
-        passed_ = {};
-        throw KeptSumsChanged("generation " + std::to_string(number_) + " lets " + node_ + " keep the sums of step " +
-                              std::to_string(g.resume_step) + ", which changed since");
-      }
-    }
-    moving_sums_ = sends || receives || (keeps_own && !slots_of_seat());
-    if (moving_sums_) {
-      old_slots_ = std::move(slots_);
-      old_loss_ = passed_.loss;
-      passed_ = {};
-    }
+    kept_sums_.set_aside(g, sums_place(), slots_, passed_);
   }
 
-  // Whether slots_ are exactly the seat's layers.
-  [[nodiscard]] bool slots_of_seat() const {
-    std::set<int> layers;
-    for (const auto& slot : slots_) layers.insert(slot.layer);
-    return !layers.empty() && *layers.begin() == seat().layer_begin && *layers.rbegin() == seat().layer_end - 1 &&
-           static_cast<int>(layers.size()) == seat().layer_end - seat().layer_begin;
-  }
-
-  // The copy that brings this worker layer l's kept sums, if one does.
-  [[nodiscard]] const protocol::SumCopy* received_sums(const protocol::NewGeneration& g, int l) const {
-    for (const auto& c : g.sum_copies) {
-      if (c.to == settings_.rank && c.from != settings_.rank && c.layer == l) return &c;
-    }
-    return nullptr;
-  }
-
-  // This worker's kept sums that go to other workers' seats (old_slots_),
-  // posted before the state copies so that the receivers find them there.
-  // The loss share of the kept microbatches goes with the last layer's.
-  struct SumSends {
-    std::vector<torch::Tensor> buffers;
-    std::vector<std::unique_ptr<PendingOp>> ops;  // (after the buffers: gone first)
-    void wait() {
-      for (auto& op : ops) op->wait();
-    }
-  };
-  [[nodiscard]] SumSends post_kept_sum_sends(const protocol::NewGeneration& g) {
-    SumSends out;
-    const int me = settings_.rank, last = pipeline_layers(o_.model) - 1;
-    for (const auto& c : g.sum_copies) {
-      if (c.from != me || c.to == me) continue;
-      std::vector<torch::Tensor> parts;
-      for (auto& slot : old_slots_) {
-        if (slot.layer == c.layer) parts.push_back(slot.sum.reshape({-1}));
-      }
-      if (parts.empty()) {
-        throw std::logic_error(node_ + " is to send the kept sums of layer " + std::to_string(c.layer) +
-                               " but holds none");
-      }
-      parts.push_back(torch::full({1}, c.layer == last ? old_loss_ : 0.0, parts.front().options()));
-      out.buffers.push_back(torch::cat(parts));
-      out.ops.push_back(groups_.world().send(out.buffers.back(), c.to, kSumCopyTag + c.layer));
-    }
-    return out;
-  }
-
-  // The kept sums in this worker's new seat where they change, each layer's
-  // its own (the seat before held that layer's shard) or received from the
-  // worker that held it (post_kept_sum_sends). Returns the bytes received.
-  std::int64_t take_kept_sums(const protocol::NewGeneration& g) {
-    std::int64_t received = 0;
-    const int last = pipeline_layers(o_.model) - 1;
-    if (moving_sums_ && trainer_ && !g.kept_microbatches.empty()) {
-      std::vector<GradientSlot> fresh;
-      double loss = 0;
-      for (int l = seat().layer_begin; l < seat().layer_end; ++l) {
-        if (!held_.count(l)) {
-          throw std::logic_error("generation " + std::to_string(number_) + " gives " + node_ + " layer " +
-                                 std::to_string(l) + " without a copy");
-        }
-        std::vector<GradientSlot> layer = gradient_slots(held_, l, l + 1, o_.model);
-        if (const protocol::SumCopy* copy = received_sums(g, l)) {
-          std::int64_t n = 0;
-          for (const auto& slot : layer) n += slot.sum.numel();
-          auto buffer = torch::empty({n + 1}, layer.front().sum.options());
-          groups_.world().recv(buffer, copy->from, kSumCopyTag + l);
-          received += buffer.numel() * static_cast<std::int64_t>(buffer.element_size());
-          std::int64_t at = 0;
-          for (auto& slot : layer) {
-            slot.sum.copy_(buffer.narrow(0, at, slot.sum.numel()).view_as(slot.sum));
-            at += slot.sum.numel();
-          }
-          if (l == last) loss += buffer[n].item<double>();
-        } else {
-          auto own = old_slots_.begin();
-          for (auto& slot : layer) {
-            own = std::find_if(own, old_slots_.end(), [&](const GradientSlot& o) { return o.layer == l; });
-            if (own == old_slots_.end() || !own->sum.sizes().equals(slot.sum.sizes())) {
-              throw std::logic_error(node_ + " keeps the sums of layer " + std::to_string(l) +
-                                     " but did not hold its shard");
-            }
-            slot.sum = std::move(own->sum);
-            ++own;
-          }
-          if (l == last) loss += old_loss_;
-        }
-        for (auto& slot : layer) slot.summed = true;
-        std::move(layer.begin(), layer.end(), std::back_inserter(fresh));
-      }
-      slots_ = std::move(fresh);
-      passed_ = {g.resume_step, loss, g.kept_microbatches};
-    }
-    old_slots_.clear();
-    return received;
+  [[nodiscard]] SumsPlace sums_place() const {
+    return {settings_.rank, trainer_ ? &seat() : nullptr, node_, number_};
   }
 
   // Keep exactly what the master counts this node as holding, at the state
@@ -414,7 +279,7 @@ class LiveWorker {
         }
       });
     }
-    // (Kept sums are in place already: take_kept_sums.)
+    // (Kept sums are in place already: KeptSums::take.)
     if (passed_.step < 0) slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
     gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
     step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank}, groups_, gradients_,
@@ -561,9 +426,7 @@ class LiveWorker {
   std::map<int, HeldLayer> held_;
   std::vector<GradientSlot> slots_;  // this worker's layers' gradients
   PassedSums passed_;                // what slots_ hold
-  bool moving_sums_ = false;              // kept sums change seats in this generation
-  std::vector<GradientSlot> old_slots_;  // the seat before's sums, while they move
-  double old_loss_ = 0;                  // and their share of the loss
+  KeptSums kept_sums_;               // while they change seats
   int applied_through_ = -1;
   std::optional<int> pending_;  // the step reported ready and not yet settled
 };
