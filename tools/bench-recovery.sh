@@ -5,9 +5,9 @@
 #              live, copies the lost layers from surviving replicas and redoes
 #              the step. Split into detection, planning, communicators, state
 #              copy and the redone step (from the metrics).
-#   crash:     a node's worker is killed, its agent lives: the agent's
-#              standby worker takes its place and reads its state back from
-#              the agent's memory (restore: that read; the new worker's
+#   crash:     a node's worker is killed, its agent lives: a worker forked
+#              from the agent's zygote takes its place and reads its state
+#              back from the agent's memory (restore: that read; the new worker's
 #              start and communicators are printed beside it). The same
 #              crashes again with --no-standby-workers, side by side: a new
 #              process loads libtorch first.

@@ -6,8 +6,8 @@
 #              f = 2; the job reconfigures live. Recovery = the kill to the
 #              next completed step (median, from the metrics). Then workers
 #              alone are killed (crash: their agents live), as torchrun's one
-#              process is, and restarted in place (a standby worker takes
-#              each one's place).
+#              process is, and restarted in place (a worker forked from the
+#              node's zygote takes each one's place).
 #   torchrun:  the same training under PyTorch DDP (tools/torchrun_gpt_ddp.py:
 #              Gloo on CPU, one thread per process, a checkpoint every step),
 #              launched by torchrun --standalone --nproc_per_node=6. One

@@ -88,8 +88,8 @@ void add_cluster_flags(CLI::App& app, RunFlags& f) {
                  "their own would not, and --inject's slow throttles that quota")
       ->check(CLI::Range(0.01, 4096.0));
   app.add_flag("--standby-workers,!--no-standby-workers", o.standby_workers,
-               "Each agent keeps a worker process started ahead, which takes a crashed worker's place without "
-               "waiting for a new process to start (default: on)");
+               "Each agent loads the worker program once and forks its workers from it, the first ones and those "
+               "that replace a crashed worker, instead of starting each anew (default: on)");
   app.add_option("--wait-for-passes", o.wait_for_passes,
                  "A node lost during a step: the pipelines the new plan leaves as they were keep their passes of "
                  "it. auto (the default): wait for those still in their passes where that saves more of the "
@@ -213,18 +213,11 @@ int run_worker_process(NodeProcessOptions node) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (node.parent_pid > 0 && getppid() != node.parent_pid) return kExitFailure;
   if (!cli::read_job_token(node, "oobleck-run worker")) return kExitBadInput;
-  // A standby worker has paid for its start (the program and its libraries
-  // loaded) before its agent needs it: it learns its GPU then.
+  // The node's zygote, which forks its workers (the forks run run_worker).
   if (node.standby) {
-    std::string gpu;
-    if (!std::getline(std::cin, gpu)) std::_Exit(kExitSuccess);  // its agent ended or no longer needs it
-    try {
-      node.gpu = std::stoi(gpu);
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "oobleck-run worker: expected a GPU index on standard input, got '%s'\n", gpu.c_str());
-      return kExitBadInput;
-    }
-    node.standby = false;
+    const int status = run_worker_zygote(node, std::cin);
+    std::fflush(nullptr);
+    std::_Exit(status);
   }
   // A worker ends without running static destructors: a communicator
   // abandoned in a recovery may still be winding down on its own thread.

@@ -373,8 +373,7 @@ TEST_CASE("recovery: a crashed worker restarts in place, with no new generation,
   CHECK(restarts[2]["resume_step"] == 6);
   for (const auto& r : restarts) {
     CHECK(r["recovery_ms"].get<double>() >= r["detect_ms"].get<double>());
-    // Each node's standby worker, started at its first snapshot, took the
-    // place: the snapshots a crash waits for made it due.
+    // Forked from the node's worker zygote.
     CHECK(r["standby"] == true);
     CHECK(r["read_ms"].get<double>() > 0);
   }

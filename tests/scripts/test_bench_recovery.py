@@ -156,8 +156,8 @@ def test_the_table_and_result_json_put_every_cause_beside_the_restart(tmp_path):
     assert any(line.split()[:8] == ["past", "f,", "from", "mirrors", "mirror", "1", "60.0", "12.5"] and
                line.split()[8:11] == ["300.0", "1", "400.0"] for line in lines), result.stdout
     assert "worker crash / node loss, to the next completed step: 3.5x (800 against 226 ms)" in result.stdout
-    assert ("worker crash, restarted in place, after detection: the new worker up in 600.0 ms (a standby worker in "
-            "0 of 1), its communicators 70.0 ms, its state read in 15.0 ms") in result.stdout
+    assert ("worker crash, restarted in place, after detection: the new worker up in 600.0 ms (forked from the zygote "
+            "in 0 of 1), its communicators 70.0 ms, its state read in 15.0 ms") in result.stdout
 
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["format"] == "oobleck.bench-recovery.v2"
@@ -231,7 +231,7 @@ def test_crashes_without_a_standby_get_a_row_of_their_own_and_a_ratio(tmp_path):
     assert [r["name"] for r in saved["rows"]] == ["node loss within f", "worker crash, restarted in place",
                                                   "worker crash, a new process (no standby)"]
     assert (saved["rows"][2]["process_ms"], saved["rows"][2]["recovery_ms"]) == (330.0, 480.0)
-    assert ("worker crash without a standby / with one, to the next completed step: 0.6x (480 against 800 ms)"
+    assert ("worker crash without the zygote / with it, to the next completed step: 0.6x (480 against 800 ms)"
             in result.stdout)
 
 

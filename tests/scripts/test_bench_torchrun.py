@@ -236,7 +236,7 @@ def test_worker_crashes_are_put_beside_torchruns_kill_of_one_process(tmp_path):
     assert summary["crash_ratios"] == {"0.1": pytest.approx(3500 / 157.5), "5": pytest.approx(7500 / 157.5)}
     assert summary["ratios"]["0.1"] == pytest.approx(3500 / 200.0)  # node losses alone
     assert f"  {'oobleck, restarted in place':34s} {158:9d} ms" in result.stdout
-    assert "oobleck's restart in place (a standby worker in 1 of 2):" in result.stdout
+    assert "oobleck's restart in place (forked from the zygote in 1 of 2):" in result.stdout
 
 
 def test_a_restart_line_without_its_parts_is_bad_input(tmp_path):

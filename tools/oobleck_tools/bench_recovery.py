@@ -386,11 +386,11 @@ def run(args):
         rows[1]["standby"] = sum(e["standby"] for e in live.crashes)
         for row in [rows[1]] + ([cold] if cold else []):
             if row["process_ms"] is not None:
-                print(f"{row['name']}, after detection: the new worker up in {row['process_ms']:.1f} ms (a "
-                      f"standby worker in {row['standby']} of {row['count']}), its communicators "
+                print(f"{row['name']}, after detection: the new worker up in {row['process_ms']:.1f} ms (forked "
+                      f"from the zygote in {row['standby']} of {row['count']}), its communicators "
                       f"{row['communicators_ms']:.1f} ms, its state read in {row['restore_ms']:.1f} ms")
         if cold:
-            print(f"worker crash without a standby / with one, to the next completed step: "
+            print(f"worker crash without the zygote / with it, to the next completed step: "
                   f"{cold['recovery_ms'] / rows[1]['recovery_ms']:.1f}x "
                   f"({cold['recovery_ms']:.0f} against {rows[1]['recovery_ms']:.0f} ms)")
     for r in rows:

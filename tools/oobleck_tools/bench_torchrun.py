@@ -381,7 +381,7 @@ def report(oobleck, torchruns, processes):
     print(f"  (the redone step trained again all but the {oobleck['kept_microbatches']:g} microbatches "
           "that pipelines kept)")
     if crashes:
-        print(f"oobleck's restart in place (a standby worker in {crashes['standby']} of {len(crashes['each_ms'])}):")
+        print(f"oobleck's restart in place (forked from the zygote in {crashes['standby']} of {len(crashes['each_ms'])}):")
         for key, name in CRASH_PARTS:
             print(f"  {name:42s} {crashes[key]:9.1f} ms")
     for t in torchruns:

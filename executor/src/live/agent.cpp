@@ -20,13 +20,11 @@
 // A worker killed by a signal (a crash) is restarted in place: the new one
 // reads its layers back from this agent's memory and the master has the
 // generation's workers start its communicators over. With --standby-worker
-// the new one is a standby, started ahead and waiting for its GPU index on
-// standard input, so that the restart does not wait for a process to load
-// its libraries (about 0.3 s of CPU for libtorch). A standby starts once a
-// snapshot of this node's workers is sealed after the start or the last
-// activation: not before, so as not to slow the start or the recovery it
-// would compete with for the node's cores (and a restart in place needs
-// that snapshot anyway). A worker that exits with a failure of its own
+// every worker, the first ones and the restarted, is forked from the
+// node's worker zygote (worker_starter.h), which loaded the worker program
+// once: a restart does not wait for a process to load its libraries (about
+// 0.8 s of CPU for libtorch), and no such load competes with training or a
+// recovery for the node's cores. A worker that exits with a failure of its own
 // takes its node with it: the agent reports it, stops the others and ends.
 #include <fcntl.h>
 #include <poll.h>
@@ -43,6 +41,7 @@
 
 #include "cpu_quota.h"
 #include "launch.h"
+#include "worker_starter.h"
 #include "oobleck/executor/live.h"
 #include "protocol/protocol.h"
 #include "snapshots/snapshot_store.h"
@@ -79,7 +78,6 @@ class Agent {
         channel_(channel::connect_to(options.master_addr, options.control_port, std::chrono::seconds(60))),
         snapshots_(options.master_addr == "127.0.0.1" || options.master_addr == "localhost" ? "127.0.0.1" : "0.0.0.0",
                    options.token, [this](const SnapshotSeal& s, bool mirrored) {
-                     if (!mirrored && own_seals_.fetch_add(1) == standby_after_seals_) wake();
                      // At once: the master's ledger must not fall behind
                      // what this agent keeps (kSnapshotsKept).
                      send(protocol::SnapshotStored{s.owner, s.gpu, s.step, s.layer_begin, s.layer_end, s.degree,
@@ -97,9 +95,10 @@ class Agent {
       }
     }
     watch_children();
-    for (int gpu = 0; gpu < o_.gpus; ++gpu) workers_.push_back(spawn_worker(gpu));
+    starter_.emplace([this](std::vector<std::string> role) { return worker_command(std::move(role)); }, o_.token,
+                     o_.standby);
+    for (int gpu = 0; gpu < o_.gpus; ++gpu) workers_.push_back(starter_->start(gpu).pid);
     restarts_.assign(workers_.size(), 0);
-    if (o_.standby) standby_after_seals_ = 0;
     send(hello());
     const auto interval = std::chrono::milliseconds(static_cast<int>(o_.heartbeat_interval_ms));
     auto next_beat = std::chrono::steady_clock::now();
@@ -125,13 +124,9 @@ class Agent {
         open = protocol::receive(*channel_, messages, std::chrono::milliseconds(0));
         for (const auto& m : messages) obey(m);
       }
-      // (Before reaping: a crash injected by the master follows a snapshot
-      // it heard of, so its worker is replaced by the standby that
-      // snapshot made due.)
-      start_standby();
       throttle();
       if (const auto status = reap()) {
-        end_standby();
+        starter_->end();
         return *status;
       }
       if (!open) lose_master();
@@ -148,50 +143,6 @@ class Agent {
   }
 
  private:
-  pid_t spawn_worker(int gpu) { return spawn_process(worker_command({"--gpu", std::to_string(gpu)}), o_.token + "\n"); }
-
-  // The standby worker, once due. One that fails to start is not tried
-  // again: restarts then start their processes as they come.
-  void start_standby() {
-    if (standby_after_seals_ < 0 || own_seals_ <= standby_after_seals_) return;
-    standby_after_seals_ = -1;
-    try {
-      standby_ = spawn_process_keeping_input(worker_command({"--standby"}), o_.token + "\n");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "oobleck-run agent %s: no standby worker: %s\n", o_.node.c_str(), e.what());
-    }
-  }
-
-  // The standby worker made GPU `gpu`'s, or nullopt when there is none
-  // (or it ended). The next one is due at this node's next snapshot.
-  std::optional<pid_t> activate_standby(int gpu) {
-    if (standby_.pid <= 0) return std::nullopt;
-    const std::string line = std::to_string(gpu) + "\n";
-    const bool told = ::write(standby_.input_fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-    ::close(standby_.input_fd);
-    const pid_t pid = std::exchange(standby_, {}).pid;
-    standby_after_seals_ = own_seals_.load();
-    if (told) return pid;
-    ::kill(pid, SIGKILL);  // reaped in reap() as a process no longer known
-    return std::nullopt;
-  }
-
-  void end_standby() {
-    if (standby_.pid <= 0) return;
-    ::close(standby_.input_fd);
-    ::kill(standby_.pid, SIGKILL);
-    ::waitpid(standby_.pid, nullptr, 0);
-    standby_ = {};
-  }
-
-  // A standby that ended by itself (any of its own failures): not replaced.
-  bool reap_standby(pid_t pid) {
-    if (pid != standby_.pid) return false;
-    ::close(standby_.input_fd);
-    standby_ = {};
-    return true;
-  }
-
   std::vector<std::string> worker_command(std::vector<std::string> role) const {
     std::vector<std::string> args = {o_.program, "worker", "--node", o_.node, "--master-addr", o_.master_addr,
                                      "--control-port", std::to_string(o_.control_port),
@@ -202,14 +153,12 @@ class Agent {
     return args;
   }
 
-  // The workers, and with SIGKILL the standby. (Stopping an idle standby
-  // gains nothing, and one stopped before it asked for its parent-death
-  // signal would outlive this agent, stopped for good.)
+  // The workers, and with SIGKILL the zygote.
   void kill_all(int signal) {
     for (pid_t w : workers_) {
       if (w > 0) ::kill(w, signal);
     }
-    if (standby_.pid > 0 && signal == SIGKILL) ::kill(standby_.pid, SIGKILL);
+    if (signal == SIGKILL && starter_) starter_->kill();
   }
 
   [[nodiscard]] bool connected() const { return channel_ != nullptr; }
@@ -315,16 +264,15 @@ class Agent {
   std::optional<int> reap() {
     int status = 0;
     for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
-      if (reap_standby(pid)) continue;
+      if (starter_->reaped(pid)) continue;  // (its workers are started anew from now on)
       const auto it = std::find(workers_.begin(), workers_.end(), pid);
       if (it == workers_.end()) continue;
       const int gpu = static_cast<int>(it - workers_.begin());
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (WIFSIGNALED(status) && ++restarts_[static_cast<std::size_t>(gpu)] <= kRestartsPerWorker) {
-        *it = activate_standby(gpu).value_or(0);
-        const bool standby = *it != 0;
-        if (!standby) *it = spawn_worker(gpu);
-        send(protocol::WorkerRestarted{gpu, code, *it, standby});
+        const WorkerStarter::Started restarted = starter_->start(gpu);
+        *it = restarted.pid;
+        send(protocol::WorkerRestarted{gpu, code, *it, restarted.forked});
         continue;
       }
       *it = 0;
@@ -345,15 +293,10 @@ class Agent {
   std::chrono::steady_clock::time_point master_gone_;
   std::optional<std::chrono::steady_clock::time_point> reconnected_;
   std::mutex send_mutex_;  // the loop and the snapshot server's threads; guards channel_ when it changes
-  // Snapshots of this node's workers sealed (the snapshot server's
-  // threads count them); a standby is due once they exceed the second
-  // (-1: none due).
-  std::atomic<int> own_seals_{0};
-  std::atomic<int> standby_after_seals_{-1};
   SnapshotServer snapshots_;
   std::vector<pid_t> workers_;  // by GPU; 0 once ended
   std::vector<int> restarts_;
-  SpawnedProcess standby_;  // pid 0: none
+  std::optional<WorkerStarter> starter_;  // from run() on
   static constexpr double kThrottlePeriodUs = 10000;
   double slow_factor_ = 1;  // Slow
   bool workers_stopped_ = false;

@@ -26,22 +26,32 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& inp
   return spawned.pid;
 }
 
-SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args, const std::string& input) {
+SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args, const std::string& input,
+                                           bool with_reply) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   int pipe_ends[2] = {-1, -1};
   if (::pipe2(pipe_ends, O_CLOEXEC) != 0) throw std::runtime_error("cannot start " + args.front() + ": no pipe");
+  int reply_ends[2] = {-1, -1};
+  if (with_reply && ::pipe2(reply_ends, O_CLOEXEC) != 0) {
+    ::close(pipe_ends[0]);
+    ::close(pipe_ends[1]);
+    throw std::runtime_error("cannot start " + args.front() + ": no pipe");
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_ends[0], STDIN_FILENO);  // dup2 clears close-on-exec
+  if (with_reply) posix_spawn_file_actions_adddup2(&actions, reply_ends[1], kReplyFd);
   pid_t pid = 0;
   const bool path_search = args.front().find('/') == std::string::npos;
   const int error = path_search ? posix_spawnp(&pid, args.front().c_str(), &actions, nullptr, argv.data(), environ)
                                 : posix_spawn(&pid, args.front().c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   ::close(pipe_ends[0]);
+  if (with_reply) ::close(reply_ends[1]);
+  if (error != 0 && with_reply) ::close(reply_ends[0]);
   // Far below a pipe's capacity: written at once, whatever the child does.
   const bool written = error == 0 && ::write(pipe_ends[1], input.data(), input.size()) ==
                                          static_cast<ssize_t>(input.size());
@@ -50,9 +60,10 @@ SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args,
   if (!written) {  // it ended at once: nothing of it is left behind
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
+    if (with_reply) ::close(reply_ends[0]);
     throw std::runtime_error("cannot hand " + args.front() + " its input");
   }
-  return {pid, pipe_ends[1]};
+  return {pid, pipe_ends[1], reply_ends[0]};
 }
 
 std::vector<std::string> forwarded_environment() {

@@ -21,9 +21,11 @@ namespace oobleck::executor {
 struct SpawnedProcess {
   pid_t pid = 0;
   int input_fd = -1;
+  int reply_fd = -1;  // with_reply: where the child's writes to kReplyFd come out
 };
+inline constexpr int kReplyFd = 3;
 [[nodiscard]] SpawnedProcess spawn_process_keeping_input(const std::vector<std::string>& args,
-                                                         const std::string& input);
+                                                         const std::string& input, bool with_reply = false);
 
 // The same command on `host`, over SSH without prompts, with this
 // process's variables that steer the numerical and communication libraries

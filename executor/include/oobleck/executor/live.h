@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -186,9 +187,9 @@ struct NodeProcessOptions {
   int gpu = 0;               // a worker's: on CUDA, its device
   int snapshot_port = 0;     // a worker's: its agent's snapshot server, on this host
   double cpus = 0;           // an agent's: > 0, it and its workers run within this many cores (cpu_quota.h)
-  // An agent's: keep a standby worker, started ahead, to replace a crashed
-  // one. A worker's: it is one, and reads its GPU on standard input, after
-  // the token, when its agent needs it (end of input: it ends).
+  // An agent's: fork its workers, at the start and after a crash, from a
+  // loaded worker zygote (run_worker_zygote) instead of starting each anew.
+  // A worker's: it is that zygote.
   bool standby = false;
   // The master gone, how long to wait for a restarted one (reconnecting
   // to the same address and port) before ending.
@@ -196,5 +197,10 @@ struct NodeProcessOptions {
 };
 [[nodiscard]] int run_agent(const NodeProcessOptions& options);
 [[nodiscard]] int run_worker(const NodeProcessOptions& options);
+// The zygote: for each GPU index read from `requests` (its agent's pipe,
+// after the token), forks a worker that runs run_worker, and writes that
+// worker's process id on descriptor 3. Returns at the end of `requests`.
+// Call it before anything starts a thread.
+[[nodiscard]] int run_worker_zygote(const NodeProcessOptions& options, std::istream& requests);
 
 }  // namespace oobleck::executor

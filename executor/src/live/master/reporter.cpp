@@ -195,7 +195,7 @@ void Reporter::restart(const RestartTiming& t, Milliseconds now) {
   std::fprintf(stderr,
                "oobleck-run: %s GPU %d restarted in place (%s): detected in %.0f ms, state and communicators back "
                "%.0f ms later, step %d done %.0f ms after the crash\n",
-               t.node.c_str(), t.gpu, t.standby ? "a standby worker" : "a new process", t.detected_ms - from,
+               t.node.c_str(), t.gpu, t.standby ? "forked from its node's zygote" : "a new process", t.detected_ms - from,
                t.restored_ms - t.detected_ms, t.resume_step, now - from);
 }
 
