@@ -27,8 +27,39 @@ std::string GenerationGroups::bind_address(const GroupSettings& settings) {
   return "127.1." + std::to_string(settings.rank / 256) + "." + std::to_string(settings.rank % 256);
 }
 
+std::atomic<int> GenerationGroups::makers_{0};
+
+namespace {
+
+// A make counted from before its thread starts (++) until it ends.
+struct Counted {
+  explicit Counted(std::atomic<int>& count) : count_(count) {}
+  ~Counted() { --count_; }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+  std::atomic<int>& count_;
+};
+
+}  // namespace
+
+GenerationGroups::Making::Making() { ++makers_; }
+GenerationGroups::Making::~Making() { --makers_; }
+
+void GenerationGroups::start(const GroupSettings& settings, std::vector<int> shard_group,
+                             std::set<std::vector<int>> gradient_sets) {
+  ++makers_;
+  built_ = std::async(std::launch::async, [this, settings, shard_group = std::move(shard_group),
+                                           gradient_sets = std::move(gradient_sets)] {
+    const Counted counted(makers_);
+    build(settings, shard_group, gradient_sets);
+  });
+}
+
+void GenerationGroups::wait_built() { built_.get(); }
+
 void GenerationGroups::build(const GroupSettings& settings, const std::vector<int>& shard_group,
                              const std::set<std::vector<int>>& gradient_sets) {
+  generation_ = settings.generation;
   trainer_count_ = settings.trainers;
   const bool trainer = settings.rank < settings.trainers;
   std::vector<ToMake> now = {{"world", settings.rank, settings.world_size, &world_}};
@@ -51,10 +82,15 @@ void GenerationGroups::build(const GroupSettings& settings, const std::vector<in
     for (int r : set) name.append(":").append(std::to_string(r));
     later.push_back({name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()), &gradients_[set]});
   }
-  gradients_made_ = std::async(std::launch::async, [this, settings, later] { make(settings, later); });
+  ++makers_;
+  gradients_made_ = std::async(std::launch::async, [this, settings, later] {
+    const Counted counted(makers_);
+    make(settings, later);
+  });
 }
 
 void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToMake>& groups) {
+  const Making making;
   std::vector<std::exception_ptr> errors(groups.size());
   std::vector<std::thread> makers;
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -69,7 +105,7 @@ void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToM
           const ToMake& g = groups[i];
           const std::string name = std::string("g").append(std::to_string(settings.generation)).append("/") + g.name;
           *g.slot = make_gloo_communicator(store, name, g.rank, g.size, bind_address(settings), settings.timeout);
-          inbox_.watch(g.slot->get());
+          inbox_.watch(settings.generation, g.slot->get());
         } catch (const CommunicationError&) {
           throw;
         } catch (const std::exception& e) {  // the store: also communication
@@ -92,20 +128,27 @@ Communicator& GenerationGroups::gradient_group(const std::vector<int>& set) {
 }
 
 void GenerationGroups::release(bool interrupted) {
+  if (built_.valid()) {
+    try {
+      built_.get();  // (abandoned by now, or done)
+    } catch (const std::exception&) {
+    }
+  }
   if (gradients_made_.valid()) {
     try {
       gradients_made_.get();  // its sockets are abandoned by now: it ends at once
     } catch (const std::exception&) {
     }
   }
-  inbox_.unwatch_all();
+  inbox_.unwatch(generation_);
   std::vector<std::unique_ptr<Communicator>> old;
   for (auto& [set, c] : gradients_) old.push_back(std::move(c));
   gradients_.clear();
   old.push_back(std::move(trainers_));
   old.push_back(std::move(shards_));
   old.push_back(std::move(world_));
-  if (!interrupted) return;
+  std::erase(old, nullptr);
+  if (!interrupted || old.empty()) return;
   std::thread([old = std::move(old)]() mutable { old.clear(); }).detach();
 }
 

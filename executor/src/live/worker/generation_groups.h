@@ -5,6 +5,7 @@
 // trainers that sum some gradient together (gradient_sync.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -43,6 +44,22 @@ class GenerationGroups {
   // group, not their sum. Each is watched by the inbox.
   void build(const GroupSettings& settings, const std::vector<int>& shard_group,
              const std::set<std::vector<int>>& gradient_sets);
+  // The same on a thread of its own; wait_built() waits for what build()
+  // would have (and rethrows what failed).
+  void start(const GroupSettings& settings, std::vector<int> shard_group, std::set<std::vector<int>> gradient_sets);
+  void wait_built();
+
+  // Whether any groups of this process are being made now (sockets still
+  // to be opened, which only an abandon after them would cut), or are about
+  // to be (a Making in scope).
+  [[nodiscard]] static bool making_any() { return makers_.load() > 0; }
+  class Making {
+   public:
+    Making();
+    ~Making();
+    Making(const Making&) = delete;
+    Making& operator=(const Making&) = delete;
+  };
 
   [[nodiscard]] Communicator& world() { return *world_; }
   [[nodiscard]] Communicator& trainers() { return trainers_ ? *trainers_ : *world_; }
@@ -68,10 +85,13 @@ class GenerationGroups {
   void make(const GroupSettings& settings, const std::vector<ToMake>& groups);
 
   Inbox& inbox_;
+  int generation_ = 0;
   int trainer_count_ = 0;
   std::unique_ptr<Communicator> world_, trainers_, shards_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> gradients_;
   std::future<void> gradients_made_;  // makes gradients_: declared after it, so waited for before it goes
+  std::future<void> built_;           // start()'s build
+  static std::atomic<int> makers_;    // make() calls under way, in this process
 };
 
 }  // namespace oobleck::executor

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -72,21 +73,27 @@ void Inbox::start() {
   reader_ = std::thread([this] { read_loop(); });
 }
 
-void Inbox::begin(int generation) {
+bool Inbox::begin(int generation) {
   std::lock_guard lock(mutex_);
   in_hand_ = generation;
   std::erase_if(commits_, [&](const auto& c) { return c.first.first < generation; });
+  return offered_ == generation && started_early_;
 }
 
-void Inbox::watch(Communicator* communicator) {
+double Inbox::arrived_ms() const {
   std::lock_guard lock(mutex_);
-  watched_.push_back(communicator);
-  if (newest_number_ > in_hand_) communicator->abort();
+  return arrived_ms_;
 }
 
-void Inbox::unwatch_all() {
+void Inbox::watch(int generation, Communicator* communicator) {
   std::lock_guard lock(mutex_);
-  watched_.clear();
+  watched_.emplace_back(generation, communicator);
+  if (newest_number_ > generation) communicator->abort();
+}
+
+void Inbox::unwatch(int generation) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(watched_, [&](const auto& w) { return w.first == generation; });
 }
 
 bool Inbox::superseded() const {
@@ -98,8 +105,19 @@ void Inbox::throw_if_superseded() const {
   if (superseded()) throw Superseded();
 }
 
+void Inbox::on_newer_generation(EarlyStart early_start) {
+  std::lock_guard lock(mutex_);
+  early_start_ = std::move(early_start);
+}
+
+void Inbox::abandon_all() {
+  std::lock_guard lock(mutex_);
+  channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
+}
+
 void Inbox::abandon() {
   std::lock_guard lock(mutex_);
+  if (newest_number_ > in_hand_) return;
   channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
 }
 
@@ -138,8 +156,18 @@ void Inbox::read_loop() {
       std::lock_guard lock(mutex_);
       for (auto& m : messages) handle(std::move(m));
       if (newest_number_ > in_hand_) {
-        for (auto* c : watched_) c->abort();
-        channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
+        for (const auto& [generation, c] : watched_) {
+          if (generation < newest_number_) c->abort();
+        }
+        // Until its communicators start, again at every look: sockets that
+        // older work opened since are cut too.
+        if (offered_ < newest_number_ || !started_early_) {
+          channel::abandon_sockets({control_fd_}, kKeepGlooListeners);
+        }
+        if (offered_ < newest_number_) {
+          offered_ = newest_number_;
+          started_early_ = early_start_ && early_start_(newest_);
+        }
       }
     }
     if (!open) {
@@ -181,6 +209,7 @@ void Inbox::handle(protocol::Message message) {
   if (auto* g = std::get_if<protocol::NewGeneration>(&message)) {
     if (g->generation > newest_number_) {
       newest_number_ = g->generation;
+      arrived_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
       newest_ = std::move(*g);
     }
   } else if (auto* c = std::get_if<protocol::Commit>(&message)) {

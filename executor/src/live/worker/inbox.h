@@ -2,7 +2,9 @@
 // thread keeps the newest generation and the commits, and abandons every
 // socket of this process (but its own) as soon as a generation newer than
 // the one in hand arrives, so that no communication waits on a peer that is
-// gone. When the master goes, the reader reconnects to a restarted one (at
+// gone. It then offers that generation to the worker, which may start its
+// communicators at once, while the training thread still unwinds; from
+// then on the abandon is not repeated, as it would cut them. When the master goes, the reader reconnects to a restarted one (at
 // the same address and port) and says hello again with the generation in
 // hand, while the training thread keeps its state and waits; a master that
 // answers Kill, or none within the wait, ends the process.
@@ -10,6 +12,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,18 +53,30 @@ class Inbox {
   // The rendezvous store's port, as the newest welcome says (a restarted
   // master serves a store of its own).
   [[nodiscard]] int store_port() const { return store_port_; }
+  // Called on the reader thread, under the inbox's lock, once for each
+  // generation newer than the one in hand, just after the abandon: true
+  // when it started that generation's communicators. It must be quick, and
+  // must not call the inbox. Set before start().
+  using EarlyStart = std::function<bool(const protocol::NewGeneration&)>;
+  void on_newer_generation(EarlyStart early_start);
   void start();
 
   // The generation in hand: from now on only newer ones abandon sockets.
-  void begin(int generation);
-  // Communicators of the generation in hand, aborted when a newer one comes.
-  void watch(Communicator* communicator);
-  void unwatch_all();
+  // True when on_newer_generation started its communicators.
+  bool begin(int generation);
+  // When the newest generation arrived (CLOCK_MONOTONIC, ms).
+  [[nodiscard]] double arrived_ms() const;
+  // Communicators of `generation`, aborted when a newer one comes.
+  void watch(int generation, Communicator* communicator);
+  void unwatch(int generation);
   [[nodiscard]] bool superseded() const;
   void throw_if_superseded() const;
   // The training thread failed on its own: abandon its sockets, so that its
-  // peers fail at once too, instead of waiting for it.
+  // peers fail at once too, instead of waiting for it (unless a newer
+  // generation has come, whose abandon is done).
   void abandon();
+  // Every socket but the channel's, whatever the generation (the worker leaves).
+  void abandon_all();
 
   // The newest generation after `generation`, waiting for one.
   protocol::NewGeneration next_generation(int generation);
@@ -88,9 +103,13 @@ class Inbox {
   std::condition_variable changed_;
   protocol::NewGeneration newest_;
   int newest_number_ = 0;
+  double arrived_ms_ = 0;
   int in_hand_ = 0;
+  EarlyStart early_start_;
+  int offered_ = 0;             // the newest generation offered to early_start_
+  bool started_early_ = false;  // whether it started
   std::map<std::pair<int, int>, protocol::Commit> commits_;  // (generation, step)
-  std::vector<Communicator*> watched_;
+  std::vector<std::pair<int, Communicator*>> watched_;
   bool finished_ = false;
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stop_{false};

@@ -4,10 +4,11 @@
 // When the master announces a newer generation, the inbox abandons every
 // socket in hand, which makes whatever the training thread is blocked in
 // fail at once; the worker then settles the step in hand (applied if the
-// master had committed it, discarded otherwise), rebuilds its communicators,
-// copies the layer states the planner assigns it and redoes the step on the
-// same global batch: all of it, or, where the master lets its pipeline keep
-// the gradient sums of passes it finished, what the lost pipelines did not
+// master had committed it, discarded otherwise), takes its communicators
+// (started as the generation arrived, while the step unwound), copies the
+// layer states the planner assigns it and redoes the step on the same
+// global batch: all of it, or, where the master lets its pipeline keep the
+// gradient sums of passes it finished, what the lost pipelines did not
 // (protocol::NewGeneration::kept_microbatches).
 #include <torch/torch.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <mutex>
 #include <numeric>
 #include <optional>
 
@@ -48,20 +51,35 @@ class LiveWorker {
         inbox_(InboxIdentity{options.node, options.token, options.master_addr, options.gpu, options.control_port,
                              options.master_wait_ms}),
         taker_(options.token, options.snapshot_port) {}
-  // The snapshot in hand reads held_, which goes before taker_ does.
-  ~LiveWorker() { taker_.wait(); }
+  // The snapshot in hand reads held_, which goes before taker_ does; the
+  // communicators started early use the inbox.
+  ~LiveWorker() {
+    taker_.wait();
+    inbox_.on_newer_generation(nullptr);  // (the reader is stopped by then, or does not call it again)
+    std::optional<EarlyGeneration> early;
+    {
+      std::lock_guard lock(early_mutex_);
+      early.swap(early_);
+    }
+    if (early) {
+      inbox_.abandon_all();  // this worker leaves: its groups' peers wait for nothing
+      early->groups->release(true);
+    }
+    for (auto& d : discarded_) d.wait();
+  }
   LiveWorker(const LiveWorker&) = delete;
   LiveWorker& operator=(const LiveWorker&) = delete;
 
   int run() {
     configure(inbox_.welcome());
+    inbox_.on_newer_generation([this](const protocol::NewGeneration& g) { return start_early(g); });
     inbox_.start();
     protocol::NewGeneration generation = inbox_.next_generation(0);
     for (;;) {
       try {
         enter(generation);
         if (train()) {
-          groups_.release(false);
+          groups_->release(false);
           return kExitSuccess;
         }
       } catch (const Superseded&) {
@@ -69,7 +87,7 @@ class LiveWorker {
         if (!on_failure(e)) return kExitFailure;
       }
       step_.reset();
-      groups_.release(true);
+      groups_->release(true);
       generation = inbox_.next_generation(number_);
     }
   }
@@ -106,7 +124,7 @@ class LiveWorker {
     }
     std::fprintf(stderr, "oobleck-run worker %s: cannot go on: %s\n", node_.c_str(), e.what());
     step_.reset();
-    groups_.release(true);
+    groups_->release(true);
     return false;
   }
 
@@ -129,6 +147,9 @@ class LiveWorker {
     // On one machine everything stays on loopback; across machines Gloo
     // binds to this host's own address.
     settings_.bind_host = master_addr_ == "127.0.0.1" || master_addr_ == "localhost" ? "127.0.0.1" : "";
+    std::lock_guard lock(early_mutex_);
+    early_settings_ = settings_;
+    early_store_port_ = store_port_;
   }
 
   // The master's rendezvous store at `port`, through a tunnel of this
@@ -145,6 +166,9 @@ class LiveWorker {
     }
     settings_.store_host = "127.0.0.1";
     settings_.store_port = store_tunnel_->port();
+    std::lock_guard lock(early_mutex_);
+    early_settings_ = settings_;
+    early_store_port_ = store_port_;
   }
 
   // ------------------------------------------------------------ generations
@@ -153,19 +177,28 @@ class LiveWorker {
     step_.reset();
     if (inbox_.store_port() != store_port_) reach_store(inbox_.store_port());  // a restarted master's
     number_ = g.generation;
-    inbox_.begin(number_);
-    const double start = now_ms();
+    // Counted as making groups from before the generation is begun: one
+    // newer than it, coming meanwhile, then starts no groups of its own
+    // early, and its abandon, repeated, cuts whatever these open.
+    const GenerationGroups::Making making;
+    const bool started_early = inbox_.begin(number_);
+    inbox_.throw_if_superseded();  // (a newer one came since: it is entered instead)
+    const double start = std::min(now_ms(), inbox_.arrived_ms());
     inbox_.send(protocol::Recovering{number_});
     // The groups first, while a snapshot in hand is still being packed:
     // every member waits for the slowest to connect, and the packing (tens
     // of milliseconds on a loaded machine) need not come before.
-    Generation next = read_generation(g);
-    std::vector<int> shard_group;
-    if (next.settings.rank < next.settings.trainers) {
-      const recovery::WorkerSeat& own = next.seats.at(static_cast<std::size_t>(next.settings.rank));
-      for (int k = 0; k < own.degree; ++k) shard_group.push_back(own.first_rank + k);
+    Generation next;
+    if (started_early) {
+      EarlyGeneration early = take_early();
+      next = std::move(early.next);
+      groups_ = std::move(early.groups);
+      groups_->wait_built();
+    } else {
+      next = read_generation(g, settings_);
+      groups_ = std::make_unique<GenerationGroups>(inbox_);
+      groups_->build(next.settings, shard_group(next), gradient_groups(next.seats, o_.model));
     }
-    groups_.build(next.settings, shard_group, gradient_groups(next.seats, o_.model));
     const double rebuilt = now_ms();
     taker_.wait();  // the layers change from here on
     if (g.discard_held) {
@@ -178,10 +211,10 @@ class LiveWorker {
     keep_passed_sums(g);
     keep_what_is_counted(g);
     const TensorShard shard = trainer_ ? my_shard() : TensorShard{};
-    SumSends sums_sent = kept_sums_.post_sends(g, sums_place(), groups_.world(), o_.model);
-    const std::int64_t copied_bytes = copy_layers(groups_.world(), g.copies, shard, held_, o_);
+    SumSends sums_sent = kept_sums_.post_sends(g, sums_place(), groups_->world(), o_.model);
+    const std::int64_t copied_bytes = copy_layers(groups_->world(), g.copies, shard, held_, o_);
     if (trainer_) restore_missing_layers(g, shard);
-    const std::int64_t sum_bytes = kept_sums_.take(g, sums_place(), groups_.world(), held_, o_.model, slots_, passed_);
+    const std::int64_t sum_bytes = kept_sums_.take(g, sums_place(), groups_->world(), held_, o_.model, slots_, passed_);
     sums_sent.wait();
     if (trainer_) complete_seat(g.resume_step);
     applied_through_ = g.resume_step - 1;
@@ -209,19 +242,77 @@ class LiveWorker {
     GroupSettings settings;
   };
 
-  [[nodiscard]] Generation read_generation(const protocol::NewGeneration& g) const {
+  // (Also on the inbox's reader thread: it reads only what configure() set.)
+  [[nodiscard]] Generation read_generation(const protocol::NewGeneration& g, const GroupSettings& base) const {
     Generation next;
-    next.plan = parse_plan(g.plan, "generation " + std::to_string(number_), profile_);
+    next.plan = parse_plan(g.plan, "generation " + std::to_string(g.generation), profile_);
     const auto me = std::find(g.ranks.begin(), g.ranks.end(), node_);
     if (me == g.ranks.end())
-      throw std::logic_error("generation " + std::to_string(number_) + " does not list " + node_);
-    next.settings = settings_;
-    next.settings.generation = number_;
+      throw std::logic_error("generation " + std::to_string(g.generation) + " does not list " + node_);
+    next.settings = base;
+    next.settings.generation = g.generation;
     next.settings.rank = static_cast<int>(me - g.ranks.begin()) * gpus_ + gpu_;
     next.settings.world_size = static_cast<int>(g.ranks.size()) * gpus_;
     next.seats = recovery::worker_seats(next.plan, gpus_);
     next.settings.trainers = static_cast<int>(next.seats.size());
     return next;
+  }
+
+  // The worker's tensor-parallel group, by rank (a trainer's stage's GPUs).
+  [[nodiscard]] static std::vector<int> shard_group(const Generation& next) {
+    std::vector<int> out;
+    if (next.settings.rank < next.settings.trainers) {
+      const recovery::WorkerSeat& own = next.seats.at(static_cast<std::size_t>(next.settings.rank));
+      for (int k = 0; k < own.degree; ++k) out.push_back(own.first_rank + k);
+    }
+    return out;
+  }
+
+  // A generation's communicators, started as it arrived (on the inbox's
+  // reader thread, Inbox::on_newer_generation): the training thread may
+  // still be unwinding the step in hand, and every member's groups connect
+  // meanwhile instead of after the slowest member's unwinding. Not while
+  // groups of an older generation are still being made: the abandon that
+  // cuts their sockets must be free to come again.
+  struct EarlyGeneration {
+    int number = 0;
+    Generation next;
+    std::unique_ptr<GenerationGroups> groups;
+  };
+
+  bool start_early(const protocol::NewGeneration& g) {
+    if (GenerationGroups::making_any()) return false;
+    std::lock_guard lock(early_mutex_);
+    if (inbox_.store_port() != early_store_port_) return false;  // a restarted master's store: enter() reaches it
+    Generation next;
+    try {
+      next = read_generation(g, early_settings_);
+    } catch (const std::exception&) {
+      return false;  // enter() says what is wrong with it
+    }
+    auto groups = std::make_unique<GenerationGroups>(inbox_);
+    groups->start(next.settings, shard_group(next), gradient_groups(next.seats, o_.model));
+    if (early_) discard(std::move(early_->groups));  // started, never taken: superseded
+    early_ = EarlyGeneration{g.generation, std::move(next), std::move(groups)};
+    return true;
+  }
+
+  // The early generation in hand's (inbox_.begin said it started); a newer
+  // one replaced it when the generation was superseded meanwhile.
+  EarlyGeneration take_early() {
+    std::lock_guard lock(early_mutex_);
+    if (!early_ || early_->number != number_) throw Superseded();
+    EarlyGeneration out = std::move(*early_);
+    early_.reset();
+    return out;
+  }
+
+  // Its makers end once the abandon has cut their sockets; it goes then.
+  void discard(std::unique_ptr<GenerationGroups> groups) {
+    std::erase_if(discarded_, [](const std::future<void>& d) {
+      return d.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    discarded_.push_back(std::async(std::launch::async, [g = std::move(groups)]() mutable { g->release(true); }));
   }
 
   void adopt(Generation next, const protocol::NewGeneration& g) {
@@ -282,7 +373,7 @@ class LiveWorker {
     // (Kept sums are in place already: KeptSums::take.)
     if (passed_.step < 0) slots_ = gradient_slots(held_, seat().layer_begin, seat().layer_end, o_.model);
     gradients_ = plan_gradients(seats_, settings_.rank, slots_, o_.model);
-    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank}, groups_, gradients_,
+    step_.emplace(o_, tokens_, inbox_, TrainerPlace{number_, &plan_, &seats_, settings_.rank}, *groups_, gradients_,
                   held_, slots_);
   }
 
@@ -419,8 +510,13 @@ class LiveWorker {
   bool trainer_ = false, established_ = false;
   GradientPlan gradients_;
   bool shard_sum_failed_ = false;  // a tensor-parallel all-reduce failed
-  GenerationGroups groups_{inbox_};
+  std::unique_ptr<GenerationGroups> groups_ = std::make_unique<GenerationGroups>(inbox_);
   std::optional<PipelineStep> step_;
+  std::mutex early_mutex_;  // the reader thread's start_early against the training thread
+  GroupSettings early_settings_;
+  int early_store_port_ = 0;
+  std::optional<EarlyGeneration> early_;
+  std::vector<std::future<void>> discarded_;  // superseded early generations' groups, going
 
   // Training state: every layer held, at the state after applied_through_.
   std::map<int, HeldLayer> held_;
