@@ -16,13 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <future>
-#include <mutex>
 #include <numeric>
 #include <optional>
 
 #include "comm/store_guard.h"
 #include "comm/store_server.h"
+#include "early_groups.h"
 #include "generation_groups.h"
 #include "gradient_sync.h"
 #include "inbox.h"
@@ -51,28 +50,14 @@ class LiveWorker {
         inbox_(InboxIdentity{options.node, options.token, options.master_addr, options.gpu, options.control_port,
                              options.master_wait_ms}),
         taker_(options.token, options.snapshot_port) {}
-  // The snapshot in hand reads held_, which goes before taker_ does; the
-  // communicators started early use the inbox.
-  ~LiveWorker() {
-    taker_.wait();
-    inbox_.on_newer_generation(nullptr);  // (the reader is stopped by then, or does not call it again)
-    std::optional<EarlyGeneration> early;
-    {
-      std::lock_guard lock(early_mutex_);
-      early.swap(early_);
-    }
-    if (early) {
-      inbox_.abandon_all();  // this worker leaves: its groups' peers wait for nothing
-      early->groups->release(true);
-    }
-    for (auto& d : discarded_) d.wait();
-  }
+  // The snapshot in hand reads held_, which goes before taker_ does.
+  ~LiveWorker() { taker_.wait(); }
   LiveWorker(const LiveWorker&) = delete;
   LiveWorker& operator=(const LiveWorker&) = delete;
 
   int run() {
     configure(inbox_.welcome());
-    inbox_.on_newer_generation([this](const protocol::NewGeneration& g) { return start_early(g); });
+    inbox_.on_newer_generation([this](const protocol::NewGeneration& g) { return early_.start(g); });
     inbox_.start();
     protocol::NewGeneration generation = inbox_.next_generation(0);
     for (;;) {
@@ -147,9 +132,7 @@ class LiveWorker {
     // On one machine everything stays on loopback; across machines Gloo
     // binds to this host's own address.
     settings_.bind_host = master_addr_ == "127.0.0.1" || master_addr_ == "localhost" ? "127.0.0.1" : "";
-    std::lock_guard lock(early_mutex_);
-    early_settings_ = settings_;
-    early_store_port_ = store_port_;
+    early_.set_base(settings_, store_port_);
   }
 
   // The master's rendezvous store at `port`, through a tunnel of this
@@ -166,9 +149,7 @@ class LiveWorker {
     }
     settings_.store_host = "127.0.0.1";
     settings_.store_port = store_tunnel_->port();
-    std::lock_guard lock(early_mutex_);
-    early_settings_ = settings_;
-    early_store_port_ = store_port_;
+    early_.set_base(settings_, store_port_);
   }
 
   // ------------------------------------------------------------ generations
@@ -188,9 +169,9 @@ class LiveWorker {
     // The groups first, while a snapshot in hand is still being packed:
     // every member waits for the slowest to connect, and the packing (tens
     // of milliseconds on a loaded machine) need not come before.
-    Generation next;
+    NextGeneration next;
     if (started_early) {
-      EarlyGeneration early = take_early();
+      EarlyGroups::Started early = early_.take(number_);
       next = std::move(early.next);
       groups_ = std::move(early.groups);
       groups_->wait_built();
@@ -235,16 +216,9 @@ class LiveWorker {
     }
   }
 
-  // A generation's plan and this worker's place in it, before they are its own.
-  struct Generation {
-    Plan plan;
-    std::vector<recovery::WorkerSeat> seats;
-    GroupSettings settings;
-  };
-
   // (Also on the inbox's reader thread: it reads only what configure() set.)
-  [[nodiscard]] Generation read_generation(const protocol::NewGeneration& g, const GroupSettings& base) const {
-    Generation next;
+  [[nodiscard]] NextGeneration read_generation(const protocol::NewGeneration& g, const GroupSettings& base) const {
+    NextGeneration next;
     next.plan = parse_plan(g.plan, "generation " + std::to_string(g.generation), profile_);
     const auto me = std::find(g.ranks.begin(), g.ranks.end(), node_);
     if (me == g.ranks.end())
@@ -258,64 +232,7 @@ class LiveWorker {
     return next;
   }
 
-  // The worker's tensor-parallel group, by rank (a trainer's stage's GPUs).
-  [[nodiscard]] static std::vector<int> shard_group(const Generation& next) {
-    std::vector<int> out;
-    if (next.settings.rank < next.settings.trainers) {
-      const recovery::WorkerSeat& own = next.seats.at(static_cast<std::size_t>(next.settings.rank));
-      for (int k = 0; k < own.degree; ++k) out.push_back(own.first_rank + k);
-    }
-    return out;
-  }
-
-  // A generation's communicators, started as it arrived (on the inbox's
-  // reader thread, Inbox::on_newer_generation): the training thread may
-  // still be unwinding the step in hand, and every member's groups connect
-  // meanwhile instead of after the slowest member's unwinding. Not while
-  // groups of an older generation are still being made: the abandon that
-  // cuts their sockets must be free to come again.
-  struct EarlyGeneration {
-    int number = 0;
-    Generation next;
-    std::unique_ptr<GenerationGroups> groups;
-  };
-
-  bool start_early(const protocol::NewGeneration& g) {
-    if (GenerationGroups::making_any()) return false;
-    std::lock_guard lock(early_mutex_);
-    if (inbox_.store_port() != early_store_port_) return false;  // a restarted master's store: enter() reaches it
-    Generation next;
-    try {
-      next = read_generation(g, early_settings_);
-    } catch (const std::exception&) {
-      return false;  // enter() says what is wrong with it
-    }
-    auto groups = std::make_unique<GenerationGroups>(inbox_);
-    groups->start(next.settings, shard_group(next), gradient_groups(next.seats, o_.model));
-    if (early_) discard(std::move(early_->groups));  // started, never taken: superseded
-    early_ = EarlyGeneration{g.generation, std::move(next), std::move(groups)};
-    return true;
-  }
-
-  // The early generation in hand's (inbox_.begin said it started); a newer
-  // one replaced it when the generation was superseded meanwhile.
-  EarlyGeneration take_early() {
-    std::lock_guard lock(early_mutex_);
-    if (!early_ || early_->number != number_) throw Superseded();
-    EarlyGeneration out = std::move(*early_);
-    early_.reset();
-    return out;
-  }
-
-  // Its makers end once the abandon has cut their sockets; it goes then.
-  void discard(std::unique_ptr<GenerationGroups> groups) {
-    std::erase_if(discarded_, [](const std::future<void>& d) {
-      return d.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    });
-    discarded_.push_back(std::async(std::launch::async, [g = std::move(groups)]() mutable { g->release(true); }));
-  }
-
-  void adopt(Generation next, const protocol::NewGeneration& g) {
+  void adopt(NextGeneration next, const protocol::NewGeneration& g) {
     plan_ = std::move(next.plan);
     seats_ = std::move(next.seats);
     settings_ = next.settings;
@@ -512,11 +429,11 @@ class LiveWorker {
   bool shard_sum_failed_ = false;  // a tensor-parallel all-reduce failed
   std::unique_ptr<GenerationGroups> groups_ = std::make_unique<GenerationGroups>(inbox_);
   std::optional<PipelineStep> step_;
-  std::mutex early_mutex_;  // the reader thread's start_early against the training thread
-  GroupSettings early_settings_;
-  int early_store_port_ = 0;
-  std::optional<EarlyGeneration> early_;
-  std::vector<std::future<void>> discarded_;  // superseded early generations' groups, going
+  // After groups_: gone first (it waits for groups still being made).
+  EarlyGroups early_{inbox_, [this](const protocol::NewGeneration& g, const GroupSettings& base) {
+                       return read_generation(g, base);
+                     },
+                     [this](const NextGeneration& next) { return gradient_groups(next.seats, o_.model); }};
 
   // Training state: every layer held, at the state after applied_through_.
   std::map<int, HeldLayer> held_;
