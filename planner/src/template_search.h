@@ -251,6 +251,19 @@ class TemplateSearch {
   bool solved_ = false;                                 // whether the table holds a solve's values
   std::vector<unsigned char> holds_layer_;  // per d: whether fitting_runs_[d] has any
   std::vector<std::vector<std::pair<int, int>>> fitting_runs_;  // per d: this solve's runs [lo, hi] of l with reach > l, descending
+  // Per d: the variants of its degree that recompute less and cost no
+  // more on any layer (none for a variant that does not recompute).
+  std::vector<std::vector<std::size_t>> cheaper_kinds_;
+  // Per d that has cheaper kinds, for the stage count being swept: the runs
+  // of fitting_runs_[d] where its window reaches past every cheaper
+  // kind's (set_window_ends). Elsewhere each of its stages is one a
+  // cheaper kind also offers, at no more compute, with the same links and
+  // successors.
+  std::vector<std::vector<std::pair<int, int>>> reaching_runs_;
+  // The runs of l that variant d is swept along for the stage count being swept.
+  [[nodiscard]] const std::vector<std::pair<int, int>>& swept_runs(std::size_t d) const {
+    return cheaper_kinds_[d].empty() ? fitting_runs_[d] : reaching_runs_[d];
+  }
   std::vector<std::size_t> fitting_, fitting_start_;    // per u: the variants that fit, fitting_[start[u], start[u+1])
   std::vector<int> prefix_gpus_;  // this solve's fewest GPUs covering layers [0, l) with stages under the bound
   std::vector<int> covered_;      // per GPU count g <= gpu_limit_: the most layers [0, l) so covered on g GPUs

@@ -26,6 +26,33 @@ void TemplateSearch::set_window_ends(int m) {
     const int* memory = hi_memory_.data() + window_index(d, m, 0);
     for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
   }
+  // A recomputing stage [l, e) that a cheaper kind's window also holds
+  // costs at least that kind's: the same links after it, the same rows to
+  // follow, more compute. So such a variant is swept only from the layers
+  // where its window reaches further than every cheaper kind's (where
+  // memory stops those first).
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    if (cheaper_kinds_[d].empty() || !holds_layer_[d]) continue;
+    auto& runs = reaching_runs_[d];
+    runs.clear();
+    const int* own = window_end_.data() + d * static_cast<std::size_t>(layers_ + 1);
+    for (const auto& [run_lo, run_hi] : fitting_runs_[d]) {
+      for (int l = run_hi; l >= run_lo; --l) {
+        bool reaches = true;
+        for (const std::size_t p : cheaper_kinds_[d]) {
+          // (A cheaper kind holds a layer wherever this one does; one
+          // that holds none has no window ends set.)
+          if (holds_layer_[p] && own[l] <= window_end_[p * static_cast<std::size_t>(layers_ + 1) + l]) reaches = false;
+        }
+        if (!reaches) continue;
+        if (!runs.empty() && runs.back().first == l + 1) {
+          runs.back().first = l;
+        } else {
+          runs.emplace_back(l, l);
+        }
+      }
+    }
+  }
 }
 
 void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot) {
@@ -45,6 +72,7 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot
     const std::size_t d = fitting_[k];
     if (!holds_layer_[d]) continue;  // no stage of this kind holds a layer under the bound
     const int t = degree(d);
+    if (swept_runs(d).empty() && !terminal_allowed(m, u, t)) continue;  // (a cheaper kind's stages are as good)
     const int u_next = u - t;
     std::ptrdiff_t next = -1;  // the successor row, if live
     if (u_next >= next_lo && u_next <= next_hi) {
@@ -188,7 +216,7 @@ void TemplateSearch::sweep(int m, int u, std::size_t d, int l_max, std::ptrdiff_
     // (its runs of l): elsewhere the window is empty. Each run starts with
     // the window the layers above it would have left, [b + 1, hi(b)].
     bool done = false;  // no candidate left, none to come
-    for (const auto& [run_lo, run_hi] : fitting_runs_[d]) {
+    for (const auto& [run_lo, run_hi] : swept_runs(d)) {
       if (done) break;
       if (run_lo > top) continue;
       const int b = std::min(run_hi, top);

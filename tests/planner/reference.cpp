@@ -230,11 +230,8 @@ bool fits_directly(const Profile& profile, const Stage& stage, int in_flight) {
 
 }  // namespace
 
-namespace {
-
-// Every layout on up to max_gpus GPUs (below a node: one node's first GPUs),
-// the best per GPU count.
-std::vector<std::optional<BruteTemplate>> brute_force_by_gpus(const CostModel& cost, int max_gpus) {
+void for_each_layout(const CostModel& cost, int max_gpus,
+                     const std::function<void(const std::vector<Stage>&, int)>& visit) {
   const Profile& profile = cost.profile();
   const int layers = cost.layers();
   const int gpus = cost.gpus_per_node();
@@ -244,7 +241,6 @@ std::vector<std::optional<BruteTemplate>> brute_force_by_gpus(const CostModel& c
   for (int t : cost.degrees()) {
     for (Recompute r : cost.recompute_choices()) kinds.emplace_back(t, r);
   }
-  std::vector<std::optional<BruteTemplate>> best(max_gpus + 1);
   for (unsigned mask = 0; mask < (1u << (layers - 1)); ++mask) {
     std::vector<std::pair<int, int>> ranges;
     int begin = 0;
@@ -274,21 +270,31 @@ std::vector<std::optional<BruteTemplate>> brute_force_by_gpus(const CostModel& c
       for (int s = 0; s < count && valid; ++s) {
         valid = fits_directly(profile, stages[s], std::min(microbatches, count - s));
       }
-      if (valid) {
-        const double t = direct_iteration_ms(cost, stages, microbatches);
-        const double suffix_t = direct_iteration_ms(cost, stages, microbatches, Runs::suffixes);
-        if (!best[used]) best[used] = BruteTemplate{t, stages, suffix_t};
-        if (t < best[used]->iteration_ms) {
-          best[used]->iteration_ms = t;
-          best[used]->stages = stages;
-        }
-        best[used]->suffix_iteration_ms = std::min(best[used]->suffix_iteration_ms, suffix_t);
-      }
+      if (valid) visit(stages, used);
       int digit = 0;
       while (digit < count && ++choice[digit] == static_cast<int>(kinds.size())) choice[digit++] = 0;
       if (digit == count) break;
     }
   }
+}
+
+namespace {
+
+// Every layout on up to max_gpus GPUs (below a node: one node's first GPUs),
+// the best per GPU count.
+std::vector<std::optional<BruteTemplate>> brute_force_by_gpus(const CostModel& cost, int max_gpus) {
+  const int microbatches = cost.microbatches();
+  std::vector<std::optional<BruteTemplate>> best(max_gpus + 1);
+  for_each_layout(cost, max_gpus, [&](const std::vector<Stage>& stages, int used) {
+    const double t = direct_iteration_ms(cost, stages, microbatches);
+    const double suffix_t = direct_iteration_ms(cost, stages, microbatches, Runs::suffixes);
+    if (!best[used]) best[used] = BruteTemplate{t, stages, suffix_t};
+    if (t < best[used]->iteration_ms) {
+      best[used]->iteration_ms = t;
+      best[used]->stages = stages;
+    }
+    best[used]->suffix_iteration_ms = std::min(best[used]->suffix_iteration_ms, suffix_t);
+  });
   return best;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <vector>
@@ -42,6 +43,12 @@ struct BruteTemplate {
   // the template search minimises exactly.
   double suffix_iteration_ms = 0;
 };
+
+// Every layout that fits on up to max_gpus GPUs: all cut sets x all stage
+// kinds (degree, recomputation), placed on nodes in order; visit(stages,
+// GPUs used).
+void for_each_layout(const CostModel& cost, int max_gpus,
+                     const std::function<void(const std::vector<Stage>&, int)>& visit);
 
 // Every layout: all cut sets x all degree assignments, node placement forced
 // by filling nodes in order. T(M) summed directly. Indexed by node count.

@@ -947,6 +947,70 @@ TEST_CASE("of the layouts of least sigma, a solve returns one of least suffix pe
   CHECK(ties > 1000);
 }
 
+TEST_CASE("a solve with kinds that recompute gives each node count the least sigma under its bound, against every layout") {
+  // A kind that recomputes is swept only where memory lets its stages reach
+  // past every cheaper kind's: its other stages cost no less than a cheaper
+  // kind's. Memory-bound random profiles, some layers without an attention
+  // core (selective costs what none does there), bounds at random.
+  std::mt19937_64 rng(20261202);
+  std::uniform_int_distribution<int> microbatches(1, 8);
+  int checked = 0, recomputing = 0;
+  for (int instance = 0; instance < 120; ++instance) {
+    const int gpus = instance % 2 == 0 ? 1 : 2;
+    test::RandomProfileOptions options;
+    options.gpus_per_node_choices = {gpus};
+    options.max_layers = gpus == 1 ? 6 : 4;
+    options.memory_bound = true;
+    const Profile profile = test::random_profile(rng, options);
+    CostModel cost(profile, microbatches(rng));
+    cost.set_recompute(RecomputePolicy::automatic);
+    constexpr int kNodes = 4;
+    struct Layout {
+      double period;
+      double sigma;
+      bool recomputes;
+    };
+    std::vector<std::vector<Layout>> layouts(kNodes + 1);
+    test::for_each_layout(cost, kNodes * gpus, [&](const std::vector<Stage>& stages, int used) {
+      if (used % gpus != 0) return;
+      const bool recomputes = std::any_of(stages.begin(), stages.end(),
+                                          [](const Stage& stage) { return stage.recompute != Recompute::none; });
+      layouts[used / gpus].push_back({cost.suffix_bottleneck_ms(stages), cost.first_microbatch_ms(stages), recomputes});
+    });
+    detail::TemplateSearch search(cost, kNodes);
+    std::vector<double> bounds = {std::numeric_limits<double>::infinity()};
+    for (int n = 1; n <= kNodes; ++n) {
+      for (const Layout& layout : layouts[n]) {
+        if (std::uniform_int_distribution<int>(0, 15)(rng) == 0) bounds.push_back(layout.period * 1.000001);
+      }
+    }
+    std::sort(bounds.begin(), bounds.end(), std::greater<>());
+    for (const double bound : bounds) {
+      search.solve(bound, kNodes * gpus);
+      for (int n = 1; n <= kNodes; ++n) {
+        std::optional<Layout> least;
+        for (const Layout& layout : layouts[n]) {
+          if (layout.period < bound && (!least || layout.sigma < least->sigma)) least = layout;
+        }
+        const auto answer = search.best(n);
+        CAPTURE(instance);
+        CAPTURE(n);
+        CAPTURE(bound);
+        REQUIRE(answer.has_value() == least.has_value());
+        if (!answer) continue;
+        ++checked;
+        recomputing += least->recomputes;
+        CHECK(answer->first == doctest::Approx(least->sigma).epsilon(1e-12));
+        CHECK(cost.suffix_bottleneck_ms(answer->second) < bound);
+        CHECK(cost.pipeline_fits(answer->second, cost.microbatches()));
+      }
+    }
+  }
+  MESSAGE(checked << " answers checked, " << recomputing << " whose least sigma some layout reaches only by recomputing");
+  CHECK(checked > 1000);
+  CHECK(recomputing > 100);
+}
+
 TEST_CASE("a search below the layer count takes a higher cap's answers and finds the templates it finds without them") {
   // Instantiation's later rounds run at M under the layer count, where the
   // memo holds the answers of rounds at a higher cap on the microbatches in
