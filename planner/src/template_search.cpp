@@ -258,12 +258,7 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
     auto& runs = fitting_runs_[d];
     runs.clear();
     for (int l = layers_ - 1; l >= 0; --l) {
-      if (reach[l] <= l) continue;
-      if (!runs.empty() && runs.back().first == l + 1) {
-        runs.back().first = l;
-      } else {
-        runs.emplace_back(l, l);
-      }
+      if (reach[l] > l) add_below(runs, l);
     }
   }
   for (std::size_t d = 0; d < variants_.size(); ++d) holds_layer_[d] = !fitting_runs_[d].empty();

@@ -260,6 +260,15 @@ class TemplateSearch {
   // cheaper kind also offers, at no more compute, with the same links and
   // successors.
   std::vector<std::vector<std::pair<int, int>>> reaching_runs_;
+  // Layers taken from the top down, as runs [lo, hi], descending: l joins
+  // the last run where it lies just below it.
+  static void add_below(std::vector<std::pair<int, int>>& runs, int l) {
+    if (!runs.empty() && runs.back().first == l + 1) {
+      runs.back().first = l;
+    } else {
+      runs.emplace_back(l, l);
+    }
+  }
   // The runs of l that variant d is swept along for the stage count being swept.
   [[nodiscard]] const std::vector<std::pair<int, int>>& swept_runs(std::size_t d) const {
     return cheaper_kinds_[d].empty() ? fitting_runs_[d] : reaching_runs_[d];

@@ -44,12 +44,7 @@ void TemplateSearch::set_window_ends(int m) {
           // that holds none has no window ends set.)
           if (holds_layer_[p] && own[l] <= window_end_[p * static_cast<std::size_t>(layers_ + 1) + l]) reaches = false;
         }
-        if (!reaches) continue;
-        if (!runs.empty() && runs.back().first == l + 1) {
-          runs.back().first = l;
-        } else {
-          runs.emplace_back(l, l);
-        }
+        if (reaches) add_below(runs, l);
       }
     }
   }
