@@ -140,19 +140,28 @@ Bytes device_peak_bytes(const CostModel& cost, const std::vector<Stage>& stages,
   return fixed + working + most;
 }
 
-}  // namespace
-
-bool interleaved_fits(const CostModel& cost, const std::vector<Stage>& stages, int chunks, int microbatches) {
+// Whether the devices of virtual stages [first, last] fit (every device
+// where that range covers them all).
+bool devices_fit(const CostModel& cost, const std::vector<Stage>& stages, int chunks, int microbatches, int first,
+                 int last) {
   const int S = static_cast<int>(stages.size());
   if (chunks < 1 || S % chunks != 0) return false;
   const int devices = S / chunks;
   const Bytes memory = cost.profile().hardware.gpu_memory_bytes;
   const InterleavedOrders& orders = interleaved_orders(devices, chunks, microbatches);
-  for (int d = 0; d < devices; ++d) {
+  const int checked = std::min(devices, last - first + 1);
+  for (int i = 0; i < checked; ++i) {
+    const int d = (first + i) % devices;
     const auto peak = device_peak_bytes(cost, stages, devices, chunks, d, orders.in_flight[static_cast<std::size_t>(d)]);
     if (peak > memory) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool interleaved_fits(const CostModel& cost, const std::vector<Stage>& stages, int chunks, int microbatches) {
+  return devices_fit(cost, stages, chunks, microbatches, 0, static_cast<int>(stages.size()) - 1);
 }
 
 namespace {
@@ -239,12 +248,16 @@ int saturated_microbatches(int devices, int chunks) { return devices * (chunks +
 
 // The layout's time played at `microbatches` (at most M), plus (M -
 // microbatches) steady increments; infinity where a device does not fit
-// at M. At `microbatches` = M it is the played time.
-Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, int microbatches) {
+// at M. At `microbatches` = M it is the played time. Only the devices of
+// virtual stages [changed_first, changed_last] are checked for memory
+// (the caller knows the others fit); by default all.
+Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, int microbatches,
+                       int changed_first = 0, int changed_last = std::numeric_limits<int>::max()) {
   const int M = cost.microbatches();
   const std::vector<Stage> stages = stages_of(cost, chunks, layout);
   const int devices = static_cast<int>(stages.size()) / chunks;
-  if (!interleaved_fits(cost, stages, chunks, std::min(M, saturated_microbatches(devices, chunks)))) {
+  const int last = std::min(changed_last, static_cast<int>(stages.size()) - 1);
+  if (!devices_fit(cost, stages, chunks, std::min(M, saturated_microbatches(devices, chunks)), changed_first, last)) {
     return std::numeric_limits<double>::infinity();
   }
   const Milliseconds played = play_pipeline(cost, stages, microbatches, nullptr, chunks).end_ms;
@@ -331,10 +344,13 @@ using WeighedLayouts = std::map<std::tuple<int, int, std::vector<int>>, Millisec
 void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedLayouts& weighed) {
   const int devices = static_cast<int>(layout.ends.size()) / chunks;
   const int weighed_at = std::min(cost.microbatches(), 2 * devices);
-  const auto weigh = [&](const Layout& l) {
+  // A move changes virtual stages [first, last] alone, and the layout it
+  // moves fits (it was weighed finite), so only their devices are checked
+  // for memory: the value is that of a full check.
+  const auto weigh = [&](const Layout& l, int first, int last) {
     const auto key = std::make_tuple(l.degree, static_cast<int>(l.recompute), l.ends);
     if (const auto it = weighed.find(key); it != weighed.end()) return it->second;
-    return weighed[key] = played_ms(cost, chunks, l, weighed_at);
+    return weighed[key] = played_ms(cost, chunks, l, weighed_at, first, last);
   };
   // The play is skipped, with a margin for rounding, where the layout's
   // floor already reaches `time`.
@@ -342,7 +358,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
     return played_floor_ms(cost, chunks, stages_of(cost, chunks, l)) * (1 - 1e-9) >= time;
   };
   Layout moving = layout;
-  moving.played_ms = weigh(moving);
+  moving.played_ms = weigh(moving, 0, std::numeric_limits<int>::max());
   bool improved = false;
   // Boundaries j .. j + width - 1 moved together by a layer: one boundary,
   // or two or three (the chunks between them shifted whole); wider moves
@@ -358,7 +374,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
           valid = next.ends[k] > (k == 0 ? 0 : next.ends[k - 1]) && next.ends[k] < next.ends[k + 1];
         }
         if (!valid || cannot_beat(next, moving.played_ms)) continue;
-        next.played_ms = weigh(next);
+        next.played_ms = weigh(next, static_cast<int>(j), static_cast<int>(j + width));
         if (next.played_ms < moving.played_ms * (1 - 1e-12)) {
           moving = std::move(next);
           moved = improved = true;

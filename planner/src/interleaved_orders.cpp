@@ -2,9 +2,9 @@
 #include "interleaved_orders.h"
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
-#include <memory>
+
+#include "shape_cache.h"
 
 namespace oobleck::detail {
 namespace {
@@ -36,18 +36,13 @@ InterleavedOrders make_orders(int devices, int chunks, int microbatches) {
 }  // namespace
 
 const InterleavedOrders& interleaved_orders(int devices, int chunks, int microbatches) {
-  // Round robin over a few shapes: a search plays one shape many times in
-  // a row, and an order of D devices holds 2 D v M passes.
-  constexpr std::size_t kKept = 8;
-  thread_local std::array<std::unique_ptr<InterleavedOrders>, kKept> kept;
-  thread_local std::size_t oldest = 0;
-  for (const auto& k : kept) {
-    if (k && k->devices == devices && k->chunks == chunks && k->microbatches == microbatches) return *k;
-  }
-  auto& slot = kept[oldest];
-  oldest = (oldest + 1) % kKept;
-  slot = std::make_unique<InterleavedOrders>(make_orders(devices, chunks, microbatches));
-  return *slot;
+  // An order of D devices holds 2 D v M passes; up to 2^21 of them are kept
+  // (about 25 MiB; the largest shape a template search plays, 49 devices
+  // of 2 chunks at M = 98, has 19,208).
+  thread_local ShapeCache<InterleavedOrders> kept(std::size_t{1} << 21);
+  const std::size_t passes = 2 * static_cast<std::size_t>(devices) * static_cast<std::size_t>(chunks) *
+                             static_cast<std::size_t>(std::max(microbatches, 0));
+  return kept.get(devices, chunks, microbatches, passes, [&] { return make_orders(devices, chunks, microbatches); });
 }
 
 }  // namespace oobleck::detail

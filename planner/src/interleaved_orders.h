@@ -23,9 +23,9 @@ struct InterleavedOrders {
   std::vector<std::vector<std::vector<int>>> in_flight;  // per device, the undominated counts per chunk
 };
 
-// The orders of this shape, made on first use (a few shapes are kept per
-// thread; the reference stays valid until this thread asks for another
-// shape).
+// The orders of this shape, made on first use and kept per thread
+// (shape_cache.h; the reference stays valid until this thread makes the
+// orders of a shape not kept).
 [[nodiscard]] const InterleavedOrders& interleaved_orders(int devices, int chunks, int microbatches);
 
 }  // namespace oobleck::detail

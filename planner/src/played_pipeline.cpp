@@ -2,11 +2,10 @@
 #include "played_pipeline.h"
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
-#include <memory>
 
 #include "interleaved_orders.h"
+#include "shape_cache.h"
 #include "oobleck/common/one_f_one_b.h"
 
 namespace oobleck::detail {
@@ -134,24 +133,13 @@ std::vector<PlayStep> make_play_order(int D, int v, int M) {
 // thousands of microbatches reuses no order.
 constexpr double kMostPassesInOrder = 1 << 18;
 
-// The play order of a shape, made on first use. A few shapes are kept per
-// thread (a search plays one shape many times in a row); the reference
-// stays valid until this thread asks for another shape.
+// The play order of a shape, made on first use and kept per thread
+// (shape_cache.h): a search plays each shape many times, and shapes recur
+// across node counts. Up to 2^21 passes are kept (about 50 MiB).
 const std::vector<PlayStep>& play_order(int D, int v, int M) {
-  struct Kept {
-    int devices = 0, chunks = 0, microbatches = 0;
-    std::vector<PlayStep> steps;
-  };
-  constexpr std::size_t kKept = 8;
-  thread_local std::array<std::unique_ptr<Kept>, kKept> kept;
-  thread_local std::size_t oldest = 0;
-  for (const auto& k : kept) {
-    if (k && k->devices == D && k->chunks == v && k->microbatches == M) return k->steps;
-  }
-  auto& slot = kept[oldest];
-  oldest = (oldest + 1) % kKept;
-  slot = std::make_unique<Kept>(Kept{D, v, M, make_play_order(D, v, M)});
-  return slot->steps;
+  thread_local ShapeCache<std::vector<PlayStep>> kept(std::size_t{1} << 21);
+  const std::size_t passes = 2 * static_cast<std::size_t>(D) * static_cast<std::size_t>(v) * static_cast<std::size_t>(M);
+  return kept.get(D, v, M, passes, [&] { return make_play_order(D, v, M); });
 }
 
 }  // namespace

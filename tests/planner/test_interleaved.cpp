@@ -6,7 +6,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
+#include "interleaved_orders.h"
 #include "oobleck/common/one_f_one_b.h"
 #include "oobleck/planner.h"
 #include "played_pipeline.h"
@@ -270,4 +272,33 @@ TEST_CASE("pipeline plays: one loop in an order made per shape equals the sweeps
   }
   CHECK(interleaved > 300);
   CHECK(past_kept == 6);
+}
+
+TEST_CASE("kept shapes: each shape's orders are its own, whatever was asked between and past the bound on what is kept") {
+  // interleaved_orders keeps every shape's orders per thread until 2^21
+  // passes are kept, then drops them all (shape_cache.h). Shapes asked in a
+  // random sequence with repeats, some large enough to pass the bound
+  // several times, must each get their own devices' orders.
+  std::mt19937_64 rng(20261202);
+  int repeats = 0, large = 0;
+  std::map<std::tuple<int, int, int>, int> asked;
+  for (int i = 0; i < 400; ++i) {
+    const int D = 1 + static_cast<int>(rng() % 6);
+    const int v = 1 + static_cast<int>(rng() % 4);
+    const int M = i % 20 == 19 ? 20000 + static_cast<int>(rng() % 3) : 1 + static_cast<int>(rng() % 12);
+    CAPTURE(i);
+    CAPTURE(D);
+    CAPTURE(v);
+    CAPTURE(M);
+    const detail::InterleavedOrders& orders = detail::interleaved_orders(D, v, M);
+    REQUIRE(orders.devices == D);
+    REQUIRE(orders.chunks == v);
+    REQUIRE(orders.microbatches == M);
+    REQUIRE(static_cast<int>(orders.order.size()) == D);
+    for (int d = 0; d < D; ++d) CHECK(orders.order[d] == interleaved_one_f_one_b(d, D, v, M));
+    repeats += asked[{D, v, M}]++ > 0;
+    large += M >= 20000;
+  }
+  CHECK(repeats > 100);
+  CHECK(large == 20);  // 2 D v M passes each: up to 960,000, so the bound is passed again and again
 }
