@@ -179,17 +179,24 @@ struct Layout {
   Milliseconds played_ms = std::numeric_limits<double>::infinity();
 };
 
-std::vector<Stage> stages_of(const CostModel& cost, int chunks, const Layout& layout) {
+// The layout's virtual stages, into `stages` (kept by callers that make
+// many: a search moves boundaries thousands of times).
+void write_stages(const CostModel& cost, int chunks, const Layout& layout, std::vector<Stage>& stages) {
   const int G = cost.gpus_per_node();
   const int t = layout.degree;
   const int span = t > G ? t / G : 1;
   const int devices = static_cast<int>(layout.ends.size()) / chunks;
-  std::vector<Stage> stages;
+  stages.clear();
   for (std::size_t j = 0; j < layout.ends.size(); ++j) {
     const int d = static_cast<int>(j) % devices;
     const int node = t > G ? d * span : d * t / G;
     stages.push_back({j == 0 ? 0 : layout.ends[j - 1], layout.ends[j], t, node, layout.recompute, span});
   }
+}
+
+std::vector<Stage> stages_of(const CostModel& cost, int chunks, const Layout& layout) {
+  std::vector<Stage> stages;
+  write_stages(cost, chunks, layout, stages);
   return stages;
 }
 
@@ -207,7 +214,7 @@ Milliseconds busiest_device_ms(const CostModel& cost, int chunks, const Layout& 
 // The busiest device's passes per microbatch, or the slowest link: the
 // steady increment of the played time in M. (`stages`: the layout's.)
 Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const Layout& layout, const std::vector<Stage>& stages) {
-  std::vector<double> load;
+  thread_local std::vector<double> load;
   double period = busiest_device_ms(cost, chunks, layout, load);
   for (std::size_t j = 0; j + 1 < stages.size(); ++j) {
     const Stage& st = stages[j];
@@ -225,7 +232,9 @@ Milliseconds bottleneck_ms(const CostModel& cost, int chunks, const Layout& layo
 Milliseconds played_floor_ms(const CostModel& cost, int chunks, const std::vector<Stage>& stages) {
   const int M = cost.microbatches();
   const auto devices = stages.size() / static_cast<std::size_t>(chunks);
-  std::vector<double> stage_passes(stages.size()), device_passes(devices, 0.0);
+  thread_local std::vector<double> stage_passes, device_passes;  // (kept: called for every move)
+  stage_passes.assign(stages.size(), 0.0);
+  device_passes.assign(devices, 0.0);
   for (std::size_t j = 0; j < stages.size(); ++j) {
     const Stage& st = stages[j];
     stage_passes[j] = cost.stage_forward_ms(st.layer_begin, st.layer_end, st.gpus) +
@@ -247,14 +256,14 @@ Milliseconds played_floor_ms(const CostModel& cost, int chunks, const std::vecto
 int saturated_microbatches(int devices, int chunks) { return devices * (chunks + 2); }
 
 // The layout's time played at `microbatches` (at most M), plus (M -
-// microbatches) steady increments; infinity where a device does not fit
+// microbatches) steady increments (`stages`: the layout's); infinity where a device does not fit
 // at M. At `microbatches` = M it is the played time. Only the devices of
 // virtual stages [changed_first, changed_last] are checked for memory
 // (the caller knows the others fit); by default all.
-Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, int microbatches,
-                       int changed_first = 0, int changed_last = std::numeric_limits<int>::max()) {
+Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, const std::vector<Stage>& stages,
+                       int microbatches, int changed_first = 0,
+                       int changed_last = std::numeric_limits<int>::max()) {
   const int M = cost.microbatches();
-  const std::vector<Stage> stages = stages_of(cost, chunks, layout);
   const int devices = static_cast<int>(stages.size()) / chunks;
   const int last = std::min(changed_last, static_cast<int>(stages.size()) - 1);
   if (!devices_fit(cost, stages, chunks, std::min(M, saturated_microbatches(devices, chunks)), changed_first, last)) {
@@ -347,17 +356,19 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
   // A move changes virtual stages [first, last] alone, and the layout it
   // moves fits (it was weighed finite), so only their devices are checked
   // for memory: the value is that of a full check.
+  std::vector<Stage> stages;  // the layout weighed's (kept: one per move)
   const auto weigh = [&](const Layout& l, int first, int last) {
     const auto key = std::make_tuple(l.degree, static_cast<int>(l.recompute), l.ends);
     if (const auto it = weighed.find(key); it != weighed.end()) return it->second;
-    return weighed[key] = played_ms(cost, chunks, l, weighed_at, first, last);
+    return weighed[key] = played_ms(cost, chunks, l, stages, weighed_at, first, last);
   };
   // The play is skipped, with a margin for rounding, where the layout's
-  // floor already reaches `time`.
-  const auto cannot_beat = [&](const Layout& l, Milliseconds time) {
-    return played_floor_ms(cost, chunks, stages_of(cost, chunks, l)) * (1 - 1e-9) >= time;
+  // floor already reaches `time` (`stages`: the layout's).
+  const auto cannot_beat = [&](Milliseconds time) {
+    return played_floor_ms(cost, chunks, stages) * (1 - 1e-9) >= time;
   };
   Layout moving = layout;
+  write_stages(cost, chunks, moving, stages);
   moving.played_ms = weigh(moving, 0, std::numeric_limits<int>::max());
   bool improved = false;
   // Boundaries j .. j + width - 1 moved together by a layer: one boundary,
@@ -373,7 +384,9 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
         for (std::size_t k = j; k < j + width && valid; ++k) {
           valid = next.ends[k] > (k == 0 ? 0 : next.ends[k - 1]) && next.ends[k] < next.ends[k + 1];
         }
-        if (!valid || cannot_beat(next, moving.played_ms)) continue;
+        if (!valid) continue;
+        write_stages(cost, chunks, next, stages);
+        if (cannot_beat(moving.played_ms)) continue;
         next.played_ms = weigh(next, static_cast<int>(j), static_cast<int>(j + width));
         if (next.played_ms < moving.played_ms * (1 - 1e-12)) {
           moving = std::move(next);
@@ -386,7 +399,7 @@ void move_boundaries(const CostModel& cost, int chunks, Layout& layout, WeighedL
   while (try_moves(1) || try_moves(2) || try_moves(3)) {
   }
   if (!improved) return;
-  moving.played_ms = played_ms(cost, chunks, moving, cost.microbatches());
+  moving.played_ms = played_ms(cost, chunks, moving, stages_of(cost, chunks, moving), cost.microbatches());
   if (moving.played_ms < layout.played_ms) layout = std::move(moving);
 }
 
