@@ -256,10 +256,11 @@ Milliseconds played_floor_ms(const CostModel& cost, int chunks, const std::vecto
 int saturated_microbatches(int devices, int chunks) { return devices * (chunks + 2); }
 
 // The layout's time played at `microbatches` (at most M), plus (M -
-// microbatches) steady increments (`stages`: the layout's); infinity where a device does not fit
-// at M. At `microbatches` = M it is the played time. Only the devices of
-// virtual stages [changed_first, changed_last] are checked for memory
-// (the caller knows the others fit); by default all.
+// microbatches) steady increments (`stages`: the layout's); infinity
+// where a device does not fit at M. At `microbatches` = M it is the
+// played time. Only the devices of virtual stages [changed_first,
+// changed_last] are checked for memory (the caller knows the others fit);
+// by default all.
 Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, const std::vector<Stage>& stages,
                        int microbatches, int changed_first = 0,
                        int changed_last = std::numeric_limits<int>::max()) {
