@@ -40,9 +40,7 @@ const InterleavedOrders& interleaved_orders(int devices, int chunks, int microba
   // (about 25 MiB; the largest shape a template search plays, 49 devices
   // of 2 chunks at M = 98, has 19,208).
   thread_local ShapeCache<InterleavedOrders> kept(std::size_t{1} << 21);
-  const std::size_t passes = 2 * static_cast<std::size_t>(devices) * static_cast<std::size_t>(chunks) *
-                             static_cast<std::size_t>(std::max(microbatches, 0));
-  return kept.get(devices, chunks, microbatches, passes, [&] { return make_orders(devices, chunks, microbatches); });
+  return kept.get(devices, chunks, microbatches, [&] { return make_orders(devices, chunks, microbatches); });
 }
 
 }  // namespace oobleck::detail

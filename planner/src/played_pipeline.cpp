@@ -138,8 +138,7 @@ constexpr double kMostPassesInOrder = 1 << 18;
 // across node counts. Up to 2^21 passes are kept (about 50 MiB).
 const std::vector<PlayStep>& play_order(int D, int v, int M) {
   thread_local ShapeCache<std::vector<PlayStep>> kept(std::size_t{1} << 21);
-  const std::size_t passes = 2 * static_cast<std::size_t>(D) * static_cast<std::size_t>(v) * static_cast<std::size_t>(M);
-  return kept.get(D, v, M, passes, [&] { return make_play_order(D, v, M); });
+  return kept.get(D, v, M, [&] { return make_play_order(D, v, M); });
 }
 
 }  // namespace
