@@ -37,6 +37,16 @@ std::vector<json> established(const std::vector<json>& events) {
   return out;
 }
 
+// Whether a step was restarted after such a transient failure (a
+// reconfiguration that neither lost nor added a node). It can supersede a
+// recovery in the making, whose own figures (passes kept) then never take
+// effect; a test of those figures makes its run again, a few times at most.
+bool restarted_without_loss(const std::vector<json>& events) {
+  return std::any_of(events.begin(), events.end(),
+                     [](const json& e) { return e["lost"].empty() && e["added"].empty(); });
+}
+constexpr int kRunsAgainstTransients = 3;
+
 }  // namespace
 
 namespace {
@@ -107,17 +117,24 @@ TEST_CASE("recovery: a node lost during a step: the pipelines that lost nothing 
   // (--wait-for-passes always: auto waits only where the wait is shorter
   // than what it saves, which depends on how far the passes got.)
   setup.s.write("inject.csv", "step:3,remove,node1\nstep:8,remove,node3\n");
-  const auto run = setup.live(11, 4, "live.jsonl", "--inject " + setup.s.str("inject.csv") +
-                                                       " --heartbeat-timeout-ms 5000 --wait-for-passes always");
-  INFO(run.err);
-  REQUIRE(run.status == 0);
-  const auto steps = setup.steps("live.jsonl");
   const auto reference = setup.reference_losses(11, 4);
-  oobleck::test::check_losses_equal(steps, reference);
-  // Bit for bit: kept sums, moved or not, are the float64 sums of the same microbatches.
-  for (std::size_t k = 0; k < steps.size(); ++k) CHECK(steps[k]["loss"].get<double>() == reference[k]);
-  for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
-  const auto events = established(setup.reconfigurations("live.jsonl"));
+  std::vector<json> all;
+  for (int attempt = 1; attempt <= kRunsAgainstTransients; ++attempt) {
+    CAPTURE(attempt);
+    const std::string metrics = "live-" + std::to_string(attempt) + ".jsonl";
+    const auto run = setup.live(11, 4, metrics, "--inject " + setup.s.str("inject.csv") +
+                                                    " --heartbeat-timeout-ms 5000 --wait-for-passes always");
+    INFO(run.err);
+    REQUIRE(run.status == 0);
+    const auto steps = setup.steps(metrics);
+    oobleck::test::check_losses_equal(steps, reference);
+    // Bit for bit: kept sums, moved or not, are the float64 sums of the same microbatches.
+    for (std::size_t k = 0; k < steps.size(); ++k) CHECK(steps[k]["loss"].get<double>() == reference[k]);
+    for (const auto& step : steps) CHECK(step["step_samples"] == 24);  // the whole batch, each sample once
+    all = setup.reconfigurations(metrics);
+    if (!restarted_without_loss(all)) break;
+  }
+  const auto events = established(all);
   REQUIRE(events.size() == 2);
   CHECK(events[0]["pipelines"] == "3+2");
   CHECK(events[0]["resume_step"] == 3);
@@ -136,16 +153,23 @@ TEST_CASE("recovery: a node lost during a step: the pipelines that lost nothing 
   // training its share again would (here mostly not: they take most of a
   // step): either way the losses are the reference's.
   setup.s.write("inject-slow.csv", "step:1,slow,node2,0.1\nstep:3,remove,node1\n");
+  const auto slow_reference = setup.reference_losses(5, 4);
   for (const std::string wait : {"always", "auto"}) {
     CAPTURE(wait);
-    const std::string metrics = "slow-" + wait + ".jsonl";
-    const auto slow = setup.live(5, 4, metrics, "--inject " + setup.s.str("inject-slow.csv") +
-                                                    " --heartbeat-timeout-ms 5000 --wait-for-passes " + wait);
-    INFO(slow.err);
-    REQUIRE(slow.status == 0);
-    oobleck::test::check_losses_equal(setup.steps(metrics), setup.reference_losses(5, 4));
-    for (const auto& step : setup.steps(metrics)) CHECK(step["step_samples"] == 24);
-    const auto held = established(setup.reconfigurations(metrics));
+    std::vector<json> slow_events;
+    for (int attempt = 1; attempt <= kRunsAgainstTransients; ++attempt) {
+      CAPTURE(attempt);
+      const std::string metrics = "slow-" + wait + "-" + std::to_string(attempt) + ".jsonl";
+      const auto slow = setup.live(5, 4, metrics, "--inject " + setup.s.str("inject-slow.csv") +
+                                                      " --heartbeat-timeout-ms 5000 --wait-for-passes " + wait);
+      INFO(slow.err);
+      REQUIRE(slow.status == 0);
+      oobleck::test::check_losses_equal(setup.steps(metrics), slow_reference);
+      for (const auto& step : setup.steps(metrics)) CHECK(step["step_samples"] == 24);
+      slow_events = setup.reconfigurations(metrics);
+      if (!restarted_without_loss(slow_events)) break;
+    }
+    const auto held = established(slow_events);
     REQUIRE(held.size() == 1);
     if (wait == "always") {
       CHECK(held[0]["kept_microbatches"] == 8);
