@@ -13,7 +13,7 @@
 #   FUZZ_MAX_LEN    longest input in bytes (default 65536)
 #   FUZZ_RSS_MB     memory limit in MiB (default 2048)
 #   FUZZ_KEEP_GOING 1: go on after a finding (libFuzzer's fork mode) to collect several
-#   FUZZ_BUILD_DIR  build folder (default build-fuzz)
+#   FUZZ_BUILD_DIR  build folder (default build-fuzz; one configured for fuzzing is used as it is)
 #   FUZZ_SUMMARY    JSON summary (default <build folder>/fuzz-summary.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,25 +54,19 @@ done
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
 # ---------------------------------------------------------------- setup
-packages=(clang libclang-rt-14-dev)
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then missing+=("$package"); fi
-done
-if ((${#missing[@]})); then
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  echo "fuzz: installing ${missing[*]}" >&2
-  $sudo apt-get update
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+tools/install-clang.sh
 
 # ---------------------------------------------------------------- build
 started=$SECONDS
 echo "fuzz: building ${targets[*]} in $build_dir" >&2
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DOOBLECK_FUZZ=ON -DOOBLECK_BUILD_TESTS=OFF -DOOBLECK_BUILD_BENCHMARKS=OFF \
-  -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
+# A folder already configured for fuzzing is used as it is: the sanitizer
+# build configures one so (tools/sanitize.sh --with-fuzz-targets), whose
+# libraries these targets then share.
+if ! grep -qx 'OOBLECK_FUZZ:BOOL=ON' "$build_dir/CMakeCache.txt" 2>/dev/null; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DOOBLECK_FUZZ=ON -DOOBLECK_BUILD_TESTS=OFF -DOOBLECK_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
+fi
 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 echo "fuzz: built in $((SECONDS - started)) s; fuzzing each target for $seconds s, $parallel at a time" >&2
 

@@ -5,27 +5,37 @@
 # inputs (tests/fuzz_regressions). Any memory error, leak or undefined
 # behaviour fails the run.
 #
-# Usage: tools/sanitize.sh [--build-only]
+# Usage: tools/sanitize.sh [--build-only] [--with-fuzz-targets]
+#   --with-fuzz-targets  build with clang and libFuzzer's coverage, and the fuzz targets too:
+#                        FUZZ_BUILD_DIR=build-sanitize tools/fuzz.sh then builds nothing again
 #   SANITIZE_BUILD_DIR  build folder (default build-sanitize)
-#   SANITIZE_CXX        compiler (default g++, the project's compiler; clang++ 14 cannot
-#                       build every test: it lacks C++20's capture of structured bindings)
+#   SANITIZE_CXX        compiler (default g++; clang++ with --with-fuzz-targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_only=0
-case "${1:-}" in
-  "") ;;
-  --build-only) build_only=1 ;;
-  -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "sanitize: unknown argument '$1'; usage: tools/sanitize.sh [--build-only]" >&2; exit 2 ;;
-esac
-if (($# > 1)); then
-  echo "sanitize: too many arguments; usage: tools/sanitize.sh [--build-only]" >&2
-  exit 2
-fi
+fuzz_targets=0
+usage="usage: tools/sanitize.sh [--build-only] [--with-fuzz-targets]"
+for argument in "$@"; do
+  case "$argument" in
+    --build-only) build_only=1 ;;
+    --with-fuzz-targets) fuzz_targets=1 ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "sanitize: unknown argument '$argument'; $usage" >&2; exit 2 ;;
+  esac
+done
 
 build_dir="${SANITIZE_BUILD_DIR:-build-sanitize}"
 compiler="${SANITIZE_CXX:-g++}"
+fuzz_flags=()
+fuzz_build=()
+if ((fuzz_targets)); then
+  tools/install-clang.sh
+  compiler="${SANITIZE_CXX:-clang++}"
+  fuzz_flags=(-DOOBLECK_FUZZ=ON)
+  read -r -a fuzz_names < <(sed -n 's/^set(OOBLECK_FUZZ_TARGETS \(.*\))$/\1/p' fuzz/CMakeLists.txt)
+  fuzz_build=("${fuzz_names[@]/#/fuzz_}")
+fi
 if ! command -v "$compiler" >/dev/null; then
   echo "sanitize: no compiler $compiler (SANITIZE_CXX)" >&2
   exit 1
@@ -42,11 +52,11 @@ started=$SECONDS
 echo "sanitize: configuring $build_dir with $compiler" >&2
 # -O1: what the sanitizers are made for, quicker to build than -O2 and still
 # quick to run; assertions on; -g1 keeps line numbers in the stack traces.
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER="$compiler" -DOOBLECK_SANITIZE=ON \
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER="$compiler" -DOOBLECK_SANITIZE=ON "${fuzz_flags[@]}" \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
   -DOOBLECK_BUILD_BENCHMARKS=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON >/dev/null
-echo "sanitize: building ${tests[*]}" >&2
-cmake --build "$build_dir" -j "$(nproc)" --target "${tests[@]}"
+echo "sanitize: building ${tests[*]} ${fuzz_build[*]}" >&2
+cmake --build "$build_dir" -j "$(nproc)" --target "${tests[@]}" "${fuzz_build[@]}"
 built=$SECONDS
 echo "sanitize: built in $((built - started)) s" >&2
 if ((build_only)); then exit 0; fi

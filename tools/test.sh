@@ -9,9 +9,10 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 echo "== the iteration model against published measurements (oobleck-sim validate; fails beyond tests/validation/suite.json's bounds)"
 build/bin/oobleck-sim validate
 echo "== sanitizers: the planner, the simulator, the recovery rule and their tests under AddressSanitizer and UBSan"
-tools/sanitize.sh
+echo "   (clang; the same build makes the fuzz targets)"
+tools/sanitize.sh --with-fuzz-targets
 echo "== fuzz targets (short: ${FUZZ_SECONDS:-20} s each, two at a time; FUZZ_SECONDS=600 tools/fuzz.sh for longer)"
-FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_PARALLEL="${FUZZ_PARALLEL:-2}" tools/fuzz.sh
+FUZZ_BUILD_DIR=build-sanitize FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_PARALLEL="${FUZZ_PARALLEL:-2}" tools/fuzz.sh
 echo "== benchmarks: the previous commit against this tree (short mode; tools/bench-compare.sh [BASE] for the long one)"
 if git rev-parse --verify -q 'HEAD~1^{commit}' > /dev/null 2>&1; then
   tools/bench-compare.sh --short HEAD~1

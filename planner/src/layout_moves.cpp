@@ -29,7 +29,10 @@ class LocalMoves {
   void run() {
     for (bool moved = true; moved;) {
       moved = false;
-      for (std::size_t b = 0; b + 1 < count_; ++b) moved |= move_boundary(b, -1) | move_boundary(b, 1);
+      for (std::size_t b = 0; b + 1 < count_; ++b) {
+        moved |= move_boundary(b, -1);  // both directions tried, whatever the first did
+        moved |= move_boundary(b, 1);
+      }
       for (std::size_t s = 0; s + 1 < count_; ++s) moved |= exchange_blocks(s);
     }
   }

@@ -7,7 +7,7 @@
 // sequence becomes a trace for oobleck-sim replay, timed so that each loss
 // falls inside or outside the simulated recovery exactly as it did live;
 // the simulator's decisions (--decisions) must equal the master's.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <algorithm>
 #include <set>

@@ -6,7 +6,7 @@
 // sending it, during a recovery, or with a node lost while no master ran.
 // The master is killed by an injection (SIGKILL, from itself) at a step,
 // never at a time.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <torch/cuda.h>
 

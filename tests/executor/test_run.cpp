@@ -1,11 +1,12 @@
 // oobleck-run end to end: two pipelines of different sizes as separate
 // processes train exactly what one process trains.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <torch/cuda.h>
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 

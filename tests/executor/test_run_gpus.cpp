@@ -11,7 +11,7 @@
 // 3e-3 its loss spikes now and then (in one process too), and each spike
 // multiplies any difference in rounding, the pipelines' float64 gradient
 // sums notwithstanding: 1e-8 grows to 1e-2 within 20 steps.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 

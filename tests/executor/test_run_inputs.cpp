@@ -2,7 +2,7 @@
 // manifests, flags that mean nothing to --single-process, token files, and
 // hosts that cannot be reached. Each is refused with a message naming what
 // is wrong, before any worker starts.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include <filesystem>
 #include <string>

@@ -12,7 +12,7 @@
 // agent stops and continues its worker in turn, and on a machine whose
 // cores the nodes share, 0.4 of the wall time measured as little as 0.6 of
 // the others' speed.
-#include "torch_doctest.h"
+#include <doctest/doctest.h>
 
 #include "live_setup.h"
 

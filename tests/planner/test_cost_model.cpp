@@ -411,7 +411,7 @@ TEST_CASE("tensor parallelism without sequence parallelism: one GPU's recorded s
   CHECK(profile_fingerprint(again) != profile_fingerprint(profile));
   for (const Bytes wrong : {Bytes{49}, Bytes{101}}) {
     profile.layers[1].tensor_parallel[0].activation_bytes = wrong;
-    CHECK_THROWS_WITH_AS(parse_profile(profile_to_json(profile), "p.json"),
+    CHECK_THROWS_WITH_AS((void)parse_profile(profile_to_json(profile), "p.json"),
                          doctest::Contains("layers[1].tensor_parallel.2.activation_bytes"), InputError);
   }
 }

@@ -182,6 +182,7 @@ TEST_CASE("shared nodes: plan_cluster with auto keeps the fastest of every pipel
 TEST_CASE("shared nodes: the plan file round-trips, and a malformed one is refused naming the field") {
   const TwoPerNode two;
   const auto& [profile, cost, shared, templates] = two;
+  const Profile& plan_profile = profile;  // (clang 14's lambdas capture no structured binding)
   const Plan plan = instantiate_sharing_nodes(cost, shared, {"a", "b", "c"}, 1, 10);
   const std::string text = plan_to_json(plan, templates, profile);
   const Plan back = parse_plan(text, "plan.json", profile);
@@ -197,7 +198,7 @@ TEST_CASE("shared nodes: the plan file round-trips, and a malformed one is refus
     nlohmann::json bad = json;
     change(bad);
     CAPTURE(says);
-    CHECK_THROWS_WITH_AS((void)parse_plan(bad.dump(), "plan.json", profile), doctest::Contains(says.c_str()), InputError);
+    CHECK_THROWS_WITH_AS((void)parse_plan(bad.dump(), "plan.json", plan_profile), doctest::Contains(says.c_str()), InputError);
   };
   refused([](auto& j) { j["pipelines_per_node"] = 3; }, "pipelines_per_node");
   refused([](auto& j) { j["pipelines_per_node"] = 8; }, "pipelines_per_node");

@@ -72,7 +72,8 @@ TEST_CASE("cli: iteration of a plan from oobleck-plan, with a Chrome trace") {
            {node, "expected NODE=MS"},
            {node + "=1 --node-delay-ms " + node + "=2", "given twice"}}) {
     const Run bad = s.run("iteration --plan " + s.str("plan.json") + " --profile " + kProfile + " --node-delay-ms " + flag);
-    CAPTURE(flag);
+    const std::string& delay_flag = flag;  // (clang 14's lambdas capture no structured binding)
+    CAPTURE(delay_flag);
     CHECK(bad.status == 2);
     CHECK(bad.err.find(message) != std::string::npos);
   }
@@ -172,7 +173,8 @@ TEST_CASE("cli: generated traces, seeds and sweeps") {
   const json doc = json::parse(s.read("seeds.json"));
   CHECK(doc["seeds"] == 4);
   for (const auto& [name, p] : doc["policies"].items()) {
-    CAPTURE(name);
+    const std::string& policy = name;  // (clang 14's lambdas capture no structured binding)
+    CAPTURE(policy);
     CHECK(p["samples_per_s"]["p5"].get<double>() <= p["samples_per_s"]["median"].get<double>());
     CHECK(p["samples_per_s"]["median"].get<double>() <= p["samples_per_s"]["p95"].get<double>());
   }

@@ -57,7 +57,9 @@ TEST_CASE("planner and simulator: the synchronisation tail of one-template plans
                                                               {GradientSync::buckets, 25.0 * (1 << 20)},
                                                               {GradientSync::buckets, 400.0 * (1 << 20)}};
   for (const int nodes : {64, 256, 512, 2048}) {
-   for (const auto& [sync, bucket_bytes] : modes) {
+   for (const auto& mode : modes) {
+    const GradientSync sync = mode.first;
+    const double bucket_bytes = mode.second;
     CAPTURE(nodes);
     CAPTURE(gradient_sync_name(sync));
     CAPTURE(bucket_bytes);

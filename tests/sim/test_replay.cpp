@@ -82,7 +82,8 @@ TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministi
       replay_p3_before_and_after(load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json"), options,
                                  [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
   for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
-    CAPTURE(policy_name(spanning.policies[i].policy));
+    const auto policy = policy_name(spanning.policies[i].policy);  // (clang 14's lambdas capture no structured binding)
+    CAPTURE(policy);
     CHECK(spanning.policies[i].runnable);
     CHECK(spanning.policies[i].samples_per_s > within.policies[i].samples_per_s);
   }
@@ -142,7 +143,8 @@ TEST_CASE("replay: interleaving or sharing nodes mitigates stragglers by keeping
   // node3 at 0.1 of its speed for two hours: worth dropping.
   const Trace trace = trace_of(start_with(8) + "7200000,slow,node3,0.1\n14400000,slow,node3,1\n21600000,add,node99\n");
   for (const auto& [interleave, pipelines_per_node] : {std::pair{2, 1}, std::pair{1, 2}}) {
-    CAPTURE(interleave);
+    const int devices_interleave = interleave;  // (clang 14's lambdas capture no structured binding)
+    CAPTURE(devices_interleave);
     ReplayOptions options;
     options.fault_tolerance = 1;
     options.global_microbatches = 16;

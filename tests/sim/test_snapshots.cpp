@@ -213,7 +213,8 @@ TEST_CASE("oobleck-snapshots: every loss time, against a brute-force replay of w
   // intervals. A mirrored snapshot is complete only while the survivors
   // still hold their own copy of its step (newest two): 2K iterations.
   const Plan plan = first_plan(six_layers(), 4, 1);
-  for (const auto& [K, M] : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {1, 1}, {3, 6}, {2, 0}}) {
+  for (const auto& intervals : std::vector<std::pair<int, int>>{{1, 4}, {2, 4}, {1, 1}, {3, 6}, {2, 0}}) {
+    const int K = intervals.first, M = intervals.second;
     for (int n = 1; n < 2 * kInterval; ++n) {
       CAPTURE(K);
       CAPTURE(M);

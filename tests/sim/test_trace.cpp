@@ -197,8 +197,7 @@ TEST_CASE("trace: CRLF, blank lines, spaces and a missing final newline read lik
       "\n\n0,add,a\n\n0,add,b\n   \n1500,remove,a\n\t\n2000,add,a\n\n",
       " 0 , add ,a\n0,\tadd\t, b \n1500 ,remove, a\r\n  2000,add,a  \r\n",
       "0.0,add,a\n0,add,b\n1500.000,remove,a\n2000.,add,a\n",
-      "\xEF\xBB\xBF"
-      "0,add,a\n0,add,b\n1500,remove,a\n2000,add,a\n",
+      "\357\273\2770,add,a\n0,add,b\n1500,remove,a\n2000,add,a\n",  // a UTF-8 byte-order mark first
   };
   for (const char* text : variants) {
     CAPTURE(text);

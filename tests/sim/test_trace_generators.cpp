@@ -77,7 +77,9 @@ TEST_CASE("trace: fixed_interval_trace") {
     for (std::uint64_t seed = 0; seed < 400; ++seed)
       ++first_removed[fixed_interval_trace(4, 1, 0, seed).events[4].node];
     CHECK(first_removed.size() == 4);
-    for (const auto& [node, times] : first_removed) {
+    for (const auto& node_times : first_removed) {
+      const std::string& node = node_times.first;
+      const int times = node_times.second;
       CAPTURE(node);
       CHECK(times > 60);  // expected 100, standard deviation under 9
       CHECK(times < 140);

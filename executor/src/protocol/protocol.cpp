@@ -343,7 +343,7 @@ template <std::size_t... I>
 Message decode_as(std::size_t index, const Json& j, std::index_sequence<I...>) {
   Message out;
   // The alternative whose index the type named.
-  ((index == I ? (out = j.get<std::variant_alternative_t<I, Message>>(), true) : false) || ...);
+  (void)((index == I ? (out = j.get<std::variant_alternative_t<I, Message>>(), true) : false) || ...);
   return out;
 }
 
