@@ -41,12 +41,16 @@ if ! command -v "$compiler" >/dev/null; then
   exit 1
 fi
 tests=(common_tests recovery_tests planner_tests sim_tests fuzz_regression_tests)
-# What runs, longest first, two at a time: the simulator's grid of every
-# bundled profile (most of sim_tests' time) apart from its other cases.
+# What runs, longest first, two at a time: sim_tests and planner_tests each
+# in two parts of about equal time, so that the two cores end together:
+# the simulator's grid of every bundled profile apart from its other cases,
+# the planner's interleaved and threaded cases apart from the rest.
 grid='planner and simulator: the predicted iteration against the played one*'
-runs=("sim_tests" "sim_tests" planner_tests common_tests recovery_tests fuzz_regression_tests)
-run_names=(sim_tests-grid sim_tests-rest planner_tests common_tests recovery_tests fuzz_regression_tests)
-run_args=("-tc=$grid" "-tce=$grid" "" "" "" "")
+planner_part='*interleave*,*thread*'
+runs=(sim_tests sim_tests planner_tests planner_tests common_tests recovery_tests fuzz_regression_tests)
+run_names=(sim_tests-rest sim_tests-grid planner_tests-rest planner_tests-interleaved common_tests recovery_tests
+           fuzz_regression_tests)
+run_args=("-tce=$grid" "-tc=$grid" "-tce=$planner_part" "-tc=$planner_part" "" "" "")
 started=$SECONDS
 
 echo "sanitize: configuring $build_dir with $compiler" >&2
