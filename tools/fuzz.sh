@@ -54,7 +54,7 @@ done
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
 # ---------------------------------------------------------------- setup
-tools/install-clang.sh
+tools/install-packages.sh fuzz clang libclang-rt-14-dev
 
 # ---------------------------------------------------------------- build
 started=$SECONDS

@@ -30,11 +30,10 @@ compiler="${SANITIZE_CXX:-g++}"
 fuzz_flags=()
 fuzz_build=()
 if ((fuzz_targets)); then
-  tools/install-clang.sh
+  tools/install-packages.sh sanitize clang libclang-rt-14-dev
   compiler="${SANITIZE_CXX:-clang++}"
   fuzz_flags=(-DOOBLECK_FUZZ=ON)
-  read -r -a fuzz_names < <(sed -n 's/^set(OOBLECK_FUZZ_TARGETS \(.*\))$/\1/p' fuzz/CMakeLists.txt)
-  fuzz_build=("${fuzz_names[@]/#/fuzz_}")
+  fuzz_build=(fuzz_targets)
 fi
 if ! command -v "$compiler" >/dev/null; then
   echo "sanitize: no compiler $compiler (SANITIZE_CXX)" >&2

@@ -19,28 +19,7 @@ packages=(
   clang libclang-rt-14-dev  # tools/fuzz.sh: the libFuzzer targets of fuzz/
 )
 
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$package")
-  fi
-done
-if ((${#missing[@]})); then
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  echo "setup: installing ${missing[*]}" >&2
-  $sudo apt-get update
-  # Daemons the packages bring (sshd) are not started: the tests start
-  # their own, inside namespaces.
-  no_daemons=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    no_daemons=/usr/sbin/policy-rc.d
-    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$no_daemons" > /dev/null
-    $sudo chmod +x "$no_daemons"
-  fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-  if [ -n "$no_daemons" ]; then $sudo rm -f "$no_daemons"; fi
-fi
+tools/install-packages.sh setup "${packages[@]}"
 
 build_type="${OOBLECK_BUILD_TYPE:-Release}"
 # ccache keys on paths relative to the checkout, so that the trees

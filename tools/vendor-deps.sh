@@ -10,17 +10,7 @@ cd "$(dirname "$0")/.."
 deps=${1:-.deps}
 
 packages=(libcli11-dev nlohmann-json3-dev libeigen3-dev doctest-dev libgloo-dev)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  echo "vendor-deps: installing ${missing[*]}" >&2
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  $sudo apt-get update
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+tools/install-packages.sh vendor-deps "${packages[@]}"
 
 rm -rf "$deps"
 mkdir -p "$deps/include" "$deps/share/cmake" "$deps/share/eigen3" "$deps/lib/cmake" "$deps/gloo/include"
