@@ -57,13 +57,17 @@
 //
 // The dynamic programme itself is in template_search.cpp.
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "oobleck/planner.h"
 #include "interleaved.h"
 #include "layout_moves.h"
 #include "period_floor.h"
+#include "row_workers.h"
 #include "solve_memo.h"
 #include "template_search.h"
 #include "template_walk.h"
@@ -282,14 +286,43 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       progress(line.str());
     }
   }
-  for (int n = 1; n <= searched; ++n) {
-    std::optional<PipelineTemplate> chosen;
+  // Each node count's walk result, moved to its local optimum (and, with
+  // interleaving, raced against interleaved layouts: most of such a
+  // search's time), on its own: node counts are shared among the search's
+  // threads, the largest (slowest) first, each taking the next left.
+  std::vector<std::optional<PipelineTemplate>> chosen(static_cast<std::size_t>(searched) + 1);
+  const auto finish = [&](int n) {
+    auto& out = chosen[static_cast<std::size_t>(n)];
     if (!walk[n].stages.empty()) {
       detail::move_to_local_optimum(cost, walk[n].stages);
-      chosen = make_template(cost, n, std::move(walk[n].stages));
+      out = make_template(cost, n, std::move(walk[n].stages));
     }
-    if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, chosen);
-    if (chosen) set.templates.push_back(std::move(*chosen));
+    if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, out);
+  };
+  const int threads = cost.interleave() > 1 ? std::min(detail::search_threads(), searched) : 1;
+  if (threads <= 1) {
+    for (int n = 1; n <= searched; ++n) finish(n);
+  } else {
+    std::atomic<int> next{searched};
+    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(threads));
+    const auto work = [&](int i) {
+      try {
+        for (int n = next--; n >= 1; n = next--) finish(n);
+      } catch (...) {
+        failed[static_cast<std::size_t>(i)] = std::current_exception();
+        next = 0;
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (int i = 1; i < threads; ++i) helpers.emplace_back(work, i);
+    work(0);
+    for (auto& h : helpers) h.join();
+    for (const auto& e : failed) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+  for (auto& t : chosen) {
+    if (t) set.templates.push_back(std::move(*t));
   }
   set.search_solves = runs;
   set.search_states = search.states();

@@ -857,6 +857,28 @@ TEST_CASE("the template search's threads share rows of a stage count, and the te
   CHECK_THROWS_AS(set_search_threads(-1), InputError);
 }
 
+TEST_CASE("the template search's threads take node counts' interleaved layouts, and the templates do not depend on them") {
+  const Profile profile = load_profile(std::string(OOBLECK_SOURCE_DIR) + "/profiles/gpt3-175b-a100.analytic.json");
+  CostModel cost(profile, 98);
+  cost.set_tensor_parallel_nodes(2);
+  cost.set_interleave(2);
+  set_search_threads(3);
+  const TemplateSet many = build_templates(cost, 48);
+  set_search_threads(1);  // (the default)
+  const TemplateSet one = build_templates(cost, 48);
+  int interleaved = 0;
+  REQUIRE(many.templates.size() == one.templates.size());
+  for (std::size_t t = 0; t < one.templates.size(); ++t) {
+    interleaved += one.templates[t].interleave > 1;
+    CHECK(many.templates[t].nodes == one.templates[t].nodes);
+    CHECK(many.templates[t].interleave == one.templates[t].interleave);
+    CHECK(many.templates[t].iteration_ms == one.templates[t].iteration_ms);  // bit for bit
+    CHECK(many.templates[t].stages == one.templates[t].stages);
+  }
+  MESSAGE(interleaved << " of " << one.templates.size() << " templates interleaved");
+  CHECK(interleaved > 0);
+}
+
 TEST_CASE("the threads share the rows an update sweeps again, and the templates do not depend on them") {
   // Large enough that updates (a solve just under the last one) sweep
   // many rows of one stage count again: GPT-3 175B over up to 8 nodes a

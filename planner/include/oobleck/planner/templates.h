@@ -62,10 +62,13 @@ struct TemplateSet {
                                           const Progress& progress = {}, const TemplateSet* earlier = nullptr);
 
 // Threads the template search may use (1 until this is called; 0: the
-// machine's cores, at most 8). Its dynamic programme hands them the rows of
-// one stage count where there are many, tens of thousands of times a
-// search, microseconds apart: worth it only on cores no other program is
-// busy on. The templates do not depend on it. InputError outside 0..256.
+// machine's cores, at most 8). With interleaving, each takes node counts
+// in turn and weighs their interleaved layouts (most of such a search's
+// time, and node counts are independent). Its dynamic programme hands
+// them the rows of one stage count where there are many, tens of
+// thousands of times a search, microseconds apart: worth it only on cores
+// no other program is busy on. The templates do not depend on it. InputError
+// outside 0..256.
 void set_search_threads(int threads);
 
 // The template minimising T(M) exactly on `gpus` GPUs of one node (fewer
