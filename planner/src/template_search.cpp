@@ -160,6 +160,15 @@ TemplateSearch::TemplateSearch(const CostModel& cost, int max_nodes, Storage* st
     }
   }
   fitting_start_[max_gpus_ + 1] = fitting_.size();
+  variant_bits_ = variants_.size() <= 64;
+  if (variant_bits_) {
+    fitting_bits_.assign(static_cast<std::size_t>(max_gpus_) + 1, 0);
+    for (int u = 1; u <= max_gpus_; ++u) {
+      for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
+        fitting_bits_[static_cast<std::size_t>(u)] |= std::uint64_t{1} << fitting_[k];
+      }
+    }
+  }
   // Value rows: for each m, U in [u_lo, u_hi], each with the layers a suffix
   // of m stages may start at, 0 to L - m (a third of L + 1 on the whole:
   // fewer pages to fault in and to sweep through).
@@ -261,7 +270,11 @@ void TemplateSearch::solve(double bound, int gpu_limit) {
       if (reach[l] > l) add_below(runs, l);
     }
   }
-  for (std::size_t d = 0; d < variants_.size(); ++d) holds_layer_[d] = !fitting_runs_[d].empty();
+  holding_bits_ = 0;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
+    holds_layer_[d] = !fitting_runs_[d].empty();
+    if (variant_bits_ && holds_layer_[d]) holding_bits_ |= std::uint64_t{1} << d;
+  }
   same_down_to_in_flight_ = 1;
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     same_down_to_in_flight_ = std::max(same_down_to_in_flight_,

@@ -3,6 +3,7 @@
 // successor row (template_search.cpp derives it), lowering a copy of the
 // row that stays in the cache; then the row written to the table once.
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <stdexcept>
 
@@ -19,12 +20,23 @@ void TemplateSearch::set_window_ends(int m) {
   // Past M microbatches in flight the memory limits stay those of M.
   const int in_flight = std::min(m, microbatches_);
   if (window_ends_in_flight_ == in_flight) return;
+  // Within a solve a variant's ends mostly stay as they were from one
+  // stage count to the next (the reach cuts them before memory does), and
+  // then so do the runs that its ends and its cheaper kinds' set.
+  const bool fresh = window_ends_in_flight_ == 0;  // (a new solve: new reaches and runs)
   window_ends_in_flight_ = in_flight;
+  ends_changed_.assign(variants_.size(), 0);
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     if (!holds_layer_[d]) continue;  // (not swept)
     const std::size_t base = d * static_cast<std::size_t>(layers_ + 1);
     const int* memory = hi_memory_.data() + window_index(d, m, 0);
-    for (int l = 0; l <= layers_; ++l) window_end_[base + l] = std::min(reach_[base + l], memory[l]);
+    bool changed = fresh;
+    for (int l = 0; l <= layers_; ++l) {
+      const int end = std::min(reach_[base + l], memory[l]);
+      changed |= window_end_[base + l] != end;
+      window_end_[base + l] = end;
+    }
+    ends_changed_[d] = changed;
   }
   // A recomputing stage [l, e) that a cheaper kind's window also holds
   // costs at least that kind's: the same links after it, the same rows to
@@ -33,6 +45,9 @@ void TemplateSearch::set_window_ends(int m) {
   // memory stops those first).
   for (std::size_t d = 0; d < variants_.size(); ++d) {
     if (cheaper_kinds_[d].empty() || !holds_layer_[d]) continue;
+    bool stale = ends_changed_[d];
+    for (const std::size_t p : cheaper_kinds_[d]) stale |= ends_changed_[p] != 0;
+    if (!stale) continue;  // (its runs as the last stage count's)
     auto& runs = reaching_runs_[d];
     runs.clear();
     const int* own = window_end_.data() + d * static_cast<std::size_t>(layers_ + 1);
@@ -47,6 +62,10 @@ void TemplateSearch::set_window_ends(int m) {
         if (reaches) add_below(runs, l);
       }
     }
+  }
+  swept_bits_ = 0;
+  for (std::size_t d = 0; d < variants_.size() && variant_bits_; ++d) {
+    if (holds_layer_[d] && !swept_runs(d).empty()) swept_bits_ |= std::uint64_t{1} << d;
   }
 }
 
@@ -63,11 +82,14 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot
   // The rows of m - 1 stages a first stage may lead to (none for m = 1).
   const int next_lo = m > 1 ? u_lo_[m - 1] : 1, next_hi = m > 1 ? u_hi_[m - 1] : 0;
   const std::size_t next_base = m > 1 ? row_base_[m - 1] : 0;
-  for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) {
-    const std::size_t d = fitting_[k];
-    if (!holds_layer_[d]) continue;  // no stage of this kind holds a layer under the bound
+  // (checked: whether the variant holds a layer and has runs to sweep is
+  // known, as where the bits chose it for m > 1)
+  const auto visit = [&](std::size_t d, bool checked) {
     const int t = degree(d);
-    if (swept_runs(d).empty() && !terminal_allowed(m, u, t)) continue;  // (a cheaper kind's stages are as good)
+    if (!checked) {
+      if (!holds_layer_[d]) return;  // no stage of this kind holds a layer under the bound
+      if (swept_runs(d).empty() && !terminal_allowed(m, u, t)) return;  // (a cheaper kind's stages are as good)
+    }
     const int u_next = u - t;
     std::ptrdiff_t next = -1;  // the successor row, if live
     if (u_next >= next_lo && u_next <= next_hi) {
@@ -75,13 +97,23 @@ void TemplateSearch::sweep_row(int m, int u, Sweeper& sweeper, const Alive* slot
       if (alive_[next].lo > alive_[next].hi) next = -1;
     }
     if (!terminal_allowed(m, u, t)) {  // then only through a live row of m - 1 stages
-      if (next < 0) continue;
+      if (next < 0) return;
       // ... that a stage from l_max or below reaches (its reach grows with l).
       if (window_end_[d * static_cast<std::size_t>(layers_ + 1) + static_cast<std::size_t>(l_max)] < alive_[next].lo) {
-        continue;
+        return;
       }
     }
     sweep(m, u, d, l_max, next, sweeper);
+  };
+  if (variant_bits_) {
+    // (A single stage may end a layout without runs to sweep: m = 1 visits
+    // every variant holding a layer.)
+    for (std::uint64_t bits = fitting_bits_[static_cast<std::size_t>(u)] & (m == 1 ? holding_bits_ : swept_bits_);
+         bits != 0; bits &= bits - 1) {
+      visit(static_cast<std::size_t>(std::countr_zero(bits)), m > 1);
+    }
+  } else {
+    for (std::size_t k = fitting_start_[u]; k < fitting_start_[u + 1]; ++k) visit(fitting_[k], false);
   }
   // The row holds the values under the suffix's round-trip limit (its sum
   // over m stages below the bound), live from the first to the last, and
