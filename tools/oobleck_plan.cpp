@@ -114,7 +114,8 @@ void add_interleave_option(CLI::App* cmd, int& chunks) {
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads,
                   "Threads for the template search (default 1; 0: the machine's cores, up to 8): node counts' "
-                  "interleaved layouts are weighed side by side, and a stage count's rows shared. Faster "
+                  "templates are finished side by side (local moves, interleaved layouts), and a stage count's "
+                  "rows shared. Faster "
                   "on cores nothing else is busy on; the result does not depend on it")
       ->check(CLI::Range(0, 256));
 }

@@ -233,8 +233,8 @@ class TemplateSearch {
   int same_down_to_in_flight_ = 1;
   std::vector<int> reach_;                              // this solve's window end on compute per (d, l)
   std::vector<int> window_end_;  // per (d, l), for the stage count being swept: min(reach, its memory limit)
-  int window_ends_in_flight_ = 0;
-  std::vector<unsigned char> ends_changed_;  // per d: whether the last set_window_ends changed its ends  // the in-flight count window_end_ holds this solve's ends for (0: none)
+  int window_ends_in_flight_ = 0;  // the in-flight count window_end_ holds this solve's ends for (0: none)
+  std::vector<unsigned char> ends_changed_;  // per d: whether the last set_window_ends changed its ends
   std::vector<double> edges_;  // every stage's compute and every transfer one way, sorted, distinct
   // Per row, in an update (tighten_round_trips): whether it changed, and
   // whether a row it reads did; changed_rows_ lists the rows marked.

@@ -62,9 +62,10 @@ struct TemplateSet {
                                           const Progress& progress = {}, const TemplateSet* earlier = nullptr);
 
 // Threads the template search may use (1 until this is called; 0: the
-// machine's cores, at most 8). With interleaving, each takes node counts
-// in turn and weighs their interleaved layouts (most of such a search's
-// time, and node counts are independent). Its dynamic programme hands
+// machine's cores, at most 8). Each takes node counts in turn for their
+// templates' local moves and, with interleaving, their interleaved
+// layouts (most of such a search's time; node counts are independent).
+// Its dynamic programme hands
 // them the rows of one stage count where there are many, tens of
 // thousands of times a search, microseconds apart: worth it only on cores
 // no other program is busy on. The templates do not depend on it. InputError
