@@ -20,8 +20,8 @@
 # Prints both, the ratios torchrun / oobleck, the breakdowns and the ceiling
 # (torchrun's restart over oobleck's redone step alone)
 # (oobleck-tools bench-torchrun; also in OUT/bench-torchrun.json).
-# Needs Debian's python3-torch (torchrun): installed when missing and running
-# as root. Outputs in build/bench-vs-torchrun/ (OUT_DIR overrides it; emptied
+# Needs Debian's python3-torch (torchrun): installed when missing
+# (tools/install-packages.sh). Outputs in build/bench-vs-torchrun/ (OUT_DIR overrides it; emptied
 # first). REPEATS (default 3) kills per monitor interval; the median counts.
 # SHORT=1: one failure for oobleck and one kill per interval (1 to 2 minutes).
 set -euo pipefail
@@ -31,15 +31,7 @@ bin=build/bin
 repeats=${REPEATS:-3}
 if [ "${SHORT:-0}" = 1 ]; then repeats=${REPEATS:-1}; fi
 
-if ! dpkg-query -W -f='${Status}' python3-torch 2>/dev/null | grep -q "install ok installed"; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "bench-vs-torchrun: needs Debian's python3-torch (for torchrun); as root: apt-get install python3-torch" >&2
-    exit 2
-  fi
-  echo "bench-vs-torchrun: installing python3-torch" >&2
-  if ! apt-cache show python3-torch > /dev/null 2>&1; then apt-get update >&2; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-torch >&2
-fi
+tools/install-packages.sh bench-vs-torchrun python3-torch >&2  # (torchrun)
 
 rm -rf "$out" && mkdir -p "$out"
 tools/cluster-setup.sh tiny "$out" --nodes 6 --fault-tolerance 2 --global-microbatches 12

@@ -115,8 +115,7 @@ void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads,
                   "Threads for the template search (default 1; 0: the machine's cores, up to 8): node counts' "
                   "templates are finished side by side (local moves, interleaved layouts), and a stage count's "
-                  "rows shared. Faster "
-                  "on cores nothing else is busy on; the result does not depend on it")
+                  "rows shared. Faster on cores nothing else is busy on; the result does not depend on it")
       ->check(CLI::Range(0, 256));
 }
 

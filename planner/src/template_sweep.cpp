@@ -64,7 +64,8 @@ void TemplateSearch::set_window_ends(int m) {
     }
   }
   swept_bits_ = 0;
-  for (std::size_t d = 0; d < variants_.size() && variant_bits_; ++d) {
+  if (!variant_bits_) return;
+  for (std::size_t d = 0; d < variants_.size(); ++d) {
     if (holds_layer_[d] && !swept_runs(d).empty()) swept_bits_ |= std::uint64_t{1} << d;
   }
 }

@@ -82,7 +82,7 @@ TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministi
       replay_p3_before_and_after(load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json"), options,
                                  [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
   for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
-    const auto policy = policy_name(spanning.policies[i].policy);  // (clang 14's lambdas capture no structured binding)
+    const auto policy = policy_name(spanning.policies[i].policy);  // (CAPTURE holds a reference: not to a temporary)
     CAPTURE(policy);
     CHECK(spanning.policies[i].runnable);
     CHECK(spanning.policies[i].samples_per_s > within.policies[i].samples_per_s);
