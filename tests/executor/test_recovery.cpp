@@ -5,7 +5,6 @@
 // timing.
 #include "torch_doctest.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "comm/communicator.h"
 #include "live_setup.h"
+#include "loopback_store.h"
 #include "skip.h"
 #include "oobleck/executor/live.h"
 
@@ -500,15 +500,9 @@ TEST_CASE("injections: the trace format with steps and recoveries") {
 
 TEST_CASE("communicator: abort frees a thread blocked on a peer that never answers") {
   using namespace oobleck::executor;
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-  // A store client is used by one thread at a time: rank 1 has its own.
-  options.isServer = false;
-  options.port = store->getPort();
-  auto other = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  const oobleck::test::LoopbackStore stores;
+  // A store client is used by one thread at a time: each rank has its own.
+  const auto store = stores.client(), other = stores.client();
   std::unique_ptr<Communicator> a, b;
   std::thread make_b([&] { b = make_gloo_communicator(other, "t", 1, 2, "127.0.0.1", std::chrono::seconds(20)); });
   a = make_gloo_communicator(store, "t", 0, 2, "127.0.0.1", std::chrono::seconds(20));
@@ -539,14 +533,10 @@ TEST_CASE("communicator: NCCL on one GPU all-reduces, and fails once aborted") {
   if (!torch::cuda::is_available()) {
     OOBLECK_SKIP("no CUDA GPU here");
   }
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  const oobleck::test::LoopbackStore stores;
   std::unique_ptr<Communicator> nccl;
   try {
-    nccl = make_nccl_communicator(store, "nccl", 0, 1, 0);
+    nccl = make_nccl_communicator(stores.server(), "nccl", 0, 1, 0);
   } catch (const std::runtime_error& e) {
     if (std::string(e.what()).find("has no NCCL") == std::string::npos) throw;
     OOBLECK_SKIP(e.what());

@@ -5,13 +5,12 @@
 // into whole layers exactly, optimizer state included.
 #include "torch_doctest.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <thread>
 
 #include "comm/communicator.h"
 #include "live/worker/gradient_sync.h"
 #include "live/worker/state_copies.h"
+#include "loopback_store.h"
 #include "model/layer_state.h"
 #include "oobleck/executor/gpt.h"
 
@@ -24,22 +23,14 @@ ModelConfig tiny() { return {"test", 3, 32, 4, 97, 16}; }
 
 // Two Gloo groups of two ranks over one store, each rank with its own client.
 std::vector<std::unique_ptr<Communicator>> pair_of_groups() {
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  static c10::intrusive_ptr<c10d::TCPStore> server;
-  server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-  options.isServer = false;
-  options.port = server->getPort();
+  static const oobleck::test::LoopbackStore stores;  // (the groups outlive the call)
   std::vector<std::unique_ptr<Communicator>> out(2);
   std::vector<std::thread> makers;
   static int round = 0;
   const std::string name = "tp" + std::to_string(round++);
   for (int r = 0; r < 2; ++r) {
     makers.emplace_back([&, r] {
-      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-      out[static_cast<std::size_t>(r)] = make_gloo_communicator(store, name, r, 2, "127.0.0.1", std::chrono::seconds(30));
+      out[static_cast<std::size_t>(r)] = make_gloo_communicator(stores.client(), name, r, 2, "127.0.0.1", std::chrono::seconds(30));
     });
   }
   for (auto& m : makers) m.join();
@@ -168,13 +159,7 @@ TEST_CASE("tensor parallel: shards copied between workers are re-cut to the rece
   for (auto& p : whole.module->parameters()) p.mutable_grad() = torch::randn_like(p);
   whole.optimizer->step();
 
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-  options.isServer = false;
-  options.port = server->getPort();
+  const oobleck::test::LoopbackStore stores;
   std::vector<std::map<int, HeldLayer>> held(3);
   for (int r = 0; r < 2; ++r) {
     held[static_cast<std::size_t>(r)].emplace(index, initial_layer(o, index, {2, r}));
@@ -186,8 +171,7 @@ TEST_CASE("tensor parallel: shards copied between workers are re-cut to the rece
   std::vector<std::thread> workers;
   for (int r = 0; r < 3; ++r) {
     workers.emplace_back([&, r] {
-      auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-      auto world = make_gloo_communicator(store, "copies", r, 3, "127.0.0.1", std::chrono::seconds(30));
+      auto world = make_gloo_communicator(stores.client(), "copies", r, 3, "127.0.0.1", std::chrono::seconds(30));
       const TensorShard shard = r == 2 ? TensorShard{} : TensorShard{2, r};
       auto& mine = held[static_cast<std::size_t>(r)];
       received[static_cast<std::size_t>(r)] += copy_layers(*world, gather, shard, mine, o);

@@ -34,6 +34,12 @@ class Communicator {
   // The same, started: `tensor` holds the sum once wait() returns. All-reduces
   // of different communicators may be in flight together.
   [[nodiscard]] virtual std::unique_ptr<PendingOp> start_allreduce_sum(torch::Tensor& tensor) = 0;
+  // The same for a tensor of a few values (the gradients' squared norms),
+  // whose time is in the hops between processes, not in the bytes: Gloo
+  // gathers it to rank 0, adds it up in rank order and sends the sum back,
+  // two hops where its all-reduce passes a ring of 2 (n - 1), each through
+  // the group's threads. Every rank gets the same bits.
+  virtual void allreduce_sum_small(torch::Tensor& tensor) { allreduce_sum(tensor); }
   virtual void barrier() = 0;
   // From any thread: every operation in flight, and every one started after,
   // fails with CommunicationAborted (NCCL: ncclCommAbort). The communicator

@@ -78,6 +78,27 @@ class GlooCommunicator final : public Communicator {
     communicating([&] { work = group_->allreduce(buffer); });
     return std::make_unique<PendingAllreduce>(*this, std::move(work), buffer[0], tensor);
   }
+  // Measured among five processes on two cores, the last to arrive with a
+  // vector of 56 doubles: the all-reduce 6–9 ms, this 1–2 ms.
+  void allreduce_sum_small(torch::Tensor& tensor) override {
+    if (size_ == 1) return;
+    if (rank_ != 0) {
+      const auto sent = send(tensor.clone(), 0, kSmallSumTag);  // (the sum comes back into `tensor`)
+      recv(tensor, 0, kSmallSumTag + 1);
+      sent->wait();
+      return;
+    }
+    torch::Tensor total = tensor.clone();
+    for (int peer = 1; peer < size_; ++peer) {
+      torch::Tensor part = torch::empty_like(tensor);
+      recv(part, peer, kSmallSumTag);
+      total.add_(part);
+    }
+    std::vector<std::unique_ptr<PendingOp>> sends;
+    for (int peer = 1; peer < size_; ++peer) sends.push_back(send(total, peer, kSmallSumTag + 1));
+    for (auto& s : sends) s->wait();
+    tensor.copy_(total);
+  }
   void barrier() override {
     communicating([&] { wait_collective(group_->barrier()); });
   }
@@ -186,6 +207,10 @@ class GlooCommunicator final : public Communicator {
       }
     }
   }
+
+  // Above every tag the executor sends with (activations 2m and 2m + 1,
+  // state copies 2l and 2l + 1, kept sums 2^20 + l).
+  static constexpr int kSmallSumTag = 1 << 29;
 
   int rank_, size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;

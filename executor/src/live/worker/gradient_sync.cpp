@@ -195,7 +195,7 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
   for (std::size_t i = 0; i < labels.size(); ++i) norms[labels[i]] += squares[i];
   // An owning tensor: an abandoned all-reduce may still write into it.
   auto reduced = torch::tensor(norms, torch::kFloat64);
-  groups.trainers().allreduce_sum(reduced);
+  groups.trainers().allreduce_sum_small(reduced);
   const auto total = reduced.accessor<double, 1>();
   for (std::size_t i = 0; i < norms.size(); ++i) norms[i] = total[static_cast<std::int64_t>(i)];
   clip_by_global_norm(slots, norms, clip_norm);
