@@ -501,27 +501,51 @@ TEST_CASE("injections: the trace format with steps and recoveries") {
 TEST_CASE("communicator: abort frees a thread blocked on a peer that never answers") {
   using namespace oobleck::executor;
   const oobleck::test::LoopbackStore stores;
-  // A store client is used by one thread at a time: each rank has its own.
-  const auto store = stores.client(), other = stores.client();
-  std::unique_ptr<Communicator> a, b;
-  std::thread make_b([&] { b = make_gloo_communicator(other, "t", 1, 2, "127.0.0.1", std::chrono::seconds(20)); });
-  a = make_gloo_communicator(store, "t", 0, 2, "127.0.0.1", std::chrono::seconds(20));
-  make_b.join();
+  // Three ranks: the all-reduce of two is an exchange (the case below). A
+  // store client is used by one thread at a time: each rank has its own.
+  std::vector<std::unique_ptr<Communicator>> ranks(3);
+  std::vector<std::thread> makers;
+  for (int r = 0; r < 3; ++r) {
+    makers.emplace_back([&, r] {
+      ranks[static_cast<std::size_t>(r)] =
+          make_gloo_communicator(stores.client(), "t", r, 3, "127.0.0.1", std::chrono::seconds(20));
+    });
+  }
+  for (auto& m : makers) m.join();
 
   // rank 1 waits for a message rank 0 never sends, then for an all-reduce
-  // rank 0 never joins; each abort must end the wait with CommunicationAborted.
+  // the others never join; each abort must end the wait with CommunicationAborted.
+  Communicator& b = *ranks[1];
+  auto buffer = torch::zeros({4});
+  std::thread stopper([&] { b.abort(); });
+  CHECK_THROWS_AS(b.recv(buffer, 0, 7), CommunicationAborted);
+  stopper.join();
+  CHECK_THROWS_AS(b.allreduce_sum(buffer), CommunicationAborted);
+  CHECK_THROWS_AS(b.send(buffer, 0, 8)->wait(), CommunicationAborted);  // and it stays aborted
+
+  // The abandoned all-reduce still runs on rank 1's group thread: the
+  // others joining it let the group close now rather than at Gloo's timeout.
+  auto ones = torch::ones({4}), also = torch::ones({4});
+  std::thread third([&] { ranks[2]->allreduce_sum(also); });
+  ranks[0]->allreduce_sum(ones);
+  third.join();
+  CHECK(ones.sum().item<float>() == 8.0f);  // rank 1 contributed its zeros
+  CHECK(torch::equal(ones, also));
+}
+
+TEST_CASE("communicator: abort frees a thread waiting for two ranks' exchange that its peer never joins") {
+  using namespace oobleck::executor;
+  const oobleck::test::LoopbackStore stores;
+  std::unique_ptr<Communicator> a, b;
+  std::thread make_b([&] { b = make_gloo_communicator(stores.client(), "x", 1, 2, "127.0.0.1", std::chrono::seconds(20)); });
+  a = make_gloo_communicator(stores.client(), "x", 0, 2, "127.0.0.1", std::chrono::seconds(20));
+  make_b.join();
   auto buffer = torch::zeros({4});
   std::thread stopper([&] { b->abort(); });
-  CHECK_THROWS_AS(b->recv(buffer, 0, 7), CommunicationAborted);
-  stopper.join();
   CHECK_THROWS_AS(b->allreduce_sum(buffer), CommunicationAborted);
-  CHECK_THROWS_AS(b->send(buffer, 0, 8)->wait(), CommunicationAborted);  // and it stays aborted
-
-  // The abandoned all-reduce still runs on rank 1's group thread: rank 0
-  // joining it lets the group close now rather than at Gloo's timeout.
-  auto ones = torch::ones({4});
-  a->allreduce_sum(ones);
-  CHECK(ones.sum().item<float>() == 4.0f);  // rank 1 contributed its zeros
+  stopper.join();
+  CHECK_THROWS_AS(b->start_allreduce_sum(buffer)->wait(), CommunicationAborted);  // and it stays aborted
+  // (Nothing of the exchange runs on: both groups close at once.)
 }
 
 // The NCCL communicator, with one rank (a second rank would need a second

@@ -1,8 +1,10 @@
-// A small tensor's sum among Gloo ranks (Communicator::allreduce_sum_small:
-// gathered to rank 0, added up in rank order, sent back) against Gloo's
-// all-reduce: the same sum on every rank, bit for bit where every addition
-// is exact in any order, as with these values; and point-to-point messages
-// of other tags in flight across it arrive as sent.
+// Sums without Gloo's ring. A small tensor's sum among Gloo ranks
+// (Communicator::allreduce_sum_small: gathered to rank 0, added up in rank
+// order, sent back) against Gloo's all-reduce: the same sum on every rank,
+// bit for bit where every addition is exact in any order, as with these
+// values. Two ranks' all-reduce, an exchange: each rank's sum is the one
+// addition of the two, bit for bit, several in flight at once. Point-to-point
+// messages of other tags in flight across either arrive as sent.
 #include "torch_doctest.h"
 
 #include <thread>
@@ -65,6 +67,58 @@ TEST_CASE("gloo: a small tensor's sum gathered to rank 0 is the all-reduce's on 
       const int from = (r + kRanks - 1) % kRanks;
       CHECK(torch::equal(g.passed[static_cast<std::size_t>(round)],
                          torch::full({3}, 100.0 * from + round, torch::kFloat64)));
+    }
+  }
+}
+
+TEST_CASE("gloo: two ranks' all-reduces exchange their tensors and add them, bit for bit, several in flight") {
+  const oobleck::test::LoopbackStore stores;
+  constexpr int kInFlight = 3;
+  // Per rank and round: each tensor's sum, and the message passed beside them.
+  std::vector<std::vector<torch::Tensor>> sums(2), passed(2);
+  const auto inputs = [](int rank, int round, int k) {
+    return torch::randn({1 + 97 * k}, torch::TensorOptions().dtype(k == 1 ? torch::kFloat64 : torch::kFloat32))
+        .mul_(1 + rank + round);
+  };
+  std::vector<std::vector<torch::Tensor>> given(2);
+  torch::manual_seed(3);
+  for (int r = 0; r < 2; ++r) {
+    for (int round = 0; round < kRounds; ++round) {
+      for (int k = 0; k < kInFlight; ++k) given[static_cast<std::size_t>(r)].push_back(inputs(r, round, k));
+    }
+  }
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto group = make_gloo_communicator(stores.client(), "pair", r, 2, "127.0.0.1", std::chrono::seconds(60));
+      for (int round = 0; round < kRounds; ++round) {
+        const auto sent = group->send(torch::full({2}, 10.0 * r + round, torch::kFloat64), 1 - r, 4);
+        std::vector<torch::Tensor> tensors;
+        std::vector<std::unique_ptr<oobleck::executor::PendingOp>> ops;
+        for (int k = 0; k < kInFlight; ++k) {
+          tensors.push_back(given[static_cast<std::size_t>(r)][static_cast<std::size_t>(round * kInFlight + k)].clone());
+          ops.push_back(group->start_allreduce_sum(tensors.back()));
+        }
+        torch::Tensor message = torch::empty({2}, torch::kFloat64);
+        group->recv(message, 1 - r, 4);
+        for (auto& op : ops) op->wait();
+        sent->wait();
+        for (auto& t : tensors) sums[static_cast<std::size_t>(r)].push_back(t);
+        passed[static_cast<std::size_t>(r)].push_back(message);
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (std::size_t i = 0; i < sums[0].size(); ++i) {
+    CAPTURE(i);
+    const torch::Tensor expected = given[0][i] + given[1][i];
+    CHECK(torch::equal(sums[0][i], expected));
+    CHECK(torch::equal(sums[1][i], expected));
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (int round = 0; round < kRounds; ++round) {
+      CHECK(torch::equal(passed[static_cast<std::size_t>(r)][static_cast<std::size_t>(round)],
+                         torch::full({2}, 10.0 * (1 - r) + round, torch::kFloat64)));
     }
   }
 }
