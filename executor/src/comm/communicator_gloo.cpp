@@ -80,28 +80,9 @@ class GlooCommunicator final : public Communicator {
     communicating([&] { work = group_->allreduce(buffer); });
     return std::make_unique<PendingAllreduce>(*this, std::move(work), buffer[0], tensor);
   }
-  // Two ranks: each sends its tensor to the other and adds what comes back,
-  // a hop each way on the caller's thread, where the all-reduce goes through
-  // the group's work queue and threads (among two processes on an idle
-  // machine, the last to arrive waited 0.8–1 ms for it, 0.2–0.3 ms so). The
-  // same sum, bit for bit: one addition, which commutes. Exchanges are
-  // called in the same order on both ranks, as every collective is, so
-  // their count tells them apart.
-  std::unique_ptr<PendingOp> start_exchange(torch::Tensor& tensor) {
-    const int tag = kExchangeTag + static_cast<int>(exchanges_++ % kExchangeTags);
-    const int peer = 1 - rank_;
-    std::vector<torch::Tensor> mine = {host_copy(tensor)};
-    std::vector<torch::Tensor> theirs = {torch::empty_like(mine[0])};
-    c10::intrusive_ptr<c10d::Work> sent, received;
-    communicating([&] {
-      sent = track(group_->send(mine, peer, tag));
-      received = track(group_->recv(theirs, peer, tag));
-    });
-    return std::make_unique<PendingExchange>(*this, std::move(sent), std::move(received), mine[0], theirs[0], tensor);
-  }
-
-  // Measured among five processes on two cores, the last to arrive with a
-  // vector of 56 doubles: the all-reduce 6–9 ms, this 1–2 ms.
+  // Gathered to rank 0, added up in rank order, sent back. Among five
+  // processes on two cores, the last to arrive with a vector of 56 doubles
+  // waited 6–9 ms for the all-reduce, 1–2 ms for this.
   void allreduce_sum_small(torch::Tensor& tensor) override {
     if (size_ == 1) return;
     if (rank_ != 0) {
@@ -131,6 +112,26 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // Two ranks: each sends its tensor to the other and adds what comes back,
+  // a hop each way on the caller's thread, where the all-reduce goes through
+  // the group's work queue and threads (among two processes on an idle
+  // machine, the last to arrive waited 0.8–1 ms for it, 0.2–0.3 ms so). The
+  // same sum, bit for bit: one addition, which commutes. Exchanges are
+  // called in the same order on both ranks, as every collective is, so
+  // their count tells them apart.
+  std::unique_ptr<PendingOp> start_exchange(torch::Tensor& tensor) {
+    const int tag = kExchangeTag + static_cast<int>(exchanges_++ % kExchangeTags);
+    const int peer = 1 - rank_;
+    std::vector<torch::Tensor> mine = {host_copy(tensor)};
+    std::vector<torch::Tensor> theirs = {torch::empty_like(mine[0])};
+    c10::intrusive_ptr<c10d::Work> sent, received;
+    communicating([&] {
+      sent = track(group_->send(mine, peer, tag));
+      received = track(group_->recv(theirs, peer, tag));
+    });
+    return std::make_unique<PendingExchange>(*this, std::move(sent), std::move(received), mine[0], theirs[0], tensor);
+  }
+
   class Pending final : public PendingOp {
    public:
     Pending(GlooCommunicator& owner, c10::intrusive_ptr<c10d::Work> work, torch::Tensor keep)
