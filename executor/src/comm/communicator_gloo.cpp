@@ -9,6 +9,7 @@
 
 #include "communicator.h"
 #include "gloo_loop_ticker.h"
+#include "peeking_store.h"
 
 namespace oobleck::executor {
 namespace {
@@ -52,8 +53,8 @@ class GlooCommunicator final : public Communicator {
       options->devices.push_back(shared_device(host));
       options->timeout = timeout;
       const GlooLoopTicker ticker(options->devices.front());  // while the pairs connect
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store),
-                                                           rank, size, options);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          make_peeking_store(c10::make_intrusive<c10d::PrefixStore>(name, store)), rank, size, options);
     });
   }
   int rank() const override { return rank_; }
