@@ -4,13 +4,20 @@
 // bit for bit where every addition is exact in any order, as with these
 // values. Two ranks' all-reduce, an exchange: each rank's sum is the one
 // addition of the two, bit for bit, several in flight at once. Point-to-point
-// messages of other tags in flight across either arrive as sent.
+// messages of other tags in flight across either arrive as sent. Two ranks
+// of a larger group summing over its connections (PairOverGroup): the same
+// exchange, bit for bit, several pairs at once.
 #include "torch_doctest.h"
 
+#include <array>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/pair_over_group.h"
 #include "loopback_store.h"
 
 using oobleck::executor::make_gloo_communicator;
@@ -120,5 +127,71 @@ TEST_CASE("gloo: two ranks' all-reduces exchange their tensors and add them, bit
       CHECK(torch::equal(passed[static_cast<std::size_t>(r)][static_cast<std::size_t>(round)],
                          torch::full({2}, 10.0 * (1 - r) + round, torch::kFloat64)));
     }
+  }
+}
+
+TEST_CASE("pairs over a larger group: each pair's all-reduces exchange over the group's connections, bit for bit") {
+  // Four ranks of one Gloo group; the pairs {0, 2}, {1, 3} and {0, 1} sum
+  // over it, several sums of two pairs in flight at once, beside the
+  // group's own exchange-free messages.
+  const oobleck::test::LoopbackStore stores;
+  const std::vector<std::array<int, 2>> pairs = {{0, 2}, {1, 3}, {0, 1}};
+  const auto inputs = [](int rank, std::size_t pair, int round) {
+    return torch::randn({5 + 31 * static_cast<int>(pair)}, torch::kFloat32).mul_(1 + rank + round);
+  };
+  torch::manual_seed(5);
+  std::map<std::tuple<int, std::size_t, int>, torch::Tensor> given, summed;
+  for (int r = 0; r < kRanks; ++r) {
+    for (std::size_t p = 0; p < pairs.size(); ++p) {
+      for (int round = 0; round < kRounds; ++round) given[{r, p, round}] = inputs(r, p, round);
+    }
+  }
+  std::mutex mutex;
+  std::vector<torch::Tensor> passed(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      auto world = make_gloo_communicator(stores.client(), "world", r, kRanks, "127.0.0.1", std::chrono::seconds(60));
+      std::vector<std::pair<std::size_t, std::unique_ptr<oobleck::executor::PairOverGroup>>> mine;
+      for (std::size_t p = 0; p < pairs.size(); ++p) {
+        const auto& pair = pairs[p];
+        for (int i = 0; i < 2; ++i) {
+          if (pair[static_cast<std::size_t>(i)] == r)
+            mine.emplace_back(p, std::make_unique<oobleck::executor::PairOverGroup>(*world, pair, i));
+        }
+      }
+      const auto sent = world->send(torch::full({3}, 7.0 * r, torch::kFloat64), (r + 1) % kRanks, 6);
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<std::pair<std::size_t, torch::Tensor>> tensors;
+        std::vector<std::unique_ptr<oobleck::executor::PendingOp>> ops;
+        for (auto& [p, group] : mine) {
+          CHECK(group->size() == 2);
+          tensors.emplace_back(p, given.at({r, p, round}).clone());
+          ops.push_back(group->start_allreduce_sum(tensors.back().second));
+        }
+        for (auto& op : ops) op->wait();
+        const std::lock_guard lock(mutex);
+        for (auto& [p, t] : tensors) summed[{r, p, round}] = t;
+      }
+      torch::Tensor message = torch::empty({3}, torch::kFloat64);
+      world->recv(message, (r + kRanks - 1) % kRanks, 6);
+      sent->wait();
+      passed[static_cast<std::size_t>(r)] = message;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (std::size_t p = 0; p < pairs.size(); ++p) {
+    for (int round = 0; round < kRounds; ++round) {
+      CAPTURE(p);
+      CAPTURE(round);
+      const auto [a, b] = pairs[p];
+      const torch::Tensor expected = given.at({a, p, round}) + given.at({b, p, round});
+      CHECK(torch::equal(summed.at({a, p, round}), expected));
+      CHECK(torch::equal(summed.at({b, p, round}), expected));
+    }
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    CHECK(torch::equal(passed[static_cast<std::size_t>(r)],
+                       torch::full({3}, 7.0 * ((r + kRanks - 1) % kRanks), torch::kFloat64)));
   }
 }

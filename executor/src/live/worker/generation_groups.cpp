@@ -3,8 +3,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <array>
 #include <thread>
 
+#include "comm/pair_over_group.h"
 #include "model/train_common.h"
 
 namespace oobleck::executor {
@@ -78,6 +80,11 @@ void GenerationGroups::build(const GroupSettings& settings, const std::vector<in
     auto it = std::find(set.begin(), set.end(), settings.rank);
     if (it == set.end() || set.size() < 2) continue;
     if (static_cast<int>(set.size()) == settings.trainers) continue;  // the trainers' own group serves
+    if (set.size() == 2) {  // two trainers exchange over the world's pairs (pair_over_group.h)
+      gradients_[set] = std::make_unique<PairOverGroup>(*world_, std::array<int, 2>{set[0], set[1]},
+                                                        static_cast<int>(it - set.begin()));
+      continue;
+    }
     std::string name = "grads";
     for (int r : set) name.append(":").append(std::to_string(r));
     later.push_back({name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()), &gradients_[set]});

@@ -2,7 +2,8 @@
 // (every worker of the generation: state copies), the trainers (the
 // pipelines: activations and the gradient norm), the worker's
 // tensor-parallel group (its stage's GPUs) and one group per set of
-// trainers that sum some gradient together (gradient_sync.h).
+// trainers that sum some gradient together (gradient_sync.h); a set of two
+// sums over the world's connections instead (comm/pair_over_group.h).
 #pragma once
 
 #include <atomic>
@@ -36,7 +37,8 @@ class GenerationGroups {
   GenerationGroups& operator=(const GenerationGroups&) = delete;
 
   // The world, the trainers and the tensor-parallel group (`shard_group`,
-  // ranks; none when it has one member) now; the gradient groups in the background,
+  // ranks; none when it has one member) now, and the pairs over the world;
+  // the other gradient groups in the background,
   // while the first step's passes run (they are needed only at its end).
   // Every group is made on its own thread with its own store client (a
   // client serves one thread); every member of a group makes it, so no
