@@ -238,6 +238,11 @@ void Master::handle(const ControlServer::Inbound& in) {
       if (--expected->second == 0) closes_expected_.erase(expected);
       return;
     }
+    // A worker that said it is done goes: its node's other workers may
+    // still be saving the last checkpoint, which its loss would void.
+    if (in.role == Role::worker && phase_ == Phase::finishing && done_ranks_.count(worker_rank(in.node, in.gpu))) {
+      return;
+    }
     if (in.role == Role::worker && phase_ == Phase::training && p != nullptr && p->alive && p->agent_connected) {
       // A worker alone: its agent says whether it restarts it (a crash) or
       // the node leaves; its heartbeat says whether it is there to say so.
