@@ -4,20 +4,21 @@
 // bit for bit where every addition is exact in any order, as with these
 // values. Two ranks' all-reduce, an exchange: each rank's sum is the one
 // addition of the two, bit for bit, several in flight at once. Point-to-point
-// messages of other tags in flight across either arrive as sent. Two ranks
-// of a larger group summing over its connections (PairOverGroup): the same
-// exchange, bit for bit, several pairs at once.
+// messages of other tags in flight across either arrive as sent. Sets of
+// ranks of a larger group summing over its connections (SubgroupOverGroup):
+// the same bits on every member, several sets at once.
 #include "torch_doctest.h"
 
-#include <array>
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/pair_over_group.h"
+#include "comm/subgroup_over_group.h"
 #include "loopback_store.h"
 
 using oobleck::executor::make_gloo_communicator;
@@ -130,20 +131,30 @@ TEST_CASE("gloo: two ranks' all-reduces exchange their tensors and add them, bit
   }
 }
 
-TEST_CASE("pairs over a larger group: each pair's all-reduces exchange over the group's connections, bit for bit") {
-  // Four ranks of one Gloo group; the pairs {0, 2}, {1, 3} and {0, 1} sum
-  // over it, several sums of two pairs in flight at once, beside the
-  // group's own exchange-free messages.
+TEST_CASE("subgroups over a larger group: pairs exchange, small sets gather, large ones ring; bit for bit") {
+  // Four ranks of one Gloo group; sets of two, three and four sum over it,
+  // two of them sharing two members, with every set's sums in flight at
+  // once beside the group's own messages. Each set sums a small tensor
+  // (gathered to its first member, or exchanged), one above kGatherBytes
+  // (a ring, or exchanged) of values whose sums are exact in any order, and
+  // one of random floats, whose total must be the same bits on every member.
   const oobleck::test::LoopbackStore stores;
-  const std::vector<std::array<int, 2>> pairs = {{0, 2}, {1, 3}, {0, 1}};
-  const auto inputs = [](int rank, std::size_t pair, int round) {
-    return torch::randn({5 + 31 * static_cast<int>(pair)}, torch::kFloat32).mul_(1 + rank + round);
+  using oobleck::executor::SubgroupOverGroup;
+  const std::set<std::vector<int>> sets = {{0, 2}, {1, 3}, {0, 1, 2}, {1, 2, 3}, {0, 1, 2, 3}};
+  constexpr int kSumRounds = 3, kKinds = 3;
+  const std::int64_t large = SubgroupOverGroup::kGatherBytes / 8 + 4099;
+  const auto exact = [](int rank, int set, int round, std::int64_t n) {
+    return torch::arange(n, torch::kFloat64).mul_(7 + rank + set).add_(round * 3).remainder_(97).sub_(48).div_(8);
   };
-  torch::manual_seed(5);
-  std::map<std::tuple<int, std::size_t, int>, torch::Tensor> given, summed;
+  torch::manual_seed(11);
+  std::map<std::tuple<int, int, int, int>, torch::Tensor> given, summed;  // (rank, set, round, kind)
   for (int r = 0; r < kRanks; ++r) {
-    for (std::size_t p = 0; p < pairs.size(); ++p) {
-      for (int round = 0; round < kRounds; ++round) given[{r, p, round}] = inputs(r, p, round);
+    for (int set = 0; set < static_cast<int>(sets.size()); ++set) {
+      for (int round = 0; round < kSumRounds; ++round) {
+        given[{r, set, round, 0}] = exact(r, set, round, kValues);
+        given[{r, set, round, 1}] = exact(r, set, round, large);
+        given[{r, set, round, 2}] = torch::randn({large / 2 + 17}, torch::kFloat32);
+      }
     }
   }
   std::mutex mutex;
@@ -152,26 +163,29 @@ TEST_CASE("pairs over a larger group: each pair's all-reduces exchange over the 
   for (int r = 0; r < kRanks; ++r) {
     ranks.emplace_back([&, r] {
       auto world = make_gloo_communicator(stores.client(), "world", r, kRanks, "127.0.0.1", std::chrono::seconds(60));
-      std::vector<std::pair<std::size_t, std::unique_ptr<oobleck::executor::PairOverGroup>>> mine;
-      for (std::size_t p = 0; p < pairs.size(); ++p) {
-        const auto& pair = pairs[p];
-        for (int i = 0; i < 2; ++i) {
-          if (pair[static_cast<std::size_t>(i)] == r)
-            mine.emplace_back(p, std::make_unique<oobleck::executor::PairOverGroup>(*world, pair, i));
+      std::vector<std::pair<int, std::unique_ptr<SubgroupOverGroup>>> mine;
+      int index = 0;
+      for (const auto& set : sets) {
+        const auto it = std::find(set.begin(), set.end(), r);
+        if (it != set.end()) {
+          mine.emplace_back(index, std::make_unique<SubgroupOverGroup>(*world, set, static_cast<int>(it - set.begin()),
+                                                                        index));
         }
+        ++index;
       }
       const auto sent = world->send(torch::full({3}, 7.0 * r, torch::kFloat64), (r + 1) % kRanks, 6);
-      for (int round = 0; round < kRounds; ++round) {
-        std::vector<std::pair<std::size_t, torch::Tensor>> tensors;
+      for (int round = 0; round < kSumRounds; ++round) {
+        std::vector<std::pair<std::tuple<int, int, int, int>, torch::Tensor>> tensors;
         std::vector<std::unique_ptr<oobleck::executor::PendingOp>> ops;
-        for (auto& [p, group] : mine) {
-          CHECK(group->size() == 2);
-          tensors.emplace_back(p, given.at({r, p, round}).clone());
-          ops.push_back(group->start_allreduce_sum(tensors.back().second));
+        for (auto& [set, group] : mine) {
+          for (int kind = 0; kind < kKinds; ++kind) {
+            tensors.emplace_back(std::tuple{r, set, round, kind}, given.at({r, set, round, kind}).clone());
+            ops.push_back(group->start_allreduce_sum(tensors.back().second));
+          }
         }
         for (auto& op : ops) op->wait();
         const std::lock_guard lock(mutex);
-        for (auto& [p, t] : tensors) summed[{r, p, round}] = t;
+        for (auto& [key, t] : tensors) summed[key] = t;
       }
       torch::Tensor message = torch::empty({3}, torch::kFloat64);
       world->recv(message, (r + kRanks - 1) % kRanks, 6);
@@ -180,15 +194,29 @@ TEST_CASE("pairs over a larger group: each pair's all-reduces exchange over the 
     });
   }
   for (auto& t : ranks) t.join();
-  for (std::size_t p = 0; p < pairs.size(); ++p) {
-    for (int round = 0; round < kRounds; ++round) {
-      CAPTURE(p);
+  int index = 0;
+  for (const auto& set : sets) {
+    CAPTURE(index);
+    for (int round = 0; round < kSumRounds; ++round) {
       CAPTURE(round);
-      const auto [a, b] = pairs[p];
-      const torch::Tensor expected = given.at({a, p, round}) + given.at({b, p, round});
-      CHECK(torch::equal(summed.at({a, p, round}), expected));
-      CHECK(torch::equal(summed.at({b, p, round}), expected));
+      for (int kind = 0; kind < kKinds; ++kind) {
+        CAPTURE(kind);
+        torch::Tensor expected = torch::zeros_like(given.at({set[0], index, round, kind}));
+        for (int member : set) expected += given.at({member, index, round, kind});
+        const torch::Tensor& first = summed.at({set[0], index, round, kind});
+        for (int member : set) {
+          CAPTURE(member);
+          const torch::Tensor& got = summed.at({member, index, round, kind});
+          CHECK(torch::equal(got, first));  // the same bits on every member
+          if (kind < 2 || set.size() == 2) {
+            CHECK(torch::equal(got, expected));
+          } else {
+            CHECK(torch::allclose(got, expected, 1e-5, 1e-5));
+          }
+        }
+      }
     }
+    ++index;
   }
   for (int r = 0; r < kRanks; ++r) {
     CHECK(torch::equal(passed[static_cast<std::size_t>(r)],

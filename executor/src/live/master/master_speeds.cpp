@@ -41,8 +41,8 @@ std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
 }
 
 // A node finished `step`. Once every trainer node did, the detector sees
-// the step's passes; the first step of a generation is left out (its
-// gradient groups are made during it), and so is a step trained on another
+// the step's passes; the first step of a generation is left out (it
+// starts as its groups are made), and so is a step trained on another
 // split than the plan's (what pipelines that kept their passes added).
 void Master::measure_work(int step, const std::string& node, const NodeWork& work) {
   if (!generation_ || step == generation_->resume_step || step == listed_step_) return;

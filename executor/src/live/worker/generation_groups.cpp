@@ -3,10 +3,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <array>
 #include <thread>
 
-#include "comm/pair_over_group.h"
+#include "comm/subgroup_over_group.h"
 #include "model/train_common.h"
 
 namespace oobleck::executor {
@@ -75,25 +74,16 @@ void GenerationGroups::build(const GroupSettings& settings, const std::vector<in
   }
   make(settings, now);
   if (!trainer) return;
-  std::vector<ToMake> later;
+  // Every set of trainers sums over the world's connections
+  // (comm/subgroup_over_group.h), told apart by its place among the sets.
+  int index = 0;
   for (const auto& set : gradient_sets) {
+    const int place = index++;
     auto it = std::find(set.begin(), set.end(), settings.rank);
     if (it == set.end() || set.size() < 2) continue;
     if (static_cast<int>(set.size()) == settings.trainers) continue;  // the trainers' own group serves
-    if (set.size() == 2) {  // two trainers exchange over the world's pairs (pair_over_group.h)
-      gradients_[set] = std::make_unique<PairOverGroup>(*world_, std::array<int, 2>{set[0], set[1]},
-                                                        static_cast<int>(it - set.begin()));
-      continue;
-    }
-    std::string name = "grads";
-    for (int r : set) name.append(":").append(std::to_string(r));
-    later.push_back({name, static_cast<int>(it - set.begin()), static_cast<int>(set.size()), &gradients_[set]});
+    gradients_[set] = std::make_unique<SubgroupOverGroup>(*world_, set, static_cast<int>(it - set.begin()), place);
   }
-  ++makers_;
-  gradients_made_ = std::async(std::launch::async, [this, settings, later] {
-    const Counted counted(makers_);
-    make(settings, later);
-  });
 }
 
 void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToMake>& groups) {
@@ -130,7 +120,6 @@ void GenerationGroups::make(const GroupSettings& settings, const std::vector<ToM
 }
 
 Communicator& GenerationGroups::gradient_group(const std::vector<int>& set) {
-  if (gradients_made_.valid()) gradients_made_.get();
   return static_cast<int>(set.size()) == trainer_count_ ? trainers() : *gradients_.at(set);
 }
 
@@ -138,12 +127,6 @@ void GenerationGroups::release(bool interrupted) {
   if (built_.valid()) {
     try {
       built_.get();  // (abandoned by now, or done)
-    } catch (const std::exception&) {
-    }
-  }
-  if (gradients_made_.valid()) {
-    try {
-      gradients_made_.get();  // its sockets are abandoned by now: it ends at once
     } catch (const std::exception&) {
     }
   }

@@ -1,9 +1,9 @@
 // The communicators of one generation, as one worker holds them: the world
 // (every worker of the generation: state copies), the trainers (the
 // pipelines: activations and the gradient norm), the worker's
-// tensor-parallel group (its stage's GPUs) and one group per set of
-// trainers that sum some gradient together (gradient_sync.h); a set of two
-// sums over the world's connections instead (comm/pair_over_group.h).
+// tensor-parallel group (its stage's GPUs) and, over the world's
+// connections, one subgroup per set of trainers that sum some gradient
+// together (gradient_sync.h, comm/subgroup_over_group.h).
 #pragma once
 
 #include <atomic>
@@ -37,10 +37,8 @@ class GenerationGroups {
   GenerationGroups& operator=(const GenerationGroups&) = delete;
 
   // The world, the trainers and the tensor-parallel group (`shard_group`,
-  // ranks; none when it has one member) now, and the pairs over the world;
-  // the other gradient groups in the background,
-  // while the first step's passes run (they are needed only at its end).
-  // Every group is made on its own thread with its own store client (a
+  // ranks; none when it has one member), then the gradient subgroups over
+  // the world. Every group is made on its own thread with its own store client (a
   // client serves one thread); every member of a group makes it, so no
   // order among them can deadlock, and a recovery waits for the slowest
   // group, not their sum. Each is watched by the inbox.
@@ -66,7 +64,7 @@ class GenerationGroups {
   [[nodiscard]] Communicator& world() { return *world_; }
   [[nodiscard]] Communicator& trainers() { return trainers_ ? *trainers_ : *world_; }
   [[nodiscard]] Communicator& shards() { return *shards_; }
-  // The group of `set` (rethrows what failed making the gradient groups).
+  // The group of `set`: the trainers, or its subgroup over the world.
   [[nodiscard]] Communicator& gradient_group(const std::vector<int>& set);
 
   // After an interruption a collective may still be running on a group's
@@ -91,7 +89,6 @@ class GenerationGroups {
   int trainer_count_ = 0;
   std::unique_ptr<Communicator> world_, trainers_, shards_;
   std::map<std::vector<int>, std::unique_ptr<Communicator>> gradients_;
-  std::future<void> gradients_made_;  // makes gradients_: declared after it, so waited for before it goes
   std::future<void> built_;           // start()'s build
   static std::atomic<int> makers_;    // make() calls under way, in this process
 };

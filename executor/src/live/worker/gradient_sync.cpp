@@ -140,8 +140,9 @@ void synchronise_gradients(std::vector<GradientSlot>& slots, const GradientPlan&
     s.given.push_back(tied);
     s.parts.push_back(nullptr);
   }
-  // Every group's all-reduce in flight at once: each group is its own
-  // communicator, so none waits for another worker's other groups.
+  // Every set's sum started, then waited for in set order, the same on
+  // every trainer (subgroups over the world run their steps as they are
+  // waited for: comm/subgroup_over_group.h).
   for (auto& [set, s] : by_set) {
     if (set.size() < 2) continue;  // (its own sums are the totals)
     std::vector<torch::Tensor> flat_views;
