@@ -50,10 +50,13 @@ Progress throttled_progress() {
 }
 
 // JSON to a file (atomically) or to stdout for "-"; true when the human
-// summary should be skipped (JSON went to stdout).
-bool emit_json(const std::string& target, const std::string& text) {
-  if (cli::emit(target, text)) return true;
-  if (!target.empty()) std::cerr << "oobleck-plan: wrote " << target << "\n";
+// summary should be skipped (JSON went to stdout). Made only when asked
+// for: a 2,048-node plan's took a tenth of the command's time.
+template <typename MakeJson>
+bool emit_json(const std::string& target, const MakeJson& make_json) {
+  if (target.empty()) return false;
+  if (cli::emit(target, make_json())) return true;
+  std::cerr << "oobleck-plan: wrote " << target << "\n";
   return false;
 }
 
@@ -150,7 +153,7 @@ int run_templates(const TemplatesFlags& f) {
   cost.set_tensor_parallel_nodes(f.tensor_parallel_nodes);
   cost.set_interleave(f.interleave);
   const TemplateSet templates = timed_templates(cost, f.max_nodes);
-  if (emit_json(f.json_out, templates_to_json(templates, profile))) return 0;
+  if (emit_json(f.json_out, [&] { return templates_to_json(templates, profile); })) return 0;
   print_profile_header(profile);
   print_templates(templates);
   return 0;
@@ -295,7 +298,7 @@ int run_instantiate(const InstantiateFlags& f) {
                                 f.interleave);
     report_time();
     const Profile& chosen = profiles[sized.chosen];
-    if (emit_json(f.json_out, sized_plan_to_json(sized, chosen))) return 0;
+    if (emit_json(f.json_out, [&] { return sized_plan_to_json(sized, chosen); })) return 0;
     print_profile_header(chosen);
     print_templates(sized.cluster.templates, template_sizes_used(sized.cluster.plan));
     print_plan(sized.cluster.plan);
@@ -315,7 +318,7 @@ int run_instantiate(const InstantiateFlags& f) {
     result.plan = instantiate_at_speeds(cost, result.templates, names, f.fault_tolerance, f.global_microbatches, speeds);
   }
   report_time();
-  if (emit_json(f.json_out, plan_to_json(result.plan, result.templates, profile))) return 0;
+  if (emit_json(f.json_out, [&] { return plan_to_json(result.plan, result.templates, profile); })) return 0;
   print_profile_header(profile);
   print_templates(result.templates, template_sizes_used(result.plan));
   print_plan(result.plan);
@@ -370,7 +373,7 @@ int run_reconfigure(const ReconfigureFlags& f) {
   options.replan_all = f.replan_all;
   options.node_speeds = parse_node_speeds(f.node_speeds);
   const Reconfiguration result = reconfigure(cost, templates, current, lost_nodes, added_nodes, options);
-  if (emit_json(f.json_out, reconfiguration_to_json(result, templates, profile))) return 0;
+  if (emit_json(f.json_out, [&] { return reconfiguration_to_json(result, templates, profile); })) return 0;
   print_profile_header(profile);
   print_reconfiguration(result, templates);
   print_node_speeds(options.node_speeds);
