@@ -41,9 +41,10 @@ std::map<std::string, Milliseconds> Master::predicted_compute_ms() const {
 }
 
 // A node finished `step`. Once every trainer node did, the detector sees
-// the step's passes; the first step of a generation is left out (it
-// starts as its groups are made), and so is a step trained on another
-// split than the plan's (what pipelines that kept their passes added).
+// the step's passes; the first step of a generation is left out (it runs
+// right after a recovery, whose work may still share its cores), and so
+// is a step trained on another split than the plan's (what pipelines that
+// kept their passes added).
 void Master::measure_work(int step, const std::string& node, const NodeWork& work) {
   if (!generation_ || step == generation_->resume_step || step == listed_step_) return;
   auto& measured = work_ms_[step];

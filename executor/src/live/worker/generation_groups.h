@@ -38,10 +38,11 @@ class GenerationGroups {
 
   // The world, the trainers and the tensor-parallel group (`shard_group`,
   // ranks; none when it has one member), then the gradient subgroups over
-  // the world. Every group is made on its own thread with its own store client (a
-  // client serves one thread); every member of a group makes it, so no
-  // order among them can deadlock, and a recovery waits for the slowest
-  // group, not their sum. Each is watched by the inbox.
+  // the world (nothing to connect). Every Gloo group is made on its own
+  // thread with its own store client (a client serves one thread); every
+  // member of a group makes it, so no order among them can deadlock, and a
+  // recovery waits for the slowest group, not their sum. Each is watched by
+  // the inbox.
   void build(const GroupSettings& settings, const std::vector<int>& shard_group,
              const std::set<std::vector<int>>& gradient_sets);
   // The same on a thread of its own; wait_built() waits for what build()
