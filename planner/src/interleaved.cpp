@@ -270,7 +270,7 @@ Milliseconds played_ms(const CostModel& cost, int chunks, const Layout& layout, 
   if (!devices_fit(cost, stages, chunks, std::min(M, saturated_microbatches(devices, chunks)), changed_first, last)) {
     return std::numeric_limits<double>::infinity();
   }
-  const Milliseconds played = play_pipeline(cost, stages, microbatches, nullptr, chunks).end_ms;
+  const Milliseconds played = played_end_ms(cost, stages, microbatches, chunks);
   return microbatches == M ? played : played + (M - microbatches) * bottleneck_ms(cost, chunks, layout, stages);
 }
 
@@ -331,7 +331,7 @@ std::vector<Layout> cut_layers(const CostModel& cost, int nodes, int chunks,
     Candidate& c = made[i];
     const int devices = static_cast<int>(c.stages.size()) / chunks;
     if (!interleaved_fits(cost, c.stages, chunks, std::min(M, saturated_microbatches(devices, chunks)))) continue;
-    c.layout.played_ms = play_pipeline(cost, c.stages, M, nullptr, chunks).end_ms;
+    c.layout.played_ms = played_end_ms(cost, c.stages, M, chunks);
     fastest = std::min(fastest, c.layout.played_ms);
   }
   std::vector<Layout> out;  // those played (the others' played_ms is still infinite)
@@ -458,7 +458,7 @@ void keep_faster_interleaved(const CostModel& cost, int nodes, std::optional<Pip
     }
   }
   if (best.empty()) return;
-  const Milliseconds plain_ms = chosen ? play_pipeline(cost, chosen->stages, cost.microbatches()).end_ms
+  const Milliseconds plain_ms = chosen ? played_end_ms(cost, chosen->stages, cost.microbatches())
                                        : std::numeric_limits<double>::infinity();
   Layout layout = best.front();
   if (layout.played_ms < plain_ms * kImproveWithin) layout = improve_best(cost, best_chunks, std::move(best));

@@ -13,15 +13,15 @@ namespace oobleck::detail {
 namespace {
 
 // One pass of a play, as indices into the play's arrays (play_pipeline):
-// the slot its input arrives in, its duration, its device, the link its
-// output leaves by and the slot it arrives in, and the stage whose last
-// backward it may be. Passes without a link (the last stage's forwards,
+// the slot its input arrives in, its kind (a stage's forward or backward:
+// its duration, and the link its output leaves by), its device, the slot
+// its output arrives in, and the stage whose last backward it may be. Passes without a link (the last stage's forwards,
 // whose loss is their own backward's input, and the first stage's
 // backwards) leave by a link of their own with no transfer: a device's
 // passes end one after another, so such a link's last arrival is never
 // later than the pass's end, and the arrival is the end itself.
 struct PlayStep {
-  int input = 0, duration = 0, device = 0, link = 0, output = 0, last_backward = 0;
+  int input = 0, pass = 0, device = 0, output = 0, last_backward = 0;
 };
 
 // Each device's passes in order (pass p of device d on virtual stage
@@ -92,22 +92,20 @@ std::vector<PlayStep> make_play_order(int D, int v, int M) {
       gradient[at(s - 1, pass.microbatch)] = depth;
     }
     // Slots: activations [0, S M), gradients [S M, 2 S M), and one that
-    // no pass reads; durations and links: forward s at s, backward s at
-    // S + s; last backwards: stage s at s, S for forwards.
+    // no pass reads; kinds (durations and links): forward s at s, backward
+    // s at S + s; last backwards: stage s at s, S for forwards.
     const std::size_t SM = activation.size();
     const auto m = pass.microbatch;
     PlayStep step;
     step.device = d;
     if (pass.forward) {
       step.input = static_cast<int>(input);
-      step.duration = s;
-      step.link = s;
+      step.pass = s;
       step.output = static_cast<int>(s + 1 < S ? at(s + 1, m) : SM + input);
       step.last_backward = S;
     } else {
       step.input = static_cast<int>(SM + input);
-      step.duration = S + s;
-      step.link = S + s;
+      step.pass = S + s;
       step.output = static_cast<int>(s > 0 ? SM + at(s - 1, m) : 2 * SM);
       step.last_backward = s;
     }
@@ -182,6 +180,54 @@ PlayedPipeline play_pipeline_by_sweeps(const std::vector<Milliseconds>& forward_
   return out;
 }
 
+namespace {
+
+// The play in the shape's order (play_order): its end, and where
+// `last_backward` is given (S + 1 long), each stage's last backward's end
+// at [s] (a play that needs only its end skips a store a pass).
+Milliseconds play_in_order(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
+                           const std::vector<Milliseconds>& transfer_ms, int M, int v, double* last_backward) {
+  const int S = static_cast<int>(forward_ms.size());
+  const int D = S / v;  // devices: virtual stage s on device s mod D
+  const auto SM = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
+  // When each pass's input arrives (PlayStep's slots; activations of stage
+  // 0 at once); per kind of pass, its duration, its link's transfer and
+  // the link's last arrival, side by side (one index, one cache line);
+  // each device's last end. (Kept per thread: a search plays thousands of
+  // times.)
+  struct Kind {
+    double duration = 0, transfer = 0, sent = 0;
+  };
+  thread_local std::vector<double> arrival, free;
+  thread_local std::vector<Kind> kinds;
+  arrival.assign(2 * SM + 1, 0.0);
+  kinds.assign(2 * static_cast<std::size_t>(S), Kind{});
+  free.assign(static_cast<std::size_t>(D), 0.0);
+  for (int s = 0; s < S; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    Kind& forward = kinds[i];
+    Kind& backward = kinds[static_cast<std::size_t>(S) + i];
+    forward.duration = forward_ms[i];
+    backward.duration = backward_ms[i];
+    if (s + 1 < S) forward.transfer = transfer_ms[i];
+    if (s > 0) backward.transfer = transfer_ms[i - 1];
+  }
+  for (const PlayStep& pass : play_order(D, v, M)) {
+    double& device_free = free[static_cast<std::size_t>(pass.device)];
+    Kind& kind = kinds[static_cast<std::size_t>(pass.pass)];
+    const double end = std::max(device_free, arrival[static_cast<std::size_t>(pass.input)]) + kind.duration;
+    device_free = end;
+    kind.sent = std::max(end, kind.sent) + kind.transfer;
+    arrival[static_cast<std::size_t>(pass.output)] = kind.sent;
+    if (last_backward) last_backward[pass.last_backward] = end;
+  }
+  // A device's passes end one after another: the last pass of all ends
+  // last on its device.
+  return *std::max_element(free.begin(), free.end());
+}
+
+}  // namespace
+
 PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
                              const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
   const int S = static_cast<int>(forward_ms.size());
@@ -191,46 +237,25 @@ PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const 
   out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
   if (S == 0 || M < 1 || S % v != 0) return out;
   if (2.0 * S * M > kMostPassesInOrder) return play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, M, v);
-  const int D = S / v;  // devices: virtual stage s on device s mod D
-  const auto SM = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
-  // When each pass's input arrives (PlayStep's slots; activations of stage
-  // 0 at once), each pass's duration, each link's transfer and last
-  // arrival, each device's last end, each stage's last backward.
-  // (Kept per thread: a search plays thousands of times.)
-  thread_local std::vector<double> arrival, duration, transfer, link, free, last_backward;
-  arrival.assign(2 * SM + 1, 0.0);
-  duration.assign(2 * static_cast<std::size_t>(S), 0.0);
-  transfer.assign(duration.size(), 0.0);
-  link.assign(duration.size(), 0.0);
-  free.assign(static_cast<std::size_t>(D), 0.0);
+  thread_local std::vector<double> last_backward;  // (slot S: forwards')
   last_backward.assign(static_cast<std::size_t>(S) + 1, 0.0);
-  for (int s = 0; s < S; ++s) {
-    const auto i = static_cast<std::size_t>(s);
-    duration[i] = forward_ms[i];
-    duration[static_cast<std::size_t>(S) + i] = backward_ms[i];
-    if (s + 1 < S) transfer[i] = transfer_ms[i];
-    if (s > 0) transfer[static_cast<std::size_t>(S) + i] = transfer_ms[i - 1];
-  }
-  Milliseconds end_ms = 0;
-  for (const PlayStep& pass : play_order(D, v, M)) {
-    double& device_free = free[static_cast<std::size_t>(pass.device)];
-    const double end = std::max(device_free, arrival[static_cast<std::size_t>(pass.input)]) +
-                       duration[static_cast<std::size_t>(pass.duration)];
-    device_free = end;
-    double& sent = link[static_cast<std::size_t>(pass.link)];
-    sent = std::max(end, sent) + transfer[static_cast<std::size_t>(pass.link)];
-    arrival[static_cast<std::size_t>(pass.output)] = sent;
-    last_backward[static_cast<std::size_t>(pass.last_backward)] = end;
-    end_ms = std::max(end_ms, end);
-  }
-  out.end_ms = end_ms;
+  out.end_ms = play_in_order(forward_ms, backward_ms, transfer_ms, M, v, last_backward.data());
   std::copy(last_backward.begin(), last_backward.end() - 1, out.last_backward_ms.begin());
   return out;
 }
 
-PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
-                             const std::vector<double>* stage_speeds, int interleave) {
-  thread_local std::vector<Milliseconds> forward, backward, transfer;  // (as the play's own)
+namespace {
+
+// Each stage's passes and each boundary's transfer as the cost model
+// prices them (into per-thread vectors: a search plays thousands of times).
+struct PricedStages {
+  const std::vector<Milliseconds>& forward;
+  const std::vector<Milliseconds>& backward;
+  const std::vector<Milliseconds>& transfer;
+};
+PricedStages price_stages(const CostModel& cost, const std::vector<Stage>& stages,
+                          const std::vector<double>* stage_speeds) {
+  thread_local std::vector<Milliseconds> forward, backward, transfer;
   forward.clear();
   backward.clear();
   transfer.clear();
@@ -243,7 +268,32 @@ PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& st
       transfer.push_back(cost.transfer_ms(st.layer_end, st.node == stages[s + 1].node, st.gpus));
     }
   }
-  return play_pipeline(forward, backward, transfer, microbatches, interleave);
+  return {forward, backward, transfer};
+}
+
+}  // namespace
+
+PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                             const std::vector<double>* stage_speeds, int interleave) {
+  const PricedStages priced = price_stages(cost, stages, stage_speeds);
+  return play_pipeline(priced.forward, priced.backward, priced.transfer, microbatches, interleave);
+}
+
+Milliseconds played_end_ms(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
+                           const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
+  const int S = static_cast<int>(forward_ms.size());
+  const int v = std::max(1, interleave);
+  if (S == 0 || microbatches < 1 || S % v != 0) return 0;
+  if (2.0 * S * microbatches > kMostPassesInOrder) {
+    return play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, microbatches, v).end_ms;
+  }
+  return play_in_order(forward_ms, backward_ms, transfer_ms, microbatches, v, nullptr);
+}
+
+Milliseconds played_end_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                           int interleave) {
+  const PricedStages priced = price_stages(cost, stages, nullptr);
+  return played_end_ms(priced.forward, priced.backward, priced.transfer, microbatches, interleave);
 }
 
 }  // namespace oobleck::detail

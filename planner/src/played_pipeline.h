@@ -60,4 +60,13 @@ struct PlayedPipeline {
 [[nodiscard]] PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
                                            const std::vector<double>* stage_speeds = nullptr, int interleave = 1);
 
+// Their ends alone, the same values: what a search weighs, without
+// keeping each stage's last backward (a store a pass).
+[[nodiscard]] Milliseconds played_end_ms(const std::vector<Milliseconds>& forward_ms,
+                                         const std::vector<Milliseconds>& backward_ms,
+                                         const std::vector<Milliseconds>& transfer_ms, int microbatches,
+                                         int interleave = 1);
+[[nodiscard]] Milliseconds played_end_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,
+                                         int interleave = 1);
+
 }  // namespace oobleck::detail

@@ -238,8 +238,9 @@ TEST_CASE("pipeline plays: one loop in an order made per shape equals the sweeps
   // play_pipeline runs each shape's passes in an order made once (each
   // pass after what it waits for, by depth); play_pipeline_by_sweeps tries
   // every device's next pass until none is ready. Both must give the same
-  // sums: random stages, links from none to longer than the stages, ties,
-  // and shapes past the size up to which orders are kept (2^18 passes).
+  // sums, and played_end_ms the same end: random stages, links from none
+  // to longer than the stages, ties, and shapes past the size up to which
+  // orders are kept (2^18 passes).
   std::mt19937_64 rng(20261201);
   int interleaved = 0, past_kept = 0;
   for (int instance = 0; instance < 600; ++instance) {
@@ -265,6 +266,8 @@ TEST_CASE("pipeline plays: one loop in an order made per shape equals the sweeps
     CHECK(ordered.end_ms == swept.end_ms);
     CHECK(ordered.last_backward_ms == swept.last_backward_ms);
     CHECK(ordered.end_ms > 0);
+    // The end alone, as searches weigh layouts, without the last backwards.
+    CHECK(detail::played_end_ms(forward, backward, transfer, M, v) == ordered.end_ms);
     // And the simulator's way, event by event in time order.
     CHECK(ordered.end_ms == doctest::Approx(test::play_1f1b(forward, backward, transfer, M, v).end_ms).epsilon(1e-9));
     interleaved += v > 1;
