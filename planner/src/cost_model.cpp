@@ -66,10 +66,17 @@ CostModel::CostModel(const Profile& profile, int microbatches)
   const int gpus = profile.hardware.gpus_per_node;
   if (gpus < 1) throw InputError(profile.origin + ": hardware.gpus_per_node: expected at least 1");
   for (int t = 1; t <= gpus; ++t) {
-    if (gpus % t == 0) degrees_.push_back(t);
+    if (gpus % t == 0) priced_degrees_.push_back(t);
   }
-  priced_degrees_ = degrees_;
   for (int k = 2; k <= kMaxTensorParallelNodes; ++k) priced_degrees_.push_back(k * gpus);
+  // Templates choose only the degrees the model's layers split over; the
+  // others are priced all the same, for plans read from files.
+  for (const int t : priced_degrees_) {
+    if (splits_over(profile, t)) splitting_degrees_.push_back(t);
+  }
+  for (const int t : splitting_degrees_) {
+    if (t <= gpus) degrees_.push_back(t);
+  }
   const int count = layers();
   // The stage sums below count replicated bytes once per GPU: within int64
   // for any profile whose bytes, over all layers and the GPUs of the most
@@ -252,7 +259,7 @@ void CostModel::set_tensor_parallel_nodes(int nodes) {
   }
   tensor_parallel_nodes_ = nodes;
   degrees_.clear();
-  for (int t : priced_degrees_) {
+  for (int t : splitting_degrees_) {
     if (t <= nodes * gpus_per_node()) degrees_.push_back(t);
   }
 }

@@ -238,6 +238,30 @@ std::string profile_fingerprint(const Profile& profile) {
   return text;
 }
 
+bool splits_over(const Profile& profile, int degree) {
+  if (degree < 1) return false;
+  if (degree == 1) return true;
+  if (profile.model_json.empty()) return true;
+  const json model = json::parse(profile.model_json, nullptr, false);
+  if (!model.is_object()) return true;
+  // (A free-form section: a field that is not a positive count names nothing.)
+  const auto count = [&](const char* field) -> std::int64_t {
+    const auto it = model.find(field);
+    if (it == model.end() || !it->is_number_integer()) return 0;
+    return std::max<std::int64_t>(0, it->get<std::int64_t>());
+  };
+  const auto architecture = model.find("architecture");
+  const std::string kind = architecture != model.end() && architecture->is_string() ? architecture->get<std::string>() : "gpt2";
+  if (kind == "torchscript") return false;
+  const std::int64_t heads = count("heads");
+  if (heads == 0) return true;
+  const bool llama = kind == "llama";
+  const std::int64_t key_value_heads = llama && count("kv_heads") > 0 ? count("kv_heads") : heads;
+  const std::int64_t mlp_units = llama ? count("ffn_hidden") : 4 * count("hidden");
+  const auto divides = [degree](std::int64_t n) { return n % degree == 0; };
+  return divides(heads) && divides(key_value_heads) && (mlp_units == 0 || divides(mlp_units));
+}
+
 namespace detail {
 
 void sort_never_falling(std::vector<AllreducePoint>& table) {

@@ -606,3 +606,22 @@ TEST_CASE("profile: fitting to measured profiles reads their device, model and d
   const FittedHardware fallback = fit_to_measured(truth, {s.str("hand.json")}, c, kFitCompute | kFitMemory);
   CHECK(fallback.fit.compute_efficiency == doctest::Approx(0.37).epsilon(1e-9));
 }
+
+TEST_CASE("profiles: the degrees templates may choose are those oobleck-run splits a layer over, for every preset model") {
+  // The planner reads the profile's model section (splits_over); the
+  // workers refuse a stage their model does not split over
+  // (tensor_parallel_fits). Both must say the same of every degree, or a
+  // plan would hold stages no worker runs.
+  int refused = 0;
+  for (const ModelConfig& c : model_presets()) {
+    CAPTURE(c.name);
+    Profile profile;
+    profile.model_json = model_json(c, "bf16");
+    for (int degree = 1; degree <= 64; ++degree) {
+      CAPTURE(degree);
+      CHECK(splits_over(profile, degree) == tensor_parallel_fits(c, degree));
+      refused += !tensor_parallel_fits(c, degree);
+    }
+  }
+  CHECK(refused > 0);
+}

@@ -496,3 +496,56 @@ TEST_CASE("gradient all-reduce tables in profiles: sorted, never falling with si
   refused({{{"ranks", 2}, {"bytes", 10}, {"ms", 1.0}}, {{"ranks", 2}, {"bytes", 10}, {"ms", 2.0}}},
           "two points for 2 ranks and 10 bytes");
 }
+
+TEST_CASE("tensor parallelism: templates choose only the degrees the model's heads, key/value heads and MLP units divide") {
+  const std::string root = OOBLECK_SOURCE_DIR;
+  const auto degrees = [](const Profile& profile, int nodes) {
+    CostModel cost(profile, 4);
+    cost.set_tensor_parallel_nodes(nodes);
+    return cost.degrees();
+  };
+  // GPT-3 175B's 96 heads split over 16, 24, 32 and 48 GPUs, not 40, 56 or 64.
+  const Profile gpt3 = load_profile(root + "/profiles/gpt3-175b-a100.analytic.json");
+  CHECK(degrees(gpt3, 1) == std::vector<int>{1, 2, 4, 8});
+  CHECK(degrees(gpt3, 8) == std::vector<int>{1, 2, 4, 8, 16, 24, 32, 48});
+  // Llama 3 70B's 8 key/value heads over no more than a node's 8 GPUs.
+  const Profile llama = load_profile(root + "/profiles/llama3-70b-h100.analytic.json");
+  CHECK(degrees(llama, 4) == std::vector<int>{1, 2, 4, 8});
+  // GPT-2 XL's 25 heads over no two of a node's GPUs.
+  const Profile gpt2_xl = load_profile(root + "/profiles/gpt2-xl-h200-mb4-bf16.analytic.json");
+  CHECK(degrees(gpt2_xl, 2) == std::vector<int>{1});
+  // A model section that names no heads, or names them as no count, splits
+  // over any degree; a TorchScript model's layers over none.
+  Profile plain = test::uniform_profile(6, 4, 1.0, 2.0, 100, 10, 1000);
+  for (const char* section : {R"({})", R"({"heads": "96"})", R"({"heads": 0})", R"({"heads": -8})", R"([1, 2])",
+                              R"({"heads": 2.5})"}) {
+    CAPTURE(section);
+    plain.model_json = section;
+    CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4, 8});
+  }
+  plain.model_json = R"({"architecture": "torchscript", "heads": 8})";
+  CHECK(degrees(plain, 2) == std::vector<int>{1});
+  // Where MLP units do not divide: 4 x hidden for GPT-2, ffn_hidden for Llama.
+  plain.model_json = R"({"heads": 8, "hidden": 5})";  // 20 MLP units
+  CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4});
+  plain.model_json = R"({"architecture": "llama", "heads": 8, "kv_heads": 8, "ffn_hidden": 12})";
+  CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4});
+  plain.model_json = R"({"architecture": "llama", "heads": 8, "kv_heads": 2, "ffn_hidden": 16})";
+  CHECK(degrees(plain, 2) == std::vector<int>{1, 2});
+  // The others are still priced: a plan read from a file may hold them.
+  const CostModel cost(gpt3, 4);
+  CHECK(cost.stage_compute_ms(0, 10, 64) > 0);
+  CHECK(cost.stage_compute_ms(0, 10, 64) < cost.stage_compute_ms(0, 10, 48));
+  // And the template search keeps to them.
+  CostModel spanning(gpt3, 98);
+  spanning.set_tensor_parallel_nodes(8);
+  const TemplateSet set = build_templates(spanning, 48);
+  int wide = 0;
+  for (const PipelineTemplate& t : set.templates) {
+    for (const Stage& s : t.stages) {
+      CHECK(splits_over(gpt3, s.gpus));
+      wide += s.gpus > 8;
+    }
+  }
+  CHECK(wide > 0);
+}

@@ -887,9 +887,9 @@ TEST_CASE("the threads share the rows an update sweeps again, and the templates 
   CostModel cost(profile, 98);
   cost.set_tensor_parallel_nodes(8);
   set_search_threads(2);
-  const TemplateSet many = build_templates(cost, 160);
+  const TemplateSet many = build_templates(cost, 256);
   set_search_threads(1);  // (the default)
-  const TemplateSet one = build_templates(cost, 160);
+  const TemplateSet one = build_templates(cost, 256);
   MESSAGE(one.search_solves << " solves, " << one.search_updates << " of them updates; "
                             << many.search_shared_update_levels << " of the updates' stage counts shared");
   CHECK(one.search_updates > 10);

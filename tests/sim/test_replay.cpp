@@ -72,15 +72,15 @@ TEST_CASE("replay: every policy's time adds up to the trace's duration, on the b
 }
 
 TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministic, and oobleck trains faster") {
-  // Llama 3 70B on the p3 trace's H100 nodes: stages over two nodes let
-  // every re-plan choose 16-GPU stages where they are faster.
+  // Llama 3 70B's costs on the p3 trace's H100 nodes, any degree allowed
+  // (replay_fixtures.h): stages over two nodes let every re-plan choose
+  // 16-GPU stages where they are faster.
   ReplayOptions options;
   options.fault_tolerance = 1;
   options.global_microbatches = 256;
   options.policies = {Policy::oobleck, Policy::checkpoint, Policy::oobleck_snapshots};
   const auto [within, spanning] =
-      replay_p3_before_and_after(load_profile(kRoot / "profiles/llama3-70b-h100.analytic.json"), options,
-                                 [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
+      replay_p3_before_and_after(llama3_70b_any_degree(), options, [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
   for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
     const auto policy = policy_name(spanning.policies[i].policy);  // (CAPTURE holds a reference: not to a temporary)
     CAPTURE(policy);

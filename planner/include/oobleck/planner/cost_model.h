@@ -119,7 +119,9 @@ class CostModel {
   [[nodiscard]] int microbatches() const { return microbatches_; }
   // Tensor-parallel degrees a template's stage may use: the divisors of
   // gpus_per_node, and with set_tensor_parallel_nodes(K) the multiples of
-  // it up to K nodes. Every cost below prices those multiples up to
+  // it up to K nodes, of those the ones the model's layers split over
+  // (splits_over in profile.h: its heads, key/value heads and MLP units
+  // divide among them). Every cost below prices all of them up to
   // kMaxTensorParallelNodes nodes in any case (a plan read from a file may
   // hold them).
   [[nodiscard]] const std::vector<int>& degrees() const { return degrees_; }
@@ -319,6 +321,7 @@ class CostModel {
   const Profile* profile_;
   int microbatches_;
   std::vector<int> degrees_;         // what templates may choose
+  std::vector<int> splitting_degrees_;  // the priced degrees the model splits over
   std::vector<int> priced_degrees_;  // what the tables below hold, by index
   int tensor_parallel_nodes_ = 1;
   // Per degree index: prefix sums over layers of forward, backward, both,

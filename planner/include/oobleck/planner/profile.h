@@ -113,6 +113,15 @@ struct OobleckImportOptions {
 
 [[nodiscard]] std::string profile_to_json(const Profile& profile);
 
+// Whether a layer of the profile's model splits over `degree` GPUs as
+// Megatron-LM's tensor parallelism and oobleck-run split it: the attention
+// heads, the key/value heads and the MLP's units each divide evenly among
+// them (its `model` section's heads, kv_heads where the architecture is
+// "llama", and ffn_hidden there or 4 x hidden otherwise); a TorchScript
+// model's layers do not split. A model section that names no heads (a
+// hand-written profile, one imported from Oobleck) splits over any degree.
+[[nodiscard]] bool splits_over(const Profile& profile, int degree);
+
 // A 64-bit fingerprint of everything the planner reads from a profile, so a
 // plan can tell whether it was made from the same costs.
 [[nodiscard]] std::string profile_fingerprint(const Profile& profile);
