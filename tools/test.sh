@@ -22,6 +22,8 @@ else
   build/bin/planner_benchmarks --benchmark_min_time=0.05
   build/bin/sim_benchmarks --benchmark_min_time=0.05
 fi
+echo "== planning time, addition by addition (short: 1 run; RUNS=3 tools/bench-planning-time.sh for best and median)"
+RUNS=1 tools/bench-planning-time.sh
 if [ -x build/bin/oobleck-run ]; then
   echo "== oobleck-run against oobleck-sim iteration (short: 5 steps; run tools/bench-run-vs-sim.sh for more)"
   STEPS=5 tools/bench-run-vs-sim.sh
