@@ -244,11 +244,12 @@ bool splits_over(const Profile& profile, int degree) {
   if (profile.model_json.empty()) return true;
   const json model = json::parse(profile.model_json, nullptr, false);
   if (!model.is_object()) return true;
-  // (A free-form section: a field that is not a positive count names nothing.)
+  // (A free-form section: a field that is not a count from 1 to 2^40 names nothing.)
   const auto count = [&](const char* field) -> std::int64_t {
     const auto it = model.find(field);
     if (it == model.end() || !it->is_number_integer()) return 0;
-    return std::max<std::int64_t>(0, it->get<std::int64_t>());
+    const auto n = it->get<std::int64_t>();
+    return n >= 1 && n <= (std::int64_t{1} << 40) ? n : 0;
   };
   const auto architecture = model.find("architecture");
   const std::string kind = architecture != model.end() && architecture->is_string() ? architecture->get<std::string>() : "gpt2";

@@ -518,7 +518,7 @@ TEST_CASE("tensor parallelism: templates choose only the degrees the model's hea
   // over any degree; a TorchScript model's layers over none.
   Profile plain = test::uniform_profile(6, 4, 1.0, 2.0, 100, 10, 1000);
   for (const char* section : {R"({})", R"({"heads": "96"})", R"({"heads": 0})", R"({"heads": -8})", R"([1, 2])",
-                              R"({"heads": 2.5})"}) {
+                              R"({"heads": 2.5})", R"({"heads": 18446744073709551615})"}) {
     CAPTURE(section);
     plain.model_json = section;
     CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4, 8});
@@ -528,6 +528,8 @@ TEST_CASE("tensor parallelism: templates choose only the degrees the model's hea
   // Where MLP units do not divide: 4 x hidden for GPT-2, ffn_hidden for Llama.
   plain.model_json = R"({"heads": 8, "hidden": 5})";  // 20 MLP units
   CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4});
+  plain.model_json = R"({"heads": 8, "hidden": 9223372036854775807})";  // (no count: no MLP units named)
+  CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4, 8});
   plain.model_json = R"({"architecture": "llama", "heads": 8, "kv_heads": 8, "ffn_hidden": 12})";
   CHECK(degrees(plain, 2) == std::vector<int>{1, 2, 4});
   plain.model_json = R"({"architecture": "llama", "heads": 8, "kv_heads": 2, "ffn_hidden": 16})";
