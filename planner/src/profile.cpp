@@ -252,7 +252,8 @@ bool splits_over(const Profile& profile, int degree) {
     return n >= 1 && n <= (std::int64_t{1} << 40) ? n : 0;
   };
   const auto architecture = model.find("architecture");
-  const std::string kind = architecture != model.end() && architecture->is_string() ? architecture->get<std::string>() : "gpt2";
+  const std::string kind =
+      architecture != model.end() && architecture->is_string() ? architecture->get<std::string>() : "gpt2";
   if (kind == "torchscript") return false;
   const std::int64_t heads = count("heads");
   if (heads == 0) return true;

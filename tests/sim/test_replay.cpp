@@ -80,7 +80,8 @@ TEST_CASE("replay: plans whose stages span nodes: the books add up, deterministi
   options.global_microbatches = 256;
   options.policies = {Policy::oobleck, Policy::checkpoint, Policy::oobleck_snapshots};
   const auto [within, spanning] =
-      replay_p3_before_and_after(llama3_70b_any_degree(), options, [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
+      replay_p3_before_and_after(llama3_70b_any_degree(), options,
+                                 [](ReplayOptions& o) { o.tensor_parallel_nodes = 2; });
   for (std::size_t i = 0; i < spanning.policies.size(); ++i) {
     const auto policy = policy_name(spanning.policies[i].policy);  // (CAPTURE holds a reference: not to a temporary)
     CAPTURE(policy);
