@@ -15,11 +15,12 @@ namespace {
 // One pass of a play, as indices into the play's arrays (play_pipeline):
 // the slot its input arrives in, its kind (a stage's forward or backward:
 // its duration, and the link its output leaves by), its device, the slot
-// its output arrives in, and the stage whose last backward it may be. Passes without a link (the last stage's forwards,
-// whose loss is their own backward's input, and the first stage's
-// backwards) leave by a link of their own with no transfer: a device's
-// passes end one after another, so such a link's last arrival is never
-// later than the pass's end, and the arrival is the end itself.
+// its output arrives in, and the stage whose last backward it may be.
+// Passes without a link (the last stage's forwards, whose loss is their
+// own backward's input, and the first stage's backwards) leave by a link
+// of their own with no transfer: a device's passes end one after another,
+// so such a link's last arrival is never later than the pass's end, and
+// the arrival is the end itself.
 struct PlayStep {
   int input = 0, pass = 0, device = 0, output = 0, last_backward = 0;
 };
