@@ -71,9 +71,7 @@ CostModel::CostModel(const Profile& profile, int microbatches)
   for (int k = 2; k <= kMaxTensorParallelNodes; ++k) priced_degrees_.push_back(k * gpus);
   // Templates choose only the degrees the model's layers split over; the
   // others are priced all the same, for plans read from files.
-  for (const int t : priced_degrees_) {
-    if (splits_over(profile, t)) splitting_degrees_.push_back(t);
-  }
+  splitting_degrees_ = degrees_split_over(profile, priced_degrees_);
   for (const int t : splitting_degrees_) {
     if (t <= gpus) degrees_.push_back(t);
   }

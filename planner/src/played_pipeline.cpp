@@ -227,21 +227,32 @@ Milliseconds play_in_order(const std::vector<Milliseconds>& forward_ms, const st
   return *std::max_element(free.begin(), free.end());
 }
 
+// The play's end (0 for a shape that cannot play), and where
+// `last_backward` is given (S + 1 long), each stage's last backward's end
+// at [s]: in the shape's order, or by sweeps past the orders kept.
+Milliseconds play(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
+                  const std::vector<Milliseconds>& transfer_ms, int M, int interleave, double* last_backward) {
+  const int S = static_cast<int>(forward_ms.size());
+  const int v = std::max(1, interleave);
+  if (S == 0 || M < 1 || S % v != 0) return 0;
+  if (2.0 * S * M <= kMostPassesInOrder) {
+    return play_in_order(forward_ms, backward_ms, transfer_ms, M, v, last_backward);
+  }
+  const PlayedPipeline swept = play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, M, v);
+  if (last_backward) std::copy(swept.last_backward_ms.begin(), swept.last_backward_ms.end(), last_backward);
+  return swept.end_ms;
+}
+
 }  // namespace
 
 PlayedPipeline play_pipeline(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
                              const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
-  const int S = static_cast<int>(forward_ms.size());
-  const int M = microbatches;
-  const int v = std::max(1, interleave);
-  PlayedPipeline out;
-  out.last_backward_ms.assign(static_cast<std::size_t>(S), 0.0);
-  if (S == 0 || M < 1 || S % v != 0) return out;
-  if (2.0 * S * M > kMostPassesInOrder) return play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, M, v);
+  const auto S = forward_ms.size();
   thread_local std::vector<double> last_backward;  // (slot S: forwards')
-  last_backward.assign(static_cast<std::size_t>(S) + 1, 0.0);
-  out.end_ms = play_in_order(forward_ms, backward_ms, transfer_ms, M, v, last_backward.data());
-  std::copy(last_backward.begin(), last_backward.end() - 1, out.last_backward_ms.begin());
+  last_backward.assign(S + 1, 0.0);
+  PlayedPipeline out;
+  out.end_ms = play(forward_ms, backward_ms, transfer_ms, microbatches, interleave, last_backward.data());
+  out.last_backward_ms.assign(last_backward.begin(), last_backward.end() - 1);
   return out;
 }
 
@@ -282,13 +293,7 @@ PlayedPipeline play_pipeline(const CostModel& cost, const std::vector<Stage>& st
 
 Milliseconds played_end_ms(const std::vector<Milliseconds>& forward_ms, const std::vector<Milliseconds>& backward_ms,
                            const std::vector<Milliseconds>& transfer_ms, int microbatches, int interleave) {
-  const int S = static_cast<int>(forward_ms.size());
-  const int v = std::max(1, interleave);
-  if (S == 0 || microbatches < 1 || S % v != 0) return 0;
-  if (2.0 * S * microbatches > kMostPassesInOrder) {
-    return play_pipeline_by_sweeps(forward_ms, backward_ms, transfer_ms, microbatches, v).end_ms;
-  }
-  return play_in_order(forward_ms, backward_ms, transfer_ms, microbatches, v, nullptr);
+  return play(forward_ms, backward_ms, transfer_ms, microbatches, interleave, nullptr);
 }
 
 Milliseconds played_end_ms(const CostModel& cost, const std::vector<Stage>& stages, int microbatches,

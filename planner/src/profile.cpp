@@ -238,12 +238,14 @@ std::string profile_fingerprint(const Profile& profile) {
   return text;
 }
 
-bool splits_over(const Profile& profile, int degree) {
-  if (degree < 1) return false;
-  if (degree == 1) return true;
-  if (profile.model_json.empty()) return true;
+std::vector<int> degrees_split_over(const Profile& profile, const std::vector<int>& degrees) {
+  std::vector<int> out;
+  for (const int t : degrees) {
+    if (t >= 1) out.push_back(t);
+  }
+  if (profile.model_json.empty()) return out;
   const json model = json::parse(profile.model_json, nullptr, false);
-  if (!model.is_object()) return true;
+  if (!model.is_object()) return out;
   // (A free-form section: a field that is not a count from 1 to 2^40 names nothing.)
   const auto count = [&](const char* field) -> std::int64_t {
     const auto it = model.find(field);
@@ -254,15 +256,21 @@ bool splits_over(const Profile& profile, int degree) {
   const auto architecture = model.find("architecture");
   const std::string kind =
       architecture != model.end() && architecture->is_string() ? architecture->get<std::string>() : "gpt2";
-  if (kind == "torchscript") return false;
   const std::int64_t heads = count("heads");
-  if (heads == 0) return true;
   const bool llama = kind == "llama";
   const std::int64_t key_value_heads = llama && count("kv_heads") > 0 ? count("kv_heads") : heads;
   const std::int64_t mlp_units = llama ? count("ffn_hidden") : 4 * count("hidden");
-  const auto divides = [degree](std::int64_t n) { return n % degree == 0; };
-  return divides(heads) && divides(key_value_heads) && (mlp_units == 0 || divides(mlp_units));
+  std::erase_if(out, [&](int t) {
+    if (t == 1) return false;
+    if (kind == "torchscript") return true;
+    if (heads == 0) return false;
+    const auto divides = [t](std::int64_t n) { return n % t == 0; };
+    return !(divides(heads) && divides(key_value_heads) && (mlp_units == 0 || divides(mlp_units)));
+  });
+  return out;
 }
+
+bool splits_over(const Profile& profile, int degree) { return !degrees_split_over(profile, {degree}).empty(); }
 
 namespace detail {
 

@@ -121,6 +121,8 @@ struct OobleckImportOptions {
 // model's layers do not split. A model section that names no heads (a
 // hand-written profile, one imported from Oobleck) splits over any degree.
 [[nodiscard]] bool splits_over(const Profile& profile, int degree);
+// Those of `degrees` it splits over, in their order (the section read once).
+[[nodiscard]] std::vector<int> degrees_split_over(const Profile& profile, const std::vector<int>& degrees);
 
 // A 64-bit fingerprint of everything the planner reads from a profile, so a
 // plan can tell whether it was made from the same costs.
