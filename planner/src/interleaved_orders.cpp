@@ -10,12 +10,11 @@ namespace oobleck::detail {
 namespace {
 
 InterleavedOrders make_orders(int devices, int chunks, int microbatches) {
-  InterleavedOrders out{devices, chunks, microbatches, {}, {}};
+  InterleavedOrders out{devices, chunks, microbatches, {}};
   for (int d = 0; d < devices; ++d) {
-    out.order.push_back(interleaved_one_f_one_b(d, devices, chunks, microbatches));
     std::vector<std::vector<int>> peaks;
     std::vector<int> held(static_cast<std::size_t>(chunks), 0);
-    for (const PipelinePass& pass : out.order.back()) {
+    for (const PipelinePass& pass : interleaved_one_f_one_b(d, devices, chunks, microbatches)) {
       held[static_cast<std::size_t>(pass.chunk)] += pass.forward ? 1 : -1;
       if (!pass.forward) continue;
       const auto covers = [](const std::vector<int>& a, const std::vector<int>& b) {
@@ -36,9 +35,9 @@ InterleavedOrders make_orders(int devices, int chunks, int microbatches) {
 }  // namespace
 
 const InterleavedOrders& interleaved_orders(int devices, int chunks, int microbatches) {
-  // An order of D devices holds 2 D v M passes; up to 2^21 of them are kept
-  // (about 25 MiB; the largest shape a template search plays, 49 devices
-  // of 2 chunks at M = 98, has 19,208).
+  // A shape of D devices has 2 D v M passes; up to 2^21 of them are
+  // counted as kept (what is kept of them is a few count vectors a device,
+  // but a shape that long takes as long to make again).
   thread_local ShapeCache<InterleavedOrders> kept(std::size_t{1} << 21);
   return kept.get(devices, chunks, microbatches, [&] { return make_orders(devices, chunks, microbatches); });
 }

@@ -12,17 +12,12 @@ namespace oobleck::detail {
 
 namespace {
 
-// One pass of a play, as indices into the play's arrays (play_pipeline):
-// the slot its input arrives in, its kind (a stage's forward or backward:
-// its duration, and the link its output leaves by), its device, the slot
-// its output arrives in, and the stage whose last backward it may be.
-// Passes without a link (the last stage's forwards, whose loss is their
-// own backward's input, and the first stage's backwards) leave by a link
-// of their own with no transfer: a device's passes end one after another,
-// so such a link's last arrival is never later than the pass's end, and
-// the arrival is the end itself.
+// One pass of a play: its kind (a stage's forward s at s, its backward at
+// S + s) and its microbatch. A kind has all else a play needs
+// (play_in_order): its duration, its device, the link its output leaves by,
+// and where its input and output arrive, at slot base + microbatch.
 struct PlayStep {
-  int input = 0, pass = 0, device = 0, output = 0, last_backward = 0;
+  int pass = 0, microbatch = 0;
 };
 
 // Each device's passes in order (pass p of device d on virtual stage
@@ -33,11 +28,8 @@ struct PlayStep {
 template <typename Run>
 bool sweep_devices(int D, int v, int M, Run&& run) {
   const int S = D * v;
-  std::vector<std::vector<PipelinePass>> plain;
-  if (v == 1) {
-    for (int d = 0; d < D; ++d) plain.push_back(one_f_one_b(d, S, M));
-  }
-  const std::vector<std::vector<PipelinePass>>& order = v == 1 ? plain : interleaved_orders(D, v, M).order;
+  std::vector<std::vector<PipelinePass>> order;
+  for (int d = 0; d < D; ++d) order.push_back(v == 1 ? one_f_one_b(d, S, M) : interleaved_one_f_one_b(d, D, v, M));
   std::vector<std::size_t> next(static_cast<std::size_t>(D), 0);
   std::size_t left = 2 * static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
   const auto advance = [&](int d) {
@@ -73,68 +65,58 @@ bool sweep_devices(int D, int v, int M, Run&& run) {
 // which neither order does.)
 std::vector<PlayStep> make_play_order(int D, int v, int M) {
   const int S = D * v;
+  const auto SM = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
   const auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
-  // The depth of the pass that sends each pass's input; -1: not yet sent.
-  std::vector<int> activation(static_cast<std::size_t>(S) * static_cast<std::size_t>(M), -1);
-  std::vector<int> gradient(activation.size(), -1);
+  // The depth of the pass that sends each pass's input (-1: not yet
+  // sent); the passes as found, and their depths. (Kept per thread: a
+  // search makes the orders of many shapes, and fresh pages cost more
+  // than the making.)
+  thread_local std::vector<int> activation, gradient, depths;
+  thread_local std::vector<PlayStep> found;
+  activation.assign(SM, -1);
+  gradient.assign(SM, -1);
+  depths.clear();
+  found.clear();
   for (int m = 0; m < M; ++m) activation[at(0, m)] = 0;
   std::vector<int> device_depth(static_cast<std::size_t>(D), 0);
-  std::vector<std::pair<int, PlayStep>> found;  // (depth, pass)
-  found.reserve(2 * activation.size());
+  int deepest = 0;
   const bool complete = sweep_devices(D, v, M, [&](int d, int s, const PipelinePass& pass) {
     const std::size_t input = at(s, pass.microbatch);
     const int sent = pass.forward ? activation[input] : gradient[input];
     if (sent < 0) return false;
     int& depth = device_depth[static_cast<std::size_t>(d)];
     depth = std::max(depth, sent) + 1;
+    deepest = std::max(deepest, depth);
     if (pass.forward) {
       (s + 1 < S ? activation[at(s + 1, pass.microbatch)] : gradient[input]) = depth;
     } else if (s > 0) {
       gradient[at(s - 1, pass.microbatch)] = depth;
     }
-    // Slots: activations [0, S M), gradients [S M, 2 S M), and one that
-    // no pass reads; kinds (durations and links): forward s at s, backward
-    // s at S + s; last backwards: stage s at s, S for forwards.
-    const std::size_t SM = activation.size();
-    const auto m = pass.microbatch;
     PlayStep step;
-    step.device = d;
-    if (pass.forward) {
-      step.input = static_cast<int>(input);
-      step.pass = s;
-      step.output = static_cast<int>(s + 1 < S ? at(s + 1, m) : SM + input);
-      step.last_backward = S;
-    } else {
-      step.input = static_cast<int>(SM + input);
-      step.pass = S + s;
-      step.output = static_cast<int>(s > 0 ? SM + at(s - 1, m) : 2 * SM);
-      step.last_backward = s;
-    }
-    found.push_back({depth, step});
+    step.pass = pass.forward ? s : S + s;
+    step.microbatch = pass.microbatch;
+    found.push_back(step);
+    depths.push_back(depth);
     return true;
   });
   if (!complete) return {};
   // (By depth, in the order found within one: a counting sort.)
-  std::vector<std::size_t> first_of_depth;
-  for (const auto& f : found) {
-    const auto depth = static_cast<std::size_t>(f.first);
-    if (first_of_depth.size() <= depth + 1) first_of_depth.resize(depth + 2, 0);
-    ++first_of_depth[depth + 1];
-  }
+  std::vector<std::size_t> first_of_depth(static_cast<std::size_t>(deepest) + 2, 0);
+  for (const int depth : depths) ++first_of_depth[static_cast<std::size_t>(depth) + 1];
   for (std::size_t d = 1; d < first_of_depth.size(); ++d) first_of_depth[d] += first_of_depth[d - 1];
   std::vector<PlayStep> out(found.size());
-  for (const auto& f : found) out[first_of_depth[static_cast<std::size_t>(f.first)]++] = f.second;
+  for (std::size_t i = 0; i < found.size(); ++i) out[first_of_depth[static_cast<std::size_t>(depths[i])]++] = found[i];
   return out;
 }
 
-// Shapes of up to this many passes are played in their order (6 MiB of
+// Shapes of up to this many passes are played in their order (2 MiB of
 // it), larger ones by sweeps: kept orders stay small, and a play at
 // thousands of microbatches reuses no order.
 constexpr double kMostPassesInOrder = 1 << 18;
 
 // The play order of a shape, made on first use and kept per thread
 // (shape_cache.h): a search plays each shape many times, and shapes recur
-// across node counts. Up to 2^21 passes are kept (about 50 MiB).
+// across node counts. Up to 2^21 passes are kept (16 MiB).
 const std::vector<PlayStep>& play_order(int D, int v, int M) {
   thread_local ShapeCache<std::vector<PlayStep>> kept(std::size_t{1} << 21);
   return kept.get(D, v, M, [&] { return make_play_order(D, v, M); });
@@ -191,19 +173,28 @@ Milliseconds play_in_order(const std::vector<Milliseconds>& forward_ms, const st
   const int S = static_cast<int>(forward_ms.size());
   const int D = S / v;  // devices: virtual stage s on device s mod D
   const auto SM = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
-  // When each pass's input arrives (PlayStep's slots; activations of stage
-  // 0 at once); per kind of pass, its duration, its link's transfer and
-  // the link's last arrival, side by side (one index, one cache line);
-  // each device's last end. (Kept per thread: a search plays thousands of
-  // times.)
+  // When each pass's input arrives: activations of stage s at s M + m
+  // (stage 0's at once), gradients at S M + s M + m, and stage 0's
+  // backwards' outputs, which no pass reads, at 2 S M + m. Per kind of
+  // pass, side by side (one index, one cache line): its duration, its
+  // link's transfer and last arrival, its device, and the slots of its
+  // input and output for microbatch 0. Passes without a link (the last
+  // stage's forwards, whose loss is their own backward's input, and the
+  // first stage's backwards) leave by a link of their own with no
+  // transfer: a device's passes end one after another, so such a link's
+  // last arrival is never later than the pass's end, and the arrival is
+  // the end itself. Each device's last end. (Kept per thread: a search
+  // plays thousands of times.)
   struct Kind {
     double duration = 0, transfer = 0, sent = 0;
+    int device = 0, input = 0, output = 0;
   };
   thread_local std::vector<double> arrival, free;
   thread_local std::vector<Kind> kinds;
-  arrival.assign(2 * SM + 1, 0.0);
+  arrival.assign(2 * SM + static_cast<std::size_t>(M), 0.0);
   kinds.assign(2 * static_cast<std::size_t>(S), Kind{});
   free.assign(static_cast<std::size_t>(D), 0.0);
+  const int activations = 0, gradients = static_cast<int>(SM), unread = static_cast<int>(2 * SM);
   for (int s = 0; s < S; ++s) {
     const auto i = static_cast<std::size_t>(s);
     Kind& forward = kinds[i];
@@ -212,15 +203,20 @@ Milliseconds play_in_order(const std::vector<Milliseconds>& forward_ms, const st
     backward.duration = backward_ms[i];
     if (s + 1 < S) forward.transfer = transfer_ms[i];
     if (s > 0) backward.transfer = transfer_ms[i - 1];
+    forward.device = backward.device = s % D;
+    forward.input = activations + s * M;
+    forward.output = s + 1 < S ? activations + (s + 1) * M : gradients + s * M;
+    backward.input = gradients + s * M;
+    backward.output = s > 0 ? gradients + (s - 1) * M : unread;
   }
   for (const PlayStep& pass : play_order(D, v, M)) {
-    double& device_free = free[static_cast<std::size_t>(pass.device)];
     Kind& kind = kinds[static_cast<std::size_t>(pass.pass)];
-    const double end = std::max(device_free, arrival[static_cast<std::size_t>(pass.input)]) + kind.duration;
+    double& device_free = free[static_cast<std::size_t>(kind.device)];
+    const double end = std::max(device_free, arrival[static_cast<std::size_t>(kind.input + pass.microbatch)]) + kind.duration;
     device_free = end;
     kind.sent = std::max(end, kind.sent) + kind.transfer;
-    arrival[static_cast<std::size_t>(pass.output)] = kind.sent;
-    if (last_backward) last_backward[pass.last_backward] = end;
+    arrival[static_cast<std::size_t>(kind.output + pass.microbatch)] = kind.sent;
+    if (last_backward) last_backward[pass.pass >= S ? pass.pass - S : S] = end;
   }
   // A device's passes end one after another: the last pass of all ends
   // last on its device.
