@@ -6,7 +6,8 @@
 # interleaving, stages over up to K nodes), then the additions together at
 # K = 8; and `oobleck-plan instantiate` on 2,048 nodes (f = 4, B = 4,096)
 # with its template searches and rounds over M. Each case runs RUNS times
-# (default 3), the cases interleaved, on THREADS threads (default 1); prints
+# (default 3), the cases interleaved, on THREADS threads (default 1;
+# "default": oobleck-plan's own, without --threads); prints
 # the best and the median wall time of each, and writes them as JSON to
 # OUT_DIR/planning-time.json (default build/bench-planning-time). BIN
 # overrides the oobleck-plan to time (default build/bin/oobleck-plan).
@@ -16,6 +17,8 @@ bin=${BIN:-build/bin/oobleck-plan}
 out=${OUT_DIR:-build/bench-planning-time}
 runs=${RUNS:-3}
 threads=${THREADS:-1}
+thread_args=(--threads "$threads")
+[ "$threads" = default ] && thread_args=()
 profile=profiles/gpt3-175b-a100.analytic.json
 mkdir -p "$out"
 
@@ -48,7 +51,7 @@ for run in $(seq 1 "$runs"); do
     echo "run $run/$runs: $label" >&2
     start=$(date +%s.%N)
     # shellcheck disable=SC2086  # (the arguments are words)
-    "$bin" $args --threads "$threads" > /dev/null 2> "$out/last-stderr.txt"
+    "$bin" $args "${thread_args[@]}" > /dev/null 2> "$out/last-stderr.txt"
     end=$(date +%s.%N)
     printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$label" "$goal" "$start" "$end" >> "$times"
   done
@@ -56,7 +59,8 @@ done
 
 python3 - "$times" "$out/planning-time.json" "$threads" <<'EOF'
 import json, os, statistics, sys
-times, out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+times, out, threads = sys.argv[1], sys.argv[2], sys.argv[3]
+threads = None if threads == "default" else int(threads)  # (null: oobleck-plan's default)
 cases = {}
 for line in open(times):
     index, label, goal, start, end = line.rstrip("\n").split("\t")

@@ -113,18 +113,27 @@ void add_interleave_option(CLI::App* cmd, int& chunks) {
       ->check(CLI::Range(1, 64));
 }
 
-// --threads: how many threads the template search may use.
+// --threads: how many threads the template search may use (kThreadsUnset:
+// not given).
+constexpr int kThreadsUnset = -1;
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads,
-                  "Threads for the template search (default 1; 0: the machine's cores, up to 8): node counts' "
-                  "templates are finished side by side (local moves, interleaved layouts), and a stage count's "
-                  "rows shared. Faster on cores nothing else is busy on; the result does not depend on it")
+                  "Threads for the template search: N finish node counts' templates side by side (local moves, "
+                  "interleaved layouts) and share a stage count's rows, which pays only on cores nothing else is "
+                  "busy on; 0: the machine's cores, up to 8. Default: rows on one thread, node counts on the "
+                  "machine's cores (up to 8). The result does not depend on it")
       ->check(CLI::Range(0, 256));
+}
+
+// The search's threads as --threads says (add_threads_option).
+void apply_threads_option(int threads) {
+  set_search_threads(threads == kThreadsUnset ? 1 : threads);
+  set_finishing_threads(threads == kThreadsUnset ? 0 : threads);
 }
 
 struct TemplatesFlags {
   std::string profile_path, json_out, recompute = "none";
-  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1, interleave = 1, threads = 1;
+  int max_nodes = 0, microbatches = 0, tensor_parallel_nodes = 1, interleave = 1, threads = kThreadsUnset;
 };
 
 CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
@@ -145,7 +154,7 @@ CLI::App* add_templates(CLI::App& app, TemplatesFlags& f) {
 }
 
 int run_templates(const TemplatesFlags& f) {
-  set_search_threads(f.threads);
+  apply_threads_option(f.threads);
   const Profile profile = load_reported_profile(f.profile_path);
   const int m = f.microbatches > 0 ? f.microbatches : default_template_microbatches(profile, f.max_nodes);
   CostModel cost(profile, m);
@@ -166,7 +175,7 @@ struct InstantiateFlags {
   std::string json_out, hostfile, recompute = "none";
   cli::GradientSyncFlags gradient_sync;
   int nodes = 0, fault_tolerance = -1, global_microbatches = 0, global_batch = 0, microbatches = 0;
-  int tensor_parallel_nodes = 1, interleave = 1, threads = 1;
+  int tensor_parallel_nodes = 1, interleave = 1, threads = kThreadsUnset;
   std::string pipelines_per_node = "1";
   std::vector<std::string> node_speeds;  // NAME=FACTOR
 };
@@ -234,7 +243,7 @@ CLI::App* add_instantiate(CLI::App& app, InstantiateFlags& f) {
 }
 
 int run_instantiate(const InstantiateFlags& f) {
-  set_search_threads(f.threads);
+  apply_threads_option(f.threads);
   if ((f.global_microbatches > 0) == (f.global_batch > 0)) {
     std::cerr << "oobleck-plan instantiate: give --global-microbatches B or --global-batch SAMPLES\n";
     return kExitBadInput;

@@ -8,7 +8,11 @@
 namespace oobleck {
 namespace {
 
-std::atomic<int> chosen_threads{0};  // -1: the machine's cores
+std::atomic<int> chosen_threads{0};    // -1: the machine's cores
+std::atomic<int> chosen_finishing{0};  // 0: as chosen_threads; -1: the machine's cores
+
+// The machine's cores, at most 8.
+int machine_threads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
 constexpr int kSpins = 20000;
 
 // A spinning thread's hint to the core (x86's PAUSE): it leaves the core's
@@ -37,6 +41,14 @@ void set_search_threads(int threads) {
   chosen_threads = threads == 0 ? -1 : threads;
 }
 
+void set_finishing_threads(int threads) {
+  if (threads < -1 || threads > 256) {
+    throw InputError("finishing threads: expected -1 (as the search's), 0 (the machine's cores, up to 8) to 256, got " +
+                     std::to_string(threads));
+  }
+  chosen_finishing = threads == -1 ? 0 : threads == 0 ? -1 : threads;
+}
+
 namespace detail {
 
 // One by default: the threads hand each other work tens of thousands of
@@ -47,7 +59,13 @@ int search_threads() {
   const int chosen = chosen_threads.load();
   if (chosen > 0) return chosen;
   if (chosen == 0) return 1;
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  return machine_threads();
+}
+
+int finishing_threads() {
+  const int chosen = chosen_finishing.load();
+  if (chosen > 0) return chosen;
+  return chosen == 0 ? search_threads() : machine_threads();
 }
 
 RowWorkers::RowWorkers(int threads) {

@@ -48,4 +48,9 @@ class RowWorkers {
 // machine's cores, at most 8); 1 until it is called.
 [[nodiscard]] int search_threads();
 
+// The threads that finish node counts' templates (local moves,
+// interleaved layouts): set_finishing_threads(n); as search_threads()
+// until it is called.
+[[nodiscard]] int finishing_threads();
+
 }  // namespace oobleck::detail

@@ -295,8 +295,9 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
   }
   // Each node count's walk result, moved to its local optimum (and, with
   // interleaving, raced against interleaved layouts: most of such a
-  // search's time), on its own: node counts are shared among the search's
-  // threads, the largest (slowest) first, each taking the next left.
+  // search's time), on its own: node counts are shared among the
+  // finishing threads (set_finishing_threads), the largest (slowest)
+  // first, each taking the next left.
   // (Without interleaving, a tenth of instantiating 2,048 nodes at K = 8.)
   std::vector<std::optional<PipelineTemplate>> chosen(static_cast<std::size_t>(searched) + 1);
   const auto finish = [&](int n) {
@@ -307,7 +308,7 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
     }
     if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, out);
   };
-  const int threads = std::min(detail::search_threads(), searched);
+  const int threads = std::min(detail::finishing_threads(), searched);
   if (threads <= 1) {
     for (int n = 1; n <= searched; ++n) finish(n);
   } else {

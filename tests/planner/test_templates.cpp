@@ -864,19 +864,29 @@ TEST_CASE("the template search's threads take node counts' interleaved layouts, 
   cost.set_interleave(2);
   set_search_threads(3);
   const TemplateSet many = build_templates(cost, 48);
-  set_search_threads(1);  // (the default)
+  // Node counts finished on three threads, a stage count's rows on one
+  // (oobleck-plan's default, with the machine's cores).
+  set_search_threads(1);
+  set_finishing_threads(3);
+  const TemplateSet finished_apart = build_templates(cost, 48);
+  set_finishing_threads(-1);  // (the default: as the search's)
   const TemplateSet one = build_templates(cost, 48);
+  CHECK(finished_apart.search_shared_levels == 0);
   int interleaved = 0;
-  REQUIRE(many.templates.size() == one.templates.size());
-  for (std::size_t t = 0; t < one.templates.size(); ++t) {
-    interleaved += one.templates[t].interleave > 1;
-    CHECK(many.templates[t].nodes == one.templates[t].nodes);
-    CHECK(many.templates[t].interleave == one.templates[t].interleave);
-    CHECK(many.templates[t].iteration_ms == one.templates[t].iteration_ms);  // bit for bit
-    CHECK(many.templates[t].stages == one.templates[t].stages);
+  for (const TemplateSet* other : {&many, &finished_apart}) {
+    REQUIRE(other->templates.size() == one.templates.size());
+    for (std::size_t t = 0; t < one.templates.size(); ++t) {
+      CHECK(other->templates[t].nodes == one.templates[t].nodes);
+      CHECK(other->templates[t].interleave == one.templates[t].interleave);
+      CHECK(other->templates[t].iteration_ms == one.templates[t].iteration_ms);  // bit for bit
+      CHECK(other->templates[t].stages == one.templates[t].stages);
+    }
   }
+  for (const PipelineTemplate& t : one.templates) interleaved += t.interleave > 1;
   MESSAGE(interleaved << " of " << one.templates.size() << " templates interleaved");
   CHECK(interleaved > 0);
+  CHECK_THROWS_AS(set_finishing_threads(-2), InputError);
+  CHECK_THROWS_AS(set_finishing_threads(257), InputError);
 }
 
 TEST_CASE("the threads share the rows an update sweeps again, and the templates do not depend on them") {

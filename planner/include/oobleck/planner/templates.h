@@ -62,15 +62,21 @@ struct TemplateSet {
                                           const Progress& progress = {}, const TemplateSet* earlier = nullptr);
 
 // Threads the template search may use (1 until this is called; 0: the
-// machine's cores, at most 8). Each takes node counts in turn for their
-// templates' local moves and, with interleaving, their interleaved
-// layouts (most of such a search's time; node counts are independent).
-// Its dynamic programme hands
-// them the rows of one stage count where there are many, tens of
-// thousands of times a search, microseconds apart: worth it only on cores
-// no other program is busy on. The templates do not depend on it. InputError
-// outside 0..256.
+// machine's cores, at most 8). Its dynamic programme hands them the rows
+// of one stage count where there are many, tens of thousands of times a
+// search, microseconds apart: worth it only on cores no other program is
+// busy on. Unless set_finishing_threads says otherwise, they also take
+// node counts in turn to finish their templates (below). The templates do
+// not depend on it. InputError outside 0..256.
 void set_search_threads(int threads);
+
+// Threads that finish node counts' templates: their local moves and, with
+// interleaving, their interleaved layouts, each node count on its own
+// (no thread waits on another, so they pay on a busy machine too). -1,
+// and until this is called: as set_search_threads; 0: the machine's
+// cores, at most 8. The templates do not depend on it. InputError
+// outside -1..256.
+void set_finishing_threads(int threads);
 
 // The template minimising T(M) exactly on `gpus` GPUs of one node (fewer
 // than its G), for pipelines that share a node: stages inside the node
