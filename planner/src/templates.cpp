@@ -57,14 +57,12 @@
 //
 // The dynamic programme itself is in template_search.cpp.
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "oobleck/planner.h"
 #include "interleaved.h"
+#include "finishing_pool.h"
 #include "layout_moves.h"
 #include "period_floor.h"
 #include "row_workers.h"
@@ -219,6 +217,32 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       step_down(w, std::move(hit->found), cost, mu_floors.at(n));
     }
   };
+  // Each node count's walk result, moved to its local optimum (and, with
+  // interleaving, raced against interleaved layouts: most of such a
+  // search's time), on its own: once its walk has ended, on the finishing
+  // threads the rows leave free (set_finishing_threads) while the search
+  // goes on, then on all of them, the largest (slowest) first. (Without
+  // interleaving, a tenth of instantiating 2,048 nodes at K = 8.)
+  std::vector<std::optional<PipelineTemplate>> chosen(static_cast<std::size_t>(searched) + 1);
+  const auto finish = [&](int n) {
+    auto& out = chosen[static_cast<std::size_t>(n)];
+    if (!walk[n].stages.empty()) {
+      detail::move_to_local_optimum(cost, walk[n].stages);
+      out = make_template(cost, n, std::move(walk[n].stages));
+    }
+    if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, out);
+  };
+  const int finishing = std::min(detail::finishing_threads(), searched);
+  detail::FinishingPool finishing_pool(finish, std::max(0, finishing - detail::search_threads()));
+  std::vector<char> handed_over(static_cast<std::size_t>(searched) + 1, 0);
+  const auto hand_over_ended_walks = [&] {
+    for (int n = 1; n <= searched; ++n) {
+      if (!walk[n].active && !handed_over[n]) {
+        handed_over[n] = 1;
+        finishing_pool.hand_over(n);
+      }
+    }
+  };
   int runs = 0;
   if (!answered && cost.tensor_parallel_nodes() > 1) runs += probe_near_floors(cost, search, mu_floors, memo, walk);
   // Each solve is at the highest bound still open, over the rows of the
@@ -235,6 +259,7 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
   while (true) {
     for (const int n : to_look) walk_on_answers(n);
     to_look.clear();
+    hand_over_ended_walks();
     double bound = -1;
     for (int n = 1; n <= searched; ++n) {
       if (walk[n].active && walk[n].bound > bound) bound = walk[n].bound;
@@ -293,43 +318,8 @@ TemplateSet detail::build_templates_remembering(const CostModel& cost, int max_n
       progress(line.str());
     }
   }
-  // Each node count's walk result, moved to its local optimum (and, with
-  // interleaving, raced against interleaved layouts: most of such a
-  // search's time), on its own: node counts are shared among the
-  // finishing threads (set_finishing_threads), the largest (slowest)
-  // first, each taking the next left.
-  // (Without interleaving, a tenth of instantiating 2,048 nodes at K = 8.)
-  std::vector<std::optional<PipelineTemplate>> chosen(static_cast<std::size_t>(searched) + 1);
-  const auto finish = [&](int n) {
-    auto& out = chosen[static_cast<std::size_t>(n)];
-    if (!walk[n].stages.empty()) {
-      detail::move_to_local_optimum(cost, walk[n].stages);
-      out = make_template(cost, n, std::move(walk[n].stages));
-    }
-    if (cost.interleave() > 1) detail::keep_faster_interleaved(cost, n, out);
-  };
-  const int threads = std::min(detail::finishing_threads(), searched);
-  if (threads <= 1) {
-    for (int n = 1; n <= searched; ++n) finish(n);
-  } else {
-    std::atomic<int> next{searched};
-    std::vector<std::exception_ptr> failed(static_cast<std::size_t>(threads));
-    const auto work = [&](int i) {
-      try {
-        for (int n = next--; n >= 1; n = next--) finish(n);
-      } catch (...) {
-        failed[static_cast<std::size_t>(i)] = std::current_exception();
-        next = 0;
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (int i = 1; i < threads; ++i) helpers.emplace_back(work, i);
-    work(0);
-    for (auto& h : helpers) h.join();
-    for (const auto& e : failed) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
+  hand_over_ended_walks();  // (all of them by now)
+  finishing_pool.finish_all(finishing);
   for (auto& t : chosen) {
     if (t) set.templates.push_back(std::move(*t));
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <limits>
 #include <optional>
 #include <random>
@@ -10,6 +11,7 @@
 #include "oobleck/planner.h"
 #include "reference.h"
 #include "composition.h"
+#include "finishing_pool.h"
 #include "solve_memo.h"
 #include "template_search.h"
 
@@ -1089,4 +1091,34 @@ TEST_CASE("a search below the layer count takes a higher cap's answers and finds
   CHECK(searches > 500);
   CHECK(took > 100);
   CHECK(solves_taking < solves_alone);
+}
+
+TEST_CASE("the finishing pool finishes every node count handed over, once, and passes a failure on") {
+  for (const int early : {0, 1, 3}) {
+    for (const int threads : {1, 2, 4}) {
+      std::vector<std::atomic<int>> finished(50);
+      {
+        detail::FinishingPool pool([&](int n) { ++finished[static_cast<std::size_t>(n)]; }, early);
+        for (int n = 1; n < 30; ++n) pool.hand_over(n);
+        for (int n = 30; n < 50; ++n) pool.hand_over(n);
+        pool.finish_all(threads);
+      }
+      CHECK(finished[0] == 0);
+      for (int n = 1; n < 50; ++n) CHECK(finished[static_cast<std::size_t>(n)] == 1);
+    }
+    detail::FinishingPool failing(
+        [](int n) {
+          if (n == 7) throw InputError("node count 7");
+        },
+        early);
+    for (int n = 1; n < 20; ++n) failing.hand_over(n);
+    CHECK_THROWS_WITH_AS(failing.finish_all(2), "node count 7", InputError);
+  }
+  // Dropped unfinished (a search that failed first): the pool joins its threads and finishes nothing more.
+  std::atomic<int> count{0};
+  {
+    detail::FinishingPool dropped([&](int) { ++count; }, 2);
+    dropped.hand_over(1);
+  }
+  CHECK(count <= 1);
 }

@@ -72,7 +72,9 @@ void set_search_threads(int threads);
 
 // Threads that finish node counts' templates: their local moves and, with
 // interleaving, their interleaved layouts, each node count on its own
-// (no thread waits on another, so they pay on a busy machine too). -1,
+// (no thread waits on another, so they pay on a busy machine too). Those
+// beyond the search's threads start on a node count as soon as its walk
+// has ended, while the search sweeps on for the others. -1,
 // and until this is called: as set_search_threads; 0: the machine's
 // cores, at most 8. The templates do not depend on it. InputError
 // outside -1..256.
