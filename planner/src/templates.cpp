@@ -61,8 +61,8 @@
 #include <sstream>
 
 #include "oobleck/planner.h"
-#include "interleaved.h"
 #include "finishing_pool.h"
+#include "interleaved.h"
 #include "layout_moves.h"
 #include "period_floor.h"
 #include "row_workers.h"
